@@ -1,0 +1,1 @@
+//! Criterion benchmarks for leasehold; see `benches/`.

@@ -1,0 +1,316 @@
+//! The store interface: a few atomic operations that every backend implements
+//! exactly, and the values they exchange with the core.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::key::Key;
+use crate::notify::Subscription;
+use crate::time::validate_ttl;
+
+/// A boxed, sendable future: what every [`Backend`] method returns, so the
+/// trait stays object-safe and a store can be chosen from a URL at run time.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A lock store.
+///
+/// # Contract
+///
+/// Every backend implements the lease protocol exactly; the shared
+/// conformance suite (feature `conformance`) checks it.
+///
+/// - **One atomic operation per method.** `try_acquire`, `renew`, `release`
+///   and `force_release` are each a single statement, script or command (or
+///   one transaction) at the store. Never read-then-write from the client.
+/// - **The store's clock decides expiry**, inside that atomic operation. The
+///   caller's wall clock never does.
+/// - **Fencing tokens never go backwards** for a key: every grant returns a
+///   token larger than any earlier grant of that key, across release,
+///   expiry, force-release and store restarts. The counter lives in a record
+///   that is never deleted.
+/// - **Owner checks.** `renew` and `release` act only if both owner and
+///   token match; `renew` never resurrects an expired lease, even one nobody
+///   took since.
+/// - **Inputs are already valid.** Keys are [`Key`]s and ttls are within
+///   bounds; a backend does no validation of its own and never builds a
+///   query by pasting a key into its text.
+/// - **Errors are classified:** transient failures (connection refused,
+///   timeouts, lock contention inside the store) become
+///   [`Error::Unavailable`]; everything else [`Error::Backend`]. A backend
+///   never panics on a store failure.
+/// - **Waking is optional but preferred.** `subscribe` returns a
+///   [`Subscription`] that fires after a release of the key; a backend that
+///   cannot notify returns [`Subscription::never`] and waiters fall back to
+///   polling.
+pub trait Backend: fmt::Debug + Send + Sync + 'static {
+    /// Grants the lease iff no live holder exists.
+    fn try_acquire<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>>;
+
+    /// Extends the lease to `ttl` from now (store clock) iff owner and token
+    /// match and it has not expired. `Ok(false)` means the lease is gone.
+    fn renew<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>>;
+
+    /// Frees the key iff owner and token match; keeps the fence counter and
+    /// wakes waiters. Releasing a lease that is already gone is not an error.
+    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>>;
+
+    /// The live holder of `key`, if any.
+    fn inspect<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<LeaseInfo>>>;
+
+    /// Live holders of every key starting with `prefix` (already validated),
+    /// ordered by key.
+    fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<LeaseInfo>>>;
+
+    /// Admin break: frees the key whoever holds it and bumps its fence, so
+    /// the evicted holder's token is stale everywhere. Returns whether a live
+    /// lease was broken.
+    fn force_release<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool>>;
+
+    /// Starts listening for releases of `key`. The subscription must be in
+    /// place when this resolves, so a release that happens after it resolves
+    /// is never missed.
+    fn subscribe<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Subscription>>;
+}
+
+/// Who asks for a lease: 128 random bits, fresh for every acquisition.
+///
+/// Renew and release must present it, so nobody else can release your lock.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct OwnerId(u128);
+
+impl OwnerId {
+    /// A fresh random owner id.
+    pub fn random() -> Self {
+        OwnerId(rand::random())
+    }
+
+    /// The id as a number.
+    pub fn as_u128(self) -> u128 {
+        self.0
+    }
+
+    /// Rebuilds an id from its 32-digit lowercase hex form, as stored.
+    pub fn from_hex(hex: &str) -> Option<Self> {
+        (hex.len() == 32)
+            .then(|| u128::from_str_radix(hex, 16).ok())
+            .flatten()
+            .map(OwnerId)
+    }
+}
+
+impl From<u128> for OwnerId {
+    fn from(value: u128) -> Self {
+        OwnerId(value)
+    }
+}
+
+impl fmt::Display for OwnerId {
+    /// 32 lowercase hex digits: the form stores keep.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+impl fmt::Debug for OwnerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "OwnerId({self})")
+    }
+}
+
+/// A validated request for a lease, as a backend receives it.
+#[derive(Debug, Clone)]
+pub struct AcquireRequest {
+    key: Key,
+    owner: OwnerId,
+    holder: String,
+    ttl: Duration,
+}
+
+/// Longest holder label, in bytes; longer labels are cut at a char boundary.
+const MAX_HOLDER_BYTES: usize = 256;
+
+impl AcquireRequest {
+    /// A request with a fresh random owner.
+    ///
+    /// `holder` is a human label (`host:pid`) stored for inspection only;
+    /// control characters are replaced and it is cut to 256 bytes.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] if `ttl` is outside 100 ms ..= 24 h.
+    pub fn new(key: Key, ttl: Duration, holder: &str) -> Result<Self> {
+        Ok(AcquireRequest {
+            key,
+            owner: OwnerId::random(),
+            holder: sanitize_label(holder),
+            ttl: validate_ttl(ttl)?,
+        })
+    }
+
+    /// Reuses `owner` instead of the fresh random one: for retrying an
+    /// attempt whose outcome is unknown, and for tests that forge leases.
+    pub fn with_owner(mut self, owner: OwnerId) -> Self {
+        self.owner = owner;
+        self
+    }
+
+    /// The key asked for.
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+    /// The owner id this request will hold the lease under.
+    pub fn owner(&self) -> OwnerId {
+        self.owner
+    }
+    /// The human label stored beside the owner.
+    pub fn holder(&self) -> &str {
+        &self.holder
+    }
+    /// The lease length asked for.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The lease a store grants for this request with fencing token `token`.
+    pub fn granted(&self, token: u64) -> Lease {
+        Lease {
+            key: self.key.clone(),
+            owner: self.owner,
+            token,
+            ttl: self.ttl,
+        }
+    }
+}
+
+fn sanitize_label(label: &str) -> String {
+    let mut out: String = label
+        .chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
+    if out.len() > MAX_HOLDER_BYTES {
+        let mut end = MAX_HOLDER_BYTES;
+        while !out.is_char_boundary(end) {
+            end -= 1;
+        }
+        out.truncate(end);
+    }
+    out
+}
+
+/// A granted lease, as the store knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    key: Key,
+    owner: OwnerId,
+    token: u64,
+    ttl: Duration,
+}
+
+impl Lease {
+    /// The locked key.
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+    /// The owner id that renew and release must present.
+    pub fn owner(&self) -> OwnerId {
+        self.owner
+    }
+    /// The fencing token: larger than every earlier grant of this key.
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+    /// The ttl the lease was granted with.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+}
+
+/// The outcome of one acquisition attempt.
+#[derive(Debug, Clone)]
+pub enum Acquire {
+    /// The lease is ours.
+    Granted(Lease),
+    /// Somebody else holds it.
+    Busy(Busy),
+}
+
+/// Why an attempt did not get the lease: who holds it and for how long.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Busy {
+    /// The current holder's human label.
+    pub holder: String,
+    /// The longest the current lease can still last, by the store's clock.
+    /// Zero if the holder vanished between the attempt and this report.
+    pub remaining: Duration,
+}
+
+/// What [`Backend::inspect`] and [`Backend::list`] report of a live lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseInfo {
+    /// The locked key.
+    pub key: Key,
+    /// The holder's human label.
+    pub holder: String,
+    /// The holder's fencing token.
+    pub token: u64,
+    /// Time left before the lease expires, by the store's clock.
+    pub remaining: Duration,
+}
+
+/// Converts a store's signed millisecond count into a duration, treating
+/// negative values (already expired) as zero.
+pub fn millis_to_duration(ms: i64) -> Duration {
+    Duration::from_millis(ms.max(0) as u64)
+}
+
+/// Converts a duration to whole milliseconds for a store, rounding up so a
+/// lease is never shorter than asked.
+pub fn duration_to_millis(d: Duration) -> i64 {
+    let ms = d.as_nanos().div_ceil(1_000_000);
+    i64::try_from(ms).unwrap_or(i64::MAX)
+}
+
+/// Checks a token read back from a store that keeps it as a signed integer.
+///
+/// # Errors
+/// [`Error::Backend`] for a negative value: the fence record is corrupt.
+pub fn token_from_i64(token: i64) -> Result<u64> {
+    u64::try_from(token)
+        .map_err(|_| Error::backend(format!("corrupt fence counter {token} in the store")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owner_hex_round_trip() {
+        let o = OwnerId::random();
+        assert_eq!(OwnerId::from_hex(&o.to_string()), Some(o));
+        assert_eq!(OwnerId::from_hex("xyz"), None);
+        assert_ne!(OwnerId::random(), OwnerId::random());
+    }
+
+    #[test]
+    fn labels_are_sanitized() {
+        assert_eq!(sanitize_label("host:1\n"), "host:1?");
+        assert_eq!(sanitize_label(&"é".repeat(200)).len(), 256);
+    }
+
+    #[test]
+    fn request_rejects_bad_ttl() {
+        let k = Key::new("k").unwrap();
+        assert!(AcquireRequest::new(k.clone(), Duration::from_millis(5), "h").is_err());
+        let r = AcquireRequest::new(k, Duration::from_secs(1), "h").unwrap();
+        assert_eq!(r.granted(7).token(), 7);
+    }
+
+    #[test]
+    fn millisecond_conversions() {
+        assert_eq!(millis_to_duration(-5), Duration::ZERO);
+        assert_eq!(duration_to_millis(Duration::from_micros(1500)), 2);
+        assert!(token_from_i64(-1).is_err());
+    }
+}

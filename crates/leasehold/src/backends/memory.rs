@@ -1,0 +1,181 @@
+//! The in-memory store: the reference implementation of the protocol, for
+//! tests, doctests and locks within one process.
+//!
+//! Its clock is tokio's, so tests on paused time (`start_paused = true`)
+//! drive expiry exactly.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::backend::{
+    Acquire, AcquireRequest, Backend, BoxFuture, Busy, Lease, LeaseInfo, OwnerId,
+};
+use crate::error::Result;
+use crate::key::Key;
+use crate::notify::{Subscription, WakeHub};
+
+/// In-process lock store (`memory://`). Clones share the same locks.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryBackend {
+    records: Arc<Mutex<BTreeMap<Key, Record>>>,
+    hub: WakeHub,
+}
+
+/// One key's record; never removed, because the fence lives here.
+#[derive(Debug)]
+struct Record {
+    fence: u64,
+    holder: Option<Holder>,
+}
+
+#[derive(Debug)]
+struct Holder {
+    owner: OwnerId,
+    label: String,
+    expires_at: Instant,
+}
+
+impl Record {
+    fn live_holder(&self, now: Instant) -> Option<&Holder> {
+        self.holder.as_ref().filter(|h| h.expires_at > now)
+    }
+
+    fn holds(&self, lease: &Lease) -> bool {
+        self.fence == lease.token()
+            && self
+                .holder
+                .as_ref()
+                .is_some_and(|h| h.owner == lease.owner())
+    }
+}
+
+impl MemoryBackend {
+    /// An empty store.
+    pub fn new() -> Self {
+        MemoryBackend::default()
+    }
+
+    fn records(&self) -> std::sync::MutexGuard<'_, BTreeMap<Key, Record>> {
+        // Every critical section below leaves the map consistent even if it
+        // panics halfway, so a poisoned lock is still safe to use.
+        self.records.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn info(key: &Key, record: &Record, now: Instant) -> Option<LeaseInfo> {
+        record.live_holder(now).map(|h| LeaseInfo {
+            key: key.clone(),
+            holder: h.label.clone(),
+            token: record.fence,
+            remaining: h.expires_at - now,
+        })
+    }
+}
+
+impl Backend for MemoryBackend {
+    fn try_acquire<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
+        Box::pin(async move {
+            let now = Instant::now();
+            let mut records = self.records();
+            let record = records.entry(req.key().clone()).or_insert(Record {
+                fence: 0,
+                holder: None,
+            });
+            if let Some(h) = record.live_holder(now) {
+                return Ok(Acquire::Busy(Busy {
+                    holder: h.label.clone(),
+                    remaining: h.expires_at - now,
+                }));
+            }
+            record.fence += 1;
+            record.holder = Some(Holder {
+                owner: req.owner(),
+                label: req.holder().to_owned(),
+                expires_at: now + req.ttl(),
+            });
+            Ok(Acquire::Granted(req.granted(record.fence)))
+        })
+    }
+
+    fn renew<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async move {
+            let now = Instant::now();
+            let mut records = self.records();
+            let Some(record) = records.get_mut(lease.key()) else {
+                return Ok(false);
+            };
+            if !record.holds(lease) || record.live_holder(now).is_none() {
+                return Ok(false);
+            }
+            if let Some(h) = record.holder.as_mut() {
+                h.expires_at = now + ttl;
+            }
+            Ok(true)
+        })
+    }
+
+    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let freed = {
+                let mut records = self.records();
+                match records.get_mut(lease.key()) {
+                    Some(record) if record.holds(lease) => {
+                        record.holder = None;
+                        true
+                    }
+                    _ => false,
+                }
+            };
+            if freed {
+                self.hub.notify(lease.key().as_str());
+            }
+            Ok(())
+        })
+    }
+
+    fn inspect<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<LeaseInfo>>> {
+        Box::pin(async move {
+            let now = Instant::now();
+            Ok(self
+                .records()
+                .get(key)
+                .and_then(|r| Self::info(key, r, now)))
+        })
+    }
+
+    fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<LeaseInfo>>> {
+        Box::pin(async move {
+            let now = Instant::now();
+            Ok(self
+                .records()
+                .iter()
+                .filter(|(k, _)| k.as_str().starts_with(prefix))
+                .filter_map(|(k, r)| Self::info(k, r, now))
+                .collect())
+        })
+    }
+
+    fn force_release<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async move {
+            let now = Instant::now();
+            let was_live = {
+                let mut records = self.records();
+                let Some(record) = records.get_mut(key) else {
+                    return Ok(false);
+                };
+                let was_live = record.live_holder(now).is_some();
+                record.holder = None;
+                record.fence += 1;
+                was_live
+            };
+            self.hub.notify(key.as_str());
+            Ok(was_live)
+        })
+    }
+
+    fn subscribe<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Subscription>> {
+        Box::pin(async move { Ok(self.hub.subscribe(key.as_str())) })
+    }
+}

@@ -1,0 +1,351 @@
+//! The embedded SQLite store (`sqlite://PATH`), the default: no server, and
+//! correct across processes on one host.
+//!
+//! One table, one row per key, never deleted (the fence lives there). Each
+//! operation is one statement, which SQLite runs as one write transaction
+//! (in WAL mode an autocommit write takes the write lock before it reads).
+//! Expiry uses SQLite's `unixepoch('subsec')`: the host's clock, the same for
+//! every process on the host. Waiters in other processes are woken through a
+//! wake directory of Unix datagram sockets (see `wake.rs`).
+
+mod wake;
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use sqlx::Row;
+
+use crate::backend::{
+    duration_to_millis, millis_to_duration, token_from_i64, Acquire, AcquireRequest, Backend,
+    BoxFuture, Busy, Lease, LeaseInfo,
+};
+use crate::error::{Error, Result};
+use crate::key::Key;
+use crate::notify::Subscription;
+use wake::{SharedWakeDir, WakeDir};
+
+/// The store's clock in milliseconds since the Unix epoch.
+macro_rules! now_ms {
+    () => {
+        "CAST(unixepoch('subsec') * 1000 AS INTEGER)"
+    };
+}
+
+/// Creates the lease table; safe to run any number of times.
+pub const MIGRATION: &str = "CREATE TABLE IF NOT EXISTS leasehold_locks (
+    key TEXT PRIMARY KEY NOT NULL,
+    fence INTEGER NOT NULL,
+    owner TEXT,
+    holder TEXT,
+    expires_at_ms INTEGER
+) WITHOUT ROWID";
+
+/// Grants the lease if the key is new, free or expired; returns the new
+/// fence. Parameters: key, owner, holder, ttl in ms.
+pub const ACQUIRE: &str = concat!(
+    "INSERT INTO leasehold_locks (key, fence, owner, holder, expires_at_ms) VALUES (?1, 1, ?2, ?3, ",
+    now_ms!(),
+    " + ?4) ON CONFLICT (key) DO UPDATE SET fence = fence + 1, owner = excluded.owner, \
+     holder = excluded.holder, expires_at_ms = excluded.expires_at_ms \
+     WHERE owner IS NULL OR expires_at_ms <= ",
+    now_ms!(),
+    " RETURNING fence"
+);
+
+/// Frees the key if owner and fence match. Parameters: key, owner, fence.
+pub const RELEASE: &str =
+    "UPDATE leasehold_locks SET owner = NULL, holder = NULL, expires_at_ms = NULL \
+     WHERE key = ?1 AND owner = ?2 AND fence = ?3";
+
+const BUSY_INFO: &str = concat!(
+    "SELECT holder, expires_at_ms - ",
+    now_ms!(),
+    " FROM leasehold_locks WHERE key = ?1 AND owner IS NOT NULL"
+);
+
+const RENEW: &str = concat!(
+    "UPDATE leasehold_locks SET expires_at_ms = ",
+    now_ms!(),
+    " + ?4 WHERE key = ?1 AND owner = ?2 AND fence = ?3 AND expires_at_ms > ",
+    now_ms!()
+);
+
+const INSPECT: &str = concat!(
+    "SELECT key, holder, fence, expires_at_ms - ",
+    now_ms!(),
+    " FROM leasehold_locks WHERE key = ?1 AND owner IS NOT NULL AND expires_at_ms > ",
+    now_ms!()
+);
+
+const LIST: &str = concat!(
+    "SELECT key, holder, fence, expires_at_ms - ",
+    now_ms!(),
+    " FROM leasehold_locks WHERE substr(key, 1, length(?1)) = ?1 \
+     AND owner IS NOT NULL AND expires_at_ms > ",
+    now_ms!(),
+    " ORDER BY key"
+);
+
+const WAS_LIVE: &str = concat!(
+    "SELECT owner IS NOT NULL AND expires_at_ms > ",
+    now_ms!(),
+    " FROM leasehold_locks WHERE key = ?1"
+);
+
+const FORCE_RELEASE: &str = "UPDATE leasehold_locks SET owner = NULL, holder = NULL, \
+     expires_at_ms = NULL, fence = fence + 1 WHERE key = ?1";
+
+/// Durability of each commit; see [`SqliteOptions::synchronous_full`].
+#[derive(Debug, Clone)]
+pub struct SqliteOptions {
+    synchronous_full: bool,
+    busy_timeout: Duration,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        SqliteOptions {
+            synchronous_full: true,
+            busy_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl SqliteOptions {
+    /// `synchronous=FULL` (the default) syncs every commit to disk, so the
+    /// fence counter survives a power loss. `false` uses `NORMAL`: faster,
+    /// still safe against process crashes, but a power loss may roll back the
+    /// last commits and with them the fence.
+    pub fn synchronous_full(mut self, full: bool) -> Self {
+        self.synchronous_full = full;
+        self
+    }
+
+    /// How long a statement waits for another process's write lock before
+    /// failing with a retryable error (default 5 s).
+    pub fn busy_timeout(mut self, timeout: Duration) -> Self {
+        self.busy_timeout = timeout;
+        self
+    }
+}
+
+/// Lock store in an SQLite database file.
+#[derive(Debug, Clone)]
+pub struct SqliteBackend {
+    pool: SqlitePool,
+    path: PathBuf,
+    wake: SharedWakeDir,
+}
+
+impl SqliteBackend {
+    /// Opens (creating if needed) the database at `path` with default options.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] if the file cannot be opened or created.
+    pub async fn open(path: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with(path, SqliteOptions::default()).await
+    }
+
+    /// Opens (creating if needed) the database at `path`, and its parent
+    /// directory, and creates the lease table.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for an empty path; [`Error::Unavailable`] if
+    /// the file cannot be opened or created.
+    pub async fn open_with(path: impl AsRef<Path>, options: SqliteOptions) -> Result<Self> {
+        let path = path.as_ref();
+        if path.as_os_str().is_empty() {
+            return Err(Error::invalid("sqlite path", "must not be empty"));
+        }
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(Error::unavailable)?;
+        }
+        let connect = SqliteConnectOptions::from_str("sqlite://")
+            .map_err(Error::backend)?
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(if options.synchronous_full {
+                SqliteSynchronous::Full
+            } else {
+                SqliteSynchronous::Normal
+            })
+            .busy_timeout(options.busy_timeout);
+        // One connection: SQLite admits one writer at a time anyway, and
+        // queueing in-process writers on the pool is fair and wakes at once,
+        // where SQLite's busy handler sleeps in growing steps.
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(options.busy_timeout + Duration::from_secs(5))
+            .connect_with(connect)
+            .await
+            .map_err(classify)?;
+        sqlx::query(MIGRATION)
+            .execute(&pool)
+            .await
+            .map_err(classify)?;
+        Ok(SqliteBackend {
+            pool,
+            path: path.to_owned(),
+            wake: Arc::new(WakeDir::for_database(path)),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The connection pool, for running fenced writes in the same database.
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+}
+
+/// Transient failures (busy, locked, I/O, pool exhaustion) are retryable;
+/// everything else is a permanent store error.
+fn classify(e: sqlx::Error) -> Error {
+    use sqlx::Error as E;
+    let transient = match &e {
+        E::Io(_) | E::PoolTimedOut | E::PoolClosed | E::WorkerCrashed => true,
+        // SQLITE_BUSY (5), SQLITE_LOCKED (6), SQLITE_CANTOPEN (14) and their
+        // extended codes (low byte).
+        E::Database(db) => db
+            .code()
+            .and_then(|c| c.parse::<i32>().ok())
+            .is_some_and(|c| matches!(c & 0xff, 5 | 6 | 14)),
+        _ => false,
+    };
+    if transient {
+        Error::unavailable(e)
+    } else {
+        Error::backend(e)
+    }
+}
+
+fn info_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<LeaseInfo> {
+    Ok(LeaseInfo {
+        key: Key::new(row.get::<String, _>(0))?,
+        holder: row.get::<Option<String>, _>(1).unwrap_or_default(),
+        token: token_from_i64(row.get(2))?,
+        remaining: millis_to_duration(row.get(3)),
+    })
+}
+
+impl Backend for SqliteBackend {
+    fn try_acquire<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
+        Box::pin(async move {
+            let granted: Option<i64> = sqlx::query_scalar(ACQUIRE)
+                .bind(req.key().as_str())
+                .bind(req.owner().to_string())
+                .bind(req.holder())
+                .bind(duration_to_millis(req.ttl()))
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(classify)?;
+            if let Some(fence) = granted {
+                return Ok(Acquire::Granted(req.granted(token_from_i64(fence)?)));
+            }
+            // Who holds it is for the waiter's schedule only; if the holder
+            // left in between, report zero remaining so it retries at once.
+            let row: Option<(Option<String>, Option<i64>)> = sqlx::query_as(BUSY_INFO)
+                .bind(req.key().as_str())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(classify)?;
+            let (holder, remaining) = row.unwrap_or_default();
+            Ok(Acquire::Busy(Busy {
+                holder: holder.unwrap_or_default(),
+                remaining: millis_to_duration(remaining.unwrap_or(0)),
+            }))
+        })
+    }
+
+    fn renew<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async move {
+            let done = sqlx::query(RENEW)
+                .bind(lease.key().as_str())
+                .bind(lease.owner().to_string())
+                .bind(lease.token() as i64)
+                .bind(duration_to_millis(ttl))
+                .execute(&self.pool)
+                .await
+                .map_err(classify)?;
+            Ok(done.rows_affected() == 1)
+        })
+    }
+
+    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let done = sqlx::query(RELEASE)
+                .bind(lease.key().as_str())
+                .bind(lease.owner().to_string())
+                .bind(lease.token() as i64)
+                .execute(&self.pool)
+                .await
+                .map_err(classify)?;
+            if done.rows_affected() == 1 {
+                self.wake.wake(lease.key());
+            }
+            Ok(())
+        })
+    }
+
+    fn inspect<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<LeaseInfo>>> {
+        Box::pin(async move {
+            let row = sqlx::query(INSPECT)
+                .bind(key.as_str())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(classify)?;
+            row.as_ref().map(info_from_row).transpose()
+        })
+    }
+
+    fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<LeaseInfo>>> {
+        Box::pin(async move {
+            let rows = sqlx::query(LIST)
+                .bind(prefix)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(classify)?;
+            rows.iter().map(info_from_row).collect()
+        })
+    }
+
+    fn force_release<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async move {
+            // BEGIN IMMEDIATE takes the write lock first, so the liveness read
+            // and the update are one atomic step.
+            let mut tx = self
+                .pool
+                .begin_with("BEGIN IMMEDIATE")
+                .await
+                .map_err(classify)?;
+            let was_live: Option<bool> = sqlx::query_scalar(WAS_LIVE)
+                .bind(key.as_str())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(classify)?;
+            sqlx::query(FORCE_RELEASE)
+                .bind(key.as_str())
+                .execute(&mut *tx)
+                .await
+                .map_err(classify)?;
+            tx.commit().await.map_err(classify)?;
+            if was_live.is_some() {
+                self.wake.wake(key);
+            }
+            Ok(was_live.unwrap_or(false))
+        })
+    }
+
+    fn subscribe<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Subscription>> {
+        Box::pin(async move { Ok(self.wake.subscribe(key)) })
+    }
+}

@@ -1,0 +1,267 @@
+//! The held lock: [`LeaseGuard`], its background renewal, and the lost-lease
+//! signal.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::{sleep_until, timeout_at, Instant};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::backend::{Backend, Lease, OwnerId};
+use crate::error::{Error, Result};
+use crate::key::Key;
+use crate::time::{renew_interval, trusted_for, Backoff};
+
+/// A held lease. Renews itself in the background every ttl/3 while it lives.
+///
+/// # The lost-lease signal
+/// The guard trusts its lease until [`valid_until`](Self::valid_until): the
+/// moment the last successful request (acquire or renew) was *sent*, plus
+/// the ttl, minus a safety margin of 1 % of the ttl + 2 ms. If no renewal
+/// succeeds by then, or the store says the lease is gone, [`lost`](Self::lost)
+/// resolves and renewal stops for good. Work that must not outlive the lease
+/// should race against `lost()` and pass [`token`](Self::token) to the
+/// resource it writes (see the crate docs on fencing).
+///
+/// # Dropping
+/// Dropping the guard stops renewal at once and releases the lease
+/// best-effort on a background task of the current tokio runtime; if there is
+/// no runtime, or the store is unreachable, the lease simply expires after
+/// its ttl. Call [`release`](Self::release) to release and see the outcome.
+#[must_use = "the lock is released as soon as the guard is dropped"]
+pub struct LeaseGuard {
+    lease: Lease,
+    backend: Arc<dyn Backend>,
+    state: Arc<GuardState>,
+    stop_renewal: CancellationToken,
+    released: bool,
+}
+
+struct GuardState {
+    lost: CancellationToken,
+    valid_until: Mutex<Instant>,
+}
+
+impl GuardState {
+    fn valid_until(&self) -> Instant {
+        *self.valid_until.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn extend(&self, until: Instant) {
+        *self.valid_until.lock().unwrap_or_else(|p| p.into_inner()) = until;
+    }
+}
+
+impl LeaseGuard {
+    /// Wraps a lease granted by a request sent at `sent_at` and starts its
+    /// renewal (unless `auto_renew` is false, in which case only the
+    /// lost-lease timer runs).
+    pub(crate) fn start(
+        backend: Arc<dyn Backend>,
+        lease: Lease,
+        sent_at: Instant,
+        auto_renew: bool,
+    ) -> Self {
+        let state = Arc::new(GuardState {
+            lost: CancellationToken::new(),
+            valid_until: Mutex::new(sent_at + trusted_for(lease.ttl())),
+        });
+        let stop_renewal = CancellationToken::new();
+        tokio::spawn(keep_alive(
+            backend.clone(),
+            lease.clone(),
+            state.clone(),
+            stop_renewal.clone(),
+            sent_at,
+            auto_renew,
+        ));
+        LeaseGuard {
+            lease,
+            backend,
+            state,
+            stop_renewal,
+            released: false,
+        }
+    }
+
+    /// The locked key.
+    pub fn key(&self) -> &Key {
+        self.lease.key()
+    }
+
+    /// The fencing token: strictly larger than every earlier grant of this
+    /// key. Send it with every write to a resource that checks tokens.
+    pub fn token(&self) -> u64 {
+        self.lease.token()
+    }
+
+    /// The store-side owner id of this acquisition.
+    pub fn owner(&self) -> OwnerId {
+        self.lease.owner()
+    }
+
+    /// The lease as the store knows it.
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// Until when this process may rely on the lease, by its monotonic clock.
+    /// Moves forward with every successful renewal.
+    pub fn valid_until(&self) -> Instant {
+        self.state.valid_until()
+    }
+
+    /// Whether the lease is lost: the signal fired, or `valid_until` passed.
+    pub fn is_lost(&self) -> bool {
+        self.state.lost.is_cancelled() || Instant::now() >= self.valid_until()
+    }
+
+    /// Resolves when the lease is lost (renewal failed until `valid_until`, or
+    /// the store reported the lease gone). Never resolves while renewals
+    /// succeed, and does not resolve because of [`release`](Self::release).
+    ///
+    /// The future does not borrow the guard, so it can be raced against the
+    /// guarded work in `tokio::select!` or moved into another task.
+    ///
+    /// # Cancel safety
+    /// Cancel safe; make a new one at any time.
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.state.lost.clone().cancelled_owned()
+    }
+
+    /// `Ok(())` while the lease can be relied on, else [`Error::LeaseLost`].
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`] once [`is_lost`](Self::is_lost) is true.
+    pub fn check(&self) -> Result<()> {
+        if self.is_lost() {
+            Err(Error::LeaseLost {
+                key: self.key().to_string(),
+            })
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Stops renewal and releases the lease at the store, waking waiters.
+    ///
+    /// Releasing a lease that was already lost is not an error: the store
+    /// only frees the key if this lease still holds it.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] or [`Error::Backend`] if the store could not be
+    /// told; the lease then expires after its ttl.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: if the future is dropped, the release may or may not
+    /// have reached the store (the lease then expires after its ttl).
+    pub async fn release(mut self) -> Result<()> {
+        self.released = true;
+        self.stop_renewal.cancel();
+        let span = tracing::debug_span!("release", key = %self.key(), token = self.token());
+        self.backend.release(&self.lease).instrument(span).await
+    }
+}
+
+impl Drop for LeaseGuard {
+    fn drop(&mut self) {
+        self.stop_renewal.cancel();
+        if self.released {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let backend = self.backend.clone();
+            let lease = self.lease.clone();
+            runtime.spawn(async move {
+                let span = tracing::debug_span!("release", key = %lease.key(), token = lease.token());
+                if let Err(e) = backend.release(&lease).instrument(span).await {
+                    tracing::warn!(key = %lease.key(), error = %e, "best-effort release on drop failed; the lease will expire");
+                }
+            });
+        }
+    }
+}
+
+impl fmt::Debug for LeaseGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaseGuard")
+            .field("key", self.key())
+            .field("token", &self.token())
+            .field("owner", &self.owner())
+            .field("lost", &self.is_lost())
+            .finish()
+    }
+}
+
+/// Renews the lease every ttl/3 and fires the lost signal when the lease can
+/// no longer be relied on. Stops when `stop` is cancelled or the lease is lost.
+async fn keep_alive(
+    backend: Arc<dyn Backend>,
+    lease: Lease,
+    state: Arc<GuardState>,
+    stop: CancellationToken,
+    mut last_sent: Instant,
+    auto_renew: bool,
+) {
+    let ttl = lease.ttl();
+    let outcome = tokio::select! {
+        biased;
+        _ = stop.cancelled() => return,
+        outcome = async {
+            if !auto_renew {
+                sleep_until(state.valid_until()).await;
+                return "lease ran out (renewal disabled)";
+            }
+            loop {
+                sleep_until(last_sent + renew_interval(ttl)).await;
+                match renew_until_deadline(&*backend, &lease, &state).await {
+                    Ok(sent) => last_sent = sent,
+                    Err(why) => return why,
+                }
+            }
+        } => outcome,
+    };
+    tracing::warn!(key = %lease.key(), token = lease.token(), reason = outcome, "lease lost");
+    state.lost.cancel();
+}
+
+/// One renewal, retried on transient errors until the lease's deadline.
+/// Returns when the successful request was sent, or why the lease is lost.
+async fn renew_until_deadline(
+    backend: &dyn Backend,
+    lease: &Lease,
+    state: &GuardState,
+) -> std::result::Result<Instant, &'static str> {
+    let ttl = lease.ttl();
+    let deadline = state.valid_until();
+    let mut backoff = Backoff::new(
+        (ttl / 20).max(Duration::from_millis(5)),
+        (ttl / 6).max(Duration::from_millis(10)),
+    );
+    loop {
+        let sent = Instant::now();
+        if sent >= deadline {
+            return Err("renewal did not succeed before the lease's deadline");
+        }
+        let span = tracing::debug_span!("renew", key = %lease.key(), token = lease.token());
+        match timeout_at(deadline, backend.renew(lease, ttl).instrument(span)).await {
+            Ok(Ok(true)) => {
+                state.extend(sent + trusted_for(ttl));
+                return Ok(sent);
+            }
+            Ok(Ok(false)) => return Err("the store reports the lease expired or taken"),
+            Err(_) => return Err("renewal did not answer before the lease's deadline"),
+            Ok(Err(e)) if e.is_retryable() => {
+                tracing::debug!(error = %e, "renewal failed, retrying");
+                sleep_until((Instant::now() + backoff.next_delay()).min(deadline)).await;
+            }
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "renewal failed permanently");
+                return Err("renewal failed with a permanent store error");
+            }
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! Distributed lease locks with fencing tokens, on the database you already run.
+//!
+//! Many processes share one database and must not oversell the last item, run
+//! the nightly job twice, or interleave a multi-document update. `leasehold`
+//! gives them a lock that is correct across processes and hosts:
+//!
+//! - **Leases, not flags.** A lock is held for a ttl and renewed in the
+//!   background every ttl/3. A crashed holder's lock frees itself.
+//! - **Owners.** Every acquisition gets 128 random owner bits; only that
+//!   owner can renew or release.
+//! - **Fencing tokens.** Every grant carries a token larger than every
+//!   earlier grant of that key, across release, expiry, force-release and
+//!   store restarts.
+//! - **A lost-lease signal.** [`LeaseGuard::lost`] resolves the moment the
+//!   holder can no longer rely on its lease.
+//! - **Waiting that is woken, not polled.** A waiter sleeps until the store
+//!   tells it the key was released (or the holder's ttl runs out).
+//!
+//! # Quick start
+//!
+//! ```
+//! use std::time::Duration;
+//! use leasehold::{AcquireOptions, Error, Locks};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> leasehold::Result<()> {
+//! let locks = Locks::open("memory://").await?; // or "sqlite:///var/lib/app/locks.db"
+//!
+//! let guard = locks.acquire("nightly-report", Duration::from_secs(5)).await?;
+//! println!("holding {} with fencing token {}", guard.key(), guard.token());
+//!
+//! // Somebody else trying now is told who holds it and for how long.
+//! match locks.try_acquire("nightly-report").await {
+//!     Err(Error::Busy { holder, remaining, .. }) => println!("busy: {holder}, {remaining:?} left"),
+//!     other => unreachable!("{other:?}"),
+//! }
+//!
+//! // Race the work against the lost-lease signal.
+//! tokio::select! {
+//!     _ = guard.lost() => eprintln!("lease lost: stop writing"),
+//!     _ = tokio::time::sleep(Duration::from_millis(10)) => { /* the work */ }
+//! }
+//! guard.release().await?;
+//!
+//! let opts = AcquireOptions::new().with_ttl(Duration::from_secs(10)).with_wait(Duration::from_secs(1));
+//! let again = locks.acquire_with("nightly-report", &opts).await?;
+//! assert!(again.token() > 1);
+//! # again.release().await?; Ok(()) }
+//! ```
+//!
+//! # What a lease lock can and cannot promise
+//!
+//! No lease lock can guarantee that two processes never *believe* they hold
+//! the same lock: a process that pauses (a GC pause, `SIGSTOP`, a swapped-out
+//! page, a slow disk) can wake up after its lease expired and another process
+//! took the key, and carry on writing. Any lock with expiry has this hole;
+//! a lock without expiry deadlocks when its holder crashes instead.
+//!
+//! What `leasehold` guarantees, and tests, is:
+//!
+//! 1. **Tokens are monotonic**: a later holder always has a larger token.
+//! 2. **A holder learns it lost the lease by its local deadline**:
+//!    [`LeaseGuard::valid_until`] is computed from the moment the last good
+//!    request was *sent* minus a safety margin (1 % of the ttl + 2 ms), so it
+//!    is never later than the store-side expiry; [`LeaseGuard::lost`] fires
+//!    then at the latest.
+//! 3. **A resource that checks tokens never accepts a stale write.** Store the
+//!    highest token you accepted beside the data and refuse lower ones:
+//!
+//! ```sql
+//! -- the fenced write: succeeds only for the newest holder
+//! UPDATE products SET stock = ?, fence = ?token
+//!  WHERE id = ? AND fence <= ?token;     -- 0 rows: a newer holder exists, abort
+//! ```
+//!
+//! # Stores
+//!
+//! | URL | store | feature | wakes waiters by |
+//! |---|---|---|---|
+//! | `memory://` | in-process ([`backends::memory`]) | always | in-process channel |
+//! | `sqlite://PATH` | SQLite file, across processes on one host | `sqlite` (default) | Unix datagrams in a wake directory |
+//!
+//! Any type implementing [`Backend`] (a handful of atomic operations, see its
+//! `# Contract`) works with [`Locks::new`]; the [`conformance`] suite
+//! (feature `conformance`) checks it.
+#![cfg_attr(docsrs, feature(doc_auto_cfg))]
+
+mod backend;
+pub mod backends;
+#[cfg(feature = "conformance")]
+pub mod conformance;
+mod error;
+mod guard;
+mod key;
+mod lock;
+mod notify;
+pub mod occ;
+pub mod open;
+pub mod time;
+
+pub use backend::{
+    duration_to_millis, millis_to_duration, token_from_i64, Acquire, AcquireRequest, Backend,
+    BoxFuture, Busy, Lease, LeaseInfo, OwnerId,
+};
+pub use error::{BoxError, Error, Result};
+pub use guard::LeaseGuard;
+pub use key::{validate_prefix, Key, MAX_KEY_BYTES};
+pub use lock::{AcquireOptions, Locks};
+pub use notify::{Subscription, WakeHub};

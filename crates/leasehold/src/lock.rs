@@ -1,0 +1,320 @@
+//! [`Locks`], the client handle, and the acquisition engine every store
+//! shares: validation, waiting with wake-ups, backoff, deadlines.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::{sleep_until, Instant};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::backend::{Acquire, AcquireRequest, Backend, LeaseInfo};
+use crate::error::{Error, Result};
+use crate::guard::LeaseGuard;
+use crate::key::{validate_prefix, Key};
+use crate::time::{validate_ttl, Backoff, DEFAULT_TTL};
+
+/// How to acquire: lease length, how long to wait, cancellation, renewal.
+///
+/// ```
+/// use std::time::Duration;
+/// use leasehold::AcquireOptions;
+/// let opts = AcquireOptions::new()
+///     .with_ttl(Duration::from_secs(10))
+///     .with_wait(Duration::from_secs(2));
+/// assert_eq!(opts.ttl(), Duration::from_secs(10));
+/// ```
+#[derive(Debug, Clone)]
+pub struct AcquireOptions {
+    ttl: Duration,
+    wait: Option<Duration>,
+    cancel: Option<CancellationToken>,
+    auto_renew: bool,
+}
+
+impl Default for AcquireOptions {
+    fn default() -> Self {
+        AcquireOptions {
+            ttl: DEFAULT_TTL,
+            wait: None,
+            cancel: None,
+            auto_renew: true,
+        }
+    }
+}
+
+impl AcquireOptions {
+    /// Defaults: ttl 30 s, try once (no waiting), renew automatically.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Lease length, 100 ms ..= 24 h (checked when acquiring).
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// Wait up to `wait` for a busy lock (`Duration::ZERO` tries once).
+    pub fn with_wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// Stop waiting when `cancel` is cancelled ([`Error::Cancelled`]).
+    pub fn with_cancel(mut self, cancel: CancellationToken) -> Self {
+        self.cancel = Some(cancel);
+        self
+    }
+
+    /// Whether the guard renews itself every ttl/3 (default true). Without
+    /// renewal the lease simply lasts one ttl and `lost()` fires then.
+    pub fn with_auto_renew(mut self, auto_renew: bool) -> Self {
+        self.auto_renew = auto_renew;
+        self
+    }
+
+    /// The lease length asked for.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The wait bound, if any.
+    pub fn wait(&self) -> Option<Duration> {
+        self.wait
+    }
+}
+
+/// The client handle: one store, shared by every lock this process takes.
+///
+/// Cheap to clone (an `Arc`). Open one from a URL with [`Locks::open`], or wrap
+/// a backend you built with [`Locks::new`].
+#[derive(Clone)]
+pub struct Locks {
+    backend: Arc<dyn Backend>,
+    holder_label: Arc<str>,
+}
+
+impl fmt::Debug for Locks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Locks")
+            .field("backend", &self.backend)
+            .field("holder_label", &self.holder_label)
+            .finish()
+    }
+}
+
+/// `host:pid`, stored beside each lease so humans can see who holds it.
+fn default_holder_label() -> String {
+    let host = gethostname::gethostname();
+    format!("{}:{}", host.to_string_lossy(), std::process::id())
+}
+
+impl Locks {
+    /// Wraps a backend.
+    pub fn new(backend: impl Backend) -> Self {
+        Self::from_arc(Arc::new(backend))
+    }
+
+    /// Wraps a shared backend.
+    pub fn from_arc(backend: Arc<dyn Backend>) -> Self {
+        Locks {
+            backend,
+            holder_label: default_holder_label().into(),
+        }
+    }
+
+    /// Opens the store named by `url`: `memory://`, `sqlite://PATH` (see
+    /// [`crate::open`] for the full syntax).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a malformed URL or a store that is not
+    /// compiled in; [`Error::Unavailable`] if the store cannot be reached.
+    pub async fn open(url: &str) -> Result<Self> {
+        Ok(Self::from_arc(crate::open::open_backend(url).await?))
+    }
+
+    /// Replaces the human label stored beside each lease (default `host:pid`).
+    pub fn with_holder_label(mut self, label: &str) -> Self {
+        self.holder_label = label.into();
+        self
+    }
+
+    /// The store behind this handle.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    /// Tries once to take `key` with the default ttl (30 s).
+    ///
+    /// # Errors
+    /// [`Error::Busy`] if somebody holds it; [`Error::InvalidInput`] for a bad
+    /// key; [`Error::Unavailable`]/[`Error::Backend`] from the store.
+    ///
+    /// # Cancel safety
+    /// If the future is dropped after the store granted the lease but before
+    /// it returned, the lease is not renewed and expires after its ttl.
+    pub async fn try_acquire(&self, key: &str) -> Result<LeaseGuard> {
+        self.acquire_with(key, &AcquireOptions::new()).await
+    }
+
+    /// Takes `key` with the default ttl, waiting up to `wait` for the holder
+    /// to let go.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] if not acquired within `wait`; otherwise as
+    /// [`try_acquire`](Self::try_acquire).
+    ///
+    /// # Cancel safety
+    /// As [`try_acquire`](Self::try_acquire).
+    pub async fn acquire(&self, key: &str, wait: Duration) -> Result<LeaseGuard> {
+        self.acquire_with(key, &AcquireOptions::new().with_wait(wait))
+            .await
+    }
+
+    /// Takes `key` as `options` say.
+    ///
+    /// Without a wait bound this tries once. With one, a busy attempt sleeps
+    /// until the earliest of: a release notification from the store, the
+    /// holder's remaining ttl, a jittered backoff, the wait bound. The wait
+    /// never runs past its bound.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] (before any I/O) for a bad key or ttl;
+    /// [`Error::Busy`] when trying once; [`Error::Timeout`] when the wait
+    /// bound passes; [`Error::Cancelled`] when the cancel token fires;
+    /// [`Error::Unavailable`]/[`Error::Backend`] from the store.
+    ///
+    /// # Cancel safety
+    /// As [`try_acquire`](Self::try_acquire).
+    pub async fn acquire_with(&self, key: &str, options: &AcquireOptions) -> Result<LeaseGuard> {
+        let key = Key::new(key)?;
+        validate_ttl(options.ttl)?;
+        let request = AcquireRequest::new(key, options.ttl, &self.holder_label)?;
+        let span = tracing::debug_span!("acquire", key = %request.key(), ttl = ?options.ttl);
+        self.acquire_request(request, options)
+            .instrument(span)
+            .await
+    }
+
+    async fn acquire_request(
+        &self,
+        request: AcquireRequest,
+        options: &AcquireOptions,
+    ) -> Result<LeaseGuard> {
+        let started = Instant::now();
+        let wait = options.wait.unwrap_or(Duration::ZERO);
+        // A wait too long to represent is as good as no bound.
+        let deadline = started.checked_add(wait);
+        let mut subscription = None;
+        let mut backoff = None;
+        loop {
+            let sent_at = Instant::now();
+            let busy = match self.backend.try_acquire(&request).await? {
+                Acquire::Granted(lease) => {
+                    tracing::debug!(token = lease.token(), "granted");
+                    return Ok(LeaseGuard::start(
+                        self.backend.clone(),
+                        lease,
+                        sent_at,
+                        options.auto_renew,
+                    ));
+                }
+                Acquire::Busy(busy) => busy,
+            };
+            let now = Instant::now();
+            if wait.is_zero() {
+                return Err(Error::Busy {
+                    key: request.key().to_string(),
+                    holder: busy.holder,
+                    remaining: busy.remaining,
+                });
+            }
+            if deadline.is_some_and(|d| now >= d) {
+                return Err(self.timeout(&request, started));
+            }
+            if subscription.is_none() {
+                // Subscribe, then try again at once: a release between the
+                // first attempt and the subscription would otherwise be missed.
+                let sub = self.backend.subscribe(request.key()).await?;
+                backoff = Some(if sub.is_live() {
+                    // Notifications do the work; the timer is a safety net.
+                    Backoff::new(Duration::from_millis(50), Duration::from_secs(2))
+                } else {
+                    Backoff::new(Duration::from_millis(5), Duration::from_millis(250))
+                });
+                subscription = Some(sub);
+                continue;
+            }
+            let (Some(sub), Some(backoff)) = (subscription.as_mut(), backoff.as_mut()) else {
+                unreachable!("set together above");
+            };
+            // Wake just after the holder's lease ends at the latest.
+            let mut wake_at =
+                now + (busy.remaining + Duration::from_millis(1)).min(backoff.next_delay());
+            if let Some(d) = deadline {
+                wake_at = wake_at.min(d);
+            }
+            tracing::trace!(holder = %busy.holder, remaining = ?busy.remaining, "busy, waiting");
+            let cancelled = async {
+                match &options.cancel {
+                    Some(c) => c.cancelled().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                _ = cancelled => {
+                    return Err(Error::Cancelled { key: request.key().to_string() });
+                }
+                _ = sub.notified() => {}
+                _ = sleep_until(wake_at) => {}
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(self.timeout(&request, started));
+            }
+        }
+    }
+
+    fn timeout(&self, request: &AcquireRequest, started: Instant) -> Error {
+        Error::Timeout {
+            key: request.key().to_string(),
+            waited: started.elapsed(),
+        }
+    }
+
+    /// The live holder of `key`, if any.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a bad key; store errors otherwise.
+    pub async fn inspect(&self, key: &str) -> Result<Option<LeaseInfo>> {
+        let key = Key::new(key)?;
+        let span = tracing::debug_span!("inspect", key = %key);
+        self.backend.inspect(&key).instrument(span).await
+    }
+
+    /// Live holders of every key starting with `prefix` (`""` for all),
+    /// ordered by key.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a prefix over 256 bytes or with control
+    /// characters; store errors otherwise.
+    pub async fn list(&self, prefix: &str) -> Result<Vec<LeaseInfo>> {
+        validate_prefix(prefix)?;
+        let span = tracing::debug_span!("list", prefix);
+        self.backend.list(prefix).instrument(span).await
+    }
+
+    /// Admin break: frees `key` whoever holds it and bumps its fence, so the
+    /// evicted holder's token is rejected by fenced resources. Returns whether
+    /// a live lease was broken.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a bad key; store errors otherwise.
+    pub async fn force_release(&self, key: &str) -> Result<bool> {
+        let key = Key::new(key)?;
+        let span = tracing::info_span!("force_release", key = %key);
+        self.backend.force_release(&key).instrument(span).await
+    }
+}
