@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The test command: starts the test servers it can, then runs every test.
+#   bash scripts/test.sh [extra nextest args]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=scripts/test-services.sh
+source scripts/test-services.sh
+trap leasehold_stop_services EXIT
+cargo nextest run --workspace --all-features --no-fail-fast "$@"
+cargo test --workspace --all-features --doc
