@@ -80,7 +80,7 @@
 //! | `sqlite://PATH` | SQLite file, across processes on one host | `sqlite` (default) | Unix datagrams in a wake directory |
 //!
 //! Any type implementing [`Backend`] (a handful of atomic operations, see its
-//! `# Contract`) works with [`Locks::new`]; the [`conformance`] suite
+//! `# Contract`) works with [`Locks::new`]; the `conformance` module
 //! (feature `conformance`) checks it.
 #![cfg_attr(docsrs, feature(doc_auto_cfg))]
 
