@@ -146,6 +146,60 @@ async fn fence_key_equals_the_live_token() {
     assert!(lease.token() > first.token());
 }
 
+/// The lease-checked write shown in docs/redis.md: accepted only while the
+/// writer's lease is live at the server.
+const FENCED_WRITE: &str = r#"
+local holder = redis.call('GET', KEYS[1])
+if not holder or string.sub(holder, 1, 32) ~= ARGV[1]
+    or redis.call('GET', KEYS[2]) ~= ARGV[2] then
+  return 0
+end
+redis.call('HSET', KEYS[3], 'stock', ARGV[3], 'fence', ARGV[2])
+return 1
+"#;
+
+#[tokio::test]
+async fn documented_fenced_write_rejects_stale_holders() {
+    let Some((backend, mut conn)) = shared(&random_prefix()).await else {
+        return;
+    };
+    let k = key("sku:42");
+    let data = format!("{}:inventory:{{sku:42}}", random_prefix());
+    let script = redis::Script::new(FENCED_WRITE);
+    let write = |lease: &Lease, stock: i64| {
+        let mut call = script.prepare_invoke();
+        call.key(backend.lock_key(&k))
+            .key(backend.fence_key(&k))
+            .key(&data)
+            .arg(lease.owner().to_string())
+            .arg(lease.token())
+            .arg(stock);
+        let mut conn = conn.clone();
+        async move { call.invoke_async::<i64>(&mut conn).await.unwrap() }
+    };
+    let old = grant(&backend, &k, Duration::from_secs(30)).await;
+    assert_eq!(write(&old, 10).await, 1, "the holder writes");
+    backend.force_release(&k).await.unwrap();
+    assert_eq!(write(&old, 9).await, 0, "an evicted holder cannot write");
+    let new = grant(&backend, &k, Duration::from_millis(100)).await;
+    assert_eq!(write(&old, 8).await, 0, "nor once a newer holder exists");
+    assert_eq!(write(&new, 7).await, 1);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(write(&new, 6).await, 0, "nor after its lease expired");
+    let stock: i64 = redis::cmd("HGET")
+        .arg(&data)
+        .arg("stock")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(stock, 7);
+    let _: () = redis::cmd("DEL")
+        .arg(&data)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
 async fn from_manager_uses_the_callers_connection() {
     let Some(url) = server_url("LEASEHOLD_TEST_REDIS") else {
@@ -200,7 +254,11 @@ async fn closed_port_is_unavailable_within_seconds() {
         other => panic!("expected Unavailable, got {other:?}"),
     }
     // The CLI promises exit 69 within 10 s; connecting is most of that.
-    assert!(started.elapsed() < Duration::from_secs(8), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -346,7 +404,10 @@ impl PrivateRedis {
             if pong.is_ok() {
                 return;
             }
-            assert!(Instant::now() < deadline, "redis-server not ready: {pong:?}");
+            assert!(
+                Instant::now() < deadline,
+                "redis-server not ready: {pong:?}"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }

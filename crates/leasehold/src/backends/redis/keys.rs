@@ -174,7 +174,10 @@ mod tests {
         // A prefix that looks like our own structure is still told apart.
         assert_ne!(ns("a:lock").lock(&key("x")), ns("a").lock(&key("lock:x")));
         assert_ne!(ns("a").lock(&key("x")), ns("a").fence(&key("x")));
-        assert_eq!(ns("a:").key_of_lock(&ns("a:").lock(&key("b:c"))), Some(key("b:c")));
+        assert_eq!(
+            ns("a:").key_of_lock(&ns("a:").lock(&key("b:c"))),
+            Some(key("b:c"))
+        );
         assert_eq!(ns("a:b").key_of_lock(&ns("a:").lock(&key("b:c"))), None);
     }
 
@@ -184,7 +187,11 @@ mod tests {
         for k in ["k", "{x}", "}", "{", "a}b{c", "{}", "%7B", "*?[]\\", "ü€"] {
             let (lock, fence) = (n.lock(&key(k)), n.fence(&key(k)));
             assert_eq!(hash_tag(&lock), hash_tag(&fence), "{k:?}");
-            assert_eq!(decode(hash_tag(&lock)).as_deref(), Some(k), "tag is the key");
+            assert_eq!(
+                decode(hash_tag(&lock)).as_deref(),
+                Some(k),
+                "tag is the key"
+            );
             assert_eq!(n.key_of_lock(&lock), Some(key(k)), "{k:?} round-trips");
         }
         // Distinct keys never share a name, even where encodings look alike.
@@ -194,8 +201,12 @@ mod tests {
     #[test]
     fn list_patterns_match_exactly_the_prefixed_keys() {
         let n = ns("p*[x]?");
-        let keys = ["a", "a*", "a*b", "*", "?", "[a]", "a\\", "{a}", "%", "a%7B", "-^"];
-        for prefix in ["", "a", "a*", "*", "?", "[", "[a", "{", "{a}", "%", "a\\", "-^"] {
+        let keys = [
+            "a", "a*", "a*b", "*", "?", "[a]", "a\\", "{a}", "%", "a%7B", "-^",
+        ];
+        for prefix in [
+            "", "a", "a*", "*", "?", "[", "[a", "{", "{a}", "%", "a\\", "-^",
+        ] {
             let pattern = n.lock_pattern(prefix);
             for k in keys {
                 assert_eq!(

@@ -488,10 +488,8 @@ impl RedisBackend {
             let lock = self.inner.ns.lock(key);
             read.get(&lock).pttl(&lock).get(self.inner.ns.fence(key));
         }
-        let rows: Vec<(Option<String>, i64, Option<u64>)> = read
-            .query_async(&mut self.conn())
-            .await
-            .map_err(classify)?;
+        let rows: Vec<(Option<String>, i64, Option<u64>)> =
+            read.query_async(&mut self.conn()).await.map_err(classify)?;
         Ok(keys
             .into_iter()
             .zip(rows)
