@@ -109,6 +109,20 @@ async fn renew_never_resurrects_and_refuses_a_zero_ttl() {
         Err(Error::InvalidInput { what: "ttl", .. }) => {}
         other => panic!("renew with ttl 0 must be refused, got {other:?}"),
     }
+    // The script refuses too, for callers that bypass the Rust check:
+    // PEXPIRE with 0 or a negative ttl would delete the key.
+    let renew_lua = redis::Script::new(include_str!("../src/backends/redis/renew.lua"));
+    for ttl in ["0", "-5"] {
+        let refused = renew_lua
+            .key(backend.lock_key(&k))
+            .key(backend.fence_key(&k))
+            .arg(live.owner().to_string())
+            .arg(live.token())
+            .arg(ttl)
+            .invoke_async::<i64>(&mut conn)
+            .await;
+        assert!(refused.is_err(), "ttl {ttl}: {refused:?}");
+    }
     assert!(exists(&mut conn, &backend.lock_key(&k)).await, "lock kept");
     backend.release(&live).await.unwrap();
 

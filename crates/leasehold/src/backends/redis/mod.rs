@@ -334,18 +334,14 @@ fn holder_of(value: &str) -> String {
 impl Backend for RedisBackend {
     fn try_acquire<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
         Box::pin(async move {
+            let (owner, ttl) = (req.owner().to_string(), duration_to_millis(req.ttl()));
             let (token, holder, pttl): (u64, String, i64) = self
-                .inner
-                .scripts
-                .acquire
-                .key(self.inner.ns.lock(req.key()))
-                .key(self.inner.ns.fence(req.key()))
-                .arg(req.owner().to_string())
-                .arg(duration_to_millis(req.ttl()))
-                .arg(req.holder())
-                .invoke_async(&mut self.conn())
-                .await
-                .map_err(classify)?;
+                .run(
+                    &self.inner.scripts.acquire,
+                    req.key(),
+                    &[&owner, &ttl.to_string(), req.holder()],
+                )
+                .await?;
             Ok(if token > 0 {
                 Acquire::Granted(req.granted(token))
             } else {
@@ -360,37 +356,27 @@ impl Backend for RedisBackend {
     fn renew<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
         Box::pin(async move {
             validate_ttl(ttl)?;
+            let (owner, ttl) = (lease.owner().to_string(), duration_to_millis(ttl));
+            let args: [&str; 3] = [&owner, &lease.token().to_string(), &ttl.to_string()];
             let renewed: i64 = self
-                .inner
-                .scripts
-                .renew
-                .key(self.inner.ns.lock(lease.key()))
-                .key(self.inner.ns.fence(lease.key()))
-                .arg(lease.owner().to_string())
-                .arg(lease.token())
-                .arg(duration_to_millis(ttl))
-                .invoke_async(&mut self.conn())
-                .await
-                .map_err(classify)?;
+                .run(&self.inner.scripts.renew, lease.key(), &args)
+                .await?;
             Ok(renewed == 1)
         })
     }
 
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
+            let (owner, token) = (lease.owner().to_string(), lease.token().to_string());
+            let args = [
+                &owner,
+                &token,
+                &self.inner.ns.channel(),
+                lease.key().as_str(),
+            ];
             let _freed: i64 = self
-                .inner
-                .scripts
-                .release
-                .key(self.inner.ns.lock(lease.key()))
-                .key(self.inner.ns.fence(lease.key()))
-                .arg(lease.owner().to_string())
-                .arg(lease.token())
-                .arg(self.inner.ns.channel())
-                .arg(lease.key().as_str())
-                .invoke_async(&mut self.conn())
-                .await
-                .map_err(classify)?;
+                .run(&self.inner.scripts.release, lease.key(), &args)
+                .await?;
             Ok(())
         })
     }
@@ -432,17 +418,10 @@ impl Backend for RedisBackend {
 
     fn force_release<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool>> {
         Box::pin(async move {
+            let args = [&self.inner.ns.channel(), key.as_str()];
             let broken: i64 = self
-                .inner
-                .scripts
-                .force_release
-                .key(self.inner.ns.lock(key))
-                .key(self.inner.ns.fence(key))
-                .arg(self.inner.ns.channel())
-                .arg(key.as_str())
-                .invoke_async(&mut self.conn())
-                .await
-                .map_err(classify)?;
+                .run(&self.inner.scripts.force_release, key, &args)
+                .await?;
             Ok(broken == 1)
         })
     }
@@ -476,6 +455,22 @@ impl Backend for RedisBackend {
 }
 
 impl RedisBackend {
+    /// Runs `script` on `key`'s lock and fence keys.
+    async fn run<T: redis::FromRedisValue>(
+        &self,
+        script: &Script,
+        key: &Key,
+        args: &[&str],
+    ) -> Result<T> {
+        let mut call = script.prepare_invoke();
+        call.key(self.inner.ns.lock(key))
+            .key(self.inner.ns.fence(key));
+        for arg in args {
+            call.arg(*arg);
+        }
+        call.invoke_async(&mut self.conn()).await.map_err(classify)
+    }
+
     /// Live leases of `keys`, read in one MULTI/EXEC so holder, ttl and
     /// token belong together.
     async fn read_leases(&self, keys: Vec<Key>) -> Result<Vec<LeaseInfo>> {
