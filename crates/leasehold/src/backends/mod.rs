@@ -2,6 +2,7 @@
 //! operations; all logic shared between stores lives in the core.
 
 pub mod memory;
+pub mod polling;
 #[cfg(feature = "redis")]
 pub mod redis;
 #[cfg(feature = "sqlite")]
