@@ -78,6 +78,7 @@
 //! |---|---|---|---|
 //! | `memory://` | in-process ([`backends::memory`]) | always | in-process channel |
 //! | `sqlite://PATH` | SQLite file, across processes on one host | `sqlite` (default) | Unix datagrams in a wake directory |
+//! | `postgres://...`, `postgresql://...` | PostgreSQL lease table ([`backends::postgres`]), across hosts | `postgres` | `LISTEN/NOTIFY`, one connection per backend |
 //!
 //! Any type implementing [`Backend`] (a handful of atomic operations, see its
 //! `# Contract`) works with [`Locks::new`]; the [`conformance`] suite
@@ -95,6 +96,8 @@ mod lock;
 mod notify;
 pub mod occ;
 pub mod open;
+#[cfg(feature = "postgres")]
+pub mod rowlock;
 pub mod time;
 
 pub use backend::{

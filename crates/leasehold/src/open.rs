@@ -5,8 +5,13 @@
 //! |---|---|---|
 //! | `memory://` | a fresh in-process store | always |
 //! | `sqlite://PATH` (`sqlite:///abs/path.db`, `sqlite://rel/path.db`) | SQLite file | `sqlite` (default) |
+//! | `postgres://user@host:port/db`, `postgresql://...` | PostgreSQL, table `leasehold_locks` | `postgres` |
 //!
 //! SQLite accepts `?synchronous=full` (default) or `?synchronous=normal`.
+//! PostgreSQL URLs take sqlx's parameters (`sslmode`, `application_name`,
+//! ...); a server that does not answer fails with [`Error::Unavailable`]
+//! within 5 s. For another table or a separate `LISTEN` URL, build a
+//! [`PostgresBackend`](crate::backends::postgres::PostgresBackend) yourself.
 
 use std::sync::Arc;
 
@@ -49,6 +54,10 @@ pub async fn open_backend(url: &str) -> Result<Arc<dyn Backend>> {
         }
         #[cfg(feature = "sqlite")]
         "sqlite" => open_sqlite(rest).await,
+        #[cfg(feature = "postgres")]
+        "postgres" | "postgresql" => Ok(Arc::new(
+            crate::backends::postgres::PostgresBackend::connect(url).await?,
+        )),
         _ => Err(unknown_scheme(scheme)),
     }
 }
@@ -120,6 +129,14 @@ mod tests {
                 .await
                 .contains("unknown sqlite option"));
         }
+    }
+
+    #[cfg(feature = "postgres")]
+    #[tokio::test]
+    async fn postgres_urls_are_parsed_before_io() {
+        assert!(problem("postgres://u@h:notaport/db")
+            .await
+            .starts_with("invalid store url: not a PostgreSQL URL"));
     }
 
     #[tokio::test]

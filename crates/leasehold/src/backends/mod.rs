@@ -4,3 +4,5 @@
 pub mod memory;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+#[cfg(feature = "postgres")]
+pub mod postgres;
