@@ -65,8 +65,8 @@ use sqlx::postgres::{PgArguments, PgConnection, PgPool, PgRow, Postgres};
 use sqlx::query::Query;
 
 use crate::backend::BoxFuture;
-pub use crate::backends::postgres::is_transient_pg_error;
 use crate::backends::postgres::classify;
+pub use crate::backends::postgres::is_transient_pg_error;
 use crate::error::{Error, Result};
 use crate::occ::{retry_optimistic_with, Attempt, Committed, RetryError, RetryPolicy};
 

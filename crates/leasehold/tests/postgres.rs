@@ -12,7 +12,9 @@ use std::time::Duration;
 use leasehold::backends::postgres::{PostgresBackend, PostgresOptions};
 use leasehold::conformance::server_url;
 use leasehold::occ::{Attempt, RetryError, RetryPolicy};
-use leasehold::rowlock::{retry_transaction, with_locked_rows, Isolation, LockMode, RowLockOptions};
+use leasehold::rowlock::{
+    retry_transaction, with_locked_rows, Isolation, LockMode, RowLockOptions,
+};
 use leasehold::{Acquire, AcquireRequest, Backend, Error, Key, Lease, Locks};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::Row;
@@ -92,17 +94,25 @@ async fn bad_options_are_rejected_before_io() {
     for table in ["", "a.b.c", "x\"; DROP TABLE y; --", "9lives"] {
         let options = PostgresOptions::new().with_table(table);
         match PostgresBackend::connect_with(&down, options.clone()).await {
-            Err(Error::InvalidInput { what: "table name", .. }) => {}
+            Err(Error::InvalidInput {
+                what: "table name", ..
+            }) => {}
             other => panic!("table {table:?}: expected InvalidInput, got {other:?}"),
         }
         let lazy = PgPool::connect_lazy(&down).unwrap();
         match PostgresBackend::from_pool(lazy, options).await {
-            Err(Error::InvalidInput { what: "table name", .. }) => {}
+            Err(Error::InvalidInput {
+                what: "table name", ..
+            }) => {}
             other => panic!("table {table:?}: expected InvalidInput, got {other:?}"),
         }
     }
     match PostgresBackend::connect("postgres://u:secret@h:notaport/db").await {
-        Err(e @ Error::InvalidInput { what: "store url", .. }) => {
+        Err(
+            e @ Error::InvalidInput {
+                what: "store url", ..
+            },
+        ) => {
             assert!(!e.to_string().contains("secret"), "password leaked: {e}")
         }
         other => panic!("expected InvalidInput, got {other:?}"),
@@ -110,7 +120,10 @@ async fn bad_options_are_rejected_before_io() {
     let zero = PostgresOptions::new().with_max_connections(0);
     assert!(matches!(
         PostgresBackend::connect_with(&down, zero).await,
-        Err(Error::InvalidInput { what: "max_connections", .. })
+        Err(Error::InvalidInput {
+            what: "max_connections",
+            ..
+        })
     ));
     assert!(
         started.elapsed() < Duration::from_secs(2),
@@ -142,10 +155,9 @@ async fn migration_is_idempotent_and_table_is_configurable() {
     let table = unique("Locks");
     let options = PostgresOptions::new().with_table(&table);
     // Concurrent first starts must not trip over each other's CREATE TABLE.
-    let backends = futures_join(
-        (0..4).map(|_| PostgresBackend::from_pool(pool.clone(), options.clone())),
-    )
-    .await;
+    let backends =
+        futures_join((0..4).map(|_| PostgresBackend::from_pool(pool.clone(), options.clone())))
+            .await;
     let backend = backends.into_iter().next().unwrap();
     assert!(backend.migration_sql().contains(&format!("\"{table}\"")));
     let lease = grant(&backend, "k", Duration::from_secs(5)).await;
@@ -161,7 +173,10 @@ async fn migration_is_idempotent_and_table_is_configurable() {
             .fetch_one(&pool)
             .await
             .unwrap();
-    assert_eq!(kept, None, "release frees the row but keeps it (and its fence)");
+    assert_eq!(
+        kept, None,
+        "release frees the row but keeps it (and its fence)"
+    );
     drop_table(&pool, &format!("\"{table}\"")).await;
 }
 
@@ -256,7 +271,10 @@ async fn check_in_rejects_a_stale_holder_and_admits_the_current_one() {
     let a = grant(&backend, &key, Duration::from_millis(300)).await;
 
     let mut tx = backend.pool().begin().await.unwrap();
-    backend.check_in(&mut tx, &a).await.expect("A holds the lease");
+    backend
+        .check_in(&mut tx, &a)
+        .await
+        .expect("A holds the lease");
     tx.rollback().await.unwrap();
 
     sleep(Duration::from_millis(600)).await;
@@ -304,12 +322,18 @@ async fn check_in_holds_off_takeover_until_the_transaction_ends() {
         async move { other.force_release(&k).await }
     });
     // ...but nobody can take the key while A's FOR SHARE lock stands.
-    assert!(timeout(Duration::from_millis(500), &mut acquire).await.is_err());
-    assert!(timeout(Duration::from_millis(100), &mut force).await.is_err());
-    sqlx::query(&format!("UPDATE {table} SET stock = stock - 1 WHERE id = 1"))
-        .execute(&mut *tx)
+    assert!(timeout(Duration::from_millis(500), &mut acquire)
         .await
-        .unwrap();
+        .is_err());
+    assert!(timeout(Duration::from_millis(100), &mut force)
+        .await
+        .is_err());
+    sqlx::query(&format!(
+        "UPDATE {table} SET stock = stock - 1 WHERE id = 1"
+    ))
+    .execute(&mut *tx)
+    .await
+    .unwrap();
     tx.commit().await.unwrap();
 
     let granted = timeout(Duration::from_secs(10), acquire)
@@ -327,7 +351,11 @@ async fn check_in_holds_off_takeover_until_the_transaction_ends() {
         Acquire::Granted(b) => assert!(b.token() > a.token()),
         Acquire::Busy(busy) => panic!("acquire after A's commit found {busy:?}"),
     }
-    assert_eq!(stock(backend.pool(), &table, 1).await, 9, "A's write committed");
+    assert_eq!(
+        stock(backend.pool(), &table, 1).await,
+        9,
+        "A's write committed"
+    );
     drop_table(backend.pool(), &table).await;
 }
 
@@ -339,9 +367,8 @@ async fn fenced_write_rejects_a_lower_token() {
     let key = unique("fenced");
     let fenced_write = |token: u64, stock: i32| {
         let pool = backend.pool().clone();
-        let sql = format!(
-            "UPDATE {table} SET stock = $2, fence = $3 WHERE id = $1 AND fence <= $3"
-        );
+        let sql =
+            format!("UPDATE {table} SET stock = $2, fence = $3 WHERE id = $1 AND fence <= $3");
         async move {
             sqlx::query(&sql)
                 .bind(1_i64)
@@ -363,7 +390,11 @@ async fn fenced_write_rejects_a_lower_token() {
     // A wakes up and writes with its old token: rejected.
     assert_eq!(fenced_write(a.token(), 8).await, 0);
     assert_eq!(stock(backend.pool(), &table, 1).await, 5);
-    assert_eq!(fenced_write(b.token(), 4).await, 1, "the same token may write again");
+    assert_eq!(
+        fenced_write(b.token(), 4).await,
+        1,
+        "the same token may write again"
+    );
     drop_table(backend.pool(), &table).await;
 }
 
@@ -389,28 +420,43 @@ async fn row_lock_modes_and_lock_timeout() {
     let nowait = RowLockOptions::new()
         .with_mode(LockMode::NoWait)
         .with_label("products:1");
-    let result = with_locked_rows(&pool, &nowait, &select_one, |q| q.bind(1_i64), |_, _| {
-        Box::pin(async { Ok(()) })
-    })
+    let result = with_locked_rows(
+        &pool,
+        &nowait,
+        &select_one,
+        |q| q.bind(1_i64),
+        |_, _| Box::pin(async { Ok(()) }),
+    )
     .await;
     match result {
         Err(Error::Busy { key, holder, .. }) => {
-            assert_eq!((key.as_str(), holder.as_str()), ("products:1", "another transaction"))
+            assert_eq!(
+                (key.as_str(), holder.as_str()),
+                ("products:1", "another transaction")
+            )
         }
         other => panic!("NOWAIT on a locked row: expected Busy, got {other:?}"),
     }
 
     let bounded = RowLockOptions::new().with_lock_timeout(Duration::from_millis(200));
-    let result = with_locked_rows(&pool, &bounded, &select_one, |q| q.bind(1_i64), |_, _| {
-        Box::pin(async { Ok(()) })
-    })
+    let result = with_locked_rows(
+        &pool,
+        &bounded,
+        &select_one,
+        |q| q.bind(1_i64),
+        |_, _| Box::pin(async { Ok(()) }),
+    )
     .await;
     assert!(matches!(result, Err(Error::Busy { .. })), "{result:?}");
 
     let skip = RowLockOptions::new().with_mode(LockMode::SkipLocked);
-    let ids: Vec<i64> = with_locked_rows(&pool, &skip, &select, |q| q, |_, rows| {
-        Box::pin(async move { rows.iter().map(|r| r.try_get::<i64, _>(0)).collect() })
-    })
+    let ids: Vec<i64> = with_locked_rows(
+        &pool,
+        &skip,
+        &select,
+        |q| q,
+        |_, rows| Box::pin(async move { rows.iter().map(|r| r.try_get::<i64, _>(0)).collect() }),
+    )
     .await
     .unwrap();
     assert_eq!(ids, vec![2_i64], "the locked row is skipped");
@@ -418,8 +464,18 @@ async fn row_lock_modes_and_lock_timeout() {
     held.rollback().await.unwrap();
     let bad = RowLockOptions::new().with_lock_timeout(Duration::ZERO);
     assert!(matches!(
-        with_locked_rows(&pool, &bad, &select, |q| q, |_, _| Box::pin(async { Ok(()) })).await,
-        Err(Error::InvalidInput { what: "lock_timeout", .. })
+        with_locked_rows(
+            &pool,
+            &bad,
+            &select,
+            |q| q,
+            |_, _| Box::pin(async { Ok(()) })
+        )
+        .await,
+        Err(Error::InvalidInput {
+            what: "lock_timeout",
+            ..
+        })
     ));
     drop_table(&pool, &table).await;
 }
@@ -434,19 +490,25 @@ async fn row_lock_sells_exactly_the_stock_and_rolls_back_on_error() {
     let buyers = (0..12).map(|_| {
         let (pool, select, update) = (pool.clone(), select.clone(), update.clone());
         tokio::spawn(async move {
-            with_locked_rows(&pool, &RowLockOptions::new(), &select, |q| q.bind(1_i64), |tx, rows| {
-                Box::pin(async move {
-                    let stock: i32 = rows[0].try_get(0)?;
-                    // Widen the read-then-write window: without the row lock
-                    // concurrent buyers would all see the same stock.
-                    sleep(Duration::from_millis(5)).await;
-                    if stock == 0 {
-                        return Ok(false);
-                    }
-                    sqlx::query(&update).bind(1_i64).execute(&mut *tx).await?;
-                    Ok(true)
-                })
-            })
+            with_locked_rows(
+                &pool,
+                &RowLockOptions::new(),
+                &select,
+                |q| q.bind(1_i64),
+                |tx, rows| {
+                    Box::pin(async move {
+                        let stock: i32 = rows[0].try_get(0)?;
+                        // Widen the read-then-write window: without the row lock
+                        // concurrent buyers would all see the same stock.
+                        sleep(Duration::from_millis(5)).await;
+                        if stock == 0 {
+                            return Ok(false);
+                        }
+                        sqlx::query(&update).bind(1_i64).execute(&mut *tx).await?;
+                        Ok(true)
+                    })
+                },
+            )
             .await
         })
     });
@@ -457,14 +519,20 @@ async fn row_lock_sells_exactly_the_stock_and_rolls_back_on_error() {
     assert_eq!((sold, stock(&pool, &table, 1).await), (5, 0), "no oversell");
 
     // An error from the closure rolls its writes back.
-    let result = with_locked_rows(&pool, &RowLockOptions::new(), &select, |q| q.bind(2_i64), |tx, _| {
-        let update = update.clone();
-        Box::pin(async move {
-            sqlx::query(&update).bind(2_i64).execute(&mut *tx).await?;
-            sqlx::query("SELECT 1/0").execute(&mut *tx).await?;
-            Ok(())
-        })
-    })
+    let result = with_locked_rows(
+        &pool,
+        &RowLockOptions::new(),
+        &select,
+        |q| q.bind(2_i64),
+        |tx, _| {
+            let update = update.clone();
+            Box::pin(async move {
+                sqlx::query(&update).bind(2_i64).execute(&mut *tx).await?;
+                sqlx::query("SELECT 1/0").execute(&mut *tx).await?;
+                Ok(())
+            })
+        },
+    )
     .await;
     assert!(matches!(result, Err(Error::Backend { .. })), "{result:?}");
     assert_eq!(stock(&pool, &table, 2).await, 5);
@@ -488,8 +556,10 @@ async fn optimistic_retries_version_conflicts_and_serialization_failures() {
             let (read, write, interfere, pool) =
                 (read.clone(), write.clone(), interfere.clone(), pool.clone());
             Box::pin(async move {
-                let (stock, version): (i32, i64) =
-                    sqlx::query_as(&read).bind(1_i64).fetch_one(&mut *tx).await?;
+                let (stock, version): (i32, i64) = sqlx::query_as(&read)
+                    .bind(1_i64)
+                    .fetch_one(&mut *tx)
+                    .await?;
                 if attempt == 1 {
                     // Another writer commits between our read and write.
                     sqlx::query(&interfere).bind(1_i64).execute(&pool).await?;
@@ -521,10 +591,15 @@ async fn optimistic_retries_version_conflicts_and_serialization_failures() {
         Box::pin(async { Ok(Attempt::<()>::Conflict) })
     })
     .await;
-    assert!(matches!(gave_up, Err(RetryError::Exhausted { attempts: 3 })));
+    assert!(matches!(
+        gave_up,
+        Err(RetryError::Exhausted { attempts: 3 })
+    ));
     let failed = retry_transaction(&pool, &policy, Isolation::ReadCommitted, |tx, _| {
         Box::pin(async move {
-            sqlx::query("SELECT * FROM no_such_table_here").execute(&mut *tx).await?;
+            sqlx::query("SELECT * FROM no_such_table_here")
+                .execute(&mut *tx)
+                .await?;
             Ok(Attempt::Committed(()))
         })
     })

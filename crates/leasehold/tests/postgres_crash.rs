@@ -106,9 +106,23 @@ impl Cluster {
         let data = cluster.data();
         let out = cluster.run(
             "initdb",
-            &["-D", path_str(&data), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync"],
+            &[
+                "-D",
+                path_str(&data),
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ],
         );
-        assert!(out.status.success(), "initdb: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "initdb: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         Some(cluster)
     }
 
@@ -120,7 +134,18 @@ impl Cluster {
         let log = self.dir.path().join("log");
         self.run(
             "pg_ctl",
-            &["-D", path_str(&self.data()), "-l", path_str(&log), "-w", "-t", "60", "-o", &options, "start"],
+            &[
+                "-D",
+                path_str(&self.data()),
+                "-l",
+                path_str(&log),
+                "-w",
+                "-t",
+                "60",
+                "-o",
+                &options,
+                "start",
+            ],
         )
     }
 
@@ -147,7 +172,17 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        let _ = self.run("pg_ctl", &["-D", path_str(&self.data()), "-m", "immediate", "-w", "stop"]);
+        let _ = self.run(
+            "pg_ctl",
+            &[
+                "-D",
+                path_str(&self.data()),
+                "-m",
+                "immediate",
+                "-w",
+                "stop",
+            ],
+        );
     }
 }
 
@@ -179,7 +214,8 @@ fn is_gone(pid: u32) -> bool {
 }
 
 async fn grant(backend: &PostgresBackend, key: &str) -> Lease {
-    let req = AcquireRequest::new(Key::new(key).unwrap(), Duration::from_secs(60), "crash").unwrap();
+    let req =
+        AcquireRequest::new(Key::new(key).unwrap(), Duration::from_secs(60), "crash").unwrap();
     match backend.try_acquire(&req).await.expect("store answers") {
         Acquire::Granted(lease) => lease,
         Acquire::Busy(b) => panic!("{key} is held: {b:?}"),
@@ -192,9 +228,15 @@ async fn fence_survives_a_postgres_crash() {
         eprintln!("skipping: initdb/pg_ctl not found on PATH or under /usr/lib/postgresql");
         return;
     };
-    let Some(cluster) = Cluster::init(bin) else { return };
+    let Some(cluster) = Cluster::init(bin) else {
+        return;
+    };
     let out = cluster.start();
-    assert!(out.status.success(), "pg_ctl start: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "pg_ctl start: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     let backend = PostgresBackend::connect(&cluster.url()).await.unwrap();
     let released = grant(&backend, "released-before-crash").await;
@@ -216,7 +258,11 @@ async fn fence_survives_a_postgres_crash() {
             break;
         }
         attempt += 1;
-        assert!(attempt < 10, "restart: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            attempt < 10,
+            "restart: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         sleep(Duration::from_millis(500)).await;
     }
 

@@ -2,7 +2,7 @@
 //! operations; all logic shared between stores lives in the core.
 
 pub mod memory;
-#[cfg(feature = "sqlite")]
-pub mod sqlite;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(feature = "sqlite")]
+pub mod sqlite;

@@ -40,8 +40,8 @@ use crate::error::{Error, Result};
 use crate::key::Key;
 use crate::notify::Subscription;
 use listen::{ListenSource, Listener};
-pub use sql::{quote_table_name, CHANNEL, DEFAULT_TABLE};
 use sql::Statements;
+pub use sql::{quote_table_name, CHANNEL, DEFAULT_TABLE};
 
 /// How to set up a [`PostgresBackend`].
 ///
@@ -166,7 +166,10 @@ impl PostgresBackend {
         let connect = PgConnectOptions::from_str(url)
             .map_err(|e| Error::invalid("store url", format!("not a PostgreSQL URL: {e}")))?;
         if options.max_connections == 0 {
-            return Err(Error::invalid("max_connections", "must be at least 1, got 0"));
+            return Err(Error::invalid(
+                "max_connections",
+                "must be at least 1, got 0",
+            ));
         }
         let sql = Statements::new(&quote_table_name(&options.table)?);
         let pool = PgPoolOptions::new()
@@ -291,7 +294,14 @@ pub fn is_transient_pg_error(e: &sqlx::Error) -> bool {
             code.starts_with("08")
                 || matches!(
                     &*code,
-                    "40001" | "40P01" | "55P03" | "57P01" | "57P02" | "57P03" | "57014" | "53300"
+                    "40001"
+                        | "40P01"
+                        | "55P03"
+                        | "57P01"
+                        | "57P02"
+                        | "57P03"
+                        | "57014"
+                        | "53300"
                         | "25006"
                 )
         }),

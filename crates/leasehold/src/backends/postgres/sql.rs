@@ -174,7 +174,10 @@ mod tests {
     #[test]
     fn table_names_are_validated_and_quoted() {
         assert_eq!(quote_table_name("locks").unwrap(), "\"locks\"");
-        assert_eq!(quote_table_name("app.Locks_2").unwrap(), "\"app\".\"Locks_2\"");
+        assert_eq!(
+            quote_table_name("app.Locks_2").unwrap(),
+            "\"app\".\"Locks_2\""
+        );
         for (bad, why) in [
             ("", "empty part"),
             ("a.b.c", "more than one '.'"),
