@@ -158,14 +158,22 @@ impl Cluster {
     fn crash(&self) -> Vec<u32> {
         let pid_file = std::fs::read_to_string(self.data().join("postmaster.pid")).unwrap();
         let postmaster: u32 = pid_file.lines().next().unwrap().trim().parse().unwrap();
-        let mut pids = children_of(postmaster);
+        let children = children_of(postmaster);
+        let kill = |pid: u32| {
+            Command::new("kill")
+                .arg("-9")
+                .arg(pid.to_string())
+                .stderr(std::process::Stdio::null())
+                .status()
+        };
+        assert!(kill(postmaster).unwrap().success(), "kill -9 {postmaster}");
+        // Best effort: a backend may have exited on its own meanwhile, and
+        // any the list missed exits when it sees the postmaster gone.
+        for &child in &children {
+            let _ = kill(child);
+        }
+        let mut pids = children;
         pids.insert(0, postmaster);
-        let status = Command::new("kill")
-            .arg("-9")
-            .args(pids.iter().map(u32::to_string))
-            .status()
-            .unwrap();
-        assert!(status.success(), "kill -9 {pids:?}");
         pids
     }
 }
