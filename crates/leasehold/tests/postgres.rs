@@ -117,11 +117,38 @@ async fn bad_options_are_rejected_before_io() {
         }
         other => panic!("expected InvalidInput, got {other:?}"),
     }
-    let zero = PostgresOptions::new().with_max_connections(0);
+    let one = PostgresOptions::new().with_max_connections(1);
     assert!(matches!(
-        PostgresBackend::connect_with(&down, zero).await,
+        PostgresBackend::connect_with(&down, one.clone()).await,
         Err(Error::InvalidInput {
             what: "max_connections",
+            ..
+        })
+    ));
+    let lazy = PgPoolOptions::new()
+        .max_connections(1)
+        .connect_lazy(&down)
+        .unwrap();
+    assert!(matches!(
+        PostgresBackend::from_pool(lazy, PostgresOptions::new()).await,
+        Err(Error::InvalidInput {
+            what: "max_connections",
+            ..
+        })
+    ));
+    let bad_listen = one.with_listen_url("mysql://x");
+    assert!(matches!(
+        PostgresBackend::connect_with(&down, bad_listen).await,
+        Err(Error::InvalidInput {
+            what: "listen url",
+            ..
+        })
+    ));
+    let no_wait = PostgresOptions::new().with_acquire_timeout(Duration::ZERO);
+    assert!(matches!(
+        PostgresBackend::connect_with(&down, no_wait).await,
+        Err(Error::InvalidInput {
+            what: "acquire_timeout",
             ..
         })
     ));

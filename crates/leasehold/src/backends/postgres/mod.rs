@@ -75,24 +75,20 @@ impl PostgresBackend {
     /// runs the migration unless disabled.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] (before any I/O) for a URL sqlx cannot parse,
-    /// a bad table name or a pool size of 0; [`Error::Unavailable`] if no
+    /// [`Error::InvalidInput`] (before any I/O) for a URL or listen URL sqlx
+    /// cannot parse, a bad table name, a pool of fewer than 2 connections
+    /// without a listen URL, or a zero acquire timeout; [`Error::Unavailable`] if no
     /// connection is made within the acquire timeout (server down);
     /// [`Error::Backend`] for a refused login or a failed migration.
     ///
     /// # Cancel safety
     /// Cancel safe; the migration is one transaction.
     pub async fn connect_with(url: &str, options: PostgresOptions) -> Result<Self> {
-        // The message leaves the URL out: it may carry a password.
-        let connect = PgConnectOptions::from_str(url)
-            .map_err(|e| Error::invalid("store url", format!("not a PostgreSQL URL: {e}")))?;
-        if options.max_connections == 0 {
-            return Err(Error::invalid(
-                "max_connections",
-                "must be at least 1, got 0",
-            ));
+        let connect = parse_url("store url", url)?;
+        let sql = validate(&options, options.max_connections)?;
+        if options.acquire_timeout.is_zero() {
+            return Err(Error::invalid("acquire_timeout", "must be more than 0s"));
         }
-        let sql = Statements::new(&quote_table_name(&options.table)?);
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(options.acquire_timeout)
@@ -107,13 +103,14 @@ impl PostgresBackend {
     /// migration unless disabled.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] (before any I/O) for a bad table name; store
-    /// errors from the migration.
+    /// [`Error::InvalidInput`] (before any I/O) for a bad table name, a bad
+    /// listen URL, or a pool of fewer than 2 connections without a listen URL
+    /// (the listener keeps one); store errors from the migration.
     ///
     /// # Cancel safety
     /// Cancel safe; the migration is one transaction.
     pub async fn from_pool(pool: PgPool, options: PostgresOptions) -> Result<Self> {
-        let sql = Statements::new(&quote_table_name(&options.table)?);
+        let sql = validate(&options, pool.options().get_max_connections())?;
         Self::finish(pool, sql, options).await
     }
 
@@ -186,6 +183,35 @@ impl PostgresBackend {
             }),
         }
     }
+}
+
+/// Parses a `postgres://` or `postgresql://` URL. The message leaves the
+/// URL out: it may carry a password.
+fn parse_url(what: &'static str, url: &str) -> Result<PgConnectOptions> {
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        return Err(Error::invalid(
+            what,
+            "not a PostgreSQL URL: must start with postgres:// or postgresql://",
+        ));
+    }
+    PgConnectOptions::from_str(url)
+        .map_err(|e| Error::invalid(what, format!("not a PostgreSQL URL: {e}")))
+}
+
+/// Checks everything in `options` before any I/O and builds the statements.
+fn validate(options: &PostgresOptions, pool_size: u32) -> Result<Statements> {
+    let sql = Statements::new(&quote_table_name(&options.table)?);
+    if let Some(url) = &options.listen_url {
+        parse_url("listen url", url)?;
+    } else if pool_size < 2 {
+        // The first waiter keeps one pool connection for LISTEN; with a
+        // single connection every other operation would wait for it forever.
+        return Err(Error::invalid(
+            "max_connections",
+            format!("must be at least 2 (one is kept for LISTEN) unless a listen url is set, got {pool_size}"),
+        ));
+    }
+    Ok(sql)
 }
 
 async fn migrate(pool: &PgPool, table: &str, ddl: &str) -> Result<()> {

@@ -68,8 +68,9 @@ impl PostgresOptions {
         self
     }
 
-    /// Pool size for [`PostgresBackend::connect_with`] (default 10; the
-    /// `LISTEN` connection, once a waiter starts it, is one of them).
+    /// Pool size for [`PostgresBackend::connect_with`] (default 10; at least
+    /// 2 unless a listen URL is set: the `LISTEN` connection, once a waiter
+    /// starts it, is one of them).
     pub fn with_max_connections(mut self, max: u32) -> Self {
         self.max_connections = max;
         self
