@@ -637,3 +637,25 @@ async fn optimistic_retries_version_conflicts_and_serialization_failures() {
     );
     drop_table(&pool, &table).await;
 }
+
+#[tokio::test]
+async fn locks_open_takes_both_url_schemes() {
+    let Some(url) = url() else { return };
+    let (_, rest) = url.split_once("://").expect("a URL");
+    let key = unique("open");
+    let first = Locks::open(&format!("postgres://{rest}")).await.unwrap();
+    let second = Locks::open(&format!("postgresql://{rest}")).await.unwrap();
+    let guard = first.try_acquire(&key).await.unwrap();
+    match second.try_acquire(&key).await {
+        Err(Error::Busy { .. }) => {}
+        other => panic!("the two handles must share the lock, got {other:?}"),
+    }
+    guard.release().await.unwrap();
+    second
+        .try_acquire(&key)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}

@@ -5,6 +5,7 @@
 //! and break behind PgBouncer in transaction mode. Every operation is one
 //! statement, so the store needs no session state and works through any
 //! pooler; expiry is decided by the server's `clock_timestamp()`.
+//! Needs PostgreSQL 11 or later.
 //!
 //! **Migration.** On connect the backend runs [`PostgresBackend::migration_sql`]
 //! (`CREATE TABLE IF NOT EXISTS ...`, serialized by a transaction-scoped
