@@ -6,5 +6,6 @@ cd "$(dirname "$0")/.."
 # shellcheck source=scripts/test-services.sh
 source scripts/test-services.sh
 trap leasehold_stop_services EXIT
+# Doc tests first, so the run ends with nextest's summary of everything else.
+cargo test --workspace --all-features --doc --quiet
 cargo nextest run --workspace --all-features --no-fail-fast "$@"
-cargo test --workspace --all-features --doc

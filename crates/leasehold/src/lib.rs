@@ -79,9 +79,10 @@
 //! | `memory://` | in-process ([`backends::memory`]) | always | in-process channel |
 //! | `sqlite://PATH` | SQLite file, across processes on one host | `sqlite` (default) | Unix datagrams in a wake directory |
 //! | `postgres://...`, `postgresql://...` | PostgreSQL lease table ([`backends::postgres`]), across hosts | `postgres` | `LISTEN/NOTIFY`, one connection per backend |
+//! | `redis://host[:port][/db]` | Redis, Lua scripts, fence keys never deleted; use AOF | `redis` | one pub/sub connection per store |
 //!
 //! Any type implementing [`Backend`] (a handful of atomic operations, see its
-//! `# Contract`) works with [`Locks::new`]; the [`conformance`] suite
+//! `# Contract`) works with [`Locks::new`]; the `conformance` module
 //! (feature `conformance`) checks it.
 #![cfg_attr(docsrs, feature(doc_auto_cfg))]
 

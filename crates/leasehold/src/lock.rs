@@ -13,7 +13,8 @@ use crate::backend::{Acquire, AcquireRequest, Backend, LeaseInfo};
 use crate::error::{Error, Result};
 use crate::guard::LeaseGuard;
 use crate::key::{validate_prefix, Key};
-use crate::time::{validate_ttl, Backoff, DEFAULT_TTL};
+use crate::notify::Subscription;
+use crate::time::{Backoff, DEFAULT_TTL};
 
 /// How to acquire: lease length, how long to wait, cancellation, renewal.
 ///
@@ -190,7 +191,6 @@ impl Locks {
     /// As [`try_acquire`](Self::try_acquire).
     pub async fn acquire_with(&self, key: &str, options: &AcquireOptions) -> Result<LeaseGuard> {
         let key = Key::new(key)?;
-        validate_ttl(options.ttl)?;
         let request = AcquireRequest::new(key, options.ttl, &self.holder_label)?;
         let span = tracing::debug_span!("acquire", key = %request.key(), ttl = ?options.ttl);
         self.acquire_request(request, options)
@@ -207,8 +207,7 @@ impl Locks {
         let wait = options.wait.unwrap_or(Duration::ZERO);
         // A wait too long to represent is as good as no bound.
         let deadline = started.checked_add(wait);
-        let mut subscription = None;
-        let mut backoff = None;
+        let mut waiting: Option<Waiting> = None;
         loop {
             let sent_at = Instant::now();
             let busy = match self.backend.try_acquire(&request).await? {
@@ -223,7 +222,6 @@ impl Locks {
                 }
                 Acquire::Busy(busy) => busy,
             };
-            let now = Instant::now();
             if wait.is_zero() {
                 return Err(Error::Busy {
                     key: request.key().to_string(),
@@ -231,28 +229,19 @@ impl Locks {
                     remaining: busy.remaining,
                 });
             }
+            let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
-                return Err(self.timeout(&request, started));
+                return Err(timeout(&request, started));
             }
-            if subscription.is_none() {
+            let Some(w) = waiting.as_mut() else {
                 // Subscribe, then try again at once: a release between the
                 // first attempt and the subscription would otherwise be missed.
-                let sub = self.backend.subscribe(request.key()).await?;
-                backoff = Some(if sub.is_live() {
-                    // Notifications do the work; the timer is a safety net.
-                    Backoff::new(Duration::from_millis(50), Duration::from_secs(2))
-                } else {
-                    Backoff::new(Duration::from_millis(5), Duration::from_millis(250))
-                });
-                subscription = Some(sub);
+                waiting = Some(Waiting::start(&*self.backend, request.key()).await?);
                 continue;
-            }
-            let (Some(sub), Some(backoff)) = (subscription.as_mut(), backoff.as_mut()) else {
-                unreachable!("set together above");
             };
             // Wake just after the holder's lease ends at the latest.
-            let mut wake_at =
-                now + (busy.remaining + Duration::from_millis(1)).min(backoff.next_delay());
+            let until_expiry = busy.remaining + Duration::from_millis(1);
+            let mut wake_at = now + until_expiry.min(w.backoff.next_delay());
             if let Some(d) = deadline {
                 wake_at = wake_at.min(d);
             }
@@ -268,19 +257,12 @@ impl Locks {
                 _ = cancelled => {
                     return Err(Error::Cancelled { key: request.key().to_string() });
                 }
-                _ = sub.notified() => {}
+                _ = w.subscription.notified() => {}
                 _ = sleep_until(wake_at) => {}
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Err(self.timeout(&request, started));
+                return Err(timeout(&request, started));
             }
-        }
-    }
-
-    fn timeout(&self, request: &AcquireRequest, started: Instant) -> Error {
-        Error::Timeout {
-            key: request.key().to_string(),
-            waited: started.elapsed(),
         }
     }
 
@@ -316,5 +298,35 @@ impl Locks {
         let key = Key::new(key)?;
         let span = tracing::info_span!("force_release", key = %key);
         self.backend.force_release(&key).instrument(span).await
+    }
+}
+
+fn timeout(request: &AcquireRequest, started: Instant) -> Error {
+    Error::Timeout {
+        key: request.key().to_string(),
+        waited: started.elapsed(),
+    }
+}
+
+/// A waiter's state between attempts: its release subscription and backoff.
+struct Waiting {
+    subscription: Subscription,
+    backoff: Backoff,
+}
+
+impl Waiting {
+    async fn start(backend: &dyn Backend, key: &Key) -> Result<Self> {
+        let subscription = backend.subscribe(key).await?;
+        let backoff = if subscription.is_live() {
+            // Notifications do the work; the timer is only a safety net for
+            // a notification lost with a dropped connection.
+            Backoff::new(Duration::from_millis(50), Duration::from_secs(2))
+        } else {
+            Backoff::new(Duration::from_millis(5), Duration::from_millis(250))
+        };
+        Ok(Waiting {
+            subscription,
+            backoff,
+        })
     }
 }

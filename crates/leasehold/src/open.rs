@@ -6,12 +6,17 @@
 //! | `memory://` | a fresh in-process store | always |
 //! | `sqlite://PATH` (`sqlite:///abs/path.db`, `sqlite://rel/path.db`) | SQLite file | `sqlite` (default) |
 //! | `postgres://user@host:port/db`, `postgresql://...` | PostgreSQL, table `leasehold_locks` | `postgres` |
+//! | `redis://[user:pass@]host[:port][/db]`, `redis+unix:///path` | Redis | `redis` |
 //!
 //! SQLite accepts `?synchronous=full` (default) or `?synchronous=normal`.
 //! PostgreSQL URLs take sqlx's parameters (`sslmode`, `application_name`,
 //! ...); a server that does not answer fails with [`Error::Unavailable`]
 //! within 5 s. For another table or a separate `LISTEN` URL, build a
 //! [`PostgresBackend`](crate::backends::postgres::PostgresBackend) yourself.
+//! Redis accepts `?prefix=NAME` (the key prefix, default `leasehold`); other
+//! query parameters go to the `redis` crate (e.g. `protocol=resp3`).
+//! `rediss://` (TLS) is not compiled in: use a TLS proxy, or build a client
+//! yourself and use `RedisBackend::from_manager`.
 
 use std::sync::Arc;
 
@@ -26,6 +31,8 @@ const KNOWN_SCHEMES: &[(&str, &str)] = &[
     ("postgres", "postgres"),
     ("postgresql", "postgres"),
     ("redis", "redis"),
+    ("redis+unix", "redis"),
+    ("rediss", "redis"),
     ("mongodb", "mongodb"),
 ];
 
@@ -58,6 +65,8 @@ pub async fn open_backend(url: &str) -> Result<Arc<dyn Backend>> {
         "postgres" | "postgresql" => Ok(Arc::new(
             crate::backends::postgres::PostgresBackend::connect(url).await?,
         )),
+        #[cfg(feature = "redis")]
+        "redis" | "redis+unix" | "rediss" => open_redis(url).await,
         _ => Err(unknown_scheme(scheme)),
     }
 }
@@ -109,6 +118,32 @@ async fn open_sqlite(rest: &str) -> Result<Arc<dyn Backend>> {
     Ok(Arc::new(SqliteBackend::open_with(path, options).await?))
 }
 
+#[cfg(feature = "redis")]
+async fn open_redis(url: &str) -> Result<Arc<dyn Backend>> {
+    use crate::backends::redis::{RedisBackend, RedisOptions};
+
+    let mut options = RedisOptions::new();
+    let url = match url.split_once('?') {
+        None => url.to_owned(),
+        Some((base, query)) => {
+            // Our own parameter comes out; the crate's stay in the URL.
+            let mut rest = Vec::new();
+            for pair in query.split('&').filter(|p| !p.is_empty()) {
+                match pair.strip_prefix("prefix=") {
+                    Some(prefix) => options = options.with_prefix(prefix),
+                    None => rest.push(pair),
+                }
+            }
+            if rest.is_empty() {
+                base.to_owned()
+            } else {
+                format!("{base}?{}", rest.join("&"))
+            }
+        }
+    };
+    Ok(Arc::new(RedisBackend::connect_with(&url, options).await?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -128,6 +163,16 @@ mod tests {
             assert!(problem("sqlite:///tmp/x.db?mode=rw")
                 .await
                 .contains("unknown sqlite option"));
+        }
+        #[cfg(feature = "redis")]
+        {
+            assert!(problem("rediss://127.0.0.1").await.contains("TLS"));
+            assert!(problem("redis://127.0.0.1?prefix=a{b")
+                .await
+                .contains("invalid redis key prefix: must not contain braces"));
+            assert!(problem("redis://127.0.0.1:notaport")
+                .await
+                .contains("invalid store url"));
         }
     }
 

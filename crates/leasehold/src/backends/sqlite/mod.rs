@@ -230,7 +230,9 @@ fn classify(e: sqlx::Error) -> Error {
 
 fn info_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<LeaseInfo> {
     Ok(LeaseInfo {
-        key: Key::new(row.get::<String, _>(0))?,
+        // Only this crate writes the table, so a bad key means corruption.
+        key: Key::new(row.get::<String, _>(0))
+            .map_err(|e| Error::backend(format!("corrupt key in the lease table: {e}")))?,
         holder: row.get::<Option<String>, _>(1).unwrap_or_default(),
         token: token_from_i64(row.get(2))?,
         remaining: millis_to_duration(row.get(3)),

@@ -1,0 +1,135 @@
+//! `status`, `list` and `release --force`: inspecting and breaking locks.
+
+use clap::Args;
+use leasehold::{LeaseInfo, Locks};
+use serde::Serialize;
+
+use crate::exit::CliError;
+
+/// Arguments of `status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Lock key
+    pub key: String,
+    /// Print {"key","held","holder","token","expires_in_ms"}
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Only keys starting with this
+    #[arg(long, default_value = "")]
+    pub prefix: String,
+    /// Print a JSON array of status objects
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `release`.
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    /// Lock key
+    pub key: String,
+    /// Required: breaking somebody else's lock is an admin action. The
+    /// fencing token moves on, so the evicted holder's writes are refused by
+    /// fenced resources.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// One lock as `status --json` and `list --json` print it.
+#[derive(Debug, Serialize)]
+struct Status<'a> {
+    key: &'a str,
+    held: bool,
+    holder: Option<&'a str>,
+    token: Option<u64>,
+    expires_in_ms: Option<u128>,
+}
+
+impl<'a> Status<'a> {
+    fn of(key: &'a str, info: Option<&'a LeaseInfo>) -> Self {
+        Status {
+            key,
+            held: info.is_some(),
+            holder: info.map(|i| i.holder.as_str()),
+            token: info.map(|i| i.token),
+            expires_in_ms: info.map(|i| i.remaining.as_millis()),
+        }
+    }
+
+    fn line(&self) -> String {
+        match (self.holder, self.token, self.expires_in_ms) {
+            (Some(holder), Some(token), Some(ms)) => format!(
+                "{} held by {holder}, token {token}, expires in {:.1}s",
+                self.key,
+                ms as f64 / 1000.0
+            ),
+            _ => format!("{} is free", self.key),
+        }
+    }
+}
+
+fn to_json<T: Serialize>(value: &T) -> String {
+    serde_json::to_string(value).expect("status values always serialize")
+}
+
+pub async fn status(store: &str, args: StatusArgs) -> Result<u8, CliError> {
+    leasehold::Key::new(args.key.as_str())?;
+    let locks = Locks::open(store).await?;
+    let info = locks.inspect(&args.key).await?;
+    let status = Status::of(&args.key, info.as_ref());
+    println!(
+        "{}",
+        if args.json {
+            to_json(&status)
+        } else {
+            status.line()
+        }
+    );
+    Ok(0)
+}
+
+pub async fn list(store: &str, args: ListArgs) -> Result<u8, CliError> {
+    leasehold::validate_prefix(&args.prefix)?;
+    let locks = Locks::open(store).await?;
+    let held = locks.list(&args.prefix).await?;
+    let rows: Vec<Status> = held
+        .iter()
+        .map(|i| Status::of(i.key.as_str(), Some(i)))
+        .collect();
+    if args.json {
+        println!("{}", to_json(&rows));
+    } else if rows.is_empty() {
+        println!("no locks held");
+    } else {
+        for row in rows {
+            println!("{}", row.line());
+        }
+    }
+    Ok(0)
+}
+
+pub async fn release(store: &str, args: ReleaseArgs) -> Result<u8, CliError> {
+    leasehold::Key::new(args.key.as_str())?;
+    if !args.force {
+        return Err(CliError::usage(
+            "release breaks whoever holds the lock; pass --force to confirm \
+             (a holder releases by exiting `leasehold run`)",
+        ));
+    }
+    let locks = Locks::open(store).await?;
+    let before = locks.inspect(&args.key).await?;
+    let broken = locks.force_release(&args.key).await?;
+    match (broken, before) {
+        (true, Some(info)) => println!(
+            "broke the lock on {} (was held by {}, token {}); its token is now stale",
+            args.key, info.holder, info.token
+        ),
+        (true, None) => println!("broke the lock on {}", args.key),
+        (false, _) => println!("{} was not held", args.key),
+    }
+    Ok(0)
+}

@@ -1,0 +1,81 @@
+//! Exit codes (sysexits.h) and the one-line error the command prints.
+
+use std::fmt;
+
+/// Invalid usage or input.
+pub const EX_USAGE: u8 = 64;
+/// Store unreachable or failing.
+pub const EX_UNAVAILABLE: u8 = 69;
+/// Internal failure (e.g. the runtime could not start).
+pub const EX_SOFTWARE: u8 = 70;
+/// Lease lost while running the command.
+pub const EX_LOST: u8 = 70;
+/// Not acquired within the wait bound.
+pub const EX_TEMPFAIL: u8 = 75;
+/// Interrupted while waiting (128 + SIGINT).
+pub const EX_INTERRUPTED: u8 = 130;
+
+/// An error with the exit code it maps to; printed as one line.
+#[derive(Debug)]
+pub struct CliError {
+    /// The process exit code.
+    pub code: u8,
+    message: String,
+}
+
+impl CliError {
+    /// An error exiting with `code`.
+    pub fn new(code: u8, message: impl Into<String>) -> Self {
+        CliError {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// Invalid usage or input (64).
+    pub fn usage(message: impl Into<String>) -> Self {
+        Self::new(EX_USAGE, message)
+    }
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl From<leasehold::Error> for CliError {
+    fn from(e: leasehold::Error) -> Self {
+        use leasehold::Error as E;
+        let code = match &e {
+            E::InvalidInput { .. } => EX_USAGE,
+            E::Busy { .. } | E::Timeout { .. } => EX_TEMPFAIL,
+            E::Cancelled { .. } => EX_INTERRUPTED,
+            E::LeaseLost { .. } => EX_LOST,
+            // Unavailable, Backend, and variants added later.
+            _ => EX_UNAVAILABLE,
+        };
+        CliError::new(code, error_chain(&e))
+    }
+}
+
+impl From<std::io::Error> for CliError {
+    fn from(e: std::io::Error) -> Self {
+        CliError::new(EX_SOFTWARE, e.to_string())
+    }
+}
+
+/// The error and its causes on one line: "store unavailable: ...: refused".
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut line = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        source = s.source();
+    }
+    line.replace('\n', " ")
+}

@@ -1,0 +1,174 @@
+//! The `leasehold` command: run a command under a lock, inspect and break
+//! locks, and the inventory demo. `main.rs` only parses and exits; everything
+//! here is testable.
+
+mod admin;
+mod demo;
+mod exit;
+mod run;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+pub use exit::{CliError, EX_LOST, EX_TEMPFAIL, EX_UNAVAILABLE, EX_USAGE};
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0   success (for `run`: the command's own exit code is passed through)
+  64  invalid usage or input (bad key, ttl, duration, store URL, arguments)
+  69  store unreachable or failing
+  70  lease lost while `run` was running the command (the command was stopped)
+  75  lock not acquired within --wait (or busy, without --wait)
+  130 interrupted while waiting for the lock
+
+Durations: 250ms, 30s, 2m, 1h (also combined: 1m30s).
+Set RUST_LOG (e.g. RUST_LOG=leasehold=debug) or pass -v for tracing output.";
+
+/// Distributed lease locks with fencing tokens, on the database you already run.
+#[derive(Debug, Parser)]
+#[command(name = "leasehold", version, after_help = EXIT_CODES)]
+pub struct Cli {
+    /// Lock store URL: sqlite://PATH, memory://
+    #[arg(long, env = "LEASEHOLD_STORE", global = true, default_value_t = default_store_url())]
+    pub store: String,
+
+    /// More log output (-v debug, -vv trace); RUST_LOG overrides
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a command while holding a lock; exit with its exit code
+    Run(run::RunArgs),
+    /// Show who holds a lock
+    Status(admin::StatusArgs),
+    /// List held locks
+    List(admin::ListArgs),
+    /// Break a lock (admin): frees it and bumps its fencing token
+    Release(admin::ReleaseArgs),
+    /// Inventory demo: worker processes buying the last items, per strategy
+    Demo(demo::DemoArgs),
+    /// One demo worker process (started by `demo`)
+    #[command(hide = true)]
+    DemoWorker(demo::WorkerArgs),
+}
+
+/// Options shared by commands that acquire.
+#[derive(Debug, Args, Clone)]
+pub struct LeaseArgs {
+    /// Lease length; renewed every ttl/3 while held (100ms..=24h)
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub ttl: Duration,
+    /// How long to wait for a busy lock (0 = try once)
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub wait: Duration,
+}
+
+/// Parses `250ms`, `30s`, `2m`, `1h`, `1m30s`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text.trim())
+        .map_err(|e| format!("{e}; expected a duration such as 250ms, 30s, 2m or 1h"))
+}
+
+/// `sqlite://` under `$XDG_STATE_HOME/leasehold/`, else
+/// `~/.local/state/leasehold/`, else the current directory.
+pub fn default_store_url() -> String {
+    let state_dir = std::env::var_os("XDG_STATE_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|h| !h.is_empty())
+                .map(|h| PathBuf::from(h).join(".local/state"))
+        })
+        .unwrap_or_else(|| PathBuf::from("."));
+    format!(
+        "sqlite://{}",
+        state_dir.join("leasehold").join("locks.db").display()
+    )
+}
+
+/// Parses the arguments and runs; what `main` calls.
+pub fn main_with_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode {
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { EX_USAGE } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    init_tracing(cli.verbose);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("leasehold: cannot start the async runtime: {e}");
+            return ExitCode::from(exit::EX_SOFTWARE);
+        }
+    };
+    match runtime.block_on(execute(cli)) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("leasehold: {e}");
+            ExitCode::from(e.code)
+        }
+    }
+}
+
+async fn execute(cli: Cli) -> Result<u8, CliError> {
+    match cli.command {
+        Command::Run(args) => run::run(&cli.store, args).await,
+        Command::Status(args) => admin::status(&cli.store, args).await,
+        Command::List(args) => admin::list(&cli.store, args).await,
+        Command::Release(args) => admin::release(&cli.store, args).await,
+        Command::Demo(args) => demo::demo(&cli.store, args).await,
+        Command::DemoWorker(args) => demo::worker(&cli.store, args).await,
+    }
+}
+
+fn init_tracing(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let default = match verbose {
+        0 => "warn",
+        1 => "leasehold=debug,leasehold_cli=debug,warn",
+        _ => "leasehold=trace,leasehold_cli=trace,info",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert!(parse_duration("-1s").is_err());
+        assert!(parse_duration("soon")
+            .unwrap_err()
+            .contains("expected a duration"));
+    }
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,220 @@
+//! The `leasehold` binary against SQLite, across real OS processes.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use leasehold::Locks;
+
+#[test]
+fn eight_processes_count_to_two_hundred() {
+    let dir = tempfile::tempdir().unwrap();
+    counter_under_many_processes(&sqlite_store(dir.path()), dir.path(), 8, 25);
+}
+
+#[test]
+fn a_killed_holder_is_taken_over_within_ttl_plus_one_second() {
+    let dir = tempfile::tempdir().unwrap();
+    kill9_takeover(&sqlite_store(dir.path()), dir.path());
+}
+
+#[test]
+fn a_paused_holder_loses_its_lease_and_exits_70() {
+    let dir = tempfile::tempdir().unwrap();
+    sigstop_loses_lease(&sqlite_store(dir.path()), dir.path());
+}
+
+#[test]
+fn bad_input_exits_64_naming_the_problem_and_the_store_keeps_working() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = sqlite_store(dir.path());
+    let long = "k".repeat(300);
+    let cases: &[(&[&str], &str)] = &[
+        (&["run", "", "--", "true"], "invalid key: must not be empty"),
+        (
+            &["run", &long, "--", "true"],
+            "must be at most 256 bytes, got 300",
+        ),
+        (&["run", "a\u{1}b", "--", "true"], "control characters"),
+        (&["status", "tab\there"], "control characters"),
+        (
+            &["run", "k", "--ttl", "0s", "--", "true"],
+            "invalid ttl: must be between 100ms and 24h",
+        ),
+        (&["run", "k", "--ttl", "25h", "--", "true"], "invalid ttl"),
+        (
+            &["run", "k", "--ttl", "soon", "--", "true"],
+            "expected a duration",
+        ),
+        (
+            &["run", "k", "--wait=-1s", "--", "true"],
+            "expected a duration",
+        ),
+        (&["run", "k"], "CMD"),
+        (&["release", "k"], "--force"),
+        (&["list", "--prefix", "a\u{7}"], "invalid prefix"),
+        (&["frobnicate"], "unrecognized subcommand"),
+    ];
+    for (args, expected) in cases {
+        let out = run(leasehold(&store).args(*args));
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains(expected),
+            "{args:?}: stderr was {:?}",
+            stderr(&out)
+        );
+    }
+    for (url, expected) in [
+        ("ftp://host/x", "unknown scheme \"ftp\""),
+        ("locks.db", "has no scheme"),
+        ("sqlite://", "needs a file path"),
+        ("sqlite:///tmp/x.db?mode=rw", "unknown sqlite option"),
+        ("postgres://nowhere/db", "not compiled into this build"),
+    ] {
+        let out = run(leasehold(url).args(["status", "k"]));
+        if url.starts_with("postgres") && out.status.success() {
+            continue; // a build with the postgres store compiled in
+        }
+        assert_eq!(out.status.code(), Some(64), "{url}: {}", stderr(&out));
+        assert!(stderr(&out).contains(expected), "{url}: {}", stderr(&out));
+    }
+    // Each error is one line.
+    let out = run(leasehold(&store).args(["run", "", "--", "true"]));
+    assert_eq!(stderr(&out).trim().lines().count(), 1);
+    // Nothing stray was stored, and the store still works.
+    let out = run(leasehold(&store).args(["list", "--json"]));
+    assert_eq!(stdout(&out).trim(), "[]");
+    let out = run(leasehold(&store).args(["run", "k", "--", "true"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
+fn run_passes_exit_code_and_environment_through() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = sqlite_store(dir.path());
+    let out = run(leasehold(&store).args([
+        "run",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        "echo $LEASEHOLD_KEY:$LEASEHOLD_TOKEN; exit 3",
+    ]));
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(stdout(&out).trim(), "job:1");
+    // Released on exit: the next run gets the next token at once.
+    let out =
+        run(leasehold(&store).args(["run", "job", "--", "sh", "-c", "echo $LEASEHOLD_TOKEN"]));
+    assert_eq!(stdout(&out).trim(), "2");
+    let out = run(leasehold(&store).args(["run", "job", "--", "/nonexistent/cmd"]));
+    assert_eq!(out.status.code(), Some(127), "{}", stderr(&out));
+    assert_eq!(
+        status(&store, "job")["held"],
+        false,
+        "released after a failed spawn"
+    );
+}
+
+#[test]
+fn status_list_release_and_busy_exit_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = sqlite_store(dir.path());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let locks = rt.block_on(Locks::open(&store)).unwrap();
+    let guard = rt.block_on(locks.try_acquire("admin:a")).unwrap();
+
+    let s = status(&store, "admin:a");
+    assert_eq!(s["key"], "admin:a");
+    assert_eq!(s["held"], true);
+    assert_eq!(s["token"], guard.token());
+    assert!(
+        s["holder"].as_str().unwrap().contains(':'),
+        "host:pid label"
+    );
+    assert!(s["expires_in_ms"].as_u64().unwrap() > 20_000);
+    let free = status(&store, "admin:b");
+    assert_eq!(
+        free,
+        serde_json::json!({"key":"admin:b","held":false,"holder":null,"token":null,"expires_in_ms":null})
+    );
+
+    let out = run(leasehold(&store).args(["list", "--prefix", "admin:", "--json"]));
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 1);
+    assert_eq!(listed[0]["key"], "admin:a");
+
+    // Busy without --wait: 75, naming the holder.
+    let out = run(leasehold(&store).args(["run", "admin:a", "--", "true"]));
+    assert_eq!(out.status.code(), Some(75));
+    assert!(stderr(&out).contains("is held by"), "{}", stderr(&out));
+    let out = run(leasehold(&store).args(["run", "admin:a", "--wait", "300ms", "--", "true"]));
+    assert_eq!(out.status.code(), Some(75));
+    assert!(
+        stderr(&out).contains("not acquired within"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = run(leasehold(&store).args(["release", "admin:a", "--force"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("broke the lock"));
+    assert_eq!(status(&store, "admin:a")["held"], false);
+    // The evicted holder learns at its next renewal (ttl/3 = 10 s).
+    rt.block_on(async { tokio::time::timeout(Duration::from_secs(15), guard.lost()).await })
+        .expect("the evicted holder's lost() fires");
+}
+
+#[test]
+fn an_unreachable_store_exits_69() {
+    let out =
+        run(leasehold("sqlite:///proc/leasehold-cannot-exist/locks.db").args(["status", "k"]));
+    assert_eq!(out.status.code(), Some(69), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("store unavailable"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn demo_shows_the_race_and_three_safe_strategies() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(leasehold(&sqlite_store(dir.path())).args(["demo", "--workers", "4", "--json"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let results = json["results"].as_array().unwrap();
+    assert_eq!(results.len(), 4);
+    for r in results {
+        for field in [
+            "strategy",
+            "orders",
+            "sold",
+            "initial_stock",
+            "final_stock",
+            "oversold",
+            "lost_updates",
+            "retries",
+            "elapsed_ms",
+            "p50_ms",
+            "p99_ms",
+        ] {
+            assert!(r.get(field).is_some(), "missing {field} in {r}");
+        }
+        let (sold, initial, fin) = (
+            r["sold"].as_i64().unwrap(),
+            r["initial_stock"].as_i64().unwrap(),
+            r["final_stock"].as_i64().unwrap(),
+        );
+        if r["strategy"] == "none" {
+            assert!(
+                r["oversold"].as_i64().unwrap() + r["lost_updates"].as_i64().unwrap() > 0,
+                "the unprotected run must show the race: {r}"
+            );
+        } else {
+            assert_eq!(r["oversold"], 0, "{r}");
+            assert_eq!(r["lost_updates"], 0, "{r}");
+            assert_eq!(fin, initial - sold, "{r}");
+        }
+    }
+}

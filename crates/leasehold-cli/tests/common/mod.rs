@@ -1,0 +1,229 @@
+//! Helpers for tests that run the real `leasehold` binary.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+/// The built binary.
+pub fn leasehold(store: &str) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+    cmd.arg("--store")
+        .arg(store)
+        .env_remove("LEASEHOLD_STORE")
+        .env_remove("RUST_LOG");
+    cmd
+}
+
+/// A SQLite store URL in `dir`.
+pub fn sqlite_store(dir: &Path) -> String {
+    format!("sqlite://{}", dir.join("locks.db").display())
+}
+
+/// Runs to completion, returning the output.
+pub fn run(cmd: &mut Command) -> Output {
+    cmd.output().expect("the leasehold binary runs")
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Polls `check` every 20 ms until it is true or `limit` passes.
+pub fn wait_until(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if check() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    check()
+}
+
+/// `leasehold status KEY --json`, parsed.
+pub fn status(store: &str, key: &str) -> serde_json::Value {
+    let out = run(leasehold(store).args(["status", key, "--json"]));
+    assert!(out.status.success(), "status failed: {}", stderr(&out));
+    serde_json::from_slice(&out.stdout).expect("status --json prints JSON")
+}
+
+/// Whether `pid` is gone. In this sandbox an exited orphan may linger as a
+/// zombie (nobody reaps it), which counts as dead.
+pub fn is_dead(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state == "Z" || state == "X"),
+    }
+}
+
+pub fn signal(pid: i32, sig: &str) {
+    let ok = Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(ok.success(), "kill -{sig} {pid}");
+}
+
+/// Reads a pid a child wrote to `file`.
+pub fn read_pid(file: &Path) -> Option<i32> {
+    std::fs::read_to_string(file).ok()?.trim().parse().ok()
+}
+
+/// The counter check: `processes` OS processes each run `rounds` rounds of
+/// `leasehold run counter -- <read, sleep, write + 1, log token>` against
+/// one store; the count must be exact and the tokens strictly increasing.
+pub fn counter_under_many_processes(store: &str, dir: &Path, processes: usize, rounds: usize) {
+    let counter = dir.join("counter");
+    let log = dir.join("tokens.log");
+    std::fs::write(&counter, "0\n").unwrap();
+    std::fs::write(&log, "").unwrap();
+    let script = format!(
+        "v=$(cat {c}); sleep 0.002; echo $((v + 1)) > {c}; echo $LEASEHOLD_TOKEN >> {l}",
+        c = counter.display(),
+        l = log.display()
+    );
+    let workers: Vec<_> = (0..processes)
+        .map(|_| {
+            let store = store.to_owned();
+            let script = script.clone();
+            std::thread::spawn(move || {
+                for _ in 0..rounds {
+                    let out = run(leasehold(&store).args([
+                        "run", "counter", "--wait", "120s", "--ttl", "10s", "--", "sh", "-c",
+                        &script,
+                    ]));
+                    assert!(out.status.success(), "run failed: {}", stderr(&out));
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().expect("worker thread");
+    }
+    let total = processes * rounds;
+    let value: usize = std::fs::read_to_string(&counter)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(value, total, "lost increments");
+    let tokens: Vec<u64> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().expect("a token per line"))
+        .collect();
+    assert_eq!(tokens.len(), total);
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens must strictly increase in log order"
+    );
+}
+
+/// A holder killed with SIGKILL is taken over within ttl + 1 s.
+pub fn kill9_takeover(store: &str, dir: &Path) {
+    let pidfile = dir.join("kill9-child.pid");
+    let mut holder = leasehold(store)
+        .args(["run", "kill9", "--ttl", "1s", "--", "sh", "-c"])
+        .arg(format!("echo $$ > {}; exec sleep 30", pidfile.display()))
+        .spawn()
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(10), || status(
+        store, "kill9"
+    )["held"]
+        == true));
+    assert!(wait_until(Duration::from_secs(5), || read_pid(&pidfile).is_some()));
+    let first = status(store, "kill9")["token"].as_u64().unwrap();
+    holder.kill().unwrap(); // SIGKILL
+    let killed_at = Instant::now();
+    holder.wait().unwrap();
+    let out = run(leasehold(store).args([
+        "run",
+        "kill9",
+        "--wait",
+        "10s",
+        "--",
+        "sh",
+        "-c",
+        "echo $LEASEHOLD_TOKEN",
+    ]));
+    let took = killed_at.elapsed();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let second: u64 = stdout(&out).trim().parse().unwrap();
+    assert!(second > first);
+    assert!(
+        took <= Duration::from_secs(2),
+        "takeover took {took:?} (ttl 1 s + 1 s allowed)"
+    );
+    // The orphaned command of the killed holder.
+    if let Some(pid) = read_pid(&pidfile) {
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    }
+}
+
+/// A holder paused past its ttl loses the lease: another process takes the
+/// key with a larger token, and after SIGCONT the paused `run` stops its
+/// command and exits 70.
+pub fn sigstop_loses_lease(store: &str, dir: &Path) {
+    let pidfile = dir.join("paused-child.pid");
+    let mut holder = leasehold(store)
+        .args([
+            "run",
+            "paused",
+            "--ttl",
+            "1s",
+            "--kill-after",
+            "1s",
+            "--",
+            "sh",
+            "-c",
+        ])
+        .arg(format!("echo $$ > {}; exec sleep 30", pidfile.display()))
+        .spawn()
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(10), || status(
+        store, "paused"
+    )["held"]
+        == true));
+    assert!(wait_until(Duration::from_secs(5), || read_pid(&pidfile).is_some()));
+    let child = read_pid(&pidfile).unwrap();
+    let first = status(store, "paused")["token"].as_u64().unwrap();
+    let holder_pid = holder.id() as i32;
+    signal(holder_pid, "STOP");
+    let out = run(leasehold(store).args([
+        "run",
+        "paused",
+        "--wait",
+        "10s",
+        "--",
+        "sh",
+        "-c",
+        "echo $LEASEHOLD_TOKEN",
+    ]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let second: u64 = stdout(&out).trim().parse().unwrap();
+    assert!(
+        second > first,
+        "the next holder's token {second} must exceed {first}"
+    );
+    signal(holder_pid, "CONT");
+    let status = holder.wait().unwrap();
+    assert_eq!(
+        status.code(),
+        Some(70),
+        "a paused holder exits 70 after losing its lease"
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || is_dead(child)),
+        "the command was stopped"
+    );
+}

@@ -1,0 +1,12 @@
+-- Grants the lease iff the key has no live holder. Expiry is Redis's own
+-- (PX), so the server's clock decides.
+-- KEYS[1] lock, KEYS[2] fence; ARGV[1] owner (32 hex digits), ARGV[2] ttl in
+-- ms, ARGV[3] holder label.
+-- Returns {token, '', 0} when granted, {0, holder, pttl} when busy.
+if redis.call('SET', KEYS[1], ARGV[1] .. ':' .. ARGV[3], 'NX', 'PX', ARGV[2]) then
+  -- The fence key has no ttl and is never deleted. INCR's reply passes
+  -- through a Lua double: exact up to 2^53 grants per key.
+  return {redis.call('INCR', KEYS[2]), '', 0}
+end
+local current = redis.call('GET', KEYS[1]) or ''
+return {0, string.sub(current, 34), redis.call('PTTL', KEYS[1])}

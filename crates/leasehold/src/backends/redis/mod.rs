@@ -1,0 +1,503 @@
+//! The Redis store (`redis://`, feature `redis`).
+//!
+//! Each operation is one Lua script (loaded once, called by SHA with
+//! `EVALSHA`): acquire is `SET NX PX` plus `INCR` of a fence key that has no
+//! ttl and is never deleted; renew checks owner and token, then `PEXPIRE`;
+//! release compares and deletes, then `PUBLISH`es the key; force-release
+//! deletes and bumps the fence. Redis expires the lock key itself (`PX`), so
+//! the server's clock decides expiry.
+//!
+//! Lock and fence keys share a hash tag, so each script touches one cluster
+//! slot (see `keys.rs` for the layout). Waiters of one backend share a single
+//! pub/sub connection, opened on the first wait and reopened if it drops.
+//!
+//! **Persistence.** The fence counter is only as durable as Redis's data.
+//! Without AOF a restart reloads an older snapshot (or nothing), and tokens
+//! handed out again may be lower than ones a fenced resource already saw.
+//! Run with `appendonly yes` and `appendfsync always` for strict fencing;
+//! `everysec` can lose the last second of grants on a host crash. The backend
+//! checks on connect and warns when AOF is off or keys may be evicted.
+
+mod keys;
+mod wake;
+
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Client, RedisError, Script};
+
+use crate::backend::{
+    duration_to_millis, millis_to_duration, Acquire, AcquireRequest, Backend, BoxFuture, Busy,
+    Lease, LeaseInfo,
+};
+use crate::error::{Error, Result};
+use crate::key::Key;
+use crate::notify::Subscription;
+use crate::time::validate_ttl;
+use keys::Namespace;
+use wake::Subscriber;
+
+/// How to connect and where to keep the records.
+#[derive(Debug, Clone)]
+pub struct RedisOptions {
+    prefix: String,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    check_persistence: bool,
+}
+
+impl Default for RedisOptions {
+    fn default() -> Self {
+        RedisOptions {
+            prefix: "leasehold".to_owned(),
+            connect_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(5),
+            check_persistence: true,
+        }
+    }
+}
+
+impl RedisOptions {
+    /// Defaults: prefix `leasehold`, connect timeout 2 s, response timeout
+    /// 5 s, persistence check on.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The first part of every Redis key and channel this store uses
+    /// (default `leasehold`): 1 to 64 bytes, no braces, no control
+    /// characters (checked when connecting, before any I/O). Stores with
+    /// different prefixes on one server never see each other's locks.
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// How long one attempt to open a connection may take (default 2 s).
+    /// [`RedisBackend::connect`] makes up to three attempts.
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long a command may wait for its reply (default 5 s); past it the
+    /// call fails with [`Error::Unavailable`].
+    pub fn with_response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Whether to read `appendonly`, `appendfsync` and `maxmemory-policy`
+    /// on connect and warn about settings that weaken fencing (default on).
+    pub fn with_persistence_check(mut self, check: bool) -> Self {
+        self.check_persistence = check;
+        self
+    }
+
+    fn validate(&self) -> Result<Namespace> {
+        for (what, t) in [
+            ("redis connect timeout", self.connect_timeout),
+            ("redis response timeout", self.response_timeout),
+        ] {
+            if t.is_zero() {
+                return Err(Error::invalid(what, "must be more than zero"));
+            }
+        }
+        Namespace::new(&self.prefix)
+    }
+}
+
+const SCRIPTS: [&str; 4] = [
+    include_str!("acquire.lua"),
+    include_str!("renew.lua"),
+    include_str!("release.lua"),
+    include_str!("force_release.lua"),
+];
+
+struct Scripts {
+    acquire: Script,
+    renew: Script,
+    release: Script,
+    force_release: Script,
+}
+
+/// Lock store in Redis. Cheap to clone; clones share connections.
+#[derive(Clone)]
+pub struct RedisBackend {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    conn: ConnectionManager,
+    client: Client,
+    ns: Namespace,
+    options: RedisOptions,
+    scripts: Scripts,
+    subscriber: OnceLock<Subscriber>,
+}
+
+impl fmt::Debug for RedisBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisBackend")
+            .field("server", &self.inner.client.get_connection_info().addr())
+            .field("options", &self.inner.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisBackend {
+    /// Connects to the server at `url` (`redis://[user:pass@]host[:port][/db]`
+    /// or `redis+unix:///path`) with default options.
+    ///
+    /// # Errors
+    /// As [`connect_with`](Self::connect_with).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future drops the half-made connection.
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, RedisOptions::default()).await
+    }
+
+    /// Connects to the server at `url` with `options`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] (before any I/O) for a malformed URL, a
+    /// `rediss://` URL (TLS is not compiled in) or bad options;
+    /// [`Error::Unavailable`] if the server cannot be reached within about
+    /// three connect timeouts.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future drops the half-made connection.
+    pub async fn connect_with(url: &str, options: RedisOptions) -> Result<Self> {
+        options.validate()?;
+        if url.starts_with("rediss://") || url.starts_with("valkeys://") {
+            return Err(Error::invalid(
+                "store url",
+                "TLS (rediss://) is not compiled into this build; connect with redis:// \
+                 through a TLS proxy, or build a redis::Client with TLS and use \
+                 RedisBackend::from_manager",
+            ));
+        }
+        let client = Client::open(url).map_err(|e| Error::invalid("store url", e.to_string()))?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(options.connect_timeout))
+            .set_response_timeout(Some(options.response_timeout))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_secs(1));
+        let conn = ConnectionManager::new_with_config(client.clone(), config)
+            .await
+            .map_err(classify)?;
+        Self::from_manager_with(conn, client, options).await
+    }
+
+    /// Uses your own connection manager for commands, and `client` (the same
+    /// server) to open the one pub/sub connection that wakes waiters.
+    ///
+    /// # Errors
+    /// As [`from_manager_with`](Self::from_manager_with).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: nothing is kept until the future completes.
+    pub async fn from_manager(manager: ConnectionManager, client: Client) -> Result<Self> {
+        Self::from_manager_with(manager, client, RedisOptions::default()).await
+    }
+
+    /// As [`from_manager`](Self::from_manager), with `options` (the
+    /// timeouts in `options` apply only to the pub/sub connection; the
+    /// manager keeps its own).
+    ///
+    /// Loads the scripts and, unless disabled, checks persistence settings.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] (before any I/O) for bad options;
+    /// [`Error::Unavailable`] if the server does not answer;
+    /// [`Error::Backend`] if it refuses to load the scripts.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: nothing is kept until the future completes.
+    pub async fn from_manager_with(
+        manager: ConnectionManager,
+        client: Client,
+        options: RedisOptions,
+    ) -> Result<Self> {
+        let ns = options.validate()?;
+        let [acquire, renew, release, force_release] = SCRIPTS.map(Script::new);
+        let scripts = Scripts {
+            acquire,
+            renew,
+            release,
+            force_release,
+        };
+        let mut conn = manager;
+        // Loaded up front so the first calls need no NOSCRIPT round trip;
+        // `Script` reloads them by itself if the server forgets them.
+        let mut load = redis::pipe();
+        for code in SCRIPTS {
+            load.cmd("SCRIPT").arg("LOAD").arg(code);
+        }
+        load.exec_async(&mut conn).await.map_err(classify)?;
+        if options.check_persistence {
+            check_persistence(&mut conn).await;
+        }
+        Ok(RedisBackend {
+            inner: Arc::new(Inner {
+                conn,
+                client,
+                ns,
+                options,
+                scripts,
+                subscriber: OnceLock::new(),
+            }),
+        })
+    }
+
+    /// The Redis key holding `key`'s current lease (a string
+    /// `<owner>:<holder label>` with a ttl), for your own Lua scripts.
+    pub fn lock_key(&self, key: &Key) -> String {
+        self.inner.ns.lock(key)
+    }
+
+    /// The Redis key holding `key`'s fence counter: while a lease is live
+    /// it equals that lease's token. A Lua script that checks
+    /// `GET fence == token` before writing (to a key with the same hash tag)
+    /// writes only while the lease is current; see the crate docs.
+    pub fn fence_key(&self, key: &Key) -> String {
+        self.inner.ns.fence(key)
+    }
+
+    fn conn(&self) -> ConnectionManager {
+        // A handle to the shared multiplexed connection; cloning is cheap.
+        self.inner.conn.clone()
+    }
+}
+
+/// Reads the settings that decide whether fence counters survive, and warns
+/// about the ones that do not. Never fails: managed Redis often disables
+/// CONFIG, and that must not stop anyone from locking.
+async fn check_persistence(conn: &mut ConnectionManager) {
+    let mut get = redis::pipe();
+    for name in ["appendonly", "appendfsync", "maxmemory-policy"] {
+        get.cmd("CONFIG").arg("GET").arg(name);
+    }
+    type Pairs = Vec<(String, String)>;
+    let (aof, fsync, policy): (Pairs, Pairs, Pairs) = match get.query_async(conn).await {
+        Ok(answer) => answer,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not read redis persistence settings (CONFIG GET failed, \
+                perhaps disabled); fencing tokens survive a restart only with appendonly yes");
+            return;
+        }
+    };
+    let value = |p: &Pairs| p.first().map(|(_, v)| v.clone()).unwrap_or_default();
+    let (aof, fsync, policy) = (value(&aof), value(&fsync), value(&policy));
+    if aof != "yes" {
+        tracing::warn!(appendonly = %aof, "redis runs without AOF: after a restart the fence \
+            counter can go backwards and a stale holder's writes may be accepted; \
+            set appendonly yes and appendfsync always");
+    } else if fsync != "always" {
+        tracing::info!(appendfsync = %fsync, "redis AOF is not fsynced on every write: a host \
+            crash can lose the last grants and reuse their tokens; appendfsync always is strict");
+    }
+    if policy != "noeviction" && !policy.is_empty() {
+        tracing::warn!(maxmemory_policy = %policy, "redis may evict keys under memory pressure, \
+            freeing live locks or resetting fence counters; set maxmemory-policy noeviction");
+    }
+}
+
+/// Transient failures (I/O, timeouts, a server loading or busy, cluster
+/// redirects and failovers) are retryable; everything else is permanent.
+fn classify(e: RedisError) -> Error {
+    use redis::{ErrorKind as K, ServerErrorKind as S};
+    let transient = e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_refusal()
+        || e.is_connection_dropped()
+        || e.is_cluster_error()
+        || matches!(
+            e.kind(),
+            K::Server(S::BusyLoading | S::TryAgain | S::MasterDown | S::ReadOnly)
+        )
+        || e.code() == Some("BUSY");
+    if transient {
+        Error::unavailable(e)
+    } else {
+        Error::backend(e)
+    }
+}
+
+fn holder_of(value: &str) -> String {
+    value.get(33..).unwrap_or_default().to_owned()
+}
+
+impl Backend for RedisBackend {
+    fn try_acquire<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
+        Box::pin(async move {
+            let (owner, ttl) = (req.owner().to_string(), duration_to_millis(req.ttl()));
+            let (token, holder, pttl): (u64, String, i64) = self
+                .run(
+                    &self.inner.scripts.acquire,
+                    req.key(),
+                    &[&owner, &ttl.to_string(), req.holder()],
+                )
+                .await?;
+            Ok(if token > 0 {
+                Acquire::Granted(req.granted(token))
+            } else {
+                Acquire::Busy(Busy {
+                    holder,
+                    remaining: millis_to_duration(pttl),
+                })
+            })
+        })
+    }
+
+    fn renew<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async move {
+            validate_ttl(ttl)?;
+            let (owner, ttl) = (lease.owner().to_string(), duration_to_millis(ttl));
+            let args: [&str; 3] = [&owner, &lease.token().to_string(), &ttl.to_string()];
+            let renewed: i64 = self
+                .run(&self.inner.scripts.renew, lease.key(), &args)
+                .await?;
+            Ok(renewed == 1)
+        })
+    }
+
+    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let (owner, token) = (lease.owner().to_string(), lease.token().to_string());
+            let args = [
+                &owner,
+                &token,
+                &self.inner.ns.channel(),
+                lease.key().as_str(),
+            ];
+            let _freed: i64 = self
+                .run(&self.inner.scripts.release, lease.key(), &args)
+                .await?;
+            Ok(())
+        })
+    }
+
+    fn inspect<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<LeaseInfo>>> {
+        Box::pin(async move { Ok(self.read_leases(vec![key.clone()]).await?.pop()) })
+    }
+
+    fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<LeaseInfo>>> {
+        Box::pin(async move {
+            crate::key::validate_prefix(prefix)?;
+            // SCAN, not KEYS (which blocks the server) and not an index set
+            // (it would sit in another cluster slot than the lock keys, so no
+            // script could update both, and expiry would leave stale entries).
+            // The pattern matches exactly the wanted keys (see keys.rs); a
+            // BTreeSet drops SCAN's duplicates and orders by key.
+            let pattern = self.inner.ns.lock_pattern(prefix);
+            let mut found = std::collections::BTreeSet::new();
+            let mut cursor = 0u64;
+            loop {
+                let (next, names): (u64, Vec<String>) = redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(&pattern)
+                    .arg("COUNT")
+                    .arg(1000)
+                    .query_async(&mut self.conn())
+                    .await
+                    .map_err(classify)?;
+                found.extend(names.iter().filter_map(|n| self.inner.ns.key_of_lock(n)));
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
+            }
+            self.read_leases(found.into_iter().collect()).await
+        })
+    }
+
+    fn force_release<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async move {
+            let args = [&self.inner.ns.channel(), key.as_str()];
+            let broken: i64 = self
+                .run(&self.inner.scripts.force_release, key, &args)
+                .await?;
+            Ok(broken == 1)
+        })
+    }
+
+    fn subscribe<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Subscription>> {
+        Box::pin(async move {
+            let inner = &self.inner;
+            let subscriber = inner.subscriber.get_or_init(|| {
+                Subscriber::start(
+                    inner.client.clone(),
+                    inner.ns.channel(),
+                    inner.options.connect_timeout,
+                )
+            });
+            // Register first, then make sure the channel is subscribed: a
+            // release after this returns is then always delivered.
+            let subscription = subscriber.hub.subscribe(key.as_str());
+            let mut up = subscriber.up.clone();
+            let wait = inner.options.connect_timeout * 2;
+            let subscribed = tokio::time::timeout(wait, up.wait_for(|up| *up))
+                .await
+                .is_ok_and(|r| r.is_ok());
+            if subscribed {
+                Ok(subscription)
+            } else {
+                tracing::debug!(%key, "redis subscriber not connected; this waiter polls");
+                Ok(Subscription::never())
+            }
+        })
+    }
+}
+
+impl RedisBackend {
+    /// Runs `script` on `key`'s lock and fence keys.
+    async fn run<T: redis::FromRedisValue>(
+        &self,
+        script: &Script,
+        key: &Key,
+        args: &[&str],
+    ) -> Result<T> {
+        let mut call = script.prepare_invoke();
+        call.key(self.inner.ns.lock(key))
+            .key(self.inner.ns.fence(key));
+        for arg in args {
+            call.arg(*arg);
+        }
+        call.invoke_async(&mut self.conn()).await.map_err(classify)
+    }
+
+    /// Live leases of `keys`, read in one MULTI/EXEC so holder, ttl and
+    /// token belong together.
+    async fn read_leases(&self, keys: Vec<Key>) -> Result<Vec<LeaseInfo>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut read = redis::pipe();
+        read.atomic();
+        for key in &keys {
+            let lock = self.inner.ns.lock(key);
+            read.get(&lock).pttl(&lock).get(self.inner.ns.fence(key));
+        }
+        let rows: Vec<(Option<String>, i64, Option<u64>)> =
+            read.query_async(&mut self.conn()).await.map_err(classify)?;
+        Ok(keys
+            .into_iter()
+            .zip(rows)
+            .filter_map(|(key, row)| match row {
+                // PTTL -2: gone by now; -1 cannot happen for keys we wrote.
+                (Some(value), pttl, Some(token)) if pttl >= 0 => Some(LeaseInfo {
+                    key,
+                    holder: holder_of(&value),
+                    token,
+                    remaining: millis_to_duration(pttl),
+                }),
+                _ => None,
+            })
+            .collect())
+    }
+}
