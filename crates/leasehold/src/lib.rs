@@ -78,6 +78,7 @@
 //! |---|---|---|---|
 //! | `memory://` | in-process ([`backends::memory`]) | always | in-process channel |
 //! | `sqlite://PATH` | SQLite file, across processes on one host | `sqlite` (default) | Unix datagrams in a wake directory |
+//! | `postgres://...`, `postgresql://...` | PostgreSQL lease table ([`backends::postgres`]), across hosts | `postgres` | `LISTEN/NOTIFY`, one connection per backend |
 //! | `redis://host[:port][/db]` | Redis, Lua scripts, fence keys never deleted; use AOF | `redis` | one pub/sub connection per store |
 //!
 //! Any type implementing [`Backend`] (a handful of atomic operations, see its
@@ -96,6 +97,8 @@ mod lock;
 mod notify;
 pub mod occ;
 pub mod open;
+#[cfg(feature = "postgres")]
+pub mod rowlock;
 pub mod time;
 
 pub use backend::{

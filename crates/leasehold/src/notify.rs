@@ -108,6 +108,19 @@ impl WakeHub {
         }
     }
 
+    /// Wakes every waiter of every key; returns how many keys had waiters.
+    ///
+    /// For a backend that may have missed notifications (its listening
+    /// connection dropped): a spurious wake costs a waiter one retry, a
+    /// missed one costs it a polling interval.
+    pub fn notify_all(&self) -> usize {
+        let keys = self.lock();
+        for tx in keys.values() {
+            tx.send_modify(|generation| *generation = generation.wrapping_add(1));
+        }
+        keys.len()
+    }
+
     /// Whether any waiter of `key` exists in this process.
     pub fn is_watched(&self, key: &str) -> bool {
         self.lock().contains_key(key)
@@ -189,6 +202,19 @@ mod tests {
         drop(s2);
         assert!(!hub.is_watched("k"));
         assert!(!hub.notify("k"));
+    }
+
+    #[tokio::test]
+    async fn notify_all_reaches_every_key() {
+        let hub = WakeHub::new();
+        let mut a = hub.subscribe("a");
+        let mut b = hub.subscribe("b");
+        assert_eq!(hub.notify_all(), 2);
+        for s in [&mut a, &mut b] {
+            tokio::time::timeout(Duration::from_secs(1), s.notified())
+                .await
+                .expect("woken");
+        }
     }
 
     #[tokio::test]

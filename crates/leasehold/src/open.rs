@@ -5,10 +5,14 @@
 //! |---|---|---|
 //! | `memory://` | a fresh in-process store | always |
 //! | `sqlite://PATH` (`sqlite:///abs/path.db`, `sqlite://rel/path.db`) | SQLite file | `sqlite` (default) |
-//!
+//! | `postgres://user@host:port/db`, `postgresql://...` | PostgreSQL, table `leasehold_locks` | `postgres` |
 //! | `redis://[user:pass@]host[:port][/db]`, `redis+unix:///path` | Redis | `redis` |
 //!
 //! SQLite accepts `?synchronous=full` (default) or `?synchronous=normal`.
+//! PostgreSQL URLs take sqlx's parameters (`sslmode`, `application_name`,
+//! ...); a server that does not answer fails with [`Error::Unavailable`]
+//! within 5 s. For another table or a separate `LISTEN` URL, build a
+//! [`PostgresBackend`](crate::backends::postgres::PostgresBackend) yourself.
 //! Redis accepts `?prefix=NAME` (the key prefix, default `leasehold`); other
 //! query parameters go to the `redis` crate (e.g. `protocol=resp3`).
 //! `rediss://` (TLS) is not compiled in: use a TLS proxy, or build a client
@@ -57,6 +61,10 @@ pub async fn open_backend(url: &str) -> Result<Arc<dyn Backend>> {
         }
         #[cfg(feature = "sqlite")]
         "sqlite" => open_sqlite(rest).await,
+        #[cfg(feature = "postgres")]
+        "postgres" | "postgresql" => Ok(Arc::new(
+            crate::backends::postgres::PostgresBackend::connect(url).await?,
+        )),
         #[cfg(feature = "redis")]
         "redis" | "redis+unix" | "rediss" => open_redis(url).await,
         _ => Err(unknown_scheme(scheme)),
@@ -166,6 +174,14 @@ mod tests {
                 .await
                 .contains("invalid store url"));
         }
+    }
+
+    #[cfg(feature = "postgres")]
+    #[tokio::test]
+    async fn postgres_urls_are_parsed_before_io() {
+        assert!(problem("postgres://u@h:notaport/db")
+            .await
+            .starts_with("invalid store url: not a PostgreSQL URL"));
     }
 
     #[tokio::test]

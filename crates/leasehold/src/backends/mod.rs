@@ -3,6 +3,8 @@
 
 pub mod memory;
 pub mod polling;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 #[cfg(feature = "redis")]
 pub mod redis;
 #[cfg(feature = "sqlite")]

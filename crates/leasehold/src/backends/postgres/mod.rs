@@ -1,0 +1,383 @@
+//! The PostgreSQL store (`postgres://`, `postgresql://`; feature `postgres`).
+//!
+//! One lease table, one row per key, never deleted (the fence lives in it).
+//! Session advisory locks are not used: they pin a connection per held lock
+//! and break behind PgBouncer in transaction mode. Every operation is one
+//! statement, so the store needs no session state and works through any
+//! pooler; expiry is decided by the server's `clock_timestamp()`.
+//! Needs PostgreSQL 11 or later.
+//!
+//! **Migration.** On connect the backend runs [`PostgresBackend::migration_sql`]
+//! (`CREATE TABLE IF NOT EXISTS ...`, serialized by a transaction-scoped
+//! advisory lock so concurrent first starts do not race). Turn it off with
+//! [`PostgresOptions::with_migrate`] and run that SQL yourself if the
+//! application's role may not create tables.
+//!
+//! **Waiting.** Releases `pg_notify` on the channel [`CHANNEL`] in the same
+//! statement. Each backend (and so each [`Locks`](crate::Locks) built on it)
+//! keeps one `LISTEN` connection, opened by the first waiter and shared by
+//! all of them. It needs a session: behind PgBouncer in transaction mode,
+//! point it at the server directly with [`PostgresOptions::with_listen_url`].
+//!
+//! **Same-transaction check.** [`PostgresBackend::check_in`] verifies, inside
+//! your transaction, that a lease is still held, and keeps it from being
+//! taken over until that transaction ends.
+
+mod listen;
+mod options;
+mod sql;
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
+use sqlx::Row;
+
+use crate::backend::{
+    duration_to_millis, millis_to_duration, token_from_i64, Acquire, AcquireRequest, Backend,
+    BoxFuture, Busy, Lease, LeaseInfo,
+};
+use crate::error::{Error, Result};
+use crate::key::Key;
+use crate::notify::Subscription;
+use listen::{ListenSource, Listener};
+pub use options::PostgresOptions;
+use sql::Statements;
+pub use sql::{quote_table_name, CHANNEL, DEFAULT_TABLE};
+
+/// Lock store in a PostgreSQL table. Clones share the pool and the `LISTEN`
+/// connection.
+#[derive(Debug, Clone)]
+pub struct PostgresBackend {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    pool: PgPool,
+    sql: Statements,
+    listener: Listener,
+}
+
+impl PostgresBackend {
+    /// Connects to `url` with default [`PostgresOptions`].
+    ///
+    /// # Errors
+    /// As [`connect_with`](Self::connect_with).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: nothing is left behind but an idle pool.
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, PostgresOptions::default()).await
+    }
+
+    /// Connects a new pool to `url` (`postgres://user@host:port/db?...`) and
+    /// runs the migration unless disabled.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] (before any I/O) for a URL or listen URL sqlx
+    /// cannot parse, a bad table name, a pool of fewer than 2 connections
+    /// without a listen URL, or a zero acquire timeout; [`Error::Unavailable`] if no
+    /// connection is made within the acquire timeout (server down);
+    /// [`Error::Backend`] for a refused login or a failed migration.
+    ///
+    /// # Cancel safety
+    /// Cancel safe; the migration is one transaction.
+    pub async fn connect_with(url: &str, options: PostgresOptions) -> Result<Self> {
+        let connect = parse_url("store url", url)?;
+        let sql = validate(&options, options.max_connections)?;
+        if options.acquire_timeout.is_zero() {
+            return Err(Error::invalid("acquire_timeout", "must be more than 0s"));
+        }
+        let pool = PgPoolOptions::new()
+            .max_connections(options.max_connections)
+            .acquire_timeout(options.acquire_timeout)
+            .connect_with(connect)
+            .await
+            .map_err(classify)?;
+        Self::finish(pool, sql, options).await
+    }
+
+    /// Uses your own pool, so leases and your data share connections and
+    /// [`check_in`](Self::check_in) can run in your transactions. Runs the
+    /// migration unless disabled.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] (before any I/O) for a bad table name, a bad
+    /// listen URL, or a pool of fewer than 2 connections without a listen URL
+    /// (the listener keeps one); store errors from the migration.
+    ///
+    /// # Cancel safety
+    /// Cancel safe; the migration is one transaction.
+    pub async fn from_pool(pool: PgPool, options: PostgresOptions) -> Result<Self> {
+        let sql = validate(&options, pool.options().get_max_connections())?;
+        Self::finish(pool, sql, options).await
+    }
+
+    async fn finish(pool: PgPool, sql: Statements, options: PostgresOptions) -> Result<Self> {
+        if options.migrate {
+            migrate(&pool, &options.table, &sql.migrate).await?;
+        }
+        let source = match options.listen_url {
+            Some(url) => ListenSource::Url(url),
+            None => ListenSource::Pool(pool.clone()),
+        };
+        Ok(PostgresBackend {
+            inner: Arc::new(Inner {
+                pool,
+                sql,
+                listener: Listener::new(source),
+            }),
+        })
+    }
+
+    /// The pool, for your own queries (fenced writes, [`check_in`](Self::check_in)).
+    pub fn pool(&self) -> &PgPool {
+        &self.inner.pool
+    }
+
+    /// The idempotent `CREATE TABLE IF NOT EXISTS` for this backend's table.
+    pub fn migration_sql(&self) -> &str {
+        &self.inner.sql.migrate
+    }
+
+    /// Inside the caller's transaction, checks that `lease` still holds its
+    /// key (owner, token, and expiry by the server's clock) and locks the
+    /// lease row `FOR SHARE`: until the transaction ends, nobody can acquire,
+    /// force-release, renew or release the key, so a write made in the same
+    /// transaction commits only while the lease is held.
+    ///
+    /// Keep the transaction short: the holder's own renewal waits for it
+    /// too. Do not release the guard before committing (that would wait for
+    /// this very transaction).
+    ///
+    /// ```ignore
+    /// let mut tx = backend.pool().begin().await?;
+    /// backend.check_in(&mut tx, guard.lease()).await?;
+    /// sqlx::query("UPDATE accounts SET balance = balance - 10 WHERE id = 1")
+    ///     .execute(&mut *tx).await?;
+    /// tx.commit().await?;
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`] if the lease expired, was released, broken or
+    /// taken over: roll back. Store errors as usual (a serialization failure
+    /// in a REPEATABLE READ or SERIALIZABLE transaction is
+    /// [`Error::Unavailable`]).
+    ///
+    /// # Cancel safety
+    /// Cancel safe, but the transaction may then hold the row lock: roll it
+    /// back.
+    pub async fn check_in(&self, conn: &mut PgConnection, lease: &Lease) -> Result<()> {
+        let held: Option<i64> = sqlx::query_scalar(&self.inner.sql.check)
+            .bind(lease.key().as_str())
+            .bind(lease.owner().to_string())
+            .bind(token_as_i64(lease)?)
+            .fetch_optional(conn)
+            .await
+            .map_err(classify)?;
+        match held {
+            Some(_) => Ok(()),
+            None => Err(Error::LeaseLost {
+                key: lease.key().to_string(),
+            }),
+        }
+    }
+}
+
+/// Parses a `postgres://` or `postgresql://` URL. The message leaves the
+/// URL out: it may carry a password.
+fn parse_url(what: &'static str, url: &str) -> Result<PgConnectOptions> {
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        return Err(Error::invalid(
+            what,
+            "not a PostgreSQL URL: must start with postgres:// or postgresql://",
+        ));
+    }
+    PgConnectOptions::from_str(url)
+        .map_err(|e| Error::invalid(what, format!("not a PostgreSQL URL: {e}")))
+}
+
+/// Checks everything in `options` before any I/O and builds the statements.
+fn validate(options: &PostgresOptions, pool_size: u32) -> Result<Statements> {
+    let sql = Statements::new(&quote_table_name(&options.table)?);
+    if let Some(url) = &options.listen_url {
+        parse_url("listen url", url)?;
+    } else if pool_size < 2 {
+        // The first waiter keeps one pool connection for LISTEN; with a
+        // single connection every other operation would wait for it forever.
+        return Err(Error::invalid(
+            "max_connections",
+            format!("must be at least 2 (one is kept for LISTEN) unless a listen url is set, got {pool_size}"),
+        ));
+    }
+    Ok(sql)
+}
+
+async fn migrate(pool: &PgPool, table: &str, ddl: &str) -> Result<()> {
+    // Concurrent CREATE TABLE IF NOT EXISTS can fail on the catalog's unique
+    // index; a transaction-scoped lock (released at commit, fine behind any
+    // pooler) makes first starts take turns.
+    let mut tx = pool.begin().await.map_err(classify)?;
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
+        .bind(format!("leasehold migrate {table}"))
+        .execute(&mut *tx)
+        .await
+        .map_err(classify)?;
+    sqlx::query(ddl).execute(&mut *tx).await.map_err(classify)?;
+    tx.commit().await.map_err(classify)
+}
+
+/// Whether retrying may fix `e`: connection failures, pool timeouts,
+/// serialization failures (40001), deadlocks (40P01), lock timeouts (55P03),
+/// server shutdown or restart (57P01..57P03), cancelled statements (57014,
+/// e.g. `statement_timeout`), too many connections (53300), and a read-only
+/// server after a failover (25006).
+pub fn is_transient_pg_error(e: &sqlx::Error) -> bool {
+    use sqlx::Error as E;
+    match e {
+        E::Io(_) | E::PoolTimedOut | E::WorkerCrashed => true,
+        E::Database(db) => db.code().is_some_and(|code| {
+            code.starts_with("08")
+                || matches!(
+                    &*code,
+                    "40001"
+                        | "40P01"
+                        | "55P03"
+                        | "57P01"
+                        | "57P02"
+                        | "57P03"
+                        | "57014"
+                        | "53300"
+                        | "25006"
+                )
+        }),
+        _ => false,
+    }
+}
+
+/// Transient failures (and a closed pool) become [`Error::Unavailable`],
+/// everything else [`Error::Backend`].
+pub(crate) fn classify(e: sqlx::Error) -> Error {
+    if is_transient_pg_error(&e) || matches!(e, sqlx::Error::PoolClosed) {
+        Error::unavailable(e)
+    } else {
+        Error::backend(e)
+    }
+}
+
+fn token_as_i64(lease: &Lease) -> Result<i64> {
+    i64::try_from(lease.token())
+        .map_err(|_| Error::invalid("token", format!("{} is out of range", lease.token())))
+}
+
+fn info_from_row(row: &PgRow) -> Result<LeaseInfo> {
+    Ok(LeaseInfo {
+        key: Key::new(row.try_get::<String, _>(0).map_err(Error::backend)?)?,
+        holder: row
+            .try_get::<Option<String>, _>(1)
+            .map_err(Error::backend)?
+            .unwrap_or_default(),
+        token: token_from_i64(row.try_get(2).map_err(Error::backend)?)?,
+        remaining: millis_to_duration(row.try_get(3).map_err(Error::backend)?),
+    })
+}
+
+impl Backend for PostgresBackend {
+    fn try_acquire<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
+        Box::pin(async move {
+            let row: Option<(Option<i64>, Option<String>, Option<i64>)> =
+                sqlx::query_as(&self.inner.sql.acquire)
+                    .bind(req.key().as_str())
+                    .bind(req.owner().to_string())
+                    .bind(req.holder())
+                    .bind(duration_to_millis(req.ttl()))
+                    .fetch_optional(&self.inner.pool)
+                    .await
+                    .map_err(classify)?;
+            Ok(match row {
+                Some((Some(fence), _, _)) => Acquire::Granted(req.granted(token_from_i64(fence)?)),
+                Some((None, holder, remaining)) => Acquire::Busy(Busy {
+                    holder: holder.unwrap_or_default(),
+                    remaining: millis_to_duration(remaining.unwrap_or(0)),
+                }),
+                // Taken by a transaction that committed after this
+                // statement's snapshot: busy, retry at once.
+                None => Acquire::Busy(Busy {
+                    holder: String::new(),
+                    remaining: Duration::ZERO,
+                }),
+            })
+        })
+    }
+
+    fn renew<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async move {
+            let done = sqlx::query(&self.inner.sql.renew)
+                .bind(lease.key().as_str())
+                .bind(lease.owner().to_string())
+                .bind(token_as_i64(lease)?)
+                .bind(duration_to_millis(ttl))
+                .execute(&self.inner.pool)
+                .await
+                .map_err(classify)?;
+            Ok(done.rows_affected() == 1)
+        })
+    }
+
+    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let freed = sqlx::query(&self.inner.sql.release)
+                .bind(lease.key().as_str())
+                .bind(lease.owner().to_string())
+                .bind(token_as_i64(lease)?)
+                .fetch_all(&self.inner.pool)
+                .await
+                .map_err(classify)?;
+            if !freed.is_empty() {
+                self.inner.listener.wake_local(lease.key());
+            }
+            Ok(())
+        })
+    }
+
+    fn inspect<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<LeaseInfo>>> {
+        Box::pin(async move {
+            let row = sqlx::query(&self.inner.sql.inspect)
+                .bind(key.as_str())
+                .fetch_optional(&self.inner.pool)
+                .await
+                .map_err(classify)?;
+            row.as_ref().map(info_from_row).transpose()
+        })
+    }
+
+    fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<LeaseInfo>>> {
+        Box::pin(async move {
+            let rows = sqlx::query(&self.inner.sql.list)
+                .bind(prefix)
+                .fetch_all(&self.inner.pool)
+                .await
+                .map_err(classify)?;
+            rows.iter().map(info_from_row).collect()
+        })
+    }
+
+    fn force_release<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async move {
+            let row = sqlx::query(&self.inner.sql.force_release)
+                .bind(key.as_str())
+                .fetch_optional(&self.inner.pool)
+                .await
+                .map_err(classify)?;
+            let Some(row) = row else { return Ok(false) };
+            self.inner.listener.wake_local(key);
+            row.try_get::<bool, _>(0).map_err(Error::backend)
+        })
+    }
+
+    fn subscribe<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Subscription>> {
+        Box::pin(async move { Ok(self.inner.listener.subscribe(key).await) })
+    }
+}

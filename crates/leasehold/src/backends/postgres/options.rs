@@ -1,0 +1,91 @@
+//! [`PostgresOptions`]: how a [`PostgresBackend`](super::PostgresBackend) is set up.
+
+use std::time::Duration;
+
+use super::sql::DEFAULT_TABLE;
+#[cfg(doc)]
+use super::PostgresBackend;
+#[cfg(doc)]
+use crate::error::Error;
+
+/// How to set up a [`PostgresBackend`].
+///
+/// ```
+/// use std::time::Duration;
+/// use leasehold::backends::postgres::PostgresOptions;
+/// let options = PostgresOptions::new()
+///     .with_table("app.locks")
+///     .with_acquire_timeout(Duration::from_secs(2));
+/// assert_eq!(options.table(), "app.locks");
+/// ```
+#[derive(Debug, Clone)]
+pub struct PostgresOptions {
+    pub(super) table: String,
+    pub(super) migrate: bool,
+    pub(super) listen_url: Option<String>,
+    pub(super) max_connections: u32,
+    pub(super) acquire_timeout: Duration,
+}
+
+impl Default for PostgresOptions {
+    fn default() -> Self {
+        PostgresOptions {
+            table: DEFAULT_TABLE.to_owned(),
+            migrate: true,
+            listen_url: None,
+            max_connections: 10,
+            acquire_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl PostgresOptions {
+    /// Defaults: table `leasehold_locks`, migrate on connect, `LISTEN` on a
+    /// pool connection, 10 connections, 5 s to get a connection.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The lease table, `table` or `schema.table` of ASCII letters, digits
+    /// and `_` (checked by `connect`/`from_pool` before any I/O; quoted in
+    /// SQL, so case is kept).
+    pub fn with_table(mut self, table: &str) -> Self {
+        self.table = table.to_owned();
+        self
+    }
+
+    /// Whether to create the table on connect (default true).
+    pub fn with_migrate(mut self, migrate: bool) -> Self {
+        self.migrate = migrate;
+        self
+    }
+
+    /// Opens the `LISTEN` connection from this URL instead of the pool: for
+    /// pools behind PgBouncer in transaction mode, where `LISTEN` does not
+    /// work. Point it at the server or a session-mode pool.
+    pub fn with_listen_url(mut self, url: &str) -> Self {
+        self.listen_url = Some(url.to_owned());
+        self
+    }
+
+    /// Pool size for [`PostgresBackend::connect_with`] (default 10; at least
+    /// 2 unless a listen URL is set: the `LISTEN` connection, once a waiter
+    /// starts it, is one of them).
+    pub fn with_max_connections(mut self, max: u32) -> Self {
+        self.max_connections = max;
+        self
+    }
+
+    /// How long [`PostgresBackend::connect_with`]'s pool waits for a
+    /// connection, including connecting to a server that is down, before
+    /// failing with [`Error::Unavailable`] (default 5 s).
+    pub fn with_acquire_timeout(mut self, timeout: Duration) -> Self {
+        self.acquire_timeout = timeout;
+        self
+    }
+
+    /// The configured table name, as given.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+}

@@ -1,0 +1,200 @@
+//! The statements of the PostgreSQL store, built once per table name.
+//!
+//! Every lease operation is one statement. Expiry is always compared with
+//! `clock_timestamp()` (the server's wall clock at the moment of the
+//! comparison, not the start of the transaction), and durations travel as
+//! whole milliseconds.
+
+use crate::error::{Error, Result};
+
+/// The table used when none is configured.
+pub const DEFAULT_TABLE: &str = "leasehold_locks";
+
+/// The one channel every release is announced on; the payload is the key.
+/// Constant so that one `LISTEN` serves every key (keys are at most 256
+/// bytes, far below the 8000-byte payload limit).
+pub const CHANNEL: &str = "leasehold_release";
+
+/// Longest identifier PostgreSQL keeps (NAMEDATALEN - 1).
+const MAX_IDENT_BYTES: usize = 63;
+
+/// Checks `name` as `table` or `schema.table`, each part an unquoted-style
+/// SQL identifier (ASCII letter or `_`, then letters, digits, `_`; at most
+/// 63 bytes), and returns it double-quoted, ready to paste into SQL.
+///
+/// # Errors
+/// [`Error::InvalidInput`] naming what is wrong with the name.
+pub fn quote_table_name(name: &str) -> Result<String> {
+    let parts: Vec<&str> = name.split('.').collect();
+    if parts.len() > 2 {
+        return Err(Error::invalid(
+            "table name",
+            format!("{name:?} has more than one '.'; use table or schema.table"),
+        ));
+    }
+    for part in &parts {
+        check_ident(name, part)?;
+    }
+    Ok(parts
+        .iter()
+        .map(|p| format!("\"{p}\""))
+        .collect::<Vec<_>>()
+        .join("."))
+}
+
+fn check_ident(whole: &str, part: &str) -> Result<()> {
+    let problem = if part.is_empty() {
+        "has an empty part".to_owned()
+    } else if part.len() > MAX_IDENT_BYTES {
+        format!(
+            "has a part of {} bytes; at most {MAX_IDENT_BYTES} allowed",
+            part.len()
+        )
+    } else if part.starts_with(|c: char| c.is_ascii_digit()) {
+        "has a part starting with a digit".to_owned()
+    } else if let Some(c) = part
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '_'))
+    {
+        format!("contains {c:?}; only ASCII letters, digits and '_' are allowed")
+    } else {
+        return Ok(());
+    };
+    Err(Error::invalid("table name", format!("{whole:?} {problem}")))
+}
+
+/// Milliseconds left on `expires_at`, rounded up so a waiter never wakes
+/// before the lease ends.
+macro_rules! remaining_ms {
+    () => {
+        "ceil(extract(epoch FROM (expires_at - clock_timestamp())) * 1000)::bigint"
+    };
+}
+
+/// The statements for one lease table.
+#[derive(Debug, Clone)]
+pub(super) struct Statements {
+    pub migrate: String,
+    pub acquire: String,
+    pub renew: String,
+    pub release: String,
+    pub inspect: String,
+    pub list: String,
+    pub force_release: String,
+    pub check: String,
+}
+
+impl Statements {
+    /// `table` must come from [`quote_table_name`].
+    pub(super) fn new(table: &str) -> Self {
+        let live = "owner IS NOT NULL AND expires_at > clock_timestamp()";
+        Statements {
+            migrate: migration(table),
+            // Grants if the row is new, free or expired and returns the new
+            // fence; otherwise returns the holder and its remaining time, so
+            // the busy path is one round trip too. The busy branch reads the
+            // statement's snapshot: if the holder committed after it, no row
+            // comes back and the caller reports "busy, 0 ms left" (retry now).
+            acquire: format!(
+                "WITH granted AS ( \
+                   INSERT INTO {table} AS l (key, fence, owner, holder, expires_at) \
+                   VALUES ($1, 1, $2, $3, clock_timestamp() + $4 * interval '1 millisecond') \
+                   ON CONFLICT (key) DO UPDATE SET fence = l.fence + 1, owner = excluded.owner, \
+                     holder = excluded.holder, expires_at = excluded.expires_at \
+                   WHERE l.owner IS NULL OR l.expires_at <= clock_timestamp() \
+                   RETURNING l.fence) \
+                 SELECT fence, NULL::text AS holder, NULL::bigint AS remaining_ms FROM granted \
+                 UNION ALL \
+                 SELECT NULL::bigint, holder, {rem} FROM {table} \
+                  WHERE key = $1 AND owner IS NOT NULL AND NOT EXISTS (SELECT FROM granted)",
+                rem = remaining_ms!()
+            ),
+            renew: format!(
+                "UPDATE {table} SET expires_at = clock_timestamp() + $4 * interval '1 millisecond' \
+                 WHERE key = $1 AND owner = $2 AND fence = $3 AND expires_at > clock_timestamp()"
+            ),
+            // The notification is queued in the same statement, so it is
+            // sent exactly when (and only if) the release commits.
+            release: format!(
+                "WITH freed AS ( \
+                   UPDATE {table} SET owner = NULL, holder = NULL, expires_at = NULL \
+                   WHERE key = $1 AND owner = $2 AND fence = $3 RETURNING key) \
+                 SELECT pg_notify('{CHANNEL}', key) FROM freed"
+            ),
+            inspect: format!(
+                "SELECT key, holder, fence, {rem} FROM {table} WHERE key = $1 AND {live}",
+                rem = remaining_ms!()
+            ),
+            // starts_with, not LIKE: '%' and '_' in a prefix are plain text.
+            list: format!(
+                "SELECT key, holder, fence, {rem} FROM {table} \
+                 WHERE starts_with(key, $1) AND {live} ORDER BY key",
+                rem = remaining_ms!()
+            ),
+            // The CTE locks the row and reads whether it was live before the
+            // update bumps the fence; RETURNING cannot see old values.
+            force_release: format!(
+                "WITH old AS ( \
+                   SELECT key, {live} AS was_live FROM {table} WHERE key = $1 FOR UPDATE), \
+                 broken AS ( \
+                   UPDATE {table} AS l SET owner = NULL, holder = NULL, expires_at = NULL, \
+                     fence = l.fence + 1 \
+                   FROM old WHERE l.key = old.key RETURNING l.key, old.was_live) \
+                 SELECT was_live, pg_notify('{CHANNEL}', key) FROM broken"
+            ),
+            // FOR SHARE conflicts with the row lock every acquire, renew,
+            // release and force-release takes, so none of them can change
+            // this row until the caller's transaction ends.
+            check: format!(
+                "SELECT fence FROM {table} WHERE key = $1 AND owner = $2 AND fence = $3 \
+                 AND expires_at > clock_timestamp() FOR SHARE"
+            ),
+        }
+    }
+}
+
+/// The idempotent migration for `table` (already quoted).
+fn migration(table: &str) -> String {
+    // COLLATE "C": keys compare and sort bytewise, like every other store.
+    // The row of a key is never deleted: its fence must never go backwards.
+    format!(
+        "CREATE TABLE IF NOT EXISTS {table} ( \
+           key TEXT COLLATE \"C\" PRIMARY KEY, \
+           fence BIGINT NOT NULL, \
+           owner TEXT, \
+           holder TEXT, \
+           expires_at TIMESTAMPTZ)"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_names_are_validated_and_quoted() {
+        assert_eq!(quote_table_name("locks").unwrap(), "\"locks\"");
+        assert_eq!(
+            quote_table_name("app.Locks_2").unwrap(),
+            "\"app\".\"Locks_2\""
+        );
+        for (bad, why) in [
+            ("", "empty part"),
+            ("a.b.c", "more than one '.'"),
+            ("x\"; DROP TABLE y; --", "contains '\"'"),
+            ("1abc", "starting with a digit"),
+            ("a b", "contains ' '"),
+            ("schema.", "empty part"),
+            ("lé", "contains 'é'"),
+        ] {
+            let e = quote_table_name(bad).unwrap_err().to_string();
+            assert!(e.starts_with("invalid table name: "), "{e}");
+            assert!(e.contains(why), "{bad:?}: {e}");
+        }
+        assert!(quote_table_name(&"t".repeat(63)).is_ok());
+        assert!(quote_table_name(&"t".repeat(64))
+            .unwrap_err()
+            .to_string()
+            .contains("64 bytes"));
+    }
+}
