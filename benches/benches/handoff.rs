@@ -10,42 +10,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use leasehold::backends::polling::PollingOnly;
 use leasehold::backends::sqlite::SqliteBackend;
-use leasehold::{
-    Acquire, AcquireRequest, Backend, BoxFuture, Key, Lease, LeaseInfo, Locks, Subscription,
-};
+use leasehold::Locks;
 use tokio::time::Instant;
-
-/// The same store with notifications switched off: waiters poll.
-#[derive(Debug)]
-struct PollingOnly(SqliteBackend);
-
-impl Backend for PollingOnly {
-    fn try_acquire<'a>(
-        &'a self,
-        r: &'a AcquireRequest,
-    ) -> BoxFuture<'a, leasehold::Result<Acquire>> {
-        self.0.try_acquire(r)
-    }
-    fn renew<'a>(&'a self, l: &'a Lease, t: Duration) -> BoxFuture<'a, leasehold::Result<bool>> {
-        self.0.renew(l, t)
-    }
-    fn release<'a>(&'a self, l: &'a Lease) -> BoxFuture<'a, leasehold::Result<()>> {
-        self.0.release(l)
-    }
-    fn inspect<'a>(&'a self, k: &'a Key) -> BoxFuture<'a, leasehold::Result<Option<LeaseInfo>>> {
-        self.0.inspect(k)
-    }
-    fn list<'a>(&'a self, p: &'a str) -> BoxFuture<'a, leasehold::Result<Vec<LeaseInfo>>> {
-        self.0.list(p)
-    }
-    fn force_release<'a>(&'a self, k: &'a Key) -> BoxFuture<'a, leasehold::Result<bool>> {
-        self.0.force_release(k)
-    }
-    fn subscribe<'a>(&'a self, _: &'a Key) -> BoxFuture<'a, leasehold::Result<Subscription>> {
-        Box::pin(async { Ok(Subscription::never()) })
-    }
-}
 
 const ROUNDS: usize = 200;
 

@@ -3,6 +3,7 @@
 //! here is testable.
 
 mod admin;
+mod bench;
 mod demo;
 mod exit;
 mod run;
@@ -59,6 +60,11 @@ pub enum Command {
     /// One demo worker process (started by `demo`)
     #[command(hide = true)]
     DemoWorker(demo::WorkerArgs),
+    /// Measure a store: leasehold next to the store's raw baseline
+    Bench(bench::BenchArgs),
+    /// One bench worker process (started by `bench --processes`)
+    #[command(hide = true)]
+    BenchWorker(bench::BenchWorkerArgs),
 }
 
 /// Options shared by commands that acquire.
@@ -134,6 +140,8 @@ async fn execute(cli: Cli) -> Result<u8, CliError> {
         Command::Release(args) => admin::release(&cli.store, args).await,
         Command::Demo(args) => demo::demo(&cli.store, args).await,
         Command::DemoWorker(args) => demo::worker(&cli.store, args).await,
+        Command::Bench(args) => bench::bench(&cli.store, args).await,
+        Command::BenchWorker(args) => bench::bench_worker(&cli.store, args).await,
     }
 }
 

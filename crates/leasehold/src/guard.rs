@@ -13,6 +13,7 @@ use tracing::Instrument;
 use crate::backend::{Backend, Lease, OwnerId};
 use crate::error::{Error, Result};
 use crate::key::Key;
+use crate::local::LocalTurn;
 use crate::time::{renew_interval, trusted_for, Backoff};
 
 /// A held lease. Renews itself in the background every ttl/3 while it lives.
@@ -38,6 +39,9 @@ pub struct LeaseGuard {
     state: Arc<GuardState>,
     stop_renewal: CancellationToken,
     released: bool,
+    /// The holder's place in the local queue; the next local waiter goes
+    /// to the store only once this is dropped, after the release.
+    turn: Option<LocalTurn>,
 }
 
 struct GuardState {
@@ -64,6 +68,7 @@ impl LeaseGuard {
         lease: Lease,
         sent_at: Instant,
         auto_renew: bool,
+        turn: Option<LocalTurn>,
     ) -> Self {
         let state = Arc::new(GuardState {
             lost: CancellationToken::new(),
@@ -84,6 +89,7 @@ impl LeaseGuard {
             state,
             stop_renewal,
             released: false,
+            turn,
         }
     }
 
@@ -175,7 +181,9 @@ impl Drop for LeaseGuard {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let backend = self.backend.clone();
             let lease = self.lease.clone();
+            let turn = self.turn.take();
             runtime.spawn(async move {
+                let _turn = turn;
                 let span = tracing::debug_span!("release", key = %lease.key(), token = lease.token());
                 if let Err(e) = backend.release(&lease).instrument(span).await {
                     tracing::warn!(key = %lease.key(), error = %e, "best-effort release on drop failed; the lease will expire");

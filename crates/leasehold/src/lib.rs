@@ -93,6 +93,7 @@ pub mod conformance;
 mod error;
 mod guard;
 mod key;
+mod local;
 mod lock;
 mod notify;
 pub mod occ;

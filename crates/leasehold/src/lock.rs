@@ -13,6 +13,7 @@ use crate::backend::{Acquire, AcquireRequest, Backend, LeaseInfo};
 use crate::error::{Error, Result};
 use crate::guard::LeaseGuard;
 use crate::key::{validate_prefix, Key};
+use crate::local::LocalQueues;
 use crate::notify::Subscription;
 use crate::time::{Backoff, DEFAULT_TTL};
 
@@ -95,6 +96,7 @@ impl AcquireOptions {
 pub struct Locks {
     backend: Arc<dyn Backend>,
     holder_label: Arc<str>,
+    local: Arc<LocalQueues>,
 }
 
 impl fmt::Debug for Locks {
@@ -123,6 +125,7 @@ impl Locks {
         Locks {
             backend,
             holder_label: default_holder_label().into(),
+            local: Arc::default(),
         }
     }
 
@@ -181,6 +184,12 @@ impl Locks {
     /// holder's remaining ttl, a jittered backoff, the wait bound. The wait
     /// never runs past its bound.
     ///
+    /// Waiters for the same key on this handle (and its clones) queue in
+    /// FIFO order and only the first waits at the store, so a task that
+    /// releases and re-acquires in a loop cannot starve its neighbours.
+    /// Across processes the store decides, with no fairness guarantee.
+    /// Errors from the store end the wait at once.
+    ///
     /// # Errors
     /// [`Error::InvalidInput`] (before any I/O) for a bad key or ttl;
     /// [`Error::Busy`] when trying once; [`Error::Timeout`] when the wait
@@ -207,6 +216,18 @@ impl Locks {
         let wait = options.wait.unwrap_or(Duration::ZERO);
         // A wait too long to represent is as good as no bound.
         let deadline = started.checked_add(wait);
+        // Local waiters for the key queue first; only the front one waits
+        // at the store (see local.rs).
+        let turn = if wait.is_zero() {
+            None
+        } else {
+            tokio::select! {
+                biased;
+                _ = cancelled(options) => return Err(Error::Cancelled { key: request.key().to_string() }),
+                turn = self.local.turn(request.key()) => Some(turn),
+                _ = sleep_until_some(deadline) => return Err(timeout(&request, started)),
+            }
+        };
         let mut waiting: Option<Waiting> = None;
         loop {
             let sent_at = Instant::now();
@@ -218,6 +239,7 @@ impl Locks {
                         lease,
                         sent_at,
                         options.auto_renew,
+                        turn,
                     ));
                 }
                 Acquire::Busy(busy) => busy,
@@ -246,15 +268,9 @@ impl Locks {
                 wake_at = wake_at.min(d);
             }
             tracing::trace!(holder = %busy.holder, remaining = ?busy.remaining, "busy, waiting");
-            let cancelled = async {
-                match &options.cancel {
-                    Some(c) => c.cancelled().await,
-                    None => std::future::pending().await,
-                }
-            };
             tokio::select! {
                 biased;
-                _ = cancelled => {
+                _ = cancelled(options) => {
                     return Err(Error::Cancelled { key: request.key().to_string() });
                 }
                 _ = w.subscription.notified() => {}
@@ -298,6 +314,22 @@ impl Locks {
         let key = Key::new(key)?;
         let span = tracing::info_span!("force_release", key = %key);
         self.backend.force_release(&key).instrument(span).await
+    }
+}
+
+/// Resolves when the caller's cancel token fires; never without one.
+async fn cancelled(options: &AcquireOptions) {
+    match &options.cancel {
+        Some(c) => c.cancelled().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Sleeps until `deadline`; forever without one.
+async fn sleep_until_some(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => sleep_until(d).await,
+        None => std::future::pending().await,
     }
 }
 

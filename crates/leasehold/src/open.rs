@@ -93,8 +93,19 @@ fn unknown_scheme(scheme: &str) -> Error {
 
 #[cfg(feature = "sqlite")]
 async fn open_sqlite(rest: &str) -> Result<Arc<dyn Backend>> {
-    use crate::backends::sqlite::{SqliteBackend, SqliteOptions};
+    use crate::backends::sqlite::SqliteBackend;
 
+    let (path, options) = parse_sqlite(rest)?;
+    Ok(Arc::new(SqliteBackend::open_with(path, options).await?))
+}
+
+/// Splits the part of a `sqlite://` URL after the scheme into the file path
+/// and the options its query string sets.
+///
+/// # Errors
+/// [`Error::InvalidInput`] for an empty path or an unknown option.
+#[cfg(feature = "sqlite")]
+pub fn parse_sqlite(rest: &str) -> Result<(&str, crate::backends::sqlite::SqliteOptions)> {
     let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
     if path.is_empty() {
         return Err(Error::invalid(
@@ -102,7 +113,7 @@ async fn open_sqlite(rest: &str) -> Result<Arc<dyn Backend>> {
             "sqlite:// needs a file path, e.g. sqlite:///var/lib/app/locks.db",
         ));
     }
-    let mut options = SqliteOptions::default();
+    let mut options = crate::backends::sqlite::SqliteOptions::default();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         match pair.split_once('=') {
             Some(("synchronous", "full")) => options = options.synchronous_full(true),
@@ -115,7 +126,7 @@ async fn open_sqlite(rest: &str) -> Result<Arc<dyn Backend>> {
             }
         }
     }
-    Ok(Arc::new(SqliteBackend::open_with(path, options).await?))
+    Ok((path, options))
 }
 
 #[cfg(feature = "redis")]

@@ -1,0 +1,270 @@
+//! `leasehold bench`: what a lock costs on a store, side by side with the
+//! cheapest thing the store can do, in one run.
+
+mod plot;
+mod raw;
+mod scenarios;
+mod stats;
+mod worker;
+
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+
+use crate::exit::CliError;
+use crate::parse_duration;
+use scenarios::{Contended, Handoff, Renewal, Scale, Uncontended};
+pub use worker::{bench_worker, BenchWorkerArgs};
+
+/// The measurements `bench` can run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scenario {
+    /// Acquire + release on a free key, interleaved with the raw baseline
+    Uncontended,
+    /// Release to next holder, woken by the store vs polling only
+    Handoff,
+    /// W workers on one key: acquisitions/s, fairness, longest wait
+    Contended,
+    /// W workers on distinct keys, W = 1 ..= 2 x cores: acquisitions/s
+    Scale,
+    /// N held leases renewing: store operations/s spent on renewal
+    Renewal,
+}
+
+const ALL: [Scenario; 5] = [
+    Scenario::Uncontended,
+    Scenario::Handoff,
+    Scenario::Contended,
+    Scenario::Scale,
+    Scenario::Renewal,
+];
+
+/// Arguments of `bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Scenario to run (repeatable); default: all
+    #[arg(long = "scenario", value_enum)]
+    pub scenarios: Vec<Scenario>,
+    /// How long each timed scenario (contended, each scale step, renewal) runs
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Workers in the contended scenario
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub workers: u32,
+    /// Run the contended workers as OS processes instead of tasks
+    #[arg(long)]
+    pub processes: bool,
+    /// Rounds of the uncontended and hand-off scenarios
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(10..=1_000_000))]
+    pub rounds: u32,
+    /// Short run for CI (under a minute per store): fewer rounds, 1 s steps
+    #[arg(long)]
+    pub quick: bool,
+    /// Print JSON instead of a table
+    #[arg(long)]
+    pub json: bool,
+    /// Write an SVG chart of the latency distributions
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<std::path::PathBuf>,
+}
+
+/// Everything one run measured.
+#[derive(Debug, Default, Serialize)]
+pub struct Report {
+    pub store: String,
+    pub quick: bool,
+    pub scenarios: Scenarios,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct Scenarios {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uncontended: Option<Uncontended>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<Handoff>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub contended: Option<Contended>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scale: Option<Scale>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub renewal: Option<Renewal>,
+}
+
+pub async fn bench(store_url: &str, args: BenchArgs) -> Result<u8, CliError> {
+    if args
+        .plot
+        .as_ref()
+        .is_some_and(|p| p.extension().is_none_or(|e| e != "svg"))
+    {
+        return Err(CliError::usage("--plot takes a file name ending in .svg"));
+    }
+    if args.duration.is_zero() {
+        return Err(CliError::usage("--duration must be more than 0"));
+    }
+    let scenarios = if args.scenarios.is_empty() {
+        ALL.to_vec()
+    } else {
+        args.scenarios.clone()
+    };
+    let (rounds, step) = if args.quick {
+        (
+            args.rounds.min(300) as usize,
+            args.duration.min(Duration::from_secs(1)),
+        )
+    } else {
+        (args.rounds as usize, args.duration)
+    };
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+
+    let (store, locks) = raw::open(store_url).await?;
+    let progress = if args.json {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(scenarios.len() as u64)
+    };
+    progress.set_style(
+        ProgressStyle::with_template("{msg:>12} [{bar:30}] {pos}/{len} scenarios")
+            .expect("a valid template")
+            .progress_chars("=> "),
+    );
+    let mut report = Report {
+        store: store.display_url(),
+        quick: args.quick,
+        ..Report::default()
+    };
+    let mut samples = Vec::new();
+    for scenario in scenarios {
+        progress.set_message(format!("{scenario:?}").to_lowercase());
+        let r = &mut report.scenarios;
+        match scenario {
+            Scenario::Uncontended => {
+                r.uncontended =
+                    Some(scenarios::uncontended(&store, &locks, rounds, &mut samples).await?)
+            }
+            Scenario::Handoff => {
+                r.handoff =
+                    Some(scenarios::handoff(&store, (rounds / 10).max(20), &mut samples).await?)
+            }
+            Scenario::Contended => {
+                let workers = args.workers as usize;
+                r.contended = Some(if args.processes {
+                    worker::contended_processes(&store, store_url, workers, step).await?
+                } else {
+                    scenarios::contended(&store, &locks, workers, step).await?
+                })
+            }
+            Scenario::Scale => r.scale = Some(scenarios::scale(&locks, 2 * cores, step).await?),
+            Scenario::Renewal => {
+                r.renewal = Some(
+                    scenarios::renewal(
+                        &store,
+                        100,
+                        Duration::from_secs(1),
+                        step.max(Duration::from_secs(1)),
+                    )
+                    .await?,
+                )
+            }
+        }
+        progress.inc(1);
+    }
+    progress.finish_and_clear();
+
+    if let Some(path) = &args.plot {
+        plot::write_svg(path, &samples)?;
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).expect("reports serialize")
+        );
+    } else {
+        print_table(&report);
+    }
+    Ok(0)
+}
+
+fn print_table(report: &Report) {
+    let s = &report.scenarios;
+    println!(
+        "store: {}{}",
+        report.store,
+        if report.quick { " (quick)" } else { "" }
+    );
+    if let Some(u) = &s.uncontended {
+        println!(
+            "\nuncontended acquire+release ({} rounds, interleaved)",
+            u.leasehold.samples
+        );
+        println!(
+            "  {:<34} {:>10} {:>10} {:>10} {:>10}",
+            "", "p50 µs", "p99 µs", "p99.9 µs", "vs ours"
+        );
+        let l = &u.leasehold;
+        println!(
+            "  {:<34} {:>10.1} {:>10.1} {:>10.1} {:>10}",
+            "leasehold", l.p50_us, l.p99_us, l.p999_us, ""
+        );
+        for b in &u.baselines {
+            let x = &b.latency;
+            println!(
+                "  {:<34} {:>10.1} {:>10.1} {:>10.1} {:>9.2}x",
+                b.name, x.p50_us, x.p99_us, x.p999_us, b.leasehold_p50_ratio
+            );
+        }
+    }
+    if let Some(h) = &s.handoff {
+        println!(
+            "\nhand-off: release -> next holder acquired ({} rounds)",
+            h.notified.samples
+        );
+        println!("  {:<34} {:>10} {:>10}", "", "p50 µs", "p99 µs");
+        for (name, l) in [
+            ("one uncontended acquire", &h.acquire),
+            ("woken by the store", &h.notified),
+            ("polling only", &h.polling),
+        ] {
+            println!("  {:<34} {:>10.1} {:>10.1}", name, l.p50_us, l.p99_us);
+        }
+        println!(
+            "  woken hand-off = {:.2}x one acquire; polling is {:.1}x slower",
+            h.notified_p50_per_acquire, h.polling_p50_per_notified
+        );
+    }
+    if let Some(c) = &s.contended {
+        println!(
+            "\ncontended: {} workers on one key for {} ms",
+            c.workers, c.duration_ms
+        );
+        println!(
+            "  {:<34} {:>10} {:>8} {:>14}",
+            "", "acq/s", "Jain", "longest wait"
+        );
+        let rows = std::iter::once(("leasehold", &c.leasehold))
+            .chain(c.raw_loop.iter().map(|r| ("raw loop, no library", r)));
+        for (name, t) in rows {
+            println!(
+                "  {:<34} {:>10.0} {:>8.3} {:>11.1} ms",
+                name, t.per_second, t.jain_index, t.longest_wait_ms
+            );
+        }
+        if let Some(r) = c.ratio_to_raw {
+            println!("  leasehold = {r:.2}x the raw loop's acquisitions/s");
+        }
+    }
+    if let Some(sc) = &s.scale {
+        println!("\nscale: workers on distinct keys");
+        for p in &sc.points {
+            println!("  {:>3} workers {:>10.0} acq/s", p.workers, p.per_second);
+        }
+    }
+    if let Some(r) = &s.renewal {
+        println!(
+            "\nrenewal: {} leases, ttl {} ms: {:.0} renewals/s (expected {:.0}), {} lost",
+            r.leases, r.ttl_ms, r.renewals_per_second, r.expected_per_second, r.lost
+        );
+    }
+}

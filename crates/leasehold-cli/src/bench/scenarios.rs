@@ -1,0 +1,473 @@
+//! The measurements. Each takes the store, runs for a bounded time or
+//! number of rounds, and returns a serializable summary (plus raw samples
+//! where a chart wants them).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold::backends::polling::PollingOnly;
+use leasehold::{AcquireOptions, Locks};
+use serde::Serialize;
+use tokio::time::Instant;
+
+use super::raw::BenchStore;
+use super::stats::{jain_index, ratio, Latency};
+use crate::exit::CliError;
+
+/// A fresh key per scenario run, so runs never see each other's leases.
+pub fn unique_key(scenario: &str) -> String {
+    format!("bench:{scenario}:{:016x}", rand::random::<u64>())
+}
+
+#[derive(Debug, Serialize)]
+pub struct NamedLatency {
+    pub name: &'static str,
+    #[serde(flatten)]
+    pub latency: Latency,
+    /// p50 of leasehold divided by p50 of this baseline.
+    pub leasehold_p50_ratio: f64,
+    pub leasehold_mean_ratio: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Uncontended {
+    pub leasehold: Latency,
+    pub baselines: Vec<NamedLatency>,
+}
+
+/// Acquire + release on a free key, leasehold and each baseline in turn
+/// (A B A B ...), so drift in the machine's load hits all alike.
+pub async fn uncontended(
+    store: &BenchStore,
+    locks: &Locks,
+    rounds: usize,
+    samples: &mut Vec<(&'static str, Vec<Duration>)>,
+) -> Result<Uncontended, CliError> {
+    let key = unique_key("uncontended");
+    let raw_keys: Vec<String> = store.baselines.iter().map(|_| unique_key("raw")).collect();
+    let mut ours = Vec::with_capacity(rounds);
+    let mut theirs: Vec<Vec<Duration>> = vec![Vec::with_capacity(rounds); store.baselines.len()];
+    for _ in 0..rounds {
+        let t = Instant::now();
+        let guard = locks.try_acquire(&key).await?;
+        guard.release().await?;
+        ours.push(t.elapsed());
+        for ((baseline, raw_key), out) in store.baselines.iter().zip(&raw_keys).zip(&mut theirs) {
+            let t = Instant::now();
+            let held = baseline.try_acquire(raw_key).await?.ok_or_else(|| {
+                CliError::new(crate::exit::EX_SOFTWARE, "baseline key unexpectedly busy")
+            })?;
+            baseline.release(held).await?;
+            out.push(t.elapsed());
+        }
+    }
+    let leasehold = Latency::of(&ours);
+    let baselines = store
+        .baselines
+        .iter()
+        .zip(&theirs)
+        .map(|(b, s)| {
+            let latency = Latency::of(s);
+            NamedLatency {
+                name: b.name(),
+                leasehold_p50_ratio: ratio(leasehold.p50_us, latency.p50_us),
+                leasehold_mean_ratio: ratio(leasehold.mean_us, latency.mean_us),
+                latency,
+            }
+        })
+        .collect();
+    samples.push(("leasehold", ours));
+    for (b, s) in store.baselines.iter().zip(theirs) {
+        samples.push((b.name(), s));
+    }
+    Ok(Uncontended {
+        leasehold,
+        baselines,
+    })
+}
+
+#[derive(Debug, Serialize)]
+pub struct Handoff {
+    /// One uncontended acquire (not release), for scale.
+    pub acquire: Latency,
+    pub notified: Latency,
+    pub polling: Latency,
+    /// notified p50 / acquire p50 (target ≤ 3).
+    pub notified_p50_per_acquire: f64,
+    /// polling p50 / notified p50 (target ≥ 10).
+    pub polling_p50_per_notified: f64,
+}
+
+/// Time from the holder's release call to the waiter holding the lock. The
+/// waiter is another client (its own connection), as in another process;
+/// once woken by the store's notification, once polling only.
+pub async fn handoff(
+    store: &BenchStore,
+    rounds: usize,
+    samples: &mut Vec<(&'static str, Vec<Duration>)>,
+) -> Result<Handoff, CliError> {
+    let holder = store.client().await?;
+    let waiter = store.client().await?;
+    let poller = Locks::from_arc(Arc::new(PollingOnly::new(
+        store.client().await?.backend().clone(),
+    )));
+
+    let key = unique_key("acquire");
+    let mut acquire = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let t = Instant::now();
+        let guard = holder.try_acquire(&key).await?;
+        acquire.push(t.elapsed());
+        guard.release().await?;
+    }
+    let notified = handoff_rounds(&holder, &waiter, rounds).await?;
+    let polling = handoff_rounds(&holder, &poller, rounds).await?;
+    let (a, n, p) = (
+        Latency::of(&acquire),
+        Latency::of(&notified),
+        Latency::of(&polling),
+    );
+    samples.push(("hand-off notified", notified));
+    samples.push(("hand-off polling", polling));
+    Ok(Handoff {
+        notified_p50_per_acquire: ratio(n.p50_us, a.p50_us),
+        polling_p50_per_notified: ratio(p.p50_us, n.p50_us),
+        acquire: a,
+        notified: n,
+        polling: p,
+    })
+}
+
+async fn handoff_rounds(
+    holder: &Locks,
+    waiter: &Locks,
+    rounds: usize,
+) -> Result<Vec<Duration>, CliError> {
+    let key = unique_key("handoff");
+    let mut out = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let guard = holder.try_acquire(&key).await?;
+        let (w, k) = (waiter.clone(), key.clone());
+        let task = tokio::spawn(async move {
+            let g = w.acquire(&k, Duration::from_secs(30)).await?;
+            let at = Instant::now();
+            g.release().await?;
+            Ok::<_, leasehold::Error>(at)
+        });
+        // Long enough for the waiter to find the key busy and go to sleep.
+        tokio::time::sleep(Duration::from_millis(15)).await;
+        let released = Instant::now();
+        guard.release().await?;
+        let acquired = task
+            .await
+            .map_err(|e| CliError::new(crate::exit::EX_SOFTWARE, e.to_string()))??;
+        out.push(acquired.saturating_duration_since(released));
+    }
+    Ok(out)
+}
+
+#[derive(Debug, Serialize)]
+pub struct Throughput {
+    pub acquisitions: u64,
+    pub per_second: f64,
+    pub per_worker: Vec<u64>,
+    pub jain_index: f64,
+    pub longest_wait_ms: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Contended {
+    pub workers: usize,
+    pub duration_ms: u128,
+    pub leasehold: Throughput,
+    /// The same atomic operations in a tight loop with no library around
+    /// them (each worker retries at once when busy); absent without a baseline.
+    pub raw_loop: Option<Throughput>,
+    /// leasehold acquisitions/s divided by the raw loop's (target ≥ 0.8).
+    pub ratio_to_raw: Option<f64>,
+}
+
+/// W workers on one key for `duration`: how many acquisitions, how fairly
+/// shared, and the longest any worker waited.
+pub async fn contended(
+    store: &BenchStore,
+    locks: &Locks,
+    workers: usize,
+    duration: Duration,
+) -> Result<Contended, CliError> {
+    let key = unique_key("contended");
+    let deadline = Instant::now() + duration;
+    let tasks: Vec<_> = (0..workers)
+        .map(|_| {
+            let (locks, key) = (locks.clone(), key.clone());
+            tokio::spawn(async move {
+                let mut count = 0u64;
+                let mut longest = Duration::ZERO;
+                while Instant::now() < deadline {
+                    let t = Instant::now();
+                    let opts =
+                        AcquireOptions::new().with_wait(deadline.saturating_duration_since(t));
+                    let guard = match locks.acquire_with(&key, &opts).await {
+                        Ok(g) => g,
+                        // A worker starved until the end still waited.
+                        Err(leasehold::Error::Timeout { .. }) => {
+                            longest = longest.max(t.elapsed());
+                            break;
+                        }
+                        Err(e) => return Err(e),
+                    };
+                    longest = longest.max(t.elapsed());
+                    guard.release().await?;
+                    count += 1;
+                }
+                Ok((count, longest))
+            })
+        })
+        .collect();
+    let leasehold = collect(tasks, duration).await?;
+
+    let raw_loop = match store.baselines.first() {
+        None => None,
+        Some(_) => Some(raw_contended(store, workers, duration).await?),
+    };
+    Ok(Contended {
+        workers,
+        duration_ms: duration.as_millis(),
+        ratio_to_raw: raw_loop
+            .as_ref()
+            .map(|r| ratio(leasehold.per_second, r.per_second)),
+        leasehold,
+        raw_loop,
+    })
+}
+
+async fn raw_contended(
+    store: &BenchStore,
+    workers: usize,
+    duration: Duration,
+) -> Result<Throughput, CliError> {
+    let key = unique_key("raw-contended");
+    let deadline = Instant::now() + duration;
+    let baseline = &store.baselines[0];
+    let counts: Vec<AtomicU64> = (0..workers).map(|_| AtomicU64::new(0)).collect();
+    let longest: Vec<AtomicU64> = (0..workers).map(|_| AtomicU64::new(0)).collect();
+    let work = (0..workers).map(|i| {
+        let (key, counts, longest) = (&key, &counts, &longest);
+        async move {
+            let mut waiting_since = Instant::now();
+            while Instant::now() < deadline {
+                match baseline.try_acquire(key).await? {
+                    Some(held) => {
+                        let waited = waiting_since.elapsed().as_micros() as u64;
+                        longest[i].fetch_max(waited, Ordering::Relaxed);
+                        baseline.release(held).await?;
+                        counts[i].fetch_add(1, Ordering::Relaxed);
+                        waiting_since = Instant::now();
+                    }
+                    None => tokio::task::yield_now().await,
+                }
+            }
+            Ok::<_, CliError>(())
+        }
+    });
+    for r in futures_util::future::join_all(work).await {
+        r?;
+    }
+    let per_worker: Vec<u64> = counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+    let longest_us = longest
+        .iter()
+        .map(|l| l.load(Ordering::Relaxed))
+        .max()
+        .unwrap_or(0);
+    Ok(throughput(
+        per_worker,
+        Duration::from_micros(longest_us),
+        duration,
+    ))
+}
+
+async fn collect(
+    tasks: Vec<tokio::task::JoinHandle<Result<(u64, Duration), leasehold::Error>>>,
+    duration: Duration,
+) -> Result<Throughput, CliError> {
+    let mut per_worker = Vec::new();
+    let mut longest = Duration::ZERO;
+    for t in tasks {
+        let (count, wait) = t
+            .await
+            .map_err(|e| CliError::new(crate::exit::EX_SOFTWARE, e.to_string()))??;
+        per_worker.push(count);
+        longest = longest.max(wait);
+    }
+    Ok(throughput(per_worker, longest, duration))
+}
+
+pub fn throughput(per_worker: Vec<u64>, longest: Duration, duration: Duration) -> Throughput {
+    let acquisitions = per_worker.iter().sum();
+    Throughput {
+        acquisitions,
+        per_second: acquisitions as f64 / duration.as_secs_f64(),
+        jain_index: jain_index(&per_worker),
+        per_worker,
+        longest_wait_ms: longest.as_secs_f64() * 1e3,
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct ScalePoint {
+    pub workers: usize,
+    pub per_second: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Scale {
+    pub keys: usize,
+    pub points: Vec<ScalePoint>,
+}
+
+/// W workers (1 ..= max) on K distinct keys, each worker on its own key:
+/// acquisitions/s per W, to show where the store rather than the library
+/// becomes the limit.
+pub async fn scale(locks: &Locks, max_workers: usize, step: Duration) -> Result<Scale, CliError> {
+    let keys: Vec<String> = (0..max_workers).map(|_| unique_key("scale")).collect();
+    let mut points = Vec::new();
+    for w in 1..=max_workers {
+        let deadline = Instant::now() + step;
+        let tasks: Vec<_> = keys[..w]
+            .iter()
+            .map(|key| {
+                let (locks, key) = (locks.clone(), key.clone());
+                tokio::spawn(async move {
+                    let mut n = 0u64;
+                    while Instant::now() < deadline {
+                        locks.try_acquire(&key).await?.release().await?;
+                        n += 1;
+                    }
+                    Ok::<_, leasehold::Error>((n, Duration::ZERO))
+                })
+            })
+            .collect();
+        let t = collect(tasks, step).await?;
+        points.push(ScalePoint {
+            workers: w,
+            per_second: t.per_second,
+        });
+    }
+    Ok(Scale {
+        keys: max_workers,
+        points,
+    })
+}
+
+#[derive(Debug, Serialize)]
+pub struct Renewal {
+    pub leases: usize,
+    pub ttl_ms: u128,
+    pub duration_ms: u128,
+    /// Renew operations the store served per second.
+    pub renewals_per_second: f64,
+    /// leases × 3 / ttl: one renewal per lease every ttl/3.
+    pub expected_per_second: f64,
+    /// Leases whose lost() fired during the run (should be 0).
+    pub lost: usize,
+}
+
+/// N held leases renewing themselves for `duration`: the store load that
+/// renewal costs.
+pub async fn renewal(
+    store: &BenchStore,
+    leases: usize,
+    ttl: Duration,
+    duration: Duration,
+) -> Result<Renewal, CliError> {
+    let counting = Arc::new(counting::Counting::new(
+        store.client().await?.backend().clone(),
+    ));
+    let locks = Locks::from_arc(counting.clone());
+    let opts = AcquireOptions::new().with_ttl(ttl);
+    let mut guards = Vec::with_capacity(leases);
+    for _ in 0..leases {
+        guards.push(locks.acquire_with(&unique_key("renewal"), &opts).await?);
+    }
+    let before = counting.renewals();
+    tokio::time::sleep(duration).await;
+    let renewals = counting.renewals() - before;
+    let lost = guards.iter().filter(|g| g.is_lost()).count();
+    for g in guards {
+        g.release().await?;
+    }
+    Ok(Renewal {
+        leases,
+        ttl_ms: ttl.as_millis(),
+        duration_ms: duration.as_millis(),
+        renewals_per_second: renewals as f64 / duration.as_secs_f64(),
+        expected_per_second: leases as f64 * 3.0 / ttl.as_secs_f64(),
+        lost,
+    })
+}
+
+mod counting {
+    //! A store wrapper that counts renewals.
+
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use leasehold::{
+        Acquire, AcquireRequest, Backend, BoxFuture, Key, Lease, LeaseInfo, Subscription,
+    };
+
+    #[derive(Debug)]
+    pub struct Counting {
+        inner: Arc<dyn Backend>,
+        renewals: AtomicU64,
+    }
+
+    impl Counting {
+        pub fn new(inner: Arc<dyn Backend>) -> Self {
+            Counting {
+                inner,
+                renewals: AtomicU64::new(0),
+            }
+        }
+        pub fn renewals(&self) -> u64 {
+            self.renewals.load(Ordering::Relaxed)
+        }
+    }
+
+    impl Backend for Counting {
+        fn try_acquire<'a>(
+            &'a self,
+            r: &'a AcquireRequest,
+        ) -> BoxFuture<'a, leasehold::Result<Acquire>> {
+            self.inner.try_acquire(r)
+        }
+        fn renew<'a>(
+            &'a self,
+            l: &'a Lease,
+            t: Duration,
+        ) -> BoxFuture<'a, leasehold::Result<bool>> {
+            self.renewals.fetch_add(1, Ordering::Relaxed);
+            self.inner.renew(l, t)
+        }
+        fn release<'a>(&'a self, l: &'a Lease) -> BoxFuture<'a, leasehold::Result<()>> {
+            self.inner.release(l)
+        }
+        fn inspect<'a>(
+            &'a self,
+            k: &'a Key,
+        ) -> BoxFuture<'a, leasehold::Result<Option<LeaseInfo>>> {
+            self.inner.inspect(k)
+        }
+        fn list<'a>(&'a self, p: &'a str) -> BoxFuture<'a, leasehold::Result<Vec<LeaseInfo>>> {
+            self.inner.list(p)
+        }
+        fn force_release<'a>(&'a self, k: &'a Key) -> BoxFuture<'a, leasehold::Result<bool>> {
+            self.inner.force_release(k)
+        }
+        fn subscribe<'a>(&'a self, k: &'a Key) -> BoxFuture<'a, leasehold::Result<Subscription>> {
+            self.inner.subscribe(k)
+        }
+    }
+}
