@@ -147,8 +147,9 @@ async fn execute(cli: Cli) -> Result<u8, CliError> {
 
 fn init_tracing(verbose: u8) {
     use tracing_subscriber::EnvFilter;
+    // Quiet by default: every failure is reported as one line by `main`.
     let default = match verbose {
-        0 => "warn",
+        0 => "error",
         1 => "leasehold=debug,leasehold_cli=debug,warn",
         _ => "leasehold=trace,leasehold_cli=trace,info",
     };
