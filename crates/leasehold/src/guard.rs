@@ -27,6 +27,11 @@ use crate::time::{renew_interval, trusted_for, Backoff};
 /// should race against `lost()` and pass [`token`](Self::token) to the
 /// resource it writes (see the crate docs on fencing).
 ///
+/// # Local waiters
+/// While a guard lives, tasks waiting for its key through the same
+/// [`Locks`](crate::Locks) (or a clone) wait behind it, even after its lease
+/// is lost: drop or release guards promptly.
+///
 /// # Dropping
 /// Dropping the guard stops renewal at once and releases the lease
 /// best-effort on a background task of the current tokio runtime; if there is
