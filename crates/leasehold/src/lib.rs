@@ -78,6 +78,7 @@
 //! |---|---|---|---|
 //! | `memory://` | in-process ([`backends::memory`]) | always | in-process channel |
 //! | `sqlite://PATH` | SQLite file, across processes on one host | `sqlite` (default) | Unix datagrams in a wake directory |
+//! | `mongodb://HOST/DB` | MongoDB collection ([`backends::mongodb`]), expiry on the server's clock as estimated from `hello` | `mongodb` | a change stream (polling where the server has none) |
 //!
 //! Any type implementing [`Backend`] (a handful of atomic operations, see its
 //! `# Contract`) works with [`Locks::new`]; the [`conformance`] suite

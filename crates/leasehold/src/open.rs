@@ -5,6 +5,7 @@
 //! |---|---|---|
 //! | `memory://` | a fresh in-process store | always |
 //! | `sqlite://PATH` (`sqlite:///abs/path.db`, `sqlite://rel/path.db`) | SQLite file | `sqlite` (default) |
+//! | `mongodb://HOST[:PORT]/[DB][?driver options]` | collection `leasehold_locks` in DB (default `leasehold`) | `mongodb` |
 //!
 //! SQLite accepts `?synchronous=full` (default) or `?synchronous=normal`.
 
@@ -22,6 +23,7 @@ const KNOWN_SCHEMES: &[(&str, &str)] = &[
     ("postgresql", "postgres"),
     ("redis", "redis"),
     ("mongodb", "mongodb"),
+    ("mongodb+srv", "mongodb"),
 ];
 
 /// Opens the store named by `url`.
@@ -49,6 +51,10 @@ pub async fn open_backend(url: &str) -> Result<Arc<dyn Backend>> {
         }
         #[cfg(feature = "sqlite")]
         "sqlite" => open_sqlite(rest).await,
+        #[cfg(feature = "mongodb")]
+        "mongodb" | "mongodb+srv" => Ok(Arc::new(
+            crate::backends::mongodb::MongoBackend::connect(url).await?,
+        )),
         _ => Err(unknown_scheme(scheme)),
     }
 }
@@ -120,6 +126,10 @@ mod tests {
                 .await
                 .contains("unknown sqlite option"));
         }
+        #[cfg(feature = "mongodb")]
+        assert!(problem("mongodb://a:b:c:d")
+            .await
+            .starts_with("invalid store url"));
     }
 
     #[tokio::test]
