@@ -173,6 +173,22 @@ impl MongoBackend {
         e
     }
 
+    async fn recover(&self, req: &AcquireRequest) -> Result<Acquire> {
+        let found = self
+            .inner
+            .coll
+            .find_one(doc! { "_id": req.key().as_str() })
+            .await
+            .map_err(|e| self.fail(e))?;
+        match found {
+            Some(d) if d.get_str("owner") == Ok(req.owner().to_string().as_str()) => {
+                tracing::debug!(key = %req.key(), "upsert answered no document but granted");
+                Ok(Acquire::Granted(req.granted(fence_of(&d)?)))
+            }
+            _ => Ok(Acquire::Busy(self.busy(req.key()).await?)),
+        }
+    }
+
     async fn busy(&self, key: &Key) -> Result<Busy> {
         let found = self
             .inner
@@ -309,7 +325,12 @@ impl Backend for MongoBackend {
                 .await;
             match granted {
                 Ok(Some(d)) => Ok(Acquire::Granted(req.granted(fence_of(&d)?))),
-                Ok(None) => Err(Error::backend("upsert returned no document")),
+                // An upsert always returns the new document on mongod, but a
+                // wire-compatible server may answer "no document" under
+                // contention even when it applied the update. The server
+                // decided atomically either way; read which way (the owner
+                // id is fresh, so it is ours only if our write happened).
+                Ok(None) => self.recover(req).await,
                 Err(e) if is_duplicate_key(&e) => Ok(Acquire::Busy(self.busy(req.key()).await?)),
                 Err(e) => Err(self.fail(e)),
             }
