@@ -25,16 +25,17 @@
 //! processes hold the key, or the fence go backwards.
 
 mod clock;
+mod errors;
 pub mod helpers;
 mod options;
+mod record;
 mod watch;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::TryStreamExt;
-use mongodb::bson::{doc, Bson, DateTime, Document};
-use mongodb::error::ErrorKind;
+use mongodb::bson::{doc, Bson, Document};
 use mongodb::options::{ClientOptions, CollectionOptions, ReadConcern, ReturnDocument};
 use mongodb::{Client, Collection, Database};
 
@@ -42,13 +43,14 @@ pub use clock::ClockEstimate;
 pub use options::{MongoOptions, DEFAULT_COLLECTION};
 
 use crate::backend::{
-    duration_to_millis, millis_to_duration, token_from_i64, Acquire, AcquireRequest, Backend,
-    BoxFuture, Busy, Lease, LeaseInfo,
+    duration_to_millis, Acquire, AcquireRequest, Backend, BoxFuture, Busy, Lease, LeaseInfo,
 };
 use crate::error::{Error, Result};
 use crate::key::Key;
 use crate::notify::{Subscription, WakeHub};
 use clock::{ServerClock, ServerNow};
+use errors::{classify, is_duplicate_key, server_code};
+use record::{date, fence_of, freed, info_of, live, token_as_i64};
 use watch::Watcher;
 
 /// Database used when the URL names none.
@@ -209,94 +211,6 @@ impl MongoBackend {
     }
 }
 
-/// The holder and remaining time of a document's lease, if it is live.
-/// Remaining is counted to the lower bound of "now", so it is the longest
-/// the lease can last, capped at its ttl (the bound's width aside).
-fn live(d: &Document, now: ServerNow) -> Option<(String, Duration)> {
-    d.get_str("owner").ok()?;
-    let expires = d.get_datetime("expiresAt").ok()?.timestamp_millis();
-    (expires > now.lower).then(|| {
-        let ttl = d.get("ttlMs").and_then(as_i64).unwrap_or(i64::MAX);
-        let holder = d.get_str("holder").unwrap_or_default().to_owned();
-        (holder, millis_to_duration((expires - now.lower).min(ttl)))
-    })
-}
-
-fn as_i64(b: &Bson) -> Option<i64> {
-    match b {
-        Bson::Int64(v) => Some(*v),
-        Bson::Int32(v) => Some(i64::from(*v)),
-        _ => None,
-    }
-}
-
-fn fence_of(d: &Document) -> Result<u64> {
-    let fence = d
-        .get("fence")
-        .and_then(as_i64)
-        .ok_or_else(|| Error::backend("lease document without an integer fence"))?;
-    token_from_i64(fence)
-}
-
-fn info_of(d: &Document, now: ServerNow) -> Result<Option<LeaseInfo>> {
-    let Some((holder, remaining)) = live(d, now) else {
-        return Ok(None);
-    };
-    Ok(Some(LeaseInfo {
-        key: Key::new(d.get_str("_id").map_err(Error::backend)?)?,
-        holder,
-        token: fence_of(d)?,
-        remaining,
-    }))
-}
-
-fn token_as_i64(lease: &Lease) -> i64 {
-    // Tokens come from the store's Int64 fence, so they fit.
-    i64::try_from(lease.token()).unwrap_or(i64::MAX)
-}
-
-/// The server's error code of a command or write error, if any.
-pub(crate) fn server_code(e: &mongodb::error::Error) -> Option<i32> {
-    match e.kind.as_ref() {
-        ErrorKind::Command(c) => Some(c.code),
-        ErrorKind::Write(mongodb::error::WriteFailure::WriteError(w)) => Some(w.code),
-        ErrorKind::Write(mongodb::error::WriteFailure::WriteConcernError(w)) => Some(w.code),
-        _ => None,
-    }
-}
-
-fn is_duplicate_key(e: &mongodb::error::Error) -> bool {
-    server_code(e) == Some(11000)
-}
-
-/// Network trouble, timeouts, no reachable primary, and anything the driver
-/// labels retryable are transient; everything else is a store error.
-pub(crate) fn classify(e: mongodb::error::Error) -> Error {
-    use mongodb::error::{RETRYABLE_WRITE_ERROR, TRANSIENT_TRANSACTION_ERROR};
-    // NotWritablePrimary, NotPrimaryNoSecondaryOk, NotPrimaryOrSecondary,
-    // the shutdown/recovering codes, and ExceededTimeLimit/NetworkTimeout.
-    const TRANSIENT_CODES: &[i32] = &[
-        10107, 13435, 13436, 11600, 11602, 189, 91, 6, 7, 89, 9001, 50, 262, 112,
-    ];
-    let transient = matches!(
-        e.kind.as_ref(),
-        ErrorKind::Io(_)
-            | ErrorKind::ServerSelection { .. }
-            | ErrorKind::ConnectionPoolCleared { .. }
-    ) || e.contains_label(RETRYABLE_WRITE_ERROR)
-        || e.contains_label(TRANSIENT_TRANSACTION_ERROR)
-        || server_code(&e).is_some_and(|c| TRANSIENT_CODES.contains(&c));
-    if transient {
-        Error::unavailable(e)
-    } else {
-        Error::backend(e)
-    }
-}
-
-fn date(ms: i64) -> DateTime {
-    DateTime::from_millis(ms)
-}
-
 impl Backend for MongoBackend {
     fn try_acquire<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
         Box::pin(async move {
@@ -449,9 +363,4 @@ impl Backend for MongoBackend {
     fn subscribe<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Subscription>> {
         Box::pin(async move { Ok(self.inner.watcher.subscribe(&self.inner.coll, key).await) })
     }
-}
-
-/// The fields of a free lease; the fence stays.
-fn freed() -> Document {
-    doc! { "owner": Bson::Null, "holder": Bson::Null, "expiresAt": Bson::Null }
 }
