@@ -80,6 +80,7 @@
 //! | `sqlite://PATH` | SQLite file, across processes on one host | `sqlite` (default) | Unix datagrams in a wake directory |
 //! | `postgres://...`, `postgresql://...` | PostgreSQL lease table ([`backends::postgres`]), across hosts | `postgres` | `LISTEN/NOTIFY`, one connection per backend |
 //! | `redis://host[:port][/db]` | Redis, Lua scripts, fence keys never deleted; use AOF | `redis` | one pub/sub connection per store |
+//! | `mongodb://HOST/DB` | MongoDB collection ([`backends::mongodb`]), expiry on the server's clock as estimated from `hello` | `mongodb` | a change stream (polling where the server has none) |
 //!
 //! Any type implementing [`Backend`] (a handful of atomic operations, see its
 //! `# Contract`) works with [`Locks::new`]; the `conformance` module

@@ -128,6 +128,11 @@ impl RetryPolicy {
     pub fn max_attempts(&self) -> u32 {
         self.max_attempts
     }
+
+    /// The sleeps between attempts, for retry loops of store helpers.
+    pub(crate) fn backoff(&self) -> Backoff {
+        Backoff::new(self.base, self.cap)
+    }
 }
 
 /// Runs `attempt(n)` for n = 1, 2, ... until it commits, retrying conflicts
@@ -163,7 +168,7 @@ where
     F: FnMut(u32) -> Fut,
     Fut: Future<Output = std::result::Result<Attempt<T>, E>>,
 {
-    let mut backoff = Backoff::new(policy.base, policy.cap);
+    let mut backoff = policy.backoff();
     for n in 1..=policy.max_attempts {
         match attempt(n).await {
             Ok(Attempt::Committed(value)) => return Ok(Committed { value, attempts: n }),

@@ -5,6 +5,7 @@
 //! |---|---|---|
 //! | `memory://` | a fresh in-process store | always |
 //! | `sqlite://PATH` (`sqlite:///abs/path.db`, `sqlite://rel/path.db`) | SQLite file | `sqlite` (default) |
+//! | `mongodb://HOST[:PORT]/[DB][?driver options]` | collection `leasehold_locks` in DB (default `leasehold`) | `mongodb` |
 //! | `postgres://user@host:port/db`, `postgresql://...` | PostgreSQL, table `leasehold_locks` | `postgres` |
 //! | `redis://[user:pass@]host[:port][/db]`, `redis+unix:///path` | Redis | `redis` |
 //!
@@ -34,6 +35,7 @@ const KNOWN_SCHEMES: &[(&str, &str)] = &[
     ("redis+unix", "redis"),
     ("rediss", "redis"),
     ("mongodb", "mongodb"),
+    ("mongodb+srv", "mongodb"),
 ];
 
 /// Opens the store named by `url`.
@@ -61,6 +63,10 @@ pub async fn open_backend(url: &str) -> Result<Arc<dyn Backend>> {
         }
         #[cfg(feature = "sqlite")]
         "sqlite" => open_sqlite(rest).await,
+        #[cfg(feature = "mongodb")]
+        "mongodb" | "mongodb+srv" => Ok(Arc::new(
+            crate::backends::mongodb::MongoBackend::connect(url).await?,
+        )),
         #[cfg(feature = "postgres")]
         "postgres" | "postgresql" => Ok(Arc::new(
             crate::backends::postgres::PostgresBackend::connect(url).await?,
@@ -175,6 +181,10 @@ mod tests {
                 .await
                 .contains("unknown sqlite option"));
         }
+        #[cfg(feature = "mongodb")]
+        assert!(problem("mongodb://a:b:c:d")
+            .await
+            .starts_with("invalid store url"));
         #[cfg(feature = "redis")]
         {
             assert!(problem("rediss://127.0.0.1").await.contains("TLS"));

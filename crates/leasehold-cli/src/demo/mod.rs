@@ -31,7 +31,8 @@ pub enum Strategy {
     None,
     /// A leasehold lock per product, with a fenced stock write
     Lease,
-    /// The store's own lock around the transaction (SQLite: BEGIN IMMEDIATE)
+    /// The store's own lock around the transaction (SQLite: BEGIN IMMEDIATE;
+    /// MongoDB: a transaction that writes the product first, retried on conflict)
     RowLock,
     /// Version compare-and-swap with bounded, jittered retry
     Optimistic,

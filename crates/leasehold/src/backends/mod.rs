@@ -2,6 +2,8 @@
 //! operations; all logic shared between stores lives in the core.
 
 pub mod memory;
+#[cfg(feature = "mongodb")]
+pub mod mongodb;
 pub mod polling;
 #[cfg(feature = "postgres")]
 pub mod postgres;

@@ -1,0 +1,98 @@
+//! The `leasehold` binary against MongoDB (`LEASEHOLD_TEST_MONGODB`), across
+//! real OS processes. Skipped when the variable is unset, unless
+//! `LEASEHOLD_REQUIRE_SERVERS=1`.
+#![cfg(feature = "mongodb")]
+
+mod common;
+
+use common::*;
+
+/// The server URL with a database of its own, so tests (and their fixed
+/// key names) do not meet.
+fn store() -> Option<String> {
+    let url = leasehold::conformance::server_url("LEASEHOLD_TEST_MONGODB")?;
+    let db = format!("cli_{:016x}", rand::random::<u64>());
+    let (base, query) = url.split_once('?').unwrap_or((&url, ""));
+    let base = base.trim_end_matches('/');
+    // A URL that names a database already: replace it.
+    let host = match base.split_once("://") {
+        Some((scheme, rest)) => format!("{scheme}://{}", rest.split('/').next().unwrap_or(rest)),
+        None => base.to_owned(),
+    };
+    Some(if query.is_empty() {
+        format!("{host}/{db}")
+    } else {
+        format!("{host}/{db}?{query}")
+    })
+}
+
+#[test]
+fn eight_processes_count_to_two_hundred() {
+    let Some(store) = store() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    counter_under_many_processes(&store, dir.path(), 8, 25);
+}
+
+#[test]
+fn a_killed_holder_is_taken_over_within_ttl_plus_one_second() {
+    let Some(store) = store() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    kill9_takeover(&store, dir.path());
+}
+
+#[test]
+fn a_paused_holder_loses_its_lease_and_exits_70() {
+    let Some(store) = store() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    sigstop_loses_lease(&store, dir.path());
+}
+
+#[test]
+fn an_unreachable_server_exits_69_within_ten_seconds() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let started = std::time::Instant::now();
+    let out = run(leasehold(&format!("mongodb://127.0.0.1:{port}/")).args(["status", "k"]));
+    assert_eq!(out.status.code(), Some(69), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("store unavailable"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+}
+
+#[test]
+fn demo_shows_the_race_and_three_safe_strategies() {
+    let Some(store) = store() else { return };
+    let out = run(leasehold(&store).args(["demo", "--workers", "4", "--json"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let results = json["results"].as_array().unwrap();
+    let names: Vec<_> = results
+        .iter()
+        .map(|r| r["strategy"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["none", "lease", "row-lock", "optimistic"]);
+    for r in results {
+        let (sold, initial, fin) = (
+            r["sold"].as_i64().unwrap(),
+            r["initial_stock"].as_i64().unwrap(),
+            r["final_stock"].as_i64().unwrap(),
+        );
+        if r["strategy"] == "none" {
+            assert!(
+                r["oversold"].as_i64().unwrap() + r["lost_updates"].as_i64().unwrap() > 0,
+                "the unprotected run must show the race: {r}"
+            );
+        } else {
+            assert_eq!(r["oversold"], 0, "{r}");
+            assert_eq!(r["lost_updates"], 0, "{r}");
+            assert_eq!(fin, initial - sold, "{r}");
+            assert!(sold > 0, "{r}");
+        }
+    }
+}

@@ -1,0 +1,366 @@
+//! The MongoDB store (`mongodb://`, feature `mongodb`).
+//!
+//! One document per key, `{_id: key, fence, owner, holder, expiresAt, ttlMs}`,
+//! never deleted by leasehold (the fence lives in it). Every operation is one
+//! single-document write, which MongoDB applies atomically:
+//!
+//! - acquire: `findOneAndUpdate({_id, $or: [{owner: null}, {expiresAt <= now}]},
+//!   {$set: {owner, holder, expiresAt}, $inc: {fence: 1}}, {upsert: true})`.
+//!   When the filter does not match, the upsert's insert collides with the
+//!   existing `_id`: duplicate key (11000) means busy.
+//! - renew, release: `updateOne` filtered on `_id`, owner, fence (and for
+//!   renew, not yet expired); release sets `owner` to null.
+//! - force-release: `findOneAndUpdate` that nulls the owner and bumps the fence.
+//!
+//! Only classic update operators are used (no update pipelines, no `$$NOW`),
+//! so this runs on mongod and on wire-compatible servers. "Now" is the
+//! client's estimate of the *server's* clock, with an error bound (see
+//! [`ClockEstimate`]): a holder's `expiresAt` is set from the upper bound of
+//! the estimate, a contender takes over only once `expiresAt` is at or
+//! below the lower bound, so neither a wrong client clock nor the
+//! measurement error can make two holders.
+//!
+//! Writes use `w: majority` by default and reads `readConcern: majority`:
+//! a grant or holder that a failover could roll back would let two
+//! processes hold the key, or the fence go backwards.
+
+mod clock;
+mod errors;
+pub mod helpers;
+mod options;
+mod record;
+mod watch;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::TryStreamExt;
+use mongodb::bson::{doc, Bson, Document};
+use mongodb::options::{ClientOptions, CollectionOptions, ReadConcern, ReturnDocument};
+use mongodb::{Client, Collection, Database};
+
+pub use clock::ClockEstimate;
+pub use options::{MongoOptions, DEFAULT_COLLECTION};
+
+use crate::backend::{
+    duration_to_millis, Acquire, AcquireRequest, Backend, BoxFuture, Busy, Lease, LeaseInfo,
+};
+use crate::error::{Error, Result};
+use crate::key::Key;
+use crate::notify::{Subscription, WakeHub};
+use clock::{ServerClock, ServerNow};
+use errors::{classify, is_duplicate_key, server_code};
+use record::{date, fence_of, freed, info_of, live, token_as_i64};
+use watch::Watcher;
+
+/// Database used when the URL names none.
+const DEFAULT_DATABASE: &str = "leasehold";
+/// Fail fast when the server is down: the driver's default is 30 s.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Lock store in a MongoDB collection. Clones share the connection pool,
+/// the clock estimate and the change stream.
+#[derive(Debug, Clone)]
+pub struct MongoBackend {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    db: Database,
+    coll: Collection<Document>,
+    clock: ServerClock,
+    hub: WakeHub,
+    watcher: Watcher,
+}
+
+impl MongoBackend {
+    /// Connects to the server at `url` (`mongodb://host:port/db?options`;
+    /// database `leasehold` if the URL names none) with default options.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a malformed URL; [`Error::Unavailable`] if
+    /// the server cannot be reached within about 3 s (unless the URL sets
+    /// `serverSelectionTimeoutMS`/`connectTimeoutMS`).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: nothing is written.
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, MongoOptions::default()).await
+    }
+
+    /// As [`connect`](Self::connect), with `options`.
+    ///
+    /// # Errors
+    /// As [`connect`](Self::connect); [`Error::InvalidInput`] for bad options.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: nothing is written.
+    pub async fn connect_with(url: &str, options: MongoOptions) -> Result<Self> {
+        options.validate()?;
+        let mut client_options = ClientOptions::parse(url)
+            .await
+            .map_err(|e| Error::invalid("store url", e.to_string()))?;
+        client_options
+            .server_selection_timeout
+            .get_or_insert(CONNECT_TIMEOUT);
+        client_options
+            .connect_timeout
+            .get_or_insert(CONNECT_TIMEOUT);
+        client_options
+            .app_name
+            .get_or_insert_with(|| "leasehold".to_owned());
+        let db_name = client_options
+            .default_database
+            .clone()
+            .unwrap_or_else(|| DEFAULT_DATABASE.to_owned());
+        let client = Client::with_options(client_options).map_err(classify)?;
+        Self::from_database(client.database(&db_name), options).await
+    }
+
+    /// Uses the collection named in `options` of the application's own
+    /// database handle (and its client's connection pool).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for bad options (before any I/O);
+    /// [`Error::Unavailable`] if the server cannot be reached to measure its
+    /// clock; [`Error::Backend`] if it does not report its clock.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: nothing is written.
+    pub async fn from_database(db: Database, options: MongoOptions) -> Result<Self> {
+        options.validate()?;
+        let coll = db.collection_with_options(
+            options.collection(),
+            CollectionOptions::builder()
+                .write_concern(options.write_concern().clone())
+                .read_concern(ReadConcern::majority())
+                .build(),
+        );
+        let clock = ServerClock::measure(&db, options.clock_skew_us()).await?;
+        let hub = WakeHub::new();
+        Ok(MongoBackend {
+            inner: Arc::new(Inner {
+                watcher: Watcher::new(hub.clone()),
+                db,
+                coll,
+                clock,
+                hub,
+            }),
+        })
+    }
+
+    /// The lease collection, e.g. to read fences or build indexes.
+    pub fn collection(&self) -> &Collection<Document> {
+        &self.inner.coll
+    }
+
+    /// The measured offset of the server's clock from this client's, and
+    /// the current error bound of the estimate.
+    pub fn clock_estimate(&self) -> ClockEstimate {
+        self.inner.clock.estimate()
+    }
+
+    async fn now(&self) -> Result<ServerNow> {
+        self.inner.clock.now(&self.inner.db).await
+    }
+
+    /// Classifies a driver error, and distrusts the clock estimate after a
+    /// connection problem (the next operation may reach another server).
+    fn fail(&self, e: mongodb::error::Error) -> Error {
+        let e = classify(e);
+        if matches!(e, Error::Unavailable { .. }) {
+            self.inner.clock.mark_stale();
+        }
+        e
+    }
+
+    async fn recover(&self, req: &AcquireRequest) -> Result<Acquire> {
+        let found = self
+            .inner
+            .coll
+            .find_one(doc! { "_id": req.key().as_str() })
+            .await
+            .map_err(|e| self.fail(e))?;
+        match found {
+            Some(d) if d.get_str("owner") == Ok(req.owner().to_string().as_str()) => {
+                tracing::debug!(key = %req.key(), "upsert answered no document but granted");
+                Ok(Acquire::Granted(req.granted(fence_of(&d)?)))
+            }
+            _ => Ok(Acquire::Busy(self.busy(req.key()).await?)),
+        }
+    }
+
+    async fn busy(&self, key: &Key) -> Result<Busy> {
+        let found = self
+            .inner
+            .coll
+            .find_one(doc! { "_id": key.as_str() })
+            .await
+            .map_err(|e| self.fail(e))?;
+        let now = self.now().await?;
+        // The holder may have left since: zero remaining makes the waiter retry.
+        Ok(found
+            .as_ref()
+            .and_then(|d| live(d, now))
+            .map(|(holder, remaining)| Busy { holder, remaining })
+            .unwrap_or(Busy {
+                holder: String::new(),
+                remaining: Duration::ZERO,
+            }))
+    }
+}
+
+impl Backend for MongoBackend {
+    fn try_acquire<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
+        Box::pin(async move {
+            let now = self.now().await?;
+            let ttl = duration_to_millis(req.ttl());
+            let filter = doc! {
+                "_id": req.key().as_str(),
+                "$or": [ { "owner": Bson::Null }, { "expiresAt": { "$lte": date(now.lower) } } ],
+            };
+            let update = doc! {
+                "$set": {
+                    "owner": req.owner().to_string(),
+                    "holder": req.holder(),
+                    "expiresAt": date(now.upper.saturating_add(ttl)),
+                    "ttlMs": ttl,
+                },
+                "$inc": { "fence": 1_i64 },
+            };
+            let granted = self
+                .inner
+                .coll
+                .find_one_and_update(filter, update)
+                .upsert(true)
+                .return_document(ReturnDocument::After)
+                .projection(doc! { "fence": 1 })
+                .await;
+            match granted {
+                Ok(Some(d)) => Ok(Acquire::Granted(req.granted(fence_of(&d)?))),
+                // An upsert always returns the new document on mongod, but a
+                // wire-compatible server may answer "no document" under
+                // contention even when it applied the update. The server
+                // decided atomically either way; read which way (the owner
+                // id is fresh, so it is ours only if our write happened).
+                Ok(None) => self.recover(req).await,
+                Err(e) if is_duplicate_key(&e) => Ok(Acquire::Busy(self.busy(req.key()).await?)),
+                Err(e) => Err(self.fail(e)),
+            }
+        })
+    }
+
+    fn renew<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async move {
+            let now = self.now().await?;
+            let ttl = duration_to_millis(ttl);
+            // Not yet expired even by the latest possible "now": an expired
+            // lease is never resurrected.
+            let filter = doc! {
+                "_id": lease.key().as_str(),
+                "owner": lease.owner().to_string(),
+                "fence": token_as_i64(lease),
+                "expiresAt": { "$gt": date(now.upper) },
+            };
+            let update = doc! { "$set": {
+                "expiresAt": date(now.upper.saturating_add(ttl)),
+                "ttlMs": ttl,
+            } };
+            let done = self
+                .inner
+                .coll
+                .update_one(filter, update)
+                .await
+                .map_err(|e| self.fail(e))?;
+            Ok(done.matched_count == 1)
+        })
+    }
+
+    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let filter = doc! {
+                "_id": lease.key().as_str(),
+                "owner": lease.owner().to_string(),
+                "fence": token_as_i64(lease),
+            };
+            let done = self
+                .inner
+                .coll
+                .update_one(filter, doc! { "$set": freed() })
+                .await
+                .map_err(|e| self.fail(e))?;
+            if done.modified_count == 1 {
+                // Waiters in this process need not wait for the change stream.
+                self.inner.hub.notify(lease.key().as_str());
+            }
+            Ok(())
+        })
+    }
+
+    fn inspect<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<LeaseInfo>>> {
+        Box::pin(async move {
+            let found = self
+                .inner
+                .coll
+                .find_one(doc! { "_id": key.as_str() })
+                .await
+                .map_err(|e| self.fail(e))?;
+            let now = self.now().await?;
+            found.map_or(Ok(None), |d| info_of(&d, now))
+        })
+    }
+
+    fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<LeaseInfo>>> {
+        Box::pin(async move {
+            let now = self.now().await?;
+            // Keys with the prefix form one range in _id order (binary
+            // string comparison); the filter never interprets the prefix.
+            let filter = doc! {
+                "_id": { "$gte": prefix },
+                "owner": { "$type": "string" },
+                "expiresAt": { "$gt": date(now.lower) },
+            };
+            let mut cursor = self
+                .inner
+                .coll
+                .find(filter)
+                .sort(doc! { "_id": 1 })
+                .await
+                .map_err(|e| self.fail(e))?;
+            let mut out = Vec::new();
+            while let Some(d) = cursor.try_next().await.map_err(|e| self.fail(e))? {
+                if !d.get_str("_id").is_ok_and(|k| k.starts_with(prefix)) {
+                    break;
+                }
+                out.extend(info_of(&d, now)?);
+            }
+            Ok(out)
+        })
+    }
+
+    fn force_release<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async move {
+            let before = self
+                .inner
+                .coll
+                .find_one_and_update(
+                    doc! { "_id": key.as_str() },
+                    doc! { "$set": freed(), "$inc": { "fence": 1_i64 } },
+                )
+                .return_document(ReturnDocument::Before)
+                .await
+                .map_err(|e| self.fail(e))?;
+            let Some(before) = before else {
+                return Ok(false);
+            };
+            self.inner.hub.notify(key.as_str());
+            let now = self.now().await?;
+            Ok(live(&before, now).is_some())
+        })
+    }
+
+    fn subscribe<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Subscription>> {
+        Box::pin(async move { Ok(self.inner.watcher.subscribe(&self.inner.coll, key).await) })
+    }
+}
