@@ -6,6 +6,7 @@ mod admin;
 mod demo;
 mod exit;
 mod run;
+mod torture;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,11 +14,15 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-pub use exit::{CliError, EX_LOST, EX_TEMPFAIL, EX_UNAVAILABLE, EX_USAGE};
+pub use exit::{
+    CliError, EX_INCONCLUSIVE, EX_LOST, EX_TEMPFAIL, EX_UNAVAILABLE, EX_USAGE, EX_VIOLATION,
+};
 
 const EXIT_CODES: &str = "\
 Exit codes:
   0   success (for `run`: the command's own exit code is passed through)
+  1   torture: the checker found a violation
+  2   torture: inconclusive (pauses enabled, but no fenced rejection or overlap)
   64  invalid usage or input (bad key, ttl, duration, store URL, arguments)
   69  store unreachable or failing
   70  lease lost while `run` was running the command (the command was stopped)
@@ -31,7 +36,7 @@ Set RUST_LOG (e.g. RUST_LOG=leasehold=debug) or pass -v for tracing output.";
 #[derive(Debug, Parser)]
 #[command(name = "leasehold", version, after_help = EXIT_CODES)]
 pub struct Cli {
-    /// Lock store URL: sqlite://PATH, memory://
+    /// Lock store URL: sqlite://PATH, redis://HOST[:PORT][/DB][?prefix=NAME], memory://
     #[arg(long, env = "LEASEHOLD_STORE", global = true, default_value_t = default_store_url())]
     pub store: String,
 
@@ -59,6 +64,11 @@ pub enum Command {
     /// One demo worker process (started by `demo`)
     #[command(hide = true)]
     DemoWorker(demo::WorkerArgs),
+    /// Fault-injection checker: workers, a fenced resource, a nemesis, a verdict
+    Torture(torture::TortureArgs),
+    /// One torture worker process (started by `torture`)
+    #[command(hide = true)]
+    TortureWorker(torture::WorkerArgs),
 }
 
 /// Options shared by commands that acquire.
@@ -134,6 +144,8 @@ async fn execute(cli: Cli) -> Result<u8, CliError> {
         Command::Release(args) => admin::release(&cli.store, args).await,
         Command::Demo(args) => demo::demo(&cli.store, args).await,
         Command::DemoWorker(args) => demo::worker(&cli.store, args).await,
+        Command::Torture(args) => torture::torture(&cli.store, args).await,
+        Command::TortureWorker(args) => torture::worker(&cli.store, args).await,
     }
 }
 
