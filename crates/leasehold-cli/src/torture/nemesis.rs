@@ -63,6 +63,8 @@ impl Nemesis<'_> {
         // Warm-up: let the workers connect and take the first leases.
         sleep(self.ttl).await;
         let mut order = Vec::new();
+        // Proxy faults take turns too, from a seeded starting point.
+        let mut proxy_turn = self.rng.gen_range(0..3usize);
         // Leave room for the longest step (a pause of up to 2.5 ttl).
         while mono_ns() + ((self.ttl * 3).as_nanos() as u64) < self.end {
             if order.is_empty() {
@@ -73,7 +75,10 @@ impl Nemesis<'_> {
             let fault = match family {
                 Family::Kill => self.kill().await?,
                 Family::Pause => self.pause().await?,
-                Family::Proxy => self.proxy_fault().await,
+                Family::Proxy => {
+                    proxy_turn += 1;
+                    self.proxy_fault(proxy_turn % 3).await
+                }
                 Family::Restart => self.restart().await,
             };
             faults.extend(fault);
@@ -164,10 +169,10 @@ impl Nemesis<'_> {
         Ok(None)
     }
 
-    async fn proxy_fault(&mut self) -> Option<Fault> {
+    async fn proxy_fault(&mut self, turn: usize) -> Option<Fault> {
         let proxy = self.proxy.clone()?;
         let start = mono_ns();
-        let (kind, detail) = match self.rng.gen_range(0..3) {
+        let (kind, detail) = match turn {
             0 => {
                 let latency = self.ttl.mul_f64(self.rng.gen_range(0.05..0.2));
                 proxy.set_latency(latency);

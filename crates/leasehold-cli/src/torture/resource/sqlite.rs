@@ -34,6 +34,40 @@ const WRITE_FENCED: &str = "UPDATE leasehold_torture_resource SET value = ?3, \
 const WRITE_UNFENCED: &str = "UPDATE leasehold_torture_resource SET value = ?3, \
      fence = max(fence, ?2) WHERE key = ?1 RETURNING value";
 
+/// A row of the decision log.
+#[derive(sqlx::FromRow)]
+struct LogRow {
+    seq: i64,
+    t: i64,
+    key: String,
+    op: String,
+    token: i64,
+    value: i64,
+    accepted: bool,
+    highest: i64,
+    worker: i64,
+}
+
+impl LogRow {
+    fn into_decision(self) -> Decision {
+        Decision {
+            seq: self.seq as u64,
+            t: self.t as u64,
+            key: self.key,
+            op: if self.op == "read" {
+                ResourceOp::Read
+            } else {
+                ResourceOp::Write
+            },
+            token: self.token as u64,
+            value: self.value,
+            accepted: self.accepted,
+            highest: self.highest as u64,
+            worker: self.worker as u32,
+        }
+    }
+}
+
 pub struct SqliteResource {
     pool: SqlitePool,
 }
@@ -76,31 +110,14 @@ impl InStore for SqliteResource {
         Box::pin(async move {
             let mut out = Vec::new();
             for key in keys {
-                let rows: Vec<(i64, i64, String, String, i64, i64, bool, i64, i64)> =
-                    sqlx::query_as(
-                        "SELECT seq, t, key, op, token, value, accepted, highest, worker \
-                         FROM leasehold_torture_log WHERE key = ?1",
-                    )
-                    .bind(key)
-                    .fetch_all(&self.pool)
-                    .await?;
-                for (seq, t, key, op, token, value, accepted, highest, worker) in rows {
-                    out.push(Decision {
-                        seq: seq as u64,
-                        t: t as u64,
-                        key,
-                        op: if op == "read" {
-                            ResourceOp::Read
-                        } else {
-                            ResourceOp::Write
-                        },
-                        token: token as u64,
-                        value,
-                        accepted,
-                        highest: highest as u64,
-                        worker: worker as u32,
-                    });
-                }
+                let rows: Vec<LogRow> = sqlx::query_as(
+                    "SELECT seq, t, key, op, token, value, accepted, highest, worker \
+                     FROM leasehold_torture_log WHERE key = ?1",
+                )
+                .bind(key)
+                .fetch_all(&self.pool)
+                .await?;
+                out.extend(rows.into_iter().map(LogRow::into_decision));
             }
             out.sort_by_key(|d| d.seq);
             Ok(out)
