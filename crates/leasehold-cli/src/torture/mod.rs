@@ -256,7 +256,7 @@ pub async fn torture(store: &str, args: TortureArgs) -> Result<u8, CliError> {
 
     // Every lease must be gone once the last one could have expired.
     tokio::time::sleep(args.ttl + Duration::from_millis(200)).await;
-    let held_after_end = locks.list(&format!("torture-{run_id}:")).await?.len();
+    let held_after_end = list_after_end(&locks, &format!("torture-{run_id}:")).await?;
 
     let mut events: Vec<Event> = Vec::new();
     for file in fleet::history_files(&dir)? {
@@ -317,6 +317,22 @@ pub async fn torture(store: &str, args: TortureArgs) -> Result<u8, CliError> {
         Verdict::Violation => EX_VIOLATION,
         Verdict::Inconclusive => EX_INCONCLUSIVE,
     })
+}
+
+/// Live leases under `prefix`, retrying while the store comes back from a
+/// restart the nemesis may have just done.
+async fn list_after_end(locks: &Locks, prefix: &str) -> Result<usize, CliError> {
+    let mut attempts = 0;
+    loop {
+        match locks.list(prefix).await {
+            Ok(held) => return Ok(held.len()),
+            Err(e) if e.is_retryable() && attempts < 20 => {
+                attempts += 1;
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
 }
 
 fn store_error(e: anyhow::Error) -> CliError {

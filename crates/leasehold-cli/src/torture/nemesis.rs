@@ -96,7 +96,8 @@ impl Nemesis<'_> {
         let deadline = mono_ns() + self.ttl.as_nanos() as u64;
         while mono_ns() < deadline {
             let key = &self.keys[self.rng.gen_range(0..self.keys.len())];
-            if let Some(info) = self.locks.inspect(key).await? {
+            // The store may be restarting (our own fault): ask again.
+            if let Ok(Some(info)) = self.locks.inspect(key).await {
                 let worker = parse_pid(&info.holder).and_then(|pid| self.fleet.by_pid(pid));
                 if let Some(worker) = worker {
                     return Ok(Some(Target {
@@ -114,11 +115,11 @@ impl Nemesis<'_> {
     /// Whether `target` still holds its lease: run right after a signal, it
     /// tells whether the signal landed inside the lease.
     async fn still_holds(&self, target: &Target) -> Result<bool, CliError> {
-        Ok(self
-            .locks
-            .inspect(&target.key)
-            .await?
-            .is_some_and(|i| i.token == target.token))
+        Ok(match self.locks.inspect(&target.key).await {
+            Ok(info) => info.is_some_and(|i| i.token == target.token),
+            Err(e) if e.is_retryable() => false,
+            Err(e) => return Err(e.into()),
+        })
     }
 
     async fn kill(&mut self) -> Result<Option<Fault>, CliError> {
