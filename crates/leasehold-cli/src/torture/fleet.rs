@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nix::sys::signal::{kill, Signal};
@@ -35,6 +36,8 @@ pub struct Fleet {
     config: WorkerConfig,
     exe: PathBuf,
     slots: Vec<Slot>,
+    /// The current worker pids, for the interrupt handler.
+    pids: Arc<Mutex<Vec<u32>>>,
 }
 
 impl Fleet {
@@ -43,12 +46,34 @@ impl Fleet {
             config,
             exe: std::env::current_exe()?,
             slots: Vec::new(),
+            pids: Arc::default(),
         };
         for id in 0..workers {
             let slot = fleet.spawn(id, 0)?;
             fleet.slots.push(slot);
         }
+        fleet.publish_pids();
         Ok(fleet)
+    }
+
+    fn publish_pids(&self) {
+        *self.pids.lock().unwrap_or_else(|p| p.into_inner()) =
+            self.slots.iter().map(|s| s.pid).collect();
+    }
+
+    /// Kills every worker, stopped ones included, when the harness is
+    /// interrupted (a worker left in SIGSTOP would otherwise stay forever).
+    pub fn kill_all_on_interrupt(&self, dir: PathBuf) {
+        let pids = self.pids.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                for pid in pids.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+                    let _ = kill(Pid::from_raw(*pid as i32), Signal::SIGKILL);
+                }
+                let _ = std::fs::remove_dir_all(dir);
+                std::process::exit(i32::from(crate::exit::EX_INTERRUPTED));
+            }
+        });
     }
 
     fn spawn(&self, id: u32, incarnation: u32) -> Result<Slot, CliError> {
@@ -107,6 +132,7 @@ impl Fleet {
         let _ = slot.child.wait().await;
         let next = slot.incarnation + 1;
         self.slots[id as usize] = self.spawn(id, next)?;
+        self.publish_pids();
         Ok(())
     }
 

@@ -27,7 +27,7 @@ use leasehold::Locks;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
-use crate::exit::{CliError, EX_INCONCLUSIVE, EX_INTERRUPTED, EX_VIOLATION};
+use crate::exit::{CliError, EX_INCONCLUSIVE, EX_VIOLATION};
 use crate::parse_duration;
 use checker::Verdict;
 use fleet::{Fleet, WorkerConfig};
@@ -224,6 +224,7 @@ pub async fn torture(store: &str, args: TortureArgs) -> Result<u8, CliError> {
         },
         args.workers,
     )?;
+    fleet.kill_all_on_interrupt(dir.clone());
     let nemesis = nemesis::Nemesis {
         fleet: &mut fleet,
         locks: &locks,
@@ -235,15 +236,7 @@ pub async fn torture(store: &str, args: TortureArgs) -> Result<u8, CliError> {
         ttl: args.ttl,
         end: stop_at,
     };
-    let faults = tokio::select! {
-        faults = nemesis.run() => faults?,
-        _ = tokio::signal::ctrl_c() => {
-            // Dropping the fleet kills every worker, paused ones included.
-            drop(fleet);
-            let _ = std::fs::remove_dir_all(&dir);
-            return Ok(EX_INTERRUPTED);
-        }
-    };
+    let faults = nemesis.run().await?;
     let remaining = Duration::from_nanos(stop_at.saturating_sub(clock::mono_ns()));
     let mut notes = plan.notes;
     let planned_notes = notes.len();
