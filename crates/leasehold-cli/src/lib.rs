@@ -7,6 +7,7 @@ mod bench;
 mod demo;
 mod exit;
 mod run;
+mod torture;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -14,11 +15,15 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-pub use exit::{CliError, EX_LOST, EX_TEMPFAIL, EX_UNAVAILABLE, EX_USAGE};
+pub use exit::{
+    CliError, EX_INCONCLUSIVE, EX_LOST, EX_TEMPFAIL, EX_UNAVAILABLE, EX_USAGE, EX_VIOLATION,
+};
 
 const EXIT_CODES: &str = "\
 Exit codes:
   0   success (for `run`: the command's own exit code is passed through)
+  1   torture: the checker found a violation
+  2   torture: inconclusive (pauses enabled, but no fenced rejection or overlap)
   64  invalid usage or input (bad key, ttl, duration, store URL, arguments)
   69  store unreachable or failing
   70  lease lost while `run` was running the command (the command was stopped)
@@ -32,7 +37,7 @@ Set RUST_LOG (e.g. RUST_LOG=leasehold=debug) or pass -v for tracing output.";
 #[derive(Debug, Parser)]
 #[command(name = "leasehold", version, after_help = EXIT_CODES)]
 pub struct Cli {
-    /// Lock store URL: sqlite://PATH, mongodb://HOST[:PORT]/DB, memory://
+    /// Lock store URL: sqlite://PATH, postgres://..., redis://HOST[:PORT][/DB][?prefix=NAME], mongodb://HOST[:PORT]/DB, memory://
     #[arg(long, env = "LEASEHOLD_STORE", global = true, default_value_t = default_store_url())]
     pub store: String,
 
@@ -65,6 +70,11 @@ pub enum Command {
     /// One bench worker process (started by `bench --processes`)
     #[command(hide = true)]
     BenchWorker(bench::BenchWorkerArgs),
+    /// Fault-injection checker: workers, a fenced resource, a nemesis, a verdict
+    Torture(torture::TortureArgs),
+    /// One torture worker process (started by `torture`)
+    #[command(hide = true)]
+    TortureWorker(torture::WorkerArgs),
 }
 
 /// Options shared by commands that acquire.
@@ -142,6 +152,8 @@ async fn execute(cli: Cli) -> Result<u8, CliError> {
         Command::DemoWorker(args) => demo::worker(&cli.store, args).await,
         Command::Bench(args) => bench::bench(&cli.store, args).await,
         Command::BenchWorker(args) => bench::bench_worker(&cli.store, args).await,
+        Command::Torture(args) => torture::torture(&cli.store, args).await,
+        Command::TortureWorker(args) => torture::worker(&cli.store, args).await,
     }
 }
 

@@ -396,7 +396,19 @@ pub async fn invalid_input_rejected_before_io(store: &TestStore) {
     let locks = store.locks();
     let p = prefix();
     let long = "k".repeat(300);
-    for bad in ["", long.as_str(), "a\0b", "line\nbreak", "\u{1b}[31m"] {
+    // One byte over the limit, in multi-byte characters: the limit is bytes.
+    let long_utf8 = format!("{}é", "k".repeat(255));
+    for bad in [
+        "",
+        long.as_str(),
+        long_utf8.as_str(),
+        "a\0b",
+        "line\nbreak",
+        "\r",
+        "\u{1b}[31m",
+        "del\u{7f}",
+        "c1\u{85}",
+    ] {
         match locks.try_acquire(bad).await {
             Err(Error::InvalidInput { what: "key", .. }) => {}
             other => panic!("key {bad:?}: expected InvalidInput, got {other:?}"),
@@ -410,10 +422,14 @@ pub async fn invalid_input_rejected_before_io(store: &TestStore) {
             Err(Error::InvalidInput { .. })
         ));
     }
+    // Zero stands in for "negative" (a Duration cannot be); MAX must not
+    // overflow a deadline anywhere.
     for ttl in [
         Duration::ZERO,
+        Duration::from_nanos(1),
         Duration::from_millis(99),
         Duration::from_secs(86_401),
+        Duration::MAX,
     ] {
         let opts = AcquireOptions::new().with_ttl(ttl);
         match locks.acquire_with(&format!("{p}ttl"), &opts).await {
@@ -421,29 +437,46 @@ pub async fn invalid_input_rejected_before_io(store: &TestStore) {
             other => panic!("ttl {ttl:?}: expected InvalidInput, got {other:?}"),
         }
     }
-    assert!(matches!(
-        locks.list("x\u{7}").await,
-        Err(Error::InvalidInput { what: "prefix", .. })
-    ));
+    for prefix in ["x\u{7}", long.as_str()] {
+        assert!(matches!(
+            locks.list(prefix).await,
+            Err(Error::InvalidInput { what: "prefix", .. })
+        ));
+    }
     assert!(locks.list(&p).await.unwrap().is_empty(), "no stray records");
+    // An unbounded wait is a valid request, not an overflow.
+    let opts = AcquireOptions::new()
+        .with_ttl(Duration::from_secs(5))
+        .with_wait(Duration::MAX);
     let guard = locks
-        .try_acquire(&format!("{p}ok"))
+        .acquire_with(&format!("{p}ok"), &opts)
         .await
         .expect("store still works");
     guard.release().await.unwrap();
+    assert!(locks.list(&p).await.unwrap().is_empty(), "released");
 }
 
 /// Keys shaped like SQL, operators or patterns are stored and locked verbatim.
 pub async fn hostile_keys_are_plain_strings(store: &TestStore) {
     let p = prefix();
+    // Held across the hostile keys: an injection that dropped or rewrote
+    // records would take it with it.
+    let sentinel = grant(store, &key(format!("{p}sentinel")), LONG).await;
     let hostile = [
         "'; DROP TABLE leasehold_locks; --",
+        "'; DROP TABLE x; --",
+        "\" OR 1=1 --",
         "$ne",
         "$where",
         "{\"$ne\":1}",
+        "{\"$gt\":\"\"}",
         "a.b",
+        "..",
         "*",
+        "?",
+        "[a-z]",
         "{x}",
+        "}{",
         "%",
         "_",
         "\\",
@@ -456,7 +489,16 @@ pub async fn hostile_keys_are_plain_strings(store: &TestStore) {
         assert_eq!(info.key, k);
         assert!(is_busy(store, &k).await);
         store.backend.release(&lease).await.unwrap();
+        // Unprefixed too: a key that is only the pattern must not match others.
+        let bare = key(h.to_owned());
+        if let Some(info) = store.backend.inspect(&bare).await.unwrap() {
+            assert_eq!(info.key, bare, "inspect of {h:?} returned another key");
+        }
     }
+    let listed = store.backend.list(&p).await.unwrap();
+    assert_eq!(listed.len(), 1, "only the sentinel is held: {listed:?}");
+    assert_eq!(listed[0].token, sentinel.token());
+    store.backend.release(&sentinel).await.unwrap();
     // Pattern characters must not widen a prefix listing.
     let star = grant(store, &key(format!("{p}*")), LONG).await;
     grant(store, &key(format!("{p}a")), LONG).await;

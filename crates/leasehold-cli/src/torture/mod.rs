@@ -1,0 +1,336 @@
+//! `leasehold torture`: real worker processes contend for leases on a store
+//! and write a fenced counter while a seeded nemesis kills, pauses and cuts
+//! them off; a checker then reads the merged history and says whether any
+//! promise was broken, and whether the faults actually hit.
+//!
+//! Store-agnostic: the harness only uses `Locks::open(url)`. What is
+//! store-specific is small and kept in one place each: whether the store is
+//! reached over TCP (`stores.rs`, for the fault proxy) and whether it can
+//! hold the resource itself (`resource/`, one file per store).
+
+mod checker;
+mod clock;
+mod fleet;
+mod history;
+mod nemesis;
+mod proxy;
+mod report;
+mod resource;
+mod stores;
+mod worker;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use leasehold::Locks;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+
+use crate::exit::{CliError, EX_INCONCLUSIVE, EX_VIOLATION};
+use crate::parse_duration;
+use checker::Verdict;
+use fleet::{Fleet, WorkerConfig};
+use history::{Decision, Event};
+pub use nemesis::Family;
+pub use worker::{worker, WorkerArgs};
+
+/// One more acquisition attempt after a lease runs out: the allowance on
+/// top of the ttl (and 250 ms) for a takeover after a kill.
+const RETRY: Duration = Duration::from_millis(100);
+
+/// Where the protected counter lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ResourceKind {
+    /// A TCP server on loopback inside the harness (every store)
+    Server,
+    /// A table in the lock store behind `WHERE fence <= token` (SQLite)
+    Store,
+}
+
+/// Arguments of `torture`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Workers loop: acquire (waiting up to 3 ttl), read the counter, sleep 2-10 % of the ttl, \
+write counter + 1 with the fencing token, release. The nemesis aims kills and pauses \
+at the current lease holder. The proxy faults sit between the workers and a network \
+store; they do not apply to SQLite (a file) and are reported as such.
+
+Exit codes: 0 pass, 1 a violation was found, 2 inconclusive (pauses were enabled \
+but caused neither a fenced rejection nor an overlapping belief), 64 bad arguments, \
+69 store unreachable.")]
+pub struct TortureArgs {
+    /// Worker processes
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub workers: u32,
+    /// Keys the workers contend for (fewer keys: more contention)
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub keys: u32,
+    /// How long to inject faults and run workers
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Lease ttl of the workers (100ms..=60s); pauses last 1.5-2.5 ttl
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub ttl: Duration,
+    /// Fault kinds, comma-separated, or `none` for a baseline run
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "kill,pause,proxy"
+    )]
+    pub faults: Vec<FaultArg>,
+    /// Shell command that restarts the store (with --faults ...,restart)
+    #[arg(long, value_name = "CMD")]
+    pub restart_cmd: Option<String>,
+    /// Seed of the fault schedule and the workers' random choices (default: random)
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Where the counter lives
+    #[arg(long, value_enum, default_value = "server")]
+    pub resource: ResourceKind,
+    /// The resource ignores tokens: shows the lost updates fencing prevents
+    #[arg(long)]
+    pub no_fencing: bool,
+    /// Write the merged history (worker events, resource decisions, faults) as JSONL
+    #[arg(long, value_name = "FILE")]
+    pub history: Option<PathBuf>,
+    /// Print one JSON object instead of a table
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A `--faults` item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FaultArg {
+    Kill,
+    Pause,
+    Proxy,
+    Restart,
+    None,
+}
+
+/// The validated plan: which faults run, and notes on those that cannot.
+struct Plan {
+    families: Vec<Family>,
+    proxy: Option<stores::Endpoint>,
+    notes: Vec<String>,
+}
+
+fn plan(store: &str, args: &TortureArgs) -> Result<Plan, CliError> {
+    if args.duration.is_zero() {
+        return Err(CliError::usage("invalid duration: must be more than 0"));
+    }
+    if args.ttl < Duration::from_millis(100) || args.ttl > Duration::from_secs(60) {
+        return Err(CliError::usage(format!(
+            "invalid ttl: torture needs 100ms..=60s, got {:?}",
+            args.ttl
+        )));
+    }
+    let wanted = |f: FaultArg| args.faults.contains(&f);
+    if wanted(FaultArg::None) && args.faults.len() > 1 {
+        return Err(CliError::usage(
+            "--faults none cannot be combined with other faults",
+        ));
+    }
+    if wanted(FaultArg::Restart) != args.restart_cmd.is_some() {
+        return Err(CliError::usage(
+            "--faults restart and --restart-cmd CMD go together (e.g. --restart-cmd 'systemctl restart redis')",
+        ));
+    }
+    let mut plan = Plan {
+        families: Vec::new(),
+        proxy: None,
+        notes: Vec::new(),
+    };
+    for (arg, family) in [
+        (FaultArg::Kill, Family::Kill),
+        (FaultArg::Pause, Family::Pause),
+        (FaultArg::Restart, Family::Restart),
+    ] {
+        if wanted(arg) {
+            plan.families.push(family);
+        }
+    }
+    if wanted(FaultArg::Proxy) {
+        match stores::endpoint(store) {
+            Ok(endpoint) => {
+                plan.proxy = Some(endpoint);
+                plan.families.push(Family::Proxy);
+            }
+            Err(why) => plan.notes.push(format!("proxy faults not injected: {why}")),
+        }
+    }
+    Ok(plan)
+}
+
+pub async fn torture(store: &str, args: TortureArgs) -> Result<u8, CliError> {
+    let plan = plan(store, &args)?;
+    if let Some(path) = &args.history {
+        std::fs::File::create(path)
+            .map_err(|e| CliError::usage(format!("--history {}: {e}", path.display())))?;
+    }
+    let seed = args.seed.unwrap_or_else(rand::random);
+    // Unique per run even with a fixed seed, so runs never share records.
+    let run_id = format!("{:08x}", rand::random::<u32>());
+    let keys: Vec<String> = (0..args.keys)
+        .map(|i| format!("torture-{run_id}:k{i}"))
+        .collect();
+    let locks = Locks::open(store).await?;
+    let dir = std::env::temp_dir().join(format!("leasehold-torture-{run_id}"));
+    std::fs::create_dir_all(&dir)?;
+
+    let fencing = !args.no_fencing;
+    let (server, in_store, resource_spec) = match args.resource {
+        ResourceKind::Server => {
+            let server = resource::server::Server::start(fencing)
+                .await
+                .map_err(|e| CliError::new(crate::exit::EX_SOFTWARE, e.to_string()))?;
+            let spec = format!("tcp://{}", server.addr());
+            (Some(server), None, spec)
+        }
+        ResourceKind::Store => {
+            let r = resource::in_store(store).await?;
+            r.reset(&keys).await.map_err(store_error)?;
+            (None, Some(r), "store".to_owned())
+        }
+    };
+    let proxy = match &plan.proxy {
+        Some(endpoint) => Some((
+            proxy::Proxy::start(endpoint.upstream.clone()).await?,
+            endpoint,
+        )),
+        None => None,
+    };
+    let worker_store = match &proxy {
+        Some((p, endpoint)) => stores::via(store, endpoint, &p.addr().to_string()),
+        None => store.to_owned(),
+    };
+
+    let started = clock::mono_ns();
+    let stop_at = started + args.duration.as_nanos() as u64;
+    let wait = args.ttl * 3;
+    let mut fleet = Fleet::start(
+        WorkerConfig {
+            store: worker_store,
+            keys: keys.clone(),
+            ttl: args.ttl,
+            wait,
+            resource: resource_spec,
+            no_fencing: args.no_fencing,
+            stop_at,
+            seed,
+            dir: dir.clone(),
+        },
+        args.workers,
+    )?;
+    fleet.kill_all_on_interrupt(dir.clone());
+    let nemesis = nemesis::Nemesis {
+        fleet: &mut fleet,
+        locks: &locks,
+        keys: &keys,
+        proxy: proxy.as_ref().map(|(p, _)| p.control()),
+        restart_cmd: args.restart_cmd.clone(),
+        families: plan.families.clone(),
+        rng: StdRng::seed_from_u64(seed),
+        ttl: args.ttl,
+        end: stop_at,
+    };
+    let faults = nemesis.run().await?;
+    let remaining = Duration::from_nanos(stop_at.saturating_sub(clock::mono_ns()));
+    let mut notes = plan.notes;
+    let planned_notes = notes.len();
+    notes.extend(
+        fleet
+            .finish(remaining + wait + args.ttl + Duration::from_secs(10))
+            .await,
+    );
+    drop(proxy);
+
+    // Every lease must be gone once the last one could have expired.
+    tokio::time::sleep(args.ttl + Duration::from_millis(200)).await;
+    let held_after_end = list_after_end(&locks, &format!("torture-{run_id}:")).await?;
+
+    let mut events: Vec<Event> = Vec::new();
+    for file in fleet::history_files(&dir)? {
+        events.extend(history::read_jsonl::<Event>(&file)?);
+    }
+    let decisions: Vec<Decision> = match (&server, &in_store) {
+        (Some(s), _) => s.decisions(),
+        (None, Some(r)) => r.decisions(&keys).await.map_err(store_error)?,
+        (None, None) => unreachable!("one resource variant is always set up"),
+    };
+    let report = checker::check(&checker::Input {
+        events: &events,
+        decisions: &decisions,
+        faults: &faults,
+        ttl: args.ttl,
+        retry: RETRY,
+        held_after_end,
+        pauses_enabled: plan.families.contains(&Family::Pause),
+    });
+    if let Some(path) = &args.history {
+        history::write_merged(path, &events, &decisions, &faults)?;
+    }
+    let keep_logs = report.verdict != Verdict::Pass || notes.len() > planned_notes;
+    if keep_logs {
+        notes.push(format!(
+            "worker logs and histories kept in {}",
+            dir.display()
+        ));
+    } else {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    let setup = report::Setup {
+        store: store.to_owned(),
+        workers: args.workers,
+        keys: args.keys,
+        duration_ms: args.duration.as_millis() as u64,
+        ttl_ms: args.ttl.as_millis() as u64,
+        seed,
+        resource: match args.resource {
+            ResourceKind::Server => "server",
+            ResourceKind::Store => "store",
+        },
+        fencing,
+        faults: plan
+            .families
+            .iter()
+            .map(|f| format!("{f:?}").to_lowercase())
+            .collect(),
+        notes,
+    };
+    if args.json {
+        report::print_json(&setup, &report);
+    } else {
+        report::print_table(&setup, &report);
+    }
+    Ok(match report.verdict {
+        Verdict::Pass => 0,
+        Verdict::Violation => EX_VIOLATION,
+        Verdict::Inconclusive => EX_INCONCLUSIVE,
+    })
+}
+
+/// Live leases under `prefix`, retrying while the store comes back from a
+/// restart the nemesis may have just done.
+async fn list_after_end(locks: &Locks, prefix: &str) -> Result<usize, CliError> {
+    let mut attempts = 0;
+    loop {
+        match locks.list(prefix).await {
+            Ok(held) => return Ok(held.len()),
+            Err(e) if e.is_retryable() && attempts < 20 => {
+                attempts += 1;
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+fn store_error(e: anyhow::Error) -> CliError {
+    CliError::new(
+        crate::exit::EX_UNAVAILABLE,
+        format!("torture resource in the store: {e:#}"),
+    )
+}

@@ -1,0 +1,270 @@
+//! The seeded nemesis: one fault at a time, cycling through the enabled
+//! kinds in a shuffled order, so every kind is injected in any run longer
+//! than a few ttls. Kills and pauses are aimed at the process that holds a
+//! lease right now (found through `inspect` and the holder label), since a
+//! fault on an idle process proves nothing.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold::Locks;
+use nix::sys::signal::Signal;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::Rng;
+use tokio::time::sleep;
+
+use super::clock::mono_ns;
+use super::fleet::Fleet;
+use super::history::{Fault, FaultKind};
+use super::proxy::Control;
+use crate::exit::CliError;
+
+/// The fault families `--faults` can enable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Family {
+    /// SIGKILL a lease holder, then start a new worker in its place
+    Kill,
+    /// SIGSTOP a lease holder for 1.5–2.5 ttl, then SIGCONT
+    Pause,
+    /// Latency, stalls and connection resets between workers and store
+    Proxy,
+    /// Run --restart-cmd (restart the store)
+    Restart,
+}
+
+pub struct Nemesis<'a> {
+    pub fleet: &'a mut Fleet,
+    /// A direct connection (not through the proxy) for finding holders.
+    pub locks: &'a Locks,
+    pub keys: &'a [String],
+    pub proxy: Option<Arc<Control>>,
+    pub restart_cmd: Option<String>,
+    pub families: Vec<Family>,
+    pub rng: StdRng,
+    pub ttl: Duration,
+    /// CLOCK_MONOTONIC ns after which no new fault starts.
+    pub end: u64,
+}
+
+/// Whom a kill or pause is aimed at.
+struct Target {
+    worker: u32,
+    key: String,
+    token: u64,
+}
+
+impl Nemesis<'_> {
+    pub async fn run(mut self) -> Result<Vec<Fault>, CliError> {
+        let mut faults = Vec::new();
+        if self.families.is_empty() {
+            return Ok(faults);
+        }
+        // Warm-up: let the workers connect and take the first leases.
+        sleep(self.ttl).await;
+        let mut order = Vec::new();
+        // Proxy faults take turns too, from a seeded starting point.
+        let mut proxy_turn = self.rng.gen_range(0..3usize);
+        // Leave room for the longest step (a pause of up to 2.5 ttl).
+        while mono_ns() + ((self.ttl * 3).as_nanos() as u64) < self.end {
+            if order.is_empty() {
+                order = self.families.clone();
+                order.shuffle(&mut self.rng);
+            }
+            let family = order.pop().expect("refilled above");
+            let fault = match family {
+                Family::Kill => self.kill().await?,
+                Family::Pause => self.pause().await?,
+                Family::Proxy => {
+                    proxy_turn += 1;
+                    self.proxy_fault(proxy_turn % 3).await
+                }
+                Family::Restart => self.restart().await,
+            };
+            faults.extend(fault);
+            sleep(self.ttl.mul_f64(self.rng.gen_range(0.5..1.0))).await;
+        }
+        if let Some(p) = &self.proxy {
+            p.set_latency(Duration::ZERO);
+            p.set_stalled(false);
+        }
+        Ok(faults)
+    }
+
+    /// A worker holding a lease right now, trying for up to about a ttl.
+    async fn find_holder(&mut self) -> Result<Option<Target>, CliError> {
+        let deadline = mono_ns() + self.ttl.as_nanos() as u64;
+        while mono_ns() < deadline {
+            let key = &self.keys[self.rng.gen_range(0..self.keys.len())];
+            // The store may be restarting (our own fault): ask again.
+            if let Ok(Some(info)) = self.locks.inspect(key).await {
+                let worker = parse_pid(&info.holder).and_then(|pid| self.fleet.by_pid(pid));
+                if let Some(worker) = worker {
+                    return Ok(Some(Target {
+                        worker,
+                        key: key.clone(),
+                        token: info.token,
+                    }));
+                }
+            }
+            sleep(Duration::from_millis(3)).await;
+        }
+        Ok(None)
+    }
+
+    /// Whether `target` still holds its lease: run right after a signal, it
+    /// tells whether the signal landed inside the lease.
+    async fn still_holds(&self, target: &Target) -> Result<bool, CliError> {
+        Ok(match self.locks.inspect(&target.key).await {
+            Ok(info) => info.is_some_and(|i| i.token == target.token),
+            Err(e) if e.is_retryable() => false,
+            Err(e) => return Err(e.into()),
+        })
+    }
+
+    async fn kill(&mut self) -> Result<Option<Fault>, CliError> {
+        let Some(target) = self.find_holder().await? else {
+            return Ok(None);
+        };
+        let start = mono_ns();
+        self.fleet.kill_and_respawn(target.worker).await?;
+        let hit = self.still_holds(&target).await?;
+        // Let the takeover happen before the next fault blurs it.
+        sleep(self.ttl + Duration::from_millis(300)).await;
+        Ok(Some(aimed(
+            FaultKind::Kill,
+            start,
+            start,
+            hit,
+            target,
+            String::new(),
+        )))
+    }
+
+    async fn pause(&mut self) -> Result<Option<Fault>, CliError> {
+        // A pause that lands after the holder released is undone at once
+        // and aimed again: only a pause inside a lease tests fencing.
+        for attempt in 0..5 {
+            let Some(target) = self.find_holder().await? else {
+                continue;
+            };
+            self.fleet.signal(target.worker, Signal::SIGSTOP);
+            let start = mono_ns();
+            if !self.still_holds(&target).await? {
+                self.fleet.signal(target.worker, Signal::SIGCONT);
+                continue;
+            }
+            let length = self.ttl.mul_f64(self.rng.gen_range(1.5..2.5));
+            sleep(length).await;
+            self.fleet.signal(target.worker, Signal::SIGCONT);
+            let detail = format!("{} ms; {attempt} missed attempts first", length.as_millis());
+            return Ok(Some(aimed(
+                FaultKind::Pause,
+                start,
+                mono_ns(),
+                true,
+                target,
+                detail,
+            )));
+        }
+        Ok(None)
+    }
+
+    async fn proxy_fault(&mut self, turn: usize) -> Option<Fault> {
+        let proxy = self.proxy.clone()?;
+        let start = mono_ns();
+        let (kind, detail) = match turn {
+            0 => {
+                let latency = self.ttl.mul_f64(self.rng.gen_range(0.05..0.2));
+                proxy.set_latency(latency);
+                sleep(self.ttl * 2).await;
+                proxy.set_latency(Duration::ZERO);
+                let detail = format!("+{} ms per chunk for 2 ttl", latency.as_millis());
+                (FaultKind::ProxyLatency, detail)
+            }
+            1 => {
+                let length = self.ttl.mul_f64(self.rng.gen_range(1.2..2.0));
+                proxy.set_stalled(true);
+                sleep(length).await;
+                proxy.set_stalled(false);
+                (FaultKind::ProxyStall, format!("{} ms", length.as_millis()))
+            }
+            _ => {
+                proxy.reset_all();
+                (FaultKind::ProxyReset, "every open connection".to_owned())
+            }
+        };
+        Some(Fault {
+            kind,
+            start,
+            end: mono_ns(),
+            hit: true,
+            worker: None,
+            key: None,
+            token: None,
+            detail,
+        })
+    }
+
+    async fn restart(&mut self) -> Option<Fault> {
+        let cmd = self.restart_cmd.clone()?;
+        let start = mono_ns();
+        let status = tokio::time::timeout(
+            Duration::from_secs(60),
+            tokio::process::Command::new("sh")
+                .args(["-c", &cmd])
+                .kill_on_drop(true)
+                .status(),
+        )
+        .await;
+        let (hit, detail) = match status {
+            Ok(Ok(s)) => (s.success(), format!("{cmd:?}: {s}")),
+            Ok(Err(e)) => (false, format!("{cmd:?}: {e}")),
+            Err(_) => (false, format!("{cmd:?}: still running after 60 s")),
+        };
+        let end = mono_ns();
+        sleep(self.ttl).await;
+        Some(Fault {
+            kind: FaultKind::Restart,
+            start,
+            end,
+            hit,
+            worker: None,
+            key: None,
+            token: None,
+            detail,
+        })
+    }
+}
+
+fn aimed(kind: FaultKind, start: u64, end: u64, hit: bool, t: Target, detail: String) -> Fault {
+    Fault {
+        kind,
+        start,
+        end,
+        hit,
+        worker: Some(t.worker),
+        key: Some(t.key),
+        token: Some(t.token),
+        detail,
+    }
+}
+
+/// The pid in a worker's holder label `torture-w{id}:{pid}`.
+fn parse_pid(label: &str) -> Option<u32> {
+    label
+        .strip_prefix("torture-w")?
+        .split_once(':')?
+        .1
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn holder_labels() {
+        assert_eq!(super::parse_pid("torture-w3:4242"), Some(4242));
+        assert_eq!(super::parse_pid("host:4242"), None);
+    }
+}

@@ -1,0 +1,165 @@
+//! The torture report, as a table for people or one JSON object (`--json`).
+
+use serde::Serialize;
+
+use super::checker::{Report, Verdict};
+
+/// What was run, printed above the checker's findings.
+#[derive(Debug, Serialize)]
+pub struct Setup {
+    pub store: String,
+    pub workers: u32,
+    pub keys: u32,
+    pub duration_ms: u64,
+    pub ttl_ms: u64,
+    pub seed: u64,
+    pub resource: &'static str,
+    pub fencing: bool,
+    pub faults: Vec<String>,
+    /// Fault kinds asked for that do not apply to this store, and why;
+    /// workers that did not end cleanly.
+    pub notes: Vec<String>,
+}
+
+pub fn print_json(setup: &Setup, report: &Report) {
+    let json = serde_json::json!({ "setup": setup, "report": report });
+    println!("{json}");
+}
+
+pub fn print_table(setup: &Setup, r: &Report) {
+    println!(
+        "leasehold torture: {} | {} workers, {} key(s), {} ms, ttl {} ms, seed {}",
+        setup.store, setup.workers, setup.keys, setup.duration_ms, setup.ttl_ms, setup.seed
+    );
+    println!(
+        "resource: {} ({}); faults: {}",
+        setup.resource,
+        if setup.fencing {
+            "fenced"
+        } else {
+            "NOT fenced: --no-fencing"
+        },
+        if setup.faults.is_empty() {
+            "none".to_owned()
+        } else {
+            setup.faults.join(",")
+        }
+    );
+    for note in &setup.notes {
+        println!("note: {note}");
+    }
+    println!();
+    let faults = if r.faults.is_empty() {
+        "none".to_owned()
+    } else {
+        r.faults
+            .iter()
+            .map(|(k, c)| format!("{k} {} ({} hit)", c.injected, c.hit))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let zero = |n: u64| if n == 0 { "ok" } else { "VIOLATION" };
+    let rows: Vec<(&str, String, &str)> = vec![
+        (
+            "acquisitions",
+            format!(
+                "{} (wait timeouts {}, unknown outcome {})",
+                r.acquisitions, r.acquire_timeouts, r.acquire_unknown
+            ),
+            "",
+        ),
+        ("faults injected", faults, ""),
+        ("accepted writes", r.writes_accepted.to_string(), ""),
+        (
+            "fenced rejections",
+            format!(
+                "{} (reads {}, writes {})",
+                r.fenced_rejections, r.fenced_reads, r.fenced_writes
+            ),
+            "",
+        ),
+        (
+            "overlapping beliefs",
+            r.overlapping_beliefs.to_string(),
+            "stale holders that acted",
+        ),
+        (
+            "stale writes accepted",
+            r.stale_writes_accepted.to_string(),
+            zero(r.stale_writes_accepted),
+        ),
+        (
+            "stale reads accepted",
+            r.stale_reads_accepted.to_string(),
+            zero(r.stale_reads_accepted),
+        ),
+        (
+            "token regressions",
+            r.token_regressions.to_string(),
+            zero(r.token_regressions),
+        ),
+        (
+            "token duplicates",
+            r.token_duplicates.to_string(),
+            zero(r.token_duplicates),
+        ),
+        (
+            "lost increments",
+            r.lost_increments.to_string(),
+            zero(r.lost_increments),
+        ),
+        (
+            "takeover after kill",
+            match r.takeover.max_ms {
+                Some(max) => format!(
+                    "max {max:.1} ms over {} kills (bound {:.0} ms)",
+                    r.takeover.measured, r.takeover.bound_ms
+                ),
+                None => format!("no kill measured (bound {:.0} ms)", r.takeover.bound_ms),
+            },
+            zero(r.takeover.over_bound),
+        ),
+        (
+            "lost-lease deadline first",
+            format!(
+                "{}/{} superseded holders ({:.0} %); lost() fired {} times",
+                r.lost_signal.deadline_before_next_grant,
+                r.lost_signal.superseded,
+                r.lost_signal.percent,
+                r.lost_signal.signals_fired
+            ),
+            zero(r.lost_signal.superseded - r.lost_signal.deadline_before_next_grant),
+        ),
+        (
+            "held after end + ttl",
+            r.locks_held_after_end.to_string(),
+            zero(r.locks_held_after_end as u64),
+        ),
+        (
+            "stale-write rate, 95 % ub",
+            format!(
+                "{:.3} % ({} over {} write decisions)",
+                r.violation_rate_upper_95 * 100.0,
+                if r.stale_writes_accepted == 0 {
+                    "rule of three: 3"
+                } else {
+                    "observed"
+                },
+                r.trials
+            ),
+            "",
+        ),
+    ];
+    for (name, value, judgement) in rows {
+        println!("{name:<27} {value:<60} {judgement}");
+    }
+    println!();
+    match r.verdict {
+        Verdict::Pass => println!("verdict: PASS"),
+        Verdict::Violation => println!("verdict: VIOLATION: {}", r.violations.join("; ")),
+        Verdict::Inconclusive => println!(
+            "verdict: INCONCLUSIVE: pauses were enabled but caused neither a fenced \
+             rejection nor an overlapping belief (or nothing was acquired); run longer"
+        ),
+    }
+}

@@ -1,0 +1,70 @@
+//! Both resource variants decide the same way: a token below the highest
+//! accepted one is refused, unless fencing is off.
+
+use super::server::{Client, Server};
+use super::*;
+
+async fn exercise(r: &mut dyn FencedResource, fencing: bool) {
+    assert_eq!(r.read("k", 2).await.unwrap(), Answer::Accepted(0));
+    assert_eq!(r.write("k", 2, 1).await.unwrap(), Answer::Accepted(()));
+    // A reader with token 5 registers it: token 3 may no longer write.
+    assert_eq!(r.read("k", 5).await.unwrap(), Answer::Accepted(1));
+    let late = r.write("k", 3, 7).await.unwrap();
+    let late_read = r.read("k", 4).await.unwrap();
+    if fencing {
+        assert_eq!(late, Answer::Fenced { highest: 5 });
+        assert_eq!(late_read, Answer::Fenced { highest: 5 });
+        assert_eq!(r.write("k", 5, 2).await.unwrap(), Answer::Accepted(()));
+    } else {
+        assert_eq!(late, Answer::Accepted(()));
+        assert_eq!(late_read, Answer::Accepted(7));
+    }
+}
+
+#[tokio::test]
+async fn the_server_fences_and_logs_every_decision() {
+    for fencing in [true, false] {
+        let server = Server::start(fencing).await.unwrap();
+        let mut client = Client::connect(&server.addr().to_string(), 1)
+            .await
+            .unwrap();
+        exercise(&mut client, fencing).await;
+        let log = server.decisions();
+        assert_eq!(log.len(), if fencing { 6 } else { 5 });
+        assert_eq!(
+            log.iter().filter(|d| !d.accepted).count(),
+            if fencing { 2 } else { 0 }
+        );
+        assert!(log
+            .windows(2)
+            .all(|w| w[0].seq < w[1].seq && w[0].t <= w[1].t));
+    }
+}
+
+#[tokio::test]
+async fn the_sqlite_table_fences_and_logs_every_decision() {
+    for fencing in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("locks.db").display());
+        let store = in_store(&url).await.unwrap();
+        let keys = ["k".to_owned()];
+        store.reset(&keys).await.unwrap();
+        exercise(&mut *store.connect(1, fencing), fencing).await;
+        let log = store.decisions(&keys).await.unwrap();
+        assert_eq!(log.len(), if fencing { 6 } else { 5 });
+        assert_eq!(
+            log.iter().filter(|d| !d.accepted).count(),
+            if fencing { 2 } else { 0 }
+        );
+        // A reset starts the counter and its log afresh.
+        store.reset(&keys).await.unwrap();
+        assert!(store.decisions(&keys).await.unwrap().is_empty());
+    }
+}
+
+#[tokio::test]
+async fn stores_without_an_in_store_resource_say_so() {
+    let e = in_store("redis://127.0.0.1:1").await.err().unwrap();
+    assert_eq!(e.code, crate::exit::EX_USAGE);
+    assert!(e.to_string().contains("use --resource server"), "{e}");
+}

@@ -1,0 +1,102 @@
+//! What the harness needs to know about a store from its URL: whether
+//! workers reach it over TCP (so the fault proxy can sit in between), and
+//! how to point a URL at the proxy instead.
+
+/// TCP stores and their default ports. A new network store is one line.
+const NETWORK_STORES: &[(&str, u16)] = &[
+    ("redis", 6379),
+    ("postgres", 5432),
+    ("postgresql", 5432),
+    ("mongodb", 27017),
+];
+
+/// Where the URL's single TCP server is, or why the proxy cannot be used.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Endpoint {
+    /// `host:port` of the server.
+    pub upstream: String,
+    /// Byte range of `host[:port]` in the URL, to splice the proxy in.
+    span: (usize, usize),
+}
+
+/// The TCP endpoint of `url`'s store, or a sentence saying why there is
+/// none (a file, a Unix socket, several hosts).
+pub fn endpoint(url: &str) -> Result<Endpoint, String> {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let Some(&(_, default_port)) = NETWORK_STORES.iter().find(|(s, _)| *s == scheme) else {
+        return Err(match scheme {
+            "sqlite" => "sqlite is a file on this host: there is no connection to break".into(),
+            "memory" => "memory:// lives inside each process: there is no connection".into(),
+            _ => format!("{scheme}:// is not reached over a single TCP connection"),
+        });
+    };
+    let start = scheme.len() + 3;
+    let authority_len = rest.find(['/', '?']).unwrap_or(rest.len());
+    let authority = &rest[..authority_len];
+    let host_at = authority.rfind('@').map_or(0, |i| i + 1);
+    let hostport = &authority[host_at..];
+    if hostport.contains(',') {
+        return Err("a URL with several hosts cannot go through one proxy".into());
+    }
+    if hostport.is_empty() {
+        return Err(format!("{scheme}:// URL has no host"));
+    }
+    // `[v6]:port` or `host:port`; the port is what follows the last colon
+    // outside brackets.
+    let has_port = match hostport.rfind(':') {
+        Some(i) => !hostport[i..].contains(']'),
+        None => false,
+    };
+    let upstream = if has_port {
+        hostport.to_owned()
+    } else {
+        format!("{hostport}:{default_port}")
+    };
+    Ok(Endpoint {
+        upstream,
+        span: (start + host_at, start + authority_len),
+    })
+}
+
+/// `url` with its host and port replaced by `proxy` (credentials, database
+/// and options kept).
+pub fn via(url: &str, endpoint: &Endpoint, proxy: &str) -> String {
+    let (a, b) = endpoint.span;
+    format!("{}{proxy}{}", &url[..a], &url[b..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_and_replaces_the_host() {
+        let url = "redis://:secret@db.example:6380/2?prefix=x";
+        let e = endpoint(url).unwrap();
+        assert_eq!(e.upstream, "db.example:6380");
+        assert_eq!(
+            via(url, &e, "127.0.0.1:9"),
+            "redis://:secret@127.0.0.1:9/2?prefix=x"
+        );
+        let e = endpoint("postgres://u@h/db").unwrap();
+        assert_eq!(e.upstream, "h:5432");
+        assert_eq!(via("postgres://u@h/db", &e, "p:1"), "postgres://u@p:1/db");
+        assert_eq!(endpoint("redis://[::1]").unwrap().upstream, "[::1]:6379");
+        assert_eq!(
+            endpoint("redis://[::1]:7000").unwrap().upstream,
+            "[::1]:7000"
+        );
+    }
+
+    #[test]
+    fn says_why_there_is_no_connection() {
+        assert!(endpoint("sqlite:///tmp/x.db")
+            .unwrap_err()
+            .contains("a file"));
+        assert!(endpoint("memory://").is_err());
+        assert!(endpoint("redis+unix:///tmp/r.sock").is_err());
+        assert!(endpoint("mongodb://a:1,b:2/x")
+            .unwrap_err()
+            .contains("several hosts"));
+    }
+}

@@ -1,0 +1,224 @@
+//! One torture worker process (the hidden `torture-worker` command): loops
+//! acquire, read, sleep in the critical section, write + 1 with the token,
+//! release, and logs every step as a JSON line with the shared monotonic
+//! clock.
+//!
+//! It deliberately does not check `is_lost()` before writing: a pause can
+//! fall between any such check and the write, so the harness shows what the
+//! resource does with a late write instead of hoping it never comes.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clap::Args;
+use leasehold::{AcquireOptions, Error, LeaseGuard, Locks};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::clock::{mono_ns, to_mono};
+use super::history::{Event, Kind, Op};
+use super::resource::{self, Answer};
+use crate::exit::CliError;
+use crate::parse_duration;
+
+/// Arguments of the hidden `torture-worker` command.
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    #[arg(long)]
+    pub id: u32,
+    /// The contended keys, comma-separated
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub keys: Vec<String>,
+    #[arg(long, value_parser = parse_duration)]
+    pub ttl: Duration,
+    #[arg(long, value_parser = parse_duration)]
+    pub wait: Duration,
+    /// tcp://ADDR (the harness's resource server) or `store`
+    #[arg(long)]
+    pub resource: String,
+    #[arg(long)]
+    pub no_fencing: bool,
+    /// JSONL history file to append to
+    #[arg(long)]
+    pub history: PathBuf,
+    /// Stop starting new rounds at this CLOCK_MONOTONIC time (ns)
+    #[arg(long)]
+    pub stop_at: u64,
+    #[arg(long)]
+    pub seed: u64,
+}
+
+/// Appends events to the history; shared with the lost-lease watcher.
+#[derive(Clone)]
+struct Log {
+    file: Arc<Mutex<std::fs::File>>,
+    worker: u32,
+    pid: u32,
+}
+
+impl Log {
+    fn event(&self, op: Op, kind: Kind, key: &str) -> Event {
+        Event {
+            t: mono_ns(),
+            worker: self.worker,
+            pid: self.pid,
+            op,
+            kind,
+            key: key.to_owned(),
+            token: None,
+            value: None,
+            valid_until: None,
+            error: None,
+        }
+    }
+
+    /// One `write` per line, so a SIGKILL tears at most the last line.
+    fn put(&self, event: Event) -> std::io::Result<()> {
+        let mut line = serde_json::to_vec(&event).expect("events serialize");
+        line.push(b'\n');
+        self.file
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .write_all(&line)
+    }
+}
+
+fn holding(mut e: Event, guard: &LeaseGuard) -> Event {
+    e.token = Some(guard.token());
+    e.valid_until = Some(to_mono(guard.valid_until()));
+    e
+}
+
+pub async fn worker(store: &str, args: WorkerArgs) -> Result<u8, CliError> {
+    let pid = std::process::id();
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&args.history)?;
+    let log = Log {
+        file: Arc::new(Mutex::new(file)),
+        worker: args.id,
+        pid,
+    };
+    // The nemesis finds a lease's holder process by this label.
+    let locks = Locks::open(store)
+        .await?
+        .with_holder_label(&format!("torture-w{}:{pid}", args.id));
+    let mut resource = resource::connect(&args.resource, store, args.id, !args.no_fencing).await?;
+    let mut rng = StdRng::seed_from_u64(args.seed);
+    let options = AcquireOptions::new()
+        .with_ttl(args.ttl)
+        .with_wait(args.wait);
+
+    while mono_ns() < args.stop_at {
+        let key = &args.keys[rng.gen_range(0..args.keys.len())];
+        log.put(log.event(Op::Acquire, Kind::Invoke, key))?;
+        let guard = match locks.acquire_with(key, &options).await {
+            Ok(guard) => guard,
+            Err(e @ (Error::Timeout { .. } | Error::Busy { .. })) => {
+                log.put(failed(log.event(Op::Acquire, Kind::Fail, key), &e))?;
+                continue;
+            }
+            Err(e) if e.is_retryable() => {
+                // The store may or may not have granted it; its ttl decides.
+                log.put(failed(log.event(Op::Acquire, Kind::Unknown, key), &e))?;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        log.put(holding(log.event(Op::Acquire, Kind::Ok, key), &guard))?;
+        let watcher = watch_lost(&log, key, &guard);
+        critical_section(&log, &mut *resource, key, &guard, &mut rng).await?;
+        log.put(holding(log.event(Op::Release, Kind::Invoke, key), &guard))?;
+        let token = guard.token();
+        watcher.abort();
+        match guard.release().await {
+            Ok(()) => {
+                let mut e = log.event(Op::Release, Kind::Ok, key);
+                e.token = Some(token);
+                log.put(e)?;
+            }
+            Err(err) => {
+                let mut e = failed(log.event(Op::Release, Kind::Unknown, key), &err);
+                e.token = Some(token);
+                log.put(e)?;
+            }
+        }
+        // Think time: without it the releasing process wins the key back
+        // before a woken waiter can ask, and one worker does all the work.
+        tokio::time::sleep(args.ttl.mul_f64(rng.gen_range(0.0..0.05))).await;
+    }
+    Ok(0)
+}
+
+/// Logs when the guard's lost-lease signal fires.
+fn watch_lost(log: &Log, key: &str, guard: &LeaseGuard) -> tokio::task::JoinHandle<()> {
+    let lost = guard.lost();
+    let (log, key, token) = (log.clone(), key.to_owned(), guard.token());
+    tokio::spawn(async move {
+        lost.await;
+        let mut e = log.event(Op::Lost, Kind::Info, &key);
+        e.token = Some(token);
+        let _ = log.put(e);
+    })
+}
+
+/// Read, sleep, write + 1, all with the lease's token.
+async fn critical_section(
+    log: &Log,
+    resource: &mut dyn resource::FencedResource,
+    key: &str,
+    guard: &LeaseGuard,
+    rng: &mut StdRng,
+) -> Result<(), CliError> {
+    let token = guard.token();
+    log.put(holding(log.event(Op::Read, Kind::Invoke, key), guard))?;
+    let value = match resource.read(key, token).await {
+        Ok(Answer::Accepted(v)) => {
+            let mut e = holding(log.event(Op::Read, Kind::Ok, key), guard);
+            e.value = Some(v);
+            log.put(e)?;
+            v
+        }
+        Ok(Answer::Fenced { highest }) => {
+            let mut e = holding(log.event(Op::Read, Kind::Fail, key), guard);
+            e.error = Some(format!("fenced: resource has seen token {highest}"));
+            return Ok(log.put(e)?);
+        }
+        Err(err) => {
+            let mut e = holding(log.event(Op::Read, Kind::Unknown, key), guard);
+            e.error = Some(err.to_string());
+            return Ok(log.put(e)?);
+        }
+    };
+    // Long enough for the nemesis to catch a holder here, short against the ttl.
+    let ttl = guard.lease().ttl();
+    tokio::time::sleep(ttl.mul_f64(rng.gen_range(0.02..0.1))).await;
+    let mut e = holding(log.event(Op::Write, Kind::Invoke, key), guard);
+    e.value = Some(value + 1);
+    log.put(e)?;
+    let mut e = match resource.write(key, token, value + 1).await {
+        Ok(Answer::Accepted(())) => log.event(Op::Write, Kind::Ok, key),
+        Ok(Answer::Fenced { highest }) => {
+            let mut e = log.event(Op::Write, Kind::Fail, key);
+            e.error = Some(format!("fenced: resource has seen token {highest}"));
+            e
+        }
+        Err(err) => {
+            let mut e = log.event(Op::Write, Kind::Unknown, key);
+            e.error = Some(err.to_string());
+            e
+        }
+    };
+    e.token = Some(token);
+    e.value = Some(value + 1);
+    Ok(log.put(e)?)
+}
+
+fn failed(mut e: Event, err: &Error) -> Event {
+    e.error = Some(err.to_string());
+    e
+}

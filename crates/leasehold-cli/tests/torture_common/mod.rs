@@ -1,0 +1,101 @@
+//! Running `leasehold torture` from tests and reading its `--json` report.
+#![allow(dead_code)]
+
+use std::process::Command;
+
+use serde_json::Value;
+
+/// A finished torture run: exit code, report, and the output for messages.
+pub struct Run {
+    pub code: i32,
+    pub report: Value,
+    pub output: String,
+}
+
+impl Run {
+    pub fn n(&self, path: &str) -> u64 {
+        self.report
+            .pointer(path)
+            .and_then(Value::as_u64)
+            .unwrap_or_else(|| panic!("{path} missing in {}", self.output))
+    }
+}
+
+/// `leasehold --store STORE torture --json ARGS...`
+pub fn torture(store: &str, args: &[&str]) -> Run {
+    let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["--store", store, "torture", "--json"])
+        .args(args)
+        .env_remove("LEASEHOLD_STORE")
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("the leasehold binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let output = format!(
+        "exit {:?}\nstdout: {stdout}\nstderr: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("torture --json must print one object ({e}): {output}"));
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        report: json["report"].clone(),
+        output,
+    }
+}
+
+/// A fenced run under kills and pauses: passes, and its faults hit.
+pub fn fenced_run_passes_and_faults_hit(store: &str, extra: &[&str]) -> Run {
+    let mut args = vec!["--duration", "12s", "--ttl", "500ms", "--seed", "7"];
+    args.extend_from_slice(extra);
+    let run = torture(store, &args);
+    assert_eq!(run.code, 0, "a fenced run must pass: {}", run.output);
+    assert_eq!(run.report["verdict"], "pass", "{}", run.output);
+    for zero in [
+        "/stale_writes_accepted",
+        "/stale_reads_accepted",
+        "/token_regressions",
+        "/token_duplicates",
+        "/lost_increments",
+        "/locks_held_after_end",
+        "/takeover/over_bound",
+    ] {
+        assert_eq!(run.n(zero), 0, "{zero}: {}", run.output);
+    }
+    // The faults hit: pauses landed on holders and their late writes were
+    // refused, and every kill was taken over.
+    assert!(run.n("/faults/pause/hit") >= 1, "{}", run.output);
+    assert!(run.n("/faults/kill/hit") >= 1, "{}", run.output);
+    assert!(run.n("/fenced_rejections") + run.n("/overlapping_beliefs") > 0);
+    assert!(run.n("/takeover/measured") >= 1, "{}", run.output);
+    assert!(run.n("/acquisitions") > 20, "{}", run.output);
+    assert_eq!(
+        run.n("/lost_signal/superseded"),
+        run.n("/lost_signal/deadline_before_next_grant")
+    );
+    run
+}
+
+/// The same faults with a resource that ignores tokens: the checker must
+/// catch the lost updates (and so is shown able to fail).
+pub fn unfenced_run_reports_lost_updates(store: &str, extra: &[&str]) {
+    let mut args = vec![
+        "--duration",
+        "10s",
+        "--ttl",
+        "500ms",
+        "--seed",
+        "11",
+        "--faults",
+        "pause",
+        "--no-fencing",
+    ];
+    args.extend_from_slice(extra);
+    let run = torture(store, &args);
+    assert_eq!(run.code, 1, "an unfenced run must fail: {}", run.output);
+    assert_eq!(run.report["verdict"], "violation");
+    assert!(run.n("/lost_increments") > 0, "{}", run.output);
+    assert!(run.n("/stale_writes_accepted") > 0, "{}", run.output);
+    assert_eq!(run.n("/fenced_rejections"), 0, "nothing is fenced");
+}

@@ -1,0 +1,136 @@
+//! `leasehold torture --faults restart` on a private `redis-server` that the
+//! restart command kills with SIGKILL and starts again: with AOF
+//! (`appendfsync always`) the fence survives and the run passes; without
+//! persistence the fence starts over and the checker must report the
+//! token regressions.
+
+mod torture_common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use torture_common::*;
+
+/// A daemonized `redis-server` on a free port, killed when dropped.
+struct Daemon {
+    port: u16,
+    dir: tempfile::TempDir,
+    args: String,
+}
+
+impl Daemon {
+    /// `None` (skip) if `redis-server` is not installed, unless servers are
+    /// required.
+    fn start(persistence: &str) -> Option<Self> {
+        if Command::new("redis-server")
+            .arg("--version")
+            .output()
+            .is_err()
+        {
+            if std::env::var("LEASEHOLD_REQUIRE_SERVERS").as_deref() == Ok("1") {
+                panic!("redis-server is not installed and LEASEHOLD_REQUIRE_SERVERS=1");
+            }
+            eprintln!("skipping: redis-server is not installed");
+            return None;
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = tempfile::tempdir().unwrap();
+        let args = format!(
+            "--port {port} --bind 127.0.0.1 --daemonize yes --save '' {persistence} \
+             --dir {d} --pidfile {d}/redis.pid --logfile {d}/redis.log",
+            d = dir.path().display()
+        );
+        let daemon = Daemon { port, dir, args };
+        let started = Command::new("sh")
+            .args(["-c", &daemon.start_cmd()])
+            .status()
+            .unwrap();
+        assert!(started.success(), "redis-server did not start");
+        Some(daemon)
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn pidfile(&self) -> PathBuf {
+        self.dir.path().join("redis.pid")
+    }
+
+    /// Starts the server and waits until it answers (AOF loaded).
+    fn start_cmd(&self) -> String {
+        format!(
+            "redis-server {}; for i in $(seq 100); do \
+             [ \"$(redis-cli -p {} ping 2>/dev/null)\" = PONG ] && exit 0; sleep 0.05; done; exit 1",
+            self.args, self.port
+        )
+    }
+
+    /// A crash, not a clean shutdown: SIGKILL, then start again.
+    fn restart_cmd(&self) -> String {
+        format!(
+            "kill -9 $(cat {}); sleep 0.2; {}",
+            self.pidfile().display(),
+            self.start_cmd()
+        )
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Ok(pid) = std::fs::read_to_string(self.pidfile()) {
+            let _ = Command::new("kill").args(["-9", pid.trim()]).status();
+        }
+    }
+}
+
+#[test]
+fn with_aof_the_fence_survives_crash_restarts() {
+    let Some(redis) = Daemon::start("--appendonly yes --appendfsync always") else {
+        return;
+    };
+    let run = fenced_run_passes_and_faults_hit(
+        &redis.url(),
+        &[
+            "--faults",
+            "kill,pause,restart",
+            "--restart-cmd",
+            &redis.restart_cmd(),
+        ],
+    );
+    assert!(run.n("/faults/restart/hit") >= 1, "{}", run.output);
+}
+
+#[test]
+fn without_persistence_the_checker_sees_tokens_go_backwards() {
+    let Some(redis) = Daemon::start("--appendonly no") else {
+        return;
+    };
+    let run = torture(
+        &redis.url(),
+        &[
+            "--duration",
+            "6s",
+            "--ttl",
+            "500ms",
+            "--faults",
+            "restart",
+            "--restart-cmd",
+            &redis.restart_cmd(),
+        ],
+    );
+    assert_eq!(run.code, 1, "{}", run.output);
+    assert!(run.n("/faults/restart/hit") >= 1, "{}", run.output);
+    assert!(
+        run.n("/token_regressions") + run.n("/token_duplicates") > 0,
+        "{}",
+        run.output
+    );
+    // The fenced resource still refused every stale token.
+    assert_eq!(run.n("/stale_writes_accepted"), 0, "{}", run.output);
+    assert_eq!(run.n("/lost_increments"), 0, "{}", run.output);
+}

@@ -1,0 +1,117 @@
+//! `leasehold torture` on SQLite, with the real binary and real worker
+//! processes: fenced runs pass with their faults hitting, unfenced runs are
+//! caught, bad arguments exit 64.
+
+mod common;
+mod torture_common;
+
+use common::{leasehold, run, sqlite_store, stderr};
+use torture_common::*;
+
+#[test]
+fn fenced_server_resource_passes_under_kills_and_pauses() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = fenced_run_passes_and_faults_hit(&sqlite_store(dir.path()), &[]);
+    // SQLite is a file: the proxy faults are reported as not applicable.
+    let out = &run.output;
+    assert!(out.contains("proxy faults not injected"), "{out}");
+}
+
+#[test]
+fn fenced_in_store_resource_passes_under_kills_and_pauses() {
+    let dir = tempfile::tempdir().unwrap();
+    fenced_run_passes_and_faults_hit(&sqlite_store(dir.path()), &["--resource", "store"]);
+}
+
+#[test]
+fn unfenced_server_resource_loses_updates() {
+    let dir = tempfile::tempdir().unwrap();
+    unfenced_run_reports_lost_updates(&sqlite_store(dir.path()), &[]);
+}
+
+#[test]
+fn unfenced_in_store_resource_loses_updates() {
+    let dir = tempfile::tempdir().unwrap();
+    unfenced_run_reports_lost_updates(&sqlite_store(dir.path()), &["--resource", "store"]);
+}
+
+#[test]
+fn the_history_file_holds_every_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("history.jsonl");
+    let run = torture(
+        &sqlite_store(dir.path()),
+        &[
+            "--duration",
+            "4s",
+            "--ttl",
+            "300ms",
+            "--faults",
+            "kill",
+            "--history",
+            history.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(run.code, 0, "{}", run.output);
+    let text = std::fs::read_to_string(&history).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for source in ["worker", "resource", "nemesis"] {
+        assert!(
+            lines.iter().any(|l| l["source"] == source),
+            "no {source} record"
+        );
+    }
+    let times: Vec<u64> = lines
+        .iter()
+        .map(|l| l["t"].as_u64().or(l["start"].as_u64()).unwrap())
+        .collect();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "time order");
+}
+
+#[test]
+fn bad_torture_arguments_exit_64_naming_the_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = sqlite_store(dir.path());
+    let cases: &[(&[&str], &str)] = &[
+        (&["--workers", "0"], "--workers"),
+        (&["--keys", "0"], "--keys"),
+        (
+            &["--duration", "0s"],
+            "invalid duration: must be more than 0",
+        ),
+        (&["--duration=-5s"], "expected a duration"),
+        (&["--ttl", "50ms"], "invalid ttl: torture needs 100ms..=60s"),
+        (&["--ttl", "2m"], "invalid ttl"),
+        (&["--faults", "kill,flood"], "invalid value 'flood'"),
+        (
+            &["--faults", "none,kill"],
+            "--faults none cannot be combined",
+        ),
+        (&["--faults", "restart"], "--restart-cmd"),
+        (&["--restart-cmd", "true"], "--faults restart"),
+        (&["--resource", "disk"], "invalid value 'disk'"),
+        (
+            &["--history", "/nonexistent-dir/h.jsonl"],
+            "--history /nonexistent-dir/h.jsonl",
+        ),
+    ];
+    for (args, expected) in cases {
+        let out = run(leasehold(&store).arg("torture").args(*args));
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains(expected),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    let out = run(leasehold("ftp://x").args(["torture", "--duration", "1s"]));
+    assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("unknown scheme \"ftp\""),
+        "{}",
+        stderr(&out)
+    );
+}
