@@ -32,7 +32,8 @@ pub enum Strategy {
     /// A leasehold lock per product, with a fenced stock write
     Lease,
     /// The store's own lock around the transaction (SQLite: BEGIN IMMEDIATE;
-    /// MongoDB: a transaction that writes the product first, retried on conflict)
+    /// MongoDB: a transaction that writes the product first, retried on
+    /// conflict; not on Redis)
     RowLock,
     /// Version compare-and-swap with bounded, jittered retry
     Optimistic,
@@ -66,7 +67,8 @@ pub struct DemoArgs {
     /// Items in stock at the start
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(i64).range(0..=1_000_000_000))]
     pub stock: i64,
-    /// Strategy to run (repeatable); default: all four
+    /// Strategy to run (repeatable); default: all the store offers (row-lock
+    /// is SQLite only)
     #[arg(long = "strategy", value_enum)]
     pub strategies: Vec<Strategy>,
     /// Simulated payment time between reading and writing the stock
@@ -100,16 +102,7 @@ impl DemoResult {
 }
 
 pub async fn demo(store: &str, args: DemoArgs) -> Result<u8, CliError> {
-    let strategies = if args.strategies.is_empty() {
-        vec![
-            Strategy::None,
-            Strategy::Lease,
-            Strategy::RowLock,
-            Strategy::Optimistic,
-        ]
-    } else {
-        args.strategies.clone()
-    };
+    let strategies = inventory::strategies(store, &args.strategies)?;
     let inventory = inventory::open(store).await?;
     let progress = progress_bar(&args, strategies.len());
     let mut results = Vec::new();

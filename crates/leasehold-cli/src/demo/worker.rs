@@ -51,6 +51,7 @@ pub struct OrderReport {
 }
 
 pub async fn worker(store: &str, args: WorkerArgs) -> Result<u8, CliError> {
+    inventory::strategies(store, &[args.strategy])?;
     let inventory = inventory::open(store).await?;
     let locks = match args.strategy {
         Strategy::Lease => Some(Locks::open(store).await?),

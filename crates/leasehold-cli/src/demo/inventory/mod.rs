@@ -4,12 +4,14 @@
 
 #[cfg(feature = "mongodb")]
 mod mongodb;
+mod redis;
 mod sqlite;
 
 use std::time::Duration;
 
 use leasehold::BoxFuture;
 
+use super::Strategy;
 use crate::exit::CliError;
 
 /// The product record as read.
@@ -53,7 +55,8 @@ pub trait Inventory: Send + Sync {
     ) -> BoxFuture<'a, Result<bool, CliError>>;
 
     /// The store's pessimistic strategy: lock the record, read, pay, write,
-    /// commit. Returns whether an item was sold (false: sold out).
+    /// commit. Returns whether an item was sold (false: sold out). Only
+    /// called for stores whose [`strategies`] include `RowLock`.
     fn buy_row_locked<'a>(
         &'a self,
         product: &'a str,
@@ -61,20 +64,97 @@ pub trait Inventory: Send + Sync {
     ) -> BoxFuture<'a, Result<bool, CliError>>;
 }
 
+/// The stores the demo names when refusing a URL.
+const SUPPORTED: &str = "sqlite://PATH, redis://HOST or mongodb://HOST/DB";
+
+/// The stores the demo can keep its product in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Store {
+    Sqlite,
+    Redis,
+    #[cfg(feature = "mongodb")]
+    Mongo,
+}
+
+impl Store {
+    /// Picks the store from the URL scheme, before any I/O.
+    fn of(url: &str) -> Result<Store, CliError> {
+        let scheme = url.split_once("://").map(|(s, _)| s).unwrap_or("");
+        match scheme {
+            "sqlite" => Ok(Store::Sqlite),
+            "redis" | "redis+unix" => Ok(Store::Redis),
+            #[cfg(feature = "mongodb")]
+            "mongodb" | "mongodb+srv" => Ok(Store::Mongo),
+            "memory" => Err(CliError::usage(format!(
+                "the demo runs worker processes, which cannot share a memory:// store; use {SUPPORTED}"
+            ))),
+            other => Err(CliError::usage(format!(
+                "the demo does not support store {other:?}; use {SUPPORTED}"
+            ))),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Store::Sqlite => "sqlite",
+            Store::Redis => "redis",
+            #[cfg(feature = "mongodb")]
+            Store::Mongo => "mongodb",
+        }
+    }
+
+    /// What the store offers, in the order the demo runs them.
+    fn strategies(self) -> &'static [Strategy] {
+        match self {
+            Store::Sqlite => &[
+                Strategy::None,
+                Strategy::Lease,
+                Strategy::RowLock,
+                Strategy::Optimistic,
+            ],
+            // Redis has no lock that spans a read, a pause and a write (a
+            // script cannot wait for the payment); the lease is the way.
+            Store::Redis => &[Strategy::None, Strategy::Lease, Strategy::Optimistic],
+            #[cfg(feature = "mongodb")]
+            Store::Mongo => &[
+                Strategy::None,
+                Strategy::Lease,
+                Strategy::RowLock,
+                Strategy::Optimistic,
+            ],
+        }
+    }
+}
+
+/// The strategies to run on the store named by `url`: `wanted`, or all the
+/// store offers when `wanted` is empty. Known from the scheme alone, so a
+/// strategy the store lacks is refused (64) before any I/O.
+pub fn strategies(url: &str, wanted: &[Strategy]) -> Result<Vec<Strategy>, CliError> {
+    let store = Store::of(url)?;
+    let offered = store.strategies();
+    if wanted.is_empty() {
+        return Ok(offered.to_vec());
+    }
+    if let Some(missing) = wanted.iter().find(|s| !offered.contains(s)) {
+        let names: Vec<_> = offered.iter().map(|s| s.name()).collect();
+        return Err(CliError::usage(format!(
+            "strategy {} is not available on {}; choose from: {}",
+            missing.name(),
+            store.name(),
+            names.join(", ")
+        )));
+    }
+    Ok(wanted.to_vec())
+}
+
 /// Opens the inventory in the store named by `url`.
 pub async fn open(url: &str) -> Result<Box<dyn Inventory>, CliError> {
-    let scheme = url.split_once("://").map(|(s, _)| s).unwrap_or("");
-    match scheme {
-        "sqlite" => Ok(Box::new(sqlite::SqliteInventory::open(url).await?)),
+    Ok(match Store::of(url)? {
+        Store::Sqlite => Box::new(sqlite::SqliteInventory::open(url).await?),
+        Store::Redis => Box::new(redis::RedisInventory::open(url).await?),
         #[cfg(feature = "mongodb")]
-        "mongodb" | "mongodb+srv" => Ok(Box::new(mongodb::MongoInventory::open(url).await?)),
-        "memory" => Err(CliError::usage(
-            "the demo runs worker processes, which cannot share a memory:// store; use sqlite://PATH or mongodb://HOST/DB",
-        )),
-        other => Err(CliError::usage(format!(
-            "the demo does not support store {other:?}; use sqlite://PATH or mongodb://HOST/DB"
-        ))),
-    }
+        Store::Mongo => Box::new(mongodb::MongoInventory::open(url).await?),
+    })
 }
 
 /// Maps a driver error of the demo's own data to a store error.
@@ -83,4 +163,33 @@ pub fn store_error(e: impl std::error::Error) -> CliError {
         crate::exit::EX_UNAVAILABLE,
         format!("demo inventory: {}", crate::exit::error_chain(&e)),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_store_offers_its_strategies_and_refuses_the_rest_before_io() {
+        let all = strategies("sqlite:///tmp/x.db", &[]).unwrap();
+        assert_eq!(all.len(), 4);
+        let redis = strategies("redis://127.0.0.1:1", &[]).unwrap();
+        assert_eq!(
+            redis,
+            [Strategy::None, Strategy::Lease, Strategy::Optimistic]
+        );
+        // Port 1 is never dialled: the answer comes from the scheme.
+        let e =
+            strategies("redis://127.0.0.1:1", &[Strategy::Lease, Strategy::RowLock]).unwrap_err();
+        assert_eq!(e.code, crate::exit::EX_USAGE);
+        assert_eq!(
+            e.to_string(),
+            "strategy row-lock is not available on redis; choose from: none, lease, optimistic"
+        );
+        assert_eq!(
+            strategies("sqlite:///tmp/x.db", &[Strategy::RowLock]).unwrap(),
+            [Strategy::RowLock]
+        );
+        assert!(strategies("memory://", &[]).is_err());
+    }
 }

@@ -1,0 +1,223 @@
+//! The demo's product as a Redis hash (`stock`, `version`, `fence`) next to
+//! the locks, under the store's key prefix. The checked writes are Lua
+//! scripts, so each compare and its write are one atomic step.
+
+use std::time::Duration;
+
+use leasehold::BoxFuture;
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Client, Script};
+
+use super::{store_error, Inventory, Stock};
+use crate::exit::CliError;
+
+/// Refuses a write from a token older than the last one written.
+/// KEYS[1] product; ARGV[1] stock, ARGV[2] token.
+const WRITE_FENCED: &str = r"
+local fence = redis.call('HGET', KEYS[1], 'fence')
+if not fence then
+  return redis.error_reply('ERR demo product ' .. KEYS[1] .. ' does not exist')
+end
+if tonumber(fence) > tonumber(ARGV[2]) then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'stock', ARGV[1], 'fence', ARGV[2])
+return 1
+";
+
+/// Writes only if nobody wrote since `version` was read.
+/// KEYS[1] product; ARGV[1] stock, ARGV[2] the version read.
+const WRITE_VERSIONED: &str = r"
+local version = redis.call('HGET', KEYS[1], 'version')
+if not version then
+  return redis.error_reply('ERR demo product ' .. KEYS[1] .. ' does not exist')
+end
+if version ~= ARGV[2] then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'stock', ARGV[1])
+redis.call('HINCRBY', KEYS[1], 'version', 1)
+return 1
+";
+
+pub struct RedisInventory {
+    conn: MultiplexedConnection,
+    prefix: String,
+    write_fenced: Script,
+    write_versioned: Script,
+}
+
+impl RedisInventory {
+    pub async fn open(url: &str) -> Result<Self, CliError> {
+        let (url, prefix) = split_prefix(url);
+        let client = Client::open(url.as_str())
+            .map_err(|e| CliError::usage(format!("invalid store url: {e}")))?;
+        // Fail fast when the server is down, like the lock store does.
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(2)))
+            .set_response_timeout(Some(Duration::from_secs(5)));
+        let conn = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .map_err(store_error)?;
+        Ok(RedisInventory {
+            conn,
+            prefix,
+            write_fenced: Script::new(WRITE_FENCED),
+            write_versioned: Script::new(WRITE_VERSIONED),
+        })
+    }
+
+    fn key(&self, product: &str) -> String {
+        format!("{}:demo:{product}", self.prefix)
+    }
+
+    async fn checked(
+        &self,
+        script: &Script,
+        product: &str,
+        args: [i64; 2],
+    ) -> Result<bool, CliError> {
+        let written: i64 = script
+            .key(self.key(product))
+            .arg(args[0])
+            .arg(args[1])
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(store_error)?;
+        Ok(written == 1)
+    }
+}
+
+/// Takes the lock store's `prefix=` parameter out of the URL (the `redis`
+/// crate does not know it), so the demo keys sit beside the locks.
+fn split_prefix(url: &str) -> (String, String) {
+    let mut prefix = "leasehold".to_owned();
+    let Some((base, query)) = url.split_once('?') else {
+        return (url.to_owned(), prefix);
+    };
+    let mut rest = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.strip_prefix("prefix=") {
+            Some(p) => prefix = p.to_owned(),
+            None => rest.push(pair),
+        }
+    }
+    let url = if rest.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", rest.join("&"))
+    };
+    (url, prefix)
+}
+
+impl Inventory for RedisInventory {
+    fn reset<'a>(&'a self, product: &'a str, stock: i64) -> BoxFuture<'a, Result<(), CliError>> {
+        Box::pin(async move {
+            redis::cmd("HSET")
+                .arg(self.key(product))
+                .arg(&[("stock", stock), ("version", 0), ("fence", 0)])
+                .exec_async(&mut self.conn.clone())
+                .await
+                .map_err(store_error)
+        })
+    }
+
+    fn read<'a>(&'a self, product: &'a str) -> BoxFuture<'a, Result<Stock, CliError>> {
+        Box::pin(async move {
+            let key = self.key(product);
+            let (stock, version): (Option<i64>, Option<i64>) = redis::cmd("HMGET")
+                .arg(&key)
+                .arg("stock")
+                .arg("version")
+                .query_async(&mut self.conn.clone())
+                .await
+                .map_err(store_error)?;
+            match (stock, version) {
+                (Some(stock), Some(version)) => Ok(Stock { stock, version }),
+                _ => Err(CliError::new(
+                    crate::exit::EX_SOFTWARE,
+                    format!("demo inventory: product {key:?} does not exist"),
+                )),
+            }
+        })
+    }
+
+    fn write_unchecked<'a>(
+        &'a self,
+        product: &'a str,
+        stock: i64,
+    ) -> BoxFuture<'a, Result<(), CliError>> {
+        Box::pin(async move {
+            redis::cmd("HSET")
+                .arg(self.key(product))
+                .arg("stock")
+                .arg(stock)
+                .exec_async(&mut self.conn.clone())
+                .await
+                .map_err(store_error)
+        })
+    }
+
+    fn write_fenced<'a>(
+        &'a self,
+        product: &'a str,
+        stock: i64,
+        token: u64,
+    ) -> BoxFuture<'a, Result<bool, CliError>> {
+        Box::pin(async move {
+            // Lua numbers are doubles: tokens are exact up to 2^53, as in
+            // the store's own scripts.
+            let token = i64::try_from(token).unwrap_or(i64::MAX);
+            self.checked(&self.write_fenced, product, [stock, token])
+                .await
+        })
+    }
+
+    fn write_versioned<'a>(
+        &'a self,
+        product: &'a str,
+        stock: i64,
+        version: i64,
+    ) -> BoxFuture<'a, Result<bool, CliError>> {
+        Box::pin(async move {
+            self.checked(&self.write_versioned, product, [stock, version])
+                .await
+        })
+    }
+
+    fn buy_row_locked<'a>(
+        &'a self,
+        _product: &'a str,
+        _pay: Duration,
+    ) -> BoxFuture<'a, Result<bool, CliError>> {
+        // Unreachable: `strategies` leaves row-lock out for Redis.
+        Box::pin(async {
+            Err(CliError::usage(
+                "strategy row-lock is not available on redis",
+            ))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_prefix_parameter_is_ours() {
+        let split = |u: &str| split_prefix(u);
+        assert_eq!(
+            split("redis://h:1/2"),
+            ("redis://h:1/2".into(), "leasehold".into())
+        );
+        assert_eq!(
+            split("redis://h?prefix=t1"),
+            ("redis://h".into(), "t1".into())
+        );
+        assert_eq!(
+            split("redis://h?protocol=resp3&prefix=t1"),
+            ("redis://h?protocol=resp3".into(), "t1".into())
+        );
+    }
+}

@@ -1,0 +1,114 @@
+//! The `leasehold` binary against Redis, across real OS processes.
+//!
+//! Reads the server from `LEASEHOLD_TEST_REDIS`; without it these tests skip
+//! (or fail, with `LEASEHOLD_REQUIRE_SERVERS=1`). Each test uses its own key
+//! prefix, so runs in parallel on one server never share a lock.
+
+mod common;
+
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+use common::*;
+use leasehold::conformance::server_url;
+
+/// The shared server with a fresh key prefix, or `None` to skip.
+fn redis_store() -> Option<String> {
+    let url = server_url("LEASEHOLD_TEST_REDIS")?;
+    let sep = if url.contains('?') { '&' } else { '?' };
+    Some(format!(
+        "{url}{sep}prefix=cli-test-{:016x}",
+        rand::random::<u64>()
+    ))
+}
+
+#[test]
+fn eight_processes_count_to_two_hundred() {
+    let Some(store) = redis_store() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    counter_under_many_processes(&store, dir.path(), 8, 25);
+}
+
+#[test]
+fn a_killed_holder_is_taken_over_within_ttl_plus_one_second() {
+    let Some(store) = redis_store() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    kill9_takeover(&store, dir.path());
+}
+
+#[test]
+fn a_paused_holder_loses_its_lease_and_exits_70() {
+    let Some(store) = redis_store() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    sigstop_loses_lease(&store, dir.path());
+}
+
+#[test]
+fn demo_shows_the_race_and_two_safe_strategies() {
+    let Some(store) = redis_store() else { return };
+    let out = run(leasehold(&store).args(["demo", "--workers", "4", "--json"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let results = json["results"].as_array().unwrap();
+    let names: Vec<_> = results.iter().map(|r| r["strategy"].clone()).collect();
+    assert_eq!(
+        names,
+        ["none", "lease", "optimistic"],
+        "redis has no row-lock"
+    );
+    for r in results {
+        let (sold, initial, fin) = (
+            r["sold"].as_i64().unwrap(),
+            r["initial_stock"].as_i64().unwrap(),
+            r["final_stock"].as_i64().unwrap(),
+        );
+        if r["strategy"] == "none" {
+            assert!(
+                r["oversold"].as_i64().unwrap() + r["lost_updates"].as_i64().unwrap() > 0,
+                "the unprotected run must show the race: {r}"
+            );
+        } else {
+            assert_eq!(r["oversold"], 0, "{r}");
+            assert_eq!(r["lost_updates"], 0, "{r}");
+            assert_eq!(fin, initial - sold, "{r}");
+            assert!(sold > 0, "a run that sells nothing proves nothing: {r}");
+        }
+    }
+}
+
+#[test]
+fn row_lock_on_redis_is_refused_with_64_naming_the_alternatives() {
+    let Some(store) = redis_store() else { return };
+    let out =
+        run(leasehold(&store).args(["demo", "--strategy", "lease", "--strategy", "row-lock"]));
+    assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out).trim(),
+        "leasehold: strategy row-lock is not available on redis; choose from: none, lease, optimistic"
+    );
+    assert!(stdout(&out).is_empty(), "no strategy ran: {}", stdout(&out));
+}
+
+/// Needs no server: the point is that there is none.
+#[test]
+fn a_store_that_is_down_exits_69_quickly_with_one_line() {
+    let port = {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    }; // Closed again: connecting is refused.
+    let store = format!("redis://127.0.0.1:{port}");
+    for args in [
+        &["run", "k", "--", "true"][..],
+        &["run", "k", "--wait", "30s", "--", "true"],
+        &["demo"],
+    ] {
+        let started = Instant::now();
+        let out = run(leasehold(&store).args(args));
+        let took = started.elapsed();
+        assert_eq!(out.status.code(), Some(69), "{args:?}: {}", stderr(&out));
+        assert!(took < Duration::from_secs(10), "{args:?} took {took:?}");
+        let err = stderr(&out);
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains("refused"), "{args:?}: {err}");
+    }
+}
