@@ -31,7 +31,7 @@ Set RUST_LOG (e.g. RUST_LOG=leasehold=debug) or pass -v for tracing output.";
 #[derive(Debug, Parser)]
 #[command(name = "leasehold", version, after_help = EXIT_CODES)]
 pub struct Cli {
-    /// Lock store URL: sqlite://PATH, memory://
+    /// Lock store URL: sqlite://PATH, postgres://USER@HOST:PORT/DB, memory://
     #[arg(long, env = "LEASEHOLD_STORE", global = true, default_value_t = default_store_url())]
     pub store: String,
 

@@ -2,6 +2,7 @@
 //! stock, a version for the optimistic strategy and a fence for the lease
 //! strategy, in the same store as the locks.
 
+mod postgres;
 mod sqlite;
 
 use std::time::Duration;
@@ -64,11 +65,12 @@ pub async fn open(url: &str) -> Result<Box<dyn Inventory>, CliError> {
     let scheme = url.split_once("://").map(|(s, _)| s).unwrap_or("");
     match scheme {
         "sqlite" => Ok(Box::new(sqlite::SqliteInventory::open(url).await?)),
+        "postgres" | "postgresql" => Ok(Box::new(postgres::PostgresInventory::open(url).await?)),
         "memory" => Err(CliError::usage(
-            "the demo runs worker processes, which cannot share a memory:// store; use sqlite://PATH",
+            "the demo runs worker processes, which cannot share a memory:// store; use sqlite://PATH or postgres://...",
         )),
         other => Err(CliError::usage(format!(
-            "the demo does not support store {other:?}; use sqlite://PATH"
+            "the demo does not support store {other:?}; use sqlite://PATH or postgres://..."
         ))),
     }
 }
