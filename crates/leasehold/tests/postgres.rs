@@ -165,6 +165,8 @@ async fn server_down_is_unavailable_within_the_acquire_timeout() {
     let err = PostgresBackend::connect(&down).await.unwrap_err();
     assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
     assert!(err.is_retryable());
+    // The cause, not just the pool's "timed out".
+    assert!(err.to_string().contains("refused"), "{err}");
     let err = Locks::open(&down).await.unwrap_err();
     assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
     // Two connects of 5 s each at most; the CLI needs under 10 s for one.

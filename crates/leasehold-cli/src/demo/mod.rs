@@ -32,8 +32,8 @@ pub enum Strategy {
     /// A leasehold lock per product, with a fenced stock write
     Lease,
     /// The store's own lock around the transaction (SQLite: BEGIN IMMEDIATE;
-    /// MongoDB: a transaction that writes the product first, retried on
-    /// conflict; not on Redis)
+    /// PostgreSQL: SELECT ... FOR UPDATE; MongoDB: a transaction that writes
+    /// the product first, retried on conflict; not on Redis)
     RowLock,
     /// Version compare-and-swap with bounded, jittered retry
     Optimistic,

@@ -227,3 +227,49 @@ pub fn sigstop_loses_lease(store: &str, dir: &Path) {
         "the command was stopped"
     );
 }
+
+/// Checks `leasehold demo --json` output: the `expected` strategies ran in
+/// that order, `none` shows the race (oversold or lost updates), and every
+/// other strategy sold without overselling or losing an update.
+pub fn assert_demo_shows_race_and_safety(out: &Output, expected: &[&str]) {
+    assert!(out.status.success(), "{}", stderr(out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let results = json["results"].as_array().unwrap();
+    let ran: Vec<_> = results
+        .iter()
+        .map(|r| r["strategy"].as_str().unwrap())
+        .collect();
+    assert_eq!(ran, expected);
+    for r in results {
+        for field in [
+            "strategy",
+            "orders",
+            "sold",
+            "initial_stock",
+            "final_stock",
+            "oversold",
+            "lost_updates",
+            "retries",
+            "elapsed_ms",
+            "p50_ms",
+            "p99_ms",
+        ] {
+            assert!(r.get(field).is_some(), "missing {field} in {r}");
+        }
+        let (sold, initial, fin) = (
+            r["sold"].as_i64().unwrap(),
+            r["initial_stock"].as_i64().unwrap(),
+            r["final_stock"].as_i64().unwrap(),
+        );
+        if r["strategy"] == "none" {
+            assert!(
+                r["oversold"].as_i64().unwrap() + r["lost_updates"].as_i64().unwrap() > 0,
+                "the unprotected run must show the race: {r}"
+            );
+        } else {
+            assert_eq!(r["oversold"], 0, "{r}");
+            assert_eq!(r["lost_updates"], 0, "{r}");
+            assert_eq!(fin, initial - sold, "{r}");
+        }
+    }
+}

@@ -4,6 +4,7 @@
 
 #[cfg(feature = "mongodb")]
 mod mongodb;
+mod postgres;
 mod redis;
 mod sqlite;
 
@@ -65,12 +66,13 @@ pub trait Inventory: Send + Sync {
 }
 
 /// The stores the demo names when refusing a URL.
-const SUPPORTED: &str = "sqlite://PATH, redis://HOST or mongodb://HOST/DB";
+const SUPPORTED: &str = "sqlite://PATH, postgres://USER@HOST/DB, redis://HOST or mongodb://HOST/DB";
 
 /// The stores the demo can keep its product in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Store {
     Sqlite,
+    Postgres,
     Redis,
     #[cfg(feature = "mongodb")]
     Mongo,
@@ -82,6 +84,7 @@ impl Store {
         let scheme = url.split_once("://").map(|(s, _)| s).unwrap_or("");
         match scheme {
             "sqlite" => Ok(Store::Sqlite),
+            "postgres" | "postgresql" => Ok(Store::Postgres),
             "redis" | "redis+unix" => Ok(Store::Redis),
             #[cfg(feature = "mongodb")]
             "mongodb" | "mongodb+srv" => Ok(Store::Mongo),
@@ -97,6 +100,7 @@ impl Store {
     fn name(self) -> &'static str {
         match self {
             Store::Sqlite => "sqlite",
+            Store::Postgres => "postgres",
             Store::Redis => "redis",
             #[cfg(feature = "mongodb")]
             Store::Mongo => "mongodb",
@@ -106,7 +110,7 @@ impl Store {
     /// What the store offers, in the order the demo runs them.
     fn strategies(self) -> &'static [Strategy] {
         match self {
-            Store::Sqlite => &[
+            Store::Sqlite | Store::Postgres => &[
                 Strategy::None,
                 Strategy::Lease,
                 Strategy::RowLock,
@@ -151,6 +155,7 @@ pub fn strategies(url: &str, wanted: &[Strategy]) -> Result<Vec<Strategy>, CliEr
 pub async fn open(url: &str) -> Result<Box<dyn Inventory>, CliError> {
     Ok(match Store::of(url)? {
         Store::Sqlite => Box::new(sqlite::SqliteInventory::open(url).await?),
+        Store::Postgres => Box::new(postgres::PostgresInventory::open(url).await?),
         Store::Redis => Box::new(redis::RedisInventory::open(url).await?),
         #[cfg(feature = "mongodb")]
         Store::Mongo => Box::new(mongodb::MongoInventory::open(url).await?),

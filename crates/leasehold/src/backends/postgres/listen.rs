@@ -65,6 +65,7 @@ impl Listener {
     /// that never fires (waiters poll) if listening is impossible.
     pub(super) async fn subscribe(&self, key: &Key) -> Subscription {
         let mut task = self.task.lock().await;
+        // Start listening, or restart after the connection dropped.
         if task.as_ref().is_none_or(|t| t.0.is_finished()) {
             match self.start().await {
                 Ok(listener) => {

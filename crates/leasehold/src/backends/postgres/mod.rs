@@ -79,7 +79,9 @@ impl PostgresBackend {
     /// [`Error::InvalidInput`] (before any I/O) for a URL or listen URL sqlx
     /// cannot parse, a bad table name, a pool of fewer than 2 connections
     /// without a listen URL, or a zero acquire timeout; [`Error::Unavailable`] if no
-    /// connection is made within the acquire timeout (server down);
+    /// connection is made within the acquire timeout (server down), naming
+    /// the cause such as a refused connection (finding it out takes at most
+    /// 2 s more);
     /// [`Error::Backend`] for a refused login or a failed migration.
     ///
     /// # Cancel safety
@@ -90,12 +92,16 @@ impl PostgresBackend {
         if options.acquire_timeout.is_zero() {
             return Err(Error::invalid("acquire_timeout", "must be more than 0s"));
         }
-        let pool = PgPoolOptions::new()
+        let pool = match PgPoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(options.acquire_timeout)
-            .connect_with(connect)
+            .connect_with(connect.clone())
             .await
-            .map_err(classify)?;
+        {
+            Ok(pool) => pool,
+            Err(sqlx::Error::PoolTimedOut) => return Err(connect_failure(&connect).await),
+            Err(e) => return Err(classify(e)),
+        };
         Self::finish(pool, sql, options).await
     }
 
@@ -198,6 +204,21 @@ fn parse_url(what: &'static str, url: &str) -> Result<PgConnectOptions> {
     PgConnectOptions::from_str(url)
         .map_err(|e| Error::invalid(what, format!("not a PostgreSQL URL: {e}")))
 }
+
+/// Why the pool could not connect. The pool retries a refused connection
+/// until its timeout and then only says it timed out; one direct attempt
+/// names the cause (connection refused, unknown host, ...) for the message.
+async fn connect_failure(connect: &PgConnectOptions) -> Error {
+    use sqlx::Connection;
+    match tokio::time::timeout(PROBE_TIMEOUT, PgConnection::connect_with(connect)).await {
+        Ok(Err(e)) => classify(e),
+        // Unreachable in time too, or back up just now: the pool's verdict.
+        _ => Error::unavailable(sqlx::Error::PoolTimedOut),
+    }
+}
+
+/// Bound on [`connect_failure`]'s attempt, on top of the acquire timeout.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Checks everything in `options` before any I/O and builds the statements.
 fn validate(options: &PostgresOptions, pool_size: u32) -> Result<Statements> {

@@ -1,0 +1,166 @@
+//! The `leasehold` binary against PostgreSQL, across real OS processes.
+//!
+//! Needs `LEASEHOLD_TEST_POSTGRES` (e.g. `postgres://postgres@127.0.0.1:5432/test`);
+//! skips with a notice without it, fails under `LEASEHOLD_REQUIRE_SERVERS=1`.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use leasehold::conformance::server_url;
+use rand::Rng;
+
+/// A schema of its own for one test, dropped at the end. The store URL sets
+/// `search_path` to it, so the lease table and the demo's product table are
+/// created there: tests (and other runs on the same server) use the same key
+/// names without meeting.
+struct Schema {
+    base: String,
+    name: String,
+    url: String,
+}
+
+impl Schema {
+    fn create() -> Option<Schema> {
+        let base = server_url("LEASEHOLD_TEST_POSTGRES")?;
+        let name = format!("leasehold_cli_{:016x}", rand::thread_rng().gen::<u64>());
+        sql(&base, &format!("CREATE SCHEMA {name}"));
+        let separator = if base.contains('?') { '&' } else { '?' };
+        let url = format!("{base}{separator}options[search_path]={name}");
+        Some(Schema { base, name, url })
+    }
+}
+
+impl Drop for Schema {
+    fn drop(&mut self) {
+        // Best effort: a failing test should report its own failure.
+        let _ = std::panic::catch_unwind(|| {
+            sql(&self.base, &format!("DROP SCHEMA {} CASCADE", self.name))
+        });
+    }
+}
+
+/// Runs one statement on a connection of its own.
+fn sql(url: &str, statement: &str) {
+    use sqlx::Connection;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+        sqlx::raw_sql(statement).execute(&mut conn).await.unwrap();
+        conn.close().await.unwrap();
+    });
+}
+
+#[test]
+fn eight_processes_count_to_two_hundred() {
+    let Some(schema) = Schema::create() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    counter_under_many_processes(&schema.url, dir.path(), 8, 25);
+}
+
+#[test]
+fn a_killed_holder_is_taken_over_within_ttl_plus_one_second() {
+    let Some(schema) = Schema::create() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    kill9_takeover(&schema.url, dir.path());
+}
+
+#[test]
+fn a_paused_holder_loses_its_lease_and_exits_70() {
+    let Some(schema) = Schema::create() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    sigstop_loses_lease(&schema.url, dir.path());
+}
+
+#[test]
+fn status_list_and_force_release_of_a_running_holder() {
+    let Some(schema) = Schema::create() else {
+        return;
+    };
+    let store = &schema.url;
+    let mut holder = leasehold(store)
+        .args(["run", "admin:job", "--ttl", "3s", "--", "sleep", "30"])
+        .spawn()
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(10), || status(
+        store,
+        "admin:job"
+    )["held"]
+        == true));
+    let held = status(store, "admin:job");
+    let token = held["token"].as_u64().unwrap();
+    assert!(held["holder"].as_str().unwrap().contains(':'), "{held}");
+
+    let out = run(leasehold(store).args(["list", "--prefix", "admin:", "--json"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    assert_eq!(listed[0]["key"], "admin:job");
+    assert_eq!(listed[0]["token"], token);
+
+    let out = run(leasehold(store).args(["run", "admin:job", "--", "true"]));
+    assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
+
+    let out = run(leasehold(store).args(["release", "admin:job", "--force"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("broke the lock"), "{}", stdout(&out));
+    assert_eq!(status(store, "admin:job")["held"], false);
+    // The evicted holder finds out at its next renewal (ttl/3), stops its
+    // command and reports the lost lease.
+    let code = holder.wait().unwrap().code();
+    assert_eq!(code, Some(70), "an evicted holder exits 70");
+    let out = run(leasehold(store).args([
+        "run",
+        "admin:job",
+        "--",
+        "sh",
+        "-c",
+        "echo $LEASEHOLD_TOKEN",
+    ]));
+    let next: u64 = stdout(&out).trim().parse().unwrap();
+    assert!(next > token + 1, "force-release bumps the fence: {next}");
+}
+
+#[test]
+fn a_store_that_is_down_exits_69_within_ten_seconds() {
+    // Nothing listens on port 1: no server is needed for this test.
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("ran");
+    let started = Instant::now();
+    let out = run(leasehold("postgres://postgres@127.0.0.1:1/test").args([
+        "run",
+        "k",
+        "--",
+        "touch",
+        ran.to_str().unwrap(),
+    ]));
+    let took = started.elapsed();
+    assert_eq!(out.status.code(), Some(69), "{}", stderr(&out));
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+    let message = stderr(&out);
+    assert_eq!(message.trim().lines().count(), 1, "{message}");
+    assert!(
+        message.contains("store unavailable") && message.contains("refused"),
+        "{message}"
+    );
+    assert!(!ran.exists(), "the command must not run without the lock");
+}
+
+#[test]
+fn demo_shows_the_race_and_three_safe_strategies() {
+    let Some(schema) = Schema::create() else {
+        return;
+    };
+    let out = run(leasehold(&schema.url).args(["demo", "--workers", "4", "--json"]));
+    assert_demo_shows_race_and_safety(&out, &["none", "lease", "row-lock", "optimistic"]);
+}
