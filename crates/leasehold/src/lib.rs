@@ -80,6 +80,15 @@
 //! | `sqlite://PATH` | SQLite file, across processes on one host | `sqlite` (default) | Unix datagrams in a wake directory |
 //! | `redis://host[:port][/db]` | Redis, Lua scripts, fence keys never deleted; use AOF | `redis` | one pub/sub connection per store |
 //!
+//! # Features
+//!
+//! | feature | what it adds |
+//! |---|---|
+//! | `sqlite` (default) | the SQLite store |
+//! | `redis` | the Redis store |
+//! | `http` | [`http::LeaseLayer`], tower middleware: `409 Conflict` with `Retry-After` while a resource is locked, or a bounded wait; the fencing token in the request extensions |
+//! | `conformance` | the shared test suite for stores |
+//!
 //! Any type implementing [`Backend`] (a handful of atomic operations, see its
 //! `# Contract`) works with [`Locks::new`]; the `conformance` module
 //! (feature `conformance`) checks it.
@@ -91,6 +100,8 @@ pub mod backends;
 pub mod conformance;
 mod error;
 mod guard;
+#[cfg(feature = "http")]
+pub mod http;
 mod key;
 mod lock;
 mod notify;
