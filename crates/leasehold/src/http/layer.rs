@@ -34,11 +34,18 @@ pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Debug, Clone, Copy)]
 pub struct NoKey;
 
-/// A key function set with [`LeaseLayerBuilder::with_key`].
-#[derive(Clone)]
-pub struct KeyFn<F>(pub(crate) F);
+/// A key function set with [`LeaseLayerBuilder::with_key`], for requests
+/// with body type `B`. Boxed, so that the layer's type names only the body
+/// type: `LeaseLayer<axum::body::Body>`.
+pub struct KeyFn<B>(pub(crate) Arc<dyn Fn(&Request<B>) -> Option<String> + Send + Sync>);
 
-impl<F> fmt::Debug for KeyFn<F> {
+impl<B> Clone for KeyFn<B> {
+    fn clone(&self) -> Self {
+        KeyFn(self.0.clone())
+    }
+}
+
+impl<B> fmt::Debug for KeyFn<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("KeyFn(..)")
     }
@@ -100,13 +107,13 @@ impl<K> LeaseLayerBuilder<K> {
     /// over 256 bytes, control characters) is answered `400 Bad Request`
     /// with a problem document: keys usually embed request data, such as a
     /// path segment, so a bad key is the request's fault, not the server's.
-    pub fn with_key<B, F>(self, key: F) -> LeaseLayerBuilder<KeyFn<F>>
+    pub fn with_key<B, F>(self, key: F) -> LeaseLayerBuilder<KeyFn<B>>
     where
         F: Fn(&Request<B>) -> Option<String> + Send + Sync + 'static,
     {
         LeaseLayerBuilder {
             locks: self.locks,
-            key: KeyFn(key),
+            key: KeyFn(Arc::new(key)),
             ttl: self.ttl,
             mode: self.mode,
             store_timeout: self.store_timeout,
@@ -114,13 +121,13 @@ impl<K> LeaseLayerBuilder<K> {
     }
 }
 
-impl<F> LeaseLayerBuilder<KeyFn<F>> {
+impl<B> LeaseLayerBuilder<KeyFn<B>> {
     /// Checks the settings and builds the layer.
     ///
     /// # Errors
     /// [`Error::InvalidInput`] for a ttl outside 100 ms ..= 24 h, a wait
     /// bound of zero or over 24 h, or a store timeout outside 10 ms ..= 24 h.
-    pub fn build(self) -> Result<LeaseLayer<KeyFn<F>>> {
+    pub fn build(self) -> Result<LeaseLayer<B>> {
         validate_ttl(self.ttl)?;
         if let Mode::Wait(bound) = self.mode {
             if bound.is_zero() || bound > MAX_TTL {
@@ -137,7 +144,7 @@ impl<F> LeaseLayerBuilder<KeyFn<F>> {
             ));
         }
         Ok(LeaseLayer {
-            key: Arc::new(self.key),
+            key: self.key,
             settings: Arc::new(Settings {
                 locks: self.locks,
                 ttl: self.ttl,
@@ -148,15 +155,16 @@ impl<F> LeaseLayerBuilder<KeyFn<F>> {
     }
 }
 
-/// A `tower::Layer` that runs each request under a lease lock.
+/// A `tower::Layer` that runs each request (body type `B`) under a lease
+/// lock.
 ///
 /// See the [module docs](crate::http) for the behaviour and an example.
-pub struct LeaseLayer<K> {
-    pub(crate) key: Arc<K>,
+pub struct LeaseLayer<B> {
+    pub(crate) key: KeyFn<B>,
     pub(crate) settings: Arc<Settings>,
 }
 
-impl LeaseLayer<NoKey> {
+impl LeaseLayer<()> {
     /// Starts configuring a layer that takes its locks from `locks`.
     pub fn builder(locks: Locks) -> LeaseLayerBuilder<NoKey> {
         LeaseLayerBuilder {
@@ -169,7 +177,7 @@ impl LeaseLayer<NoKey> {
     }
 }
 
-impl<K> LeaseLayer<K> {
+impl<B> LeaseLayer<B> {
     /// The lease length.
     pub fn ttl(&self) -> Duration {
         self.settings.ttl
@@ -181,7 +189,7 @@ impl<K> LeaseLayer<K> {
     }
 }
 
-impl<K> Clone for LeaseLayer<K> {
+impl<B> Clone for LeaseLayer<B> {
     fn clone(&self) -> Self {
         LeaseLayer {
             key: self.key.clone(),
@@ -190,7 +198,7 @@ impl<K> Clone for LeaseLayer<K> {
     }
 }
 
-impl<K> fmt::Debug for LeaseLayer<K> {
+impl<B> fmt::Debug for LeaseLayer<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LeaseLayer")
             .field("settings", &self.settings)
@@ -198,8 +206,8 @@ impl<K> fmt::Debug for LeaseLayer<K> {
     }
 }
 
-impl<S, K> Layer<S> for LeaseLayer<K> {
-    type Service = LeaseService<S, K>;
+impl<S, B> Layer<S> for LeaseLayer<B> {
+    type Service = LeaseService<S, B>;
 
     fn layer(&self, inner: S) -> Self::Service {
         LeaseService {
@@ -214,12 +222,12 @@ impl<S, K> Layer<S> for LeaseLayer<K> {
 mod tests {
     use super::*;
 
-    fn builder() -> LeaseLayerBuilder<KeyFn<impl Fn(&Request<()>) -> Option<String>>> {
+    fn builder() -> LeaseLayerBuilder<KeyFn<()>> {
         LeaseLayer::builder(Locks::new(crate::backends::memory::MemoryBackend::new()))
             .with_key(|_: &Request<()>| Some("k".to_owned()))
     }
 
-    fn problem(b: LeaseLayerBuilder<KeyFn<impl Fn(&Request<()>) -> Option<String>>>) -> String {
+    fn problem(b: LeaseLayerBuilder<KeyFn<()>>) -> String {
         b.build().unwrap_err().to_string()
     }
 

@@ -19,13 +19,13 @@ use crate::lock::AcquireOptions;
 
 /// The service a [`LeaseLayer`](super::LeaseLayer) wraps around an inner
 /// service.
-pub struct LeaseService<S, K> {
+pub struct LeaseService<S, B> {
     pub(crate) inner: S,
-    pub(crate) key: Arc<K>,
+    pub(crate) key: KeyFn<B>,
     pub(crate) settings: Arc<Settings>,
 }
 
-impl<S: Clone, K> Clone for LeaseService<S, K> {
+impl<S: Clone, B> Clone for LeaseService<S, B> {
     fn clone(&self) -> Self {
         LeaseService {
             inner: self.inner.clone(),
@@ -35,7 +35,7 @@ impl<S: Clone, K> Clone for LeaseService<S, K> {
     }
 }
 
-impl<S: std::fmt::Debug, K> std::fmt::Debug for LeaseService<S, K> {
+impl<S: std::fmt::Debug, B> std::fmt::Debug for LeaseService<S, B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LeaseService")
             .field("inner", &self.inner)
@@ -44,9 +44,8 @@ impl<S: std::fmt::Debug, K> std::fmt::Debug for LeaseService<S, K> {
     }
 }
 
-impl<S, F, ReqB, ResB> Service<Request<ReqB>> for LeaseService<S, KeyFn<F>>
+impl<S, ReqB, ResB> Service<Request<ReqB>> for LeaseService<S, ReqB>
 where
-    F: Fn(&Request<ReqB>) -> Option<String> + Send + Sync + 'static,
     S: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Send + 'static,

@@ -92,12 +92,12 @@ fn counting(
     })
 }
 
-fn layer(locks: &Locks, mode: Mode) -> LeaseLayer<super::KeyFn<fn(&Req) -> Option<String>>> {
+fn layer(locks: &Locks, mode: Mode) -> LeaseLayer<String> {
     LeaseLayer::builder(locks.clone())
         .with_ttl(Duration::from_secs(10))
         .with_mode(mode)
         .with_store_timeout(Duration::from_millis(500))
-        .with_key(key_of as fn(&Req) -> Option<String>)
+        .with_key(key_of)
         .build()
         .unwrap()
 }
