@@ -37,7 +37,9 @@ pub struct NoKey;
 /// A key function set with [`LeaseLayerBuilder::with_key`], for requests
 /// with body type `B`. Boxed, so that the layer's type names only the body
 /// type: `LeaseLayer<axum::body::Body>`.
-pub struct KeyFn<B>(pub(crate) Arc<dyn Fn(&Request<B>) -> Option<String> + Send + Sync>);
+pub struct KeyFn<B>(pub(crate) Arc<DynKeyFn<B>>);
+
+type DynKeyFn<B> = dyn Fn(&Request<B>) -> Option<String> + Send + Sync;
 
 impl<B> Clone for KeyFn<B> {
     fn clone(&self) -> Self {
