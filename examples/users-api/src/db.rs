@@ -104,6 +104,8 @@ impl Users {
         token: u64,
         step_delay: Duration,
     ) -> Result<User, CreateError> {
+        // SQLite integers are i64: a token beyond that cannot be stored, so
+        // refuse the write rather than wrap it into a smaller, stale-looking one.
         let token = i64::try_from(token).map_err(|_| CreateError::Fenced)?;
         let taken: Option<i64> = sqlx::query_scalar("SELECT id FROM users WHERE username = ?")
             .bind(username)

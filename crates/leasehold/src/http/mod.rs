@@ -40,6 +40,11 @@
 //! request. Every answer the layer writes itself has the type URIs in
 //! [`problem`].
 //!
+//! The layer speaks HTTP statuses. Under tonic it works as it does anywhere
+//! (the response body type is generic), but gRPC clients see a 409 or 503
+//! as an HTTP-level failure (`UNKNOWN`/`UNAVAILABLE`), not as a gRPC status
+//! with the problem body.
+//!
 //! ```
 //! use std::time::Duration;
 //! use http::{Method, Request, Response, StatusCode};
