@@ -36,7 +36,8 @@
 //! A store that fails ([`Error::Unavailable`](crate::Error::Unavailable),
 //! [`Error::Backend`](crate::Error::Backend)), or does not answer within the
 //! store timeout, gives `503 Service Unavailable` with a problem body; the
-//! store's error text is logged, not sent. The layer never panics on a
+//! store's error text is logged, not sent. (A grant that reaches the store
+//! after the timeout fired goes unused and expires after its ttl.) The layer never panics on a
 //! request. Every answer the layer writes itself has the type URIs in
 //! [`problem`].
 //!
