@@ -82,6 +82,15 @@
 //! | `redis://host[:port][/db]` | Redis, Lua scripts, fence keys never deleted; use AOF | `redis` | one pub/sub connection per store |
 //! | `mongodb://HOST/DB` | MongoDB collection ([`backends::mongodb`]), expiry on the server's clock as estimated from `hello` | `mongodb` | a change stream (polling where the server has none) |
 //!
+//! # Features
+//!
+//! | feature | what it adds |
+//! |---|---|
+//! | `sqlite` (default) | the SQLite store |
+//! | `redis` | the Redis store |
+//! | `http` | [`http::LeaseLayer`], tower middleware: `409 Conflict` with `Retry-After` while a resource is locked, or a bounded wait; the fencing token in the request extensions |
+//! | `conformance` | the shared test suite for stores |
+//!
 //! Any type implementing [`Backend`] (a handful of atomic operations, see its
 //! `# Contract`) works with [`Locks::new`]; the `conformance` module
 //! (feature `conformance`) checks it.
@@ -93,6 +102,8 @@ pub mod backends;
 pub mod conformance;
 mod error;
 mod guard;
+#[cfg(feature = "http")]
+pub mod http;
 mod key;
 mod local;
 mod lock;

@@ -1,0 +1,251 @@
+//! [`LeaseLayer`] and its builder: which requests lock what, for how long,
+//! and what to do when the lock is taken.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ::http::Request;
+use tower::Layer;
+
+use super::LeaseService;
+use crate::error::{Error, Result};
+use crate::lock::Locks;
+use crate::time::{validate_ttl, DEFAULT_TTL, MAX_TTL};
+
+/// What a request does when its lock is held by another request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Mode {
+    /// Answer `409 Conflict` at once, with `Retry-After`.
+    Reject,
+    /// Wait up to this long (woken by the store's release notification),
+    /// then proceed, or answer `409` as [`Mode::Reject`] does.
+    Wait(Duration),
+}
+
+/// Default bound on one store operation made by the layer (acquire beyond
+/// the wait, inspect, release): a store that does not answer becomes a 503
+/// instead of a hung request.
+pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The key function has not been set; [`LeaseLayerBuilder::build`] is only
+/// available after [`with_key`](LeaseLayerBuilder::with_key).
+#[derive(Debug, Clone, Copy)]
+pub struct NoKey;
+
+/// A key function set with [`LeaseLayerBuilder::with_key`], for requests
+/// with body type `B`. Boxed, so that the layer's type names only the body
+/// type: `LeaseLayer<axum::body::Body>`.
+pub struct KeyFn<B>(pub(crate) Arc<DynKeyFn<B>>);
+
+type DynKeyFn<B> = dyn Fn(&Request<B>) -> Option<String> + Send + Sync;
+
+impl<B> Clone for KeyFn<B> {
+    fn clone(&self) -> Self {
+        KeyFn(self.0.clone())
+    }
+}
+
+impl<B> fmt::Debug for KeyFn<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("KeyFn(..)")
+    }
+}
+
+/// Everything but the key function; not generic, so the request path
+/// compiles once.
+#[derive(Debug)]
+pub(crate) struct Settings {
+    pub(crate) locks: Locks,
+    pub(crate) ttl: Duration,
+    pub(crate) mode: Mode,
+    pub(crate) store_timeout: Duration,
+}
+
+/// Builds a [`LeaseLayer`]. Start with [`LeaseLayer::builder`].
+///
+/// Defaults: ttl 30 s (renewed every ttl/3 while the handler runs),
+/// [`Mode::Reject`], store timeout 5 s. A key function is required.
+#[derive(Debug)]
+#[must_use = "call build() to get the layer"]
+pub struct LeaseLayerBuilder<K = NoKey> {
+    locks: Locks,
+    key: K,
+    ttl: Duration,
+    mode: Mode,
+    store_timeout: Duration,
+}
+
+impl<K> LeaseLayerBuilder<K> {
+    /// The lease length (100 ms ..= 24 h, checked by `build`). The guard
+    /// renews it every ttl/3, so a handler may run longer than the ttl; the
+    /// ttl is how long a crashed process keeps the resource locked.
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// What to do when the lock is held: [`Mode::Reject`] or
+    /// [`Mode::Wait`] (a bound over 0 and at most 24 h, checked by `build`).
+    pub fn with_mode(mut self, mode: Mode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Bound on each store call beyond the wait (10 ms ..= 24 h, checked by
+    /// `build`); a store that does not answer in time gives a 503.
+    pub fn with_store_timeout(mut self, timeout: Duration) -> Self {
+        self.store_timeout = timeout;
+        self
+    }
+
+    /// Which lock a request takes: `Some(key)` to lock, `None` to let the
+    /// request through untouched (e.g. safe methods).
+    ///
+    /// The closure's parameter needs its type written out, e.g.
+    /// `|req: &Request<axum::body::Body>|`, since nothing else names the
+    /// body type. A key that is not a valid [`Key`](crate::Key) (empty,
+    /// over 256 bytes, control characters) is answered `400 Bad Request`
+    /// with a problem document: keys usually embed request data, such as a
+    /// path segment, so a bad key is the request's fault, not the server's.
+    pub fn with_key<B, F>(self, key: F) -> LeaseLayerBuilder<KeyFn<B>>
+    where
+        F: Fn(&Request<B>) -> Option<String> + Send + Sync + 'static,
+    {
+        LeaseLayerBuilder {
+            locks: self.locks,
+            key: KeyFn(Arc::new(key)),
+            ttl: self.ttl,
+            mode: self.mode,
+            store_timeout: self.store_timeout,
+        }
+    }
+}
+
+impl<B> LeaseLayerBuilder<KeyFn<B>> {
+    /// Checks the settings and builds the layer.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a ttl outside 100 ms ..= 24 h, a wait
+    /// bound of zero or over 24 h, or a store timeout outside 10 ms ..= 24 h.
+    pub fn build(self) -> Result<LeaseLayer<B>> {
+        validate_ttl(self.ttl)?;
+        if let Mode::Wait(bound) = self.mode {
+            if bound.is_zero() || bound > MAX_TTL {
+                return Err(Error::invalid(
+                    "wait",
+                    format!("must be over 0 and at most 24h (use Mode::Reject to not wait), got {bound:?}"),
+                ));
+            }
+        }
+        if self.store_timeout < Duration::from_millis(10) || self.store_timeout > MAX_TTL {
+            return Err(Error::invalid(
+                "store timeout",
+                format!("must be between 10ms and 24h, got {:?}", self.store_timeout),
+            ));
+        }
+        Ok(LeaseLayer {
+            key: self.key,
+            settings: Arc::new(Settings {
+                locks: self.locks,
+                ttl: self.ttl,
+                mode: self.mode,
+                store_timeout: self.store_timeout,
+            }),
+        })
+    }
+}
+
+/// A `tower::Layer` that runs each request (body type `B`) under a lease
+/// lock.
+///
+/// See the [module docs](crate::http) for the behaviour and an example.
+pub struct LeaseLayer<B> {
+    pub(crate) key: KeyFn<B>,
+    pub(crate) settings: Arc<Settings>,
+}
+
+impl LeaseLayer<()> {
+    /// Starts configuring a layer that takes its locks from `locks`.
+    pub fn builder(locks: Locks) -> LeaseLayerBuilder<NoKey> {
+        LeaseLayerBuilder {
+            locks,
+            key: NoKey,
+            ttl: DEFAULT_TTL,
+            mode: Mode::Reject,
+            store_timeout: DEFAULT_STORE_TIMEOUT,
+        }
+    }
+}
+
+impl<B> LeaseLayer<B> {
+    /// The lease length.
+    pub fn ttl(&self) -> Duration {
+        self.settings.ttl
+    }
+
+    /// What a request does when its lock is held.
+    pub fn mode(&self) -> Mode {
+        self.settings.mode
+    }
+}
+
+impl<B> Clone for LeaseLayer<B> {
+    fn clone(&self) -> Self {
+        LeaseLayer {
+            key: self.key.clone(),
+            settings: self.settings.clone(),
+        }
+    }
+}
+
+impl<B> fmt::Debug for LeaseLayer<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaseLayer")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, B> Layer<S> for LeaseLayer<B> {
+    type Service = LeaseService<S, B>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        LeaseService {
+            inner,
+            key: self.key.clone(),
+            settings: self.settings.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn builder() -> LeaseLayerBuilder<KeyFn<()>> {
+        LeaseLayer::builder(Locks::new(crate::backends::memory::MemoryBackend::new()))
+            .with_key(|_: &Request<()>| Some("k".to_owned()))
+    }
+
+    fn problem(b: LeaseLayerBuilder<KeyFn<()>>) -> String {
+        b.build().unwrap_err().to_string()
+    }
+
+    #[test]
+    fn build_validates_before_serving() {
+        assert!(builder().build().is_ok());
+        assert!(problem(builder().with_ttl(Duration::from_millis(5))).contains("invalid ttl"));
+        assert!(problem(builder().with_mode(Mode::Wait(Duration::ZERO))).contains("invalid wait"));
+        assert!(problem(builder().with_mode(Mode::Wait(MAX_TTL * 2))).contains("invalid wait"));
+        assert!(problem(builder().with_store_timeout(Duration::ZERO)).contains("store timeout"));
+        let layer = builder()
+            .with_ttl(Duration::from_secs(2))
+            .with_mode(Mode::Wait(Duration::from_secs(1)))
+            .build()
+            .unwrap();
+        assert_eq!(layer.ttl(), Duration::from_secs(2));
+        assert_eq!(layer.mode(), Mode::Wait(Duration::from_secs(1)));
+    }
+}

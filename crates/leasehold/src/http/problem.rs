@@ -1,0 +1,179 @@
+//! RFC 9457 problem documents for the answers the layer gives itself.
+//!
+//! Every body has `type`, `title`, `status`, `detail` and `key` (the lock
+//! key); a 409 adds `retry_after_ms`. Store errors are logged, never sent to
+//! the client: their text can name hosts and paths.
+
+use std::time::Duration;
+
+use ::http::{header, HeaderValue, Response, StatusCode};
+use bytes::Bytes;
+
+use super::LockBody;
+
+/// The media type of every answer the layer writes itself.
+pub const CONTENT_TYPE: &str = "application/problem+json";
+
+/// `type` of a 409: the resource is locked by another request.
+pub const LOCKED: &str = "tag:leasehold,2025:locked";
+/// `type` of a 503: the lock store failed or did not answer in time.
+pub const STORE_UNAVAILABLE: &str = "tag:leasehold,2025:store-unavailable";
+/// `type` of a 400: the key function derived a key that is not a valid lock
+/// key (empty, over 256 bytes, or with control characters).
+pub const INVALID_KEY: &str = "tag:leasehold,2025:invalid-lock-key";
+/// `type` of a 500 the layer cannot classify further (a bug, not a state).
+pub const INTERNAL: &str = "tag:leasehold,2025:internal";
+
+/// One answer the layer gives without calling the inner service.
+#[derive(Debug)]
+pub(crate) struct Problem {
+    status: StatusCode,
+    kind: &'static str,
+    title: &'static str,
+    detail: String,
+    key: String,
+    retry_after: Option<Duration>,
+}
+
+impl Problem {
+    /// 409: `key` is held for up to `remaining` more.
+    pub(crate) fn locked(key: &str, remaining: Duration) -> Self {
+        let secs = retry_after_secs(remaining);
+        Problem {
+            status: StatusCode::CONFLICT,
+            kind: LOCKED,
+            title: "Resource is locked",
+            detail: format!("another request holds the lock on this resource; retry in {secs} s"),
+            key: key.to_owned(),
+            retry_after: Some(remaining),
+        }
+    }
+
+    /// 503: the store failed; `retryable` adds `Retry-After: 1`.
+    pub(crate) fn unavailable(key: &str, retryable: bool) -> Self {
+        Problem {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            kind: STORE_UNAVAILABLE,
+            title: "Lock store unavailable",
+            detail: "the lock for this resource could not be taken because the lock store failed; \
+                     try again later"
+                .to_owned(),
+            key: key.to_owned(),
+            retry_after: retryable.then_some(Duration::from_secs(1)),
+        }
+    }
+
+    /// 400: the derived key is not a valid lock key; `problem` says why.
+    pub(crate) fn invalid_key(key: &str, problem: String) -> Self {
+        Problem {
+            status: StatusCode::BAD_REQUEST,
+            kind: INVALID_KEY,
+            title: "Invalid lock key",
+            detail: format!("the lock key derived from this request is invalid: {problem}"),
+            // The bad key itself may hold control characters: echo it escaped.
+            key: key.escape_debug().to_string(),
+            retry_after: None,
+        }
+    }
+
+    /// 500: an outcome the layer does not expect.
+    pub(crate) fn internal(key: &str) -> Self {
+        Problem {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            kind: INTERNAL,
+            title: "Lock layer error",
+            detail: "the lock layer failed unexpectedly".to_owned(),
+            key: key.to_owned(),
+            retry_after: None,
+        }
+    }
+
+    /// The HTTP status this problem is answered with.
+    pub(crate) fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// The answer: status, `Content-Type`, `Retry-After` if any, JSON body.
+    pub(crate) fn into_response<B>(self) -> Response<LockBody<B>> {
+        let mut doc = serde_json::json!({
+            "type": self.kind,
+            "title": self.title,
+            "status": self.status.as_u16(),
+            "detail": self.detail,
+            "key": self.key,
+        });
+        if let Some(wait) = self.retry_after {
+            doc["retry_after_ms"] = serde_json::Value::from(retry_after_millis(wait));
+        }
+        // Serializing a `Value` built from strings and numbers cannot fail.
+        let json = serde_json::to_vec(&doc).unwrap_or_default();
+        let mut response = Response::new(LockBody::problem(Bytes::from(json)));
+        *response.status_mut() = self.status;
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE));
+        if let Some(wait) = self.retry_after {
+            headers.insert(
+                header::RETRY_AFTER,
+                HeaderValue::from(retry_after_secs(wait)),
+            );
+        }
+        response
+    }
+}
+
+/// Whole seconds for `Retry-After`, rounded up, at least 1: a client that
+/// retries when told must not arrive before the lease can have ended.
+pub(crate) fn retry_after_secs(wait: Duration) -> u64 {
+    let secs = wait.as_nanos().div_ceil(1_000_000_000).max(1);
+    u64::try_from(secs).unwrap_or(u64::MAX)
+}
+
+/// Milliseconds for `retry_after_ms`, rounded up.
+fn retry_after_millis(wait: Duration) -> u64 {
+    u64::try_from(wait.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::body::collect;
+    use http_body::Body as _;
+
+    #[test]
+    fn retry_after_rounds_up_to_at_least_one_second() {
+        assert_eq!(retry_after_secs(Duration::ZERO), 1);
+        assert_eq!(retry_after_secs(Duration::from_millis(1)), 1);
+        assert_eq!(retry_after_secs(Duration::from_millis(1000)), 1);
+        assert_eq!(retry_after_secs(Duration::from_nanos(1_000_000_001)), 2);
+        assert_eq!(retry_after_secs(Duration::from_millis(29_500)), 30);
+        assert_eq!(retry_after_millis(Duration::from_micros(1500)), 2);
+    }
+
+    #[tokio::test]
+    async fn locked_has_retry_after_and_all_fields() {
+        let r = Problem::locked("users", Duration::from_millis(1200)).into_response::<String>();
+        assert_eq!(r.status(), StatusCode::CONFLICT);
+        assert_eq!(r.headers()[header::CONTENT_TYPE], CONTENT_TYPE);
+        assert_eq!(r.headers()[header::RETRY_AFTER], "2");
+        let hint = r.body().size_hint().exact();
+        let bytes = collect(r.into_body()).await;
+        assert_eq!(hint, Some(bytes.len() as u64));
+        let doc: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(doc["type"], LOCKED);
+        assert_eq!(doc["status"], 409);
+        assert_eq!(doc["key"], "users");
+        assert_eq!(doc["retry_after_ms"], 1200);
+        assert!(doc["title"].is_string() && doc["detail"].is_string());
+    }
+
+    #[tokio::test]
+    async fn invalid_key_escapes_the_key_and_has_no_retry_after() {
+        let r = Problem::invalid_key("a\nb", "bad".into()).into_response::<String>();
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+        assert!(r.headers().get(header::RETRY_AFTER).is_none());
+        let doc: serde_json::Value = serde_json::from_slice(&collect(r.into_body()).await).unwrap();
+        assert_eq!(doc["key"], "a\\nb");
+        assert_eq!(doc["type"], INVALID_KEY);
+        assert!(doc.get("retry_after_ms").is_none());
+    }
+}

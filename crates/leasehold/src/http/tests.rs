@@ -1,0 +1,260 @@
+//! The layer in-process, on paused time where timing matters. The same
+//! behaviour over real HTTP is tested in `examples/users-api/tests`.
+
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ::http::{header, Request, Response, StatusCode};
+use tower::{Layer, Service, ServiceExt};
+
+use super::body::collect;
+use super::{problem, FencingToken, LeaseLayer, Mode};
+use crate::backend::{Acquire, AcquireRequest, Backend, BoxFuture, Lease, LeaseInfo};
+use crate::backends::memory::MemoryBackend;
+use crate::error::{Error, Result};
+use crate::key::Key;
+use crate::lock::Locks;
+use crate::notify::Subscription;
+
+const UP: u8 = 0;
+const FAILING: u8 = 1;
+const HANGING: u8 = 2;
+
+/// The memory store, with failures switched on from the test.
+#[derive(Debug, Default, Clone)]
+struct Faulty {
+    inner: MemoryBackend,
+    state: Arc<AtomicU8>,
+}
+
+impl Faulty {
+    fn set(&self, state: u8) {
+        self.state.store(state, Ordering::SeqCst);
+    }
+
+    fn run<'a, T: Send + 'a>(&'a self, op: BoxFuture<'a, Result<T>>) -> BoxFuture<'a, Result<T>> {
+        match self.state.load(Ordering::SeqCst) {
+            UP => op,
+            FAILING => Box::pin(async { Err(Error::unavailable("injected outage")) }),
+            _ => Box::pin(std::future::pending()),
+        }
+    }
+}
+
+impl Backend for Faulty {
+    fn try_acquire<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
+        self.run(self.inner.try_acquire(req))
+    }
+    fn renew<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
+        self.run(self.inner.renew(lease, ttl))
+    }
+    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
+        self.run(self.inner.release(lease))
+    }
+    fn inspect<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<LeaseInfo>>> {
+        self.run(self.inner.inspect(key))
+    }
+    fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<LeaseInfo>>> {
+        self.run(self.inner.list(prefix))
+    }
+    fn force_release<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool>> {
+        self.run(self.inner.force_release(key))
+    }
+    fn subscribe<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Subscription>> {
+        self.run(self.inner.subscribe(key))
+    }
+}
+
+type Req = Request<String>;
+
+/// Locks `/k/<rest>` as key `<rest>`; lets every other path through.
+fn key_of(req: &Req) -> Option<String> {
+    req.uri().path().strip_prefix("/k/").map(str::to_owned)
+}
+
+fn post(path: &str) -> Req {
+    Request::post(path).body(String::new()).unwrap()
+}
+
+/// A handler that counts its calls and echoes the fencing token it got.
+fn counting(
+    calls: Arc<AtomicUsize>,
+) -> impl Service<Req, Response = Response<String>, Error = Infallible, Future = impl Send>
+       + Clone
+       + Send
+       + 'static {
+    tower::service_fn(move |req: Req| {
+        calls.fetch_add(1, Ordering::SeqCst);
+        let token = req.extensions().get::<FencingToken>().map(|t| t.0);
+        async move { Ok::<_, Infallible>(Response::new(format!("{token:?}"))) }
+    })
+}
+
+fn layer(locks: &Locks, mode: Mode) -> LeaseLayer<String> {
+    LeaseLayer::builder(locks.clone())
+        .with_ttl(Duration::from_secs(10))
+        .with_mode(mode)
+        .with_store_timeout(Duration::from_millis(500))
+        .with_key(key_of)
+        .build()
+        .unwrap()
+}
+
+async fn json(response: Response<super::LockBody<String>>) -> serde_json::Value {
+    assert_eq!(
+        response.headers()[header::CONTENT_TYPE],
+        problem::CONTENT_TYPE
+    );
+    serde_json::from_slice(&collect(response.into_body()).await).unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn passes_the_token_and_releases_after_the_response() {
+    let locks = Locks::new(MemoryBackend::new());
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = layer(&locks, Mode::Reject).layer(counting(calls.clone()));
+    let first = svc.clone().oneshot(post("/k/a")).await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(collect(first.into_body()).await, "Some(1)");
+    assert!(locks.inspect("a").await.unwrap().is_none(), "released");
+    let second = svc.oneshot(post("/k/a")).await.unwrap();
+    assert_eq!(collect(second.into_body()).await, "Some(2)");
+}
+
+#[tokio::test(start_paused = true)]
+async fn skipped_requests_take_no_lock() {
+    let locks = Locks::new(MemoryBackend::new());
+    let _held = locks.try_acquire("a").await.unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = layer(&locks, Mode::Reject).layer(counting(calls.clone()));
+    let response = svc.oneshot(post("/other")).await.unwrap();
+    assert_eq!(collect(response.into_body()).await, "None");
+}
+
+#[tokio::test(start_paused = true)]
+async fn reject_answers_409_without_calling_the_handler() {
+    let locks = Locks::new(MemoryBackend::new());
+    let _held = locks
+        .acquire_with(
+            "a",
+            &crate::AcquireOptions::new().with_ttl(Duration::from_millis(2500)),
+        )
+        .await
+        .unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = layer(&locks, Mode::Reject).layer(counting(calls.clone()));
+    let response = svc.oneshot(post("/k/a")).await.unwrap();
+    assert_eq!(response.status(), StatusCode::CONFLICT);
+    assert_eq!(response.headers()[header::RETRY_AFTER], "3");
+    let doc = json(response).await;
+    assert_eq!(doc["type"], problem::LOCKED);
+    assert_eq!(doc["status"], 409);
+    assert_eq!(doc["key"], "a");
+    assert_eq!(doc["retry_after_ms"], 2500);
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn wait_proceeds_when_the_holder_releases() {
+    let locks = Locks::new(MemoryBackend::new());
+    let held = locks.try_acquire("a").await.unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = layer(&locks, Mode::Wait(Duration::from_secs(5))).layer(counting(calls.clone()));
+    let request = tokio::spawn(svc.oneshot(post("/k/a")));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(calls.load(Ordering::SeqCst), 0, "still waiting");
+    held.release().await.unwrap();
+    let response = request.await.unwrap().unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn wait_past_the_bound_answers_409_with_the_holders_remaining_ttl() {
+    let locks = Locks::new(MemoryBackend::new());
+    let _held = locks.try_acquire("a").await.unwrap(); // 30 s
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = layer(&locks, Mode::Wait(Duration::from_secs(2))).layer(counting(calls.clone()));
+    let started = tokio::time::Instant::now();
+    let response = svc.oneshot(post("/k/a")).await.unwrap();
+    assert!(started.elapsed() >= Duration::from_secs(2));
+    assert_eq!(response.status(), StatusCode::CONFLICT);
+    assert_eq!(response.headers()[header::RETRY_AFTER], "28");
+    assert_eq!(json(response).await["retry_after_ms"], 28_000);
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn invalid_derived_key_is_a_400_problem() {
+    let locks = Locks::new(MemoryBackend::new());
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = layer(&locks, Mode::Reject).layer(counting(calls.clone()));
+    let long = format!("/k/{}", "x".repeat(300));
+    for path in ["/k/", long.as_str()] {
+        let response = svc.clone().oneshot(post(path)).await.unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(json(response).await["type"], problem::INVALID_KEY);
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn store_failure_and_silence_are_503_problems() {
+    let store = Faulty::default();
+    let locks = Locks::new(store.clone());
+    let calls = Arc::new(AtomicUsize::new(0));
+    for mode in [Mode::Reject, Mode::Wait(Duration::from_secs(1))] {
+        let svc = layer(&locks, mode).layer(counting(calls.clone()));
+        for state in [FAILING, HANGING] {
+            store.set(state);
+            let response = svc.clone().oneshot(post("/k/a")).await.unwrap();
+            assert_eq!(
+                response.status(),
+                StatusCode::SERVICE_UNAVAILABLE,
+                "{mode:?} {state}"
+            );
+            assert_eq!(response.headers()[header::RETRY_AFTER], "1");
+            let doc = json(response).await;
+            assert_eq!(doc["type"], problem::STORE_UNAVAILABLE);
+            assert_eq!(doc["status"], 503);
+        }
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn handler_error_releases() {
+    let locks = Locks::new(MemoryBackend::new());
+    let failing =
+        tower::service_fn(|_: Req| async { Err::<Response<String>, _>("handler failed") });
+    let svc = layer(&locks, Mode::Reject).layer(failing);
+    assert!(svc.oneshot(post("/k/a")).await.is_err());
+    assert!(locks.inspect("a").await.unwrap().is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropped_request_releases() {
+    let locks = Locks::new(MemoryBackend::new());
+    let (entered_tx, entered) = tokio::sync::oneshot::channel::<()>();
+    let entered_tx = Arc::new(std::sync::Mutex::new(Some(entered_tx)));
+    let stuck = tower::service_fn(move |_: Req| {
+        if let Some(tx) = entered_tx.lock().unwrap().take() {
+            let _ = tx.send(());
+        }
+        std::future::pending::<Result<Response<String>, Infallible>>()
+    });
+    let svc = layer(&locks, Mode::Reject).layer(stuck);
+    let request = tokio::spawn(svc.oneshot(post("/k/a")));
+    entered.await.unwrap();
+    assert!(
+        locks.inspect("a").await.unwrap().is_some(),
+        "held while the handler runs"
+    );
+    request.abort();
+    let _ = request.await;
+    // The guard's Drop released on a spawned task: let it run.
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(locks.inspect("a").await.unwrap().is_none());
+}

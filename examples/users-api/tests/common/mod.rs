@@ -1,0 +1,168 @@
+//! Shared by the HTTP tests: a server on 127.0.0.1:0, a client, a store that
+//! fails on demand, and problem+json checks.
+#![allow(dead_code)] // each test binary uses a different part
+
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use leasehold::{
+    Acquire, AcquireRequest, Backend, BoxFuture, Error, Key, Lease, LeaseInfo, Locks, Result,
+    Subscription,
+};
+use reqwest::{header, StatusCode};
+use tokio::task::JoinHandle;
+
+/// Serves `router` on a fresh loopback port until the handle is dropped or
+/// aborted; returns the base URL.
+pub async fn serve(router: Router) -> (String, JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    (format!("http://{addr}"), task)
+}
+
+/// A client whose every request ends within 60 s: a hung request fails the
+/// test instead of hanging it.
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap()
+}
+
+/// A SQLite lock store in `dir`, wrapped so tests can break it.
+pub async fn sqlite_store(dir: &tempfile::TempDir) -> Faulty {
+    let url = format!("sqlite://{}", dir.path().join("locks.db").display());
+    Faulty::new(leasehold::open::open_backend(&url).await.unwrap())
+}
+
+/// Checks that `response` is a problem document with `status` and the
+/// RFC 9457 members; returns it.
+pub async fn problem(response: reqwest::Response, status: StatusCode) -> serde_json::Value {
+    assert_eq!(response.status(), status);
+    assert_eq!(
+        response.headers()[header::CONTENT_TYPE],
+        "application/problem+json"
+    );
+    let doc: serde_json::Value = response.json().await.unwrap();
+    assert!(doc["type"].is_string(), "{doc}");
+    assert!(doc["title"].is_string(), "{doc}");
+    assert!(doc["detail"].is_string(), "{doc}");
+    assert_eq!(doc["status"], status.as_u16(), "{doc}");
+    doc
+}
+
+/// Checks a lock 409: `Retry-After` of at least one whole second, and the
+/// layer's problem body for `key`.
+pub async fn locked(response: reqwest::Response, key: &str) {
+    let retry_after: u64 = response.headers()[header::RETRY_AFTER]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(retry_after >= 1);
+    let doc = problem(response, StatusCode::CONFLICT).await;
+    assert_eq!(doc["type"], leasehold::http::problem::LOCKED);
+    assert_eq!(doc["key"], key);
+    let ms = doc["retry_after_ms"].as_u64().unwrap();
+    assert!(
+        ms.div_ceil(1000).max(1) == retry_after,
+        "{ms} ms vs {retry_after} s"
+    );
+}
+
+/// POSTs to `url` until it is not answered 409, for at most 10 s: the
+/// release on drop is best-effort on a background task, so give it a moment.
+pub async fn first_non_409(client: &reqwest::Client, url: &str) -> StatusCode {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = client.post(url).send().await.unwrap().status();
+        if status != StatusCode::CONFLICT || tokio::time::Instant::now() >= deadline {
+            return status;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+const UP: u8 = 0;
+const FAILING: u8 = 1;
+const HANGING: u8 = 2;
+
+/// A real store with an outage switch, and counters of what it was asked.
+#[derive(Debug, Clone)]
+pub struct Faulty {
+    inner: Arc<dyn Backend>,
+    state: Arc<AtomicU8>,
+    /// How many acquisition attempts reached the store.
+    pub acquires: Arc<AtomicUsize>,
+    /// How many waiters subscribed to release notifications.
+    pub subscribes: Arc<AtomicUsize>,
+}
+
+impl Faulty {
+    /// Wraps `inner`, up.
+    pub fn new(inner: Arc<dyn Backend>) -> Self {
+        Faulty {
+            inner,
+            state: Arc::default(),
+            acquires: Arc::default(),
+            subscribes: Arc::default(),
+        }
+    }
+
+    /// Every operation from now on fails with `Error::Unavailable`.
+    pub fn fail(&self) {
+        self.state.store(FAILING, Ordering::SeqCst);
+    }
+
+    /// Every operation from now on never answers.
+    pub fn hang(&self) {
+        self.state.store(HANGING, Ordering::SeqCst);
+    }
+
+    /// Back to normal.
+    pub fn recover(&self) {
+        self.state.store(UP, Ordering::SeqCst);
+    }
+
+    /// A `Locks` handle on this store.
+    pub fn locks(&self) -> Locks {
+        Locks::new(self.clone())
+    }
+
+    fn run<'a, T: Send + 'a>(&'a self, op: BoxFuture<'a, Result<T>>) -> BoxFuture<'a, Result<T>> {
+        match self.state.load(Ordering::SeqCst) {
+            UP => op,
+            FAILING => Box::pin(async { Err(Error::unavailable("injected outage")) }),
+            _ => Box::pin(std::future::pending()),
+        }
+    }
+}
+
+impl Backend for Faulty {
+    fn try_acquire<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
+        self.acquires.fetch_add(1, Ordering::SeqCst);
+        self.run(self.inner.try_acquire(req))
+    }
+    fn renew<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
+        self.run(self.inner.renew(lease, ttl))
+    }
+    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
+        self.run(self.inner.release(lease))
+    }
+    fn inspect<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<LeaseInfo>>> {
+        self.run(self.inner.inspect(key))
+    }
+    fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<LeaseInfo>>> {
+        self.run(self.inner.list(prefix))
+    }
+    fn force_release<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool>> {
+        self.run(self.inner.force_release(key))
+    }
+    fn subscribe<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Subscription>> {
+        self.subscribes.fetch_add(1, Ordering::SeqCst);
+        self.run(self.inner.subscribe(key))
+    }
+}
