@@ -166,7 +166,7 @@ async fn take_sample(db: &Database, skew_us: i64) -> Result<Sample> {
             error_us: half_rtt_us + 500,
             offset_us: server_us - (wall_before + half_rtt_us),
         };
-        if best.map_or(true, |b| sample.error_us < b.error_us) {
+        if best.is_none_or(|b| sample.error_us < b.error_us) {
             best = Some(sample);
         }
     }
