@@ -18,12 +18,16 @@ dir="$(mktemp -d "${TMPDIR:-/tmp}/leasehold-torture.XXXXXX")"
 trap 'leasehold_stop_services; rm -rf "$dir"' EXIT
 
 stores=("sqlite://$dir/locks.db")
-if [ -n "${LEASEHOLD_TEST_REDIS:-}" ]; then
-  stores+=("$LEASEHOLD_TEST_REDIS")
-elif [ "${LEASEHOLD_REQUIRE_SERVERS:-}" = 1 ]; then
-  echo "torture: LEASEHOLD_TEST_REDIS is not set and LEASEHOLD_REQUIRE_SERVERS=1" >&2
-  exit 1
-fi
+for var in LEASEHOLD_TEST_POSTGRES LEASEHOLD_TEST_REDIS LEASEHOLD_TEST_MONGODB; do
+  if [ -n "${!var:-}" ]; then
+    stores+=("${!var}")
+  elif [ "${LEASEHOLD_REQUIRE_SERVERS:-}" = 1 ]; then
+    echo "torture: $var is not set and LEASEHOLD_REQUIRE_SERVERS=1" >&2
+    exit 1
+  else
+    echo "torture: $var is not set; skipping that store" >&2
+  fi
+done
 
 failed=0
 for store in "${stores[@]}"; do
