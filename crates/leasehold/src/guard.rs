@@ -14,6 +14,7 @@ use crate::backend::{Backend, Lease, OwnerId};
 use crate::error::{Error, Result};
 use crate::key::Key;
 use crate::local::LocalTurn;
+use crate::renewal::{RenewalScheduler, Ticket};
 use crate::time::{renew_interval, trusted_for, Backoff};
 
 /// A held lease. Renews itself in the background every ttl/3 while it lives.
@@ -43,6 +44,8 @@ pub struct LeaseGuard {
     backend: Arc<dyn Backend>,
     state: Arc<GuardState>,
     stop_renewal: CancellationToken,
+    renewals: RenewalScheduler,
+    renewal_start: Ticket,
     released: bool,
     /// The holder's place in the local queue; the next local waiter goes
     /// to the store only once this is dropped, after the release.
@@ -65,36 +68,55 @@ impl GuardState {
 }
 
 impl LeaseGuard {
-    /// Wraps a lease granted by a request sent at `sent_at` and starts its
-    /// renewal (unless `auto_renew` is false, in which case only the
-    /// lost-lease timer runs).
+    /// Wraps a lease granted by a request sent at `sent_at` and schedules
+    /// its renewal for its first renewal time (or, if `auto_renew` is false,
+    /// only the lost-lease timer for its deadline).
     pub(crate) fn start(
         backend: Arc<dyn Backend>,
+        renewals: &RenewalScheduler,
         lease: Lease,
         sent_at: Instant,
         auto_renew: bool,
         turn: Option<LocalTurn>,
     ) -> Self {
+        let valid_until = sent_at + trusted_for(lease.ttl());
         let state = Arc::new(GuardState {
             lost: CancellationToken::new(),
-            valid_until: Mutex::new(sent_at + trusted_for(lease.ttl())),
+            valid_until: Mutex::new(valid_until),
         });
         let stop_renewal = CancellationToken::new();
-        tokio::spawn(keep_alive(
-            backend.clone(),
-            lease.clone(),
-            state.clone(),
-            stop_renewal.clone(),
-            sent_at,
-            auto_renew,
-        ));
+        let first_due = if auto_renew {
+            sent_at + renew_interval(lease.ttl())
+        } else {
+            valid_until
+        };
+        let renewal_start = renewals.schedule(
+            first_due,
+            Box::pin(keep_alive(
+                backend.clone(),
+                lease.clone(),
+                state.clone(),
+                stop_renewal.clone(),
+                sent_at,
+                auto_renew,
+            )),
+        );
         LeaseGuard {
             lease,
             backend,
             state,
             stop_renewal,
+            renewals: renewals.clone(),
+            renewal_start,
             released: false,
             turn,
+        }
+    }
+
+    /// Stops renewal: unschedules it if it has not started, else stops it.
+    fn stop_renewal(&self) {
+        if !self.renewals.cancel(self.renewal_start) {
+            self.stop_renewal.cancel();
         }
     }
 
@@ -171,7 +193,7 @@ impl LeaseGuard {
     /// have reached the store (the lease then expires after its ttl).
     pub async fn release(mut self) -> Result<()> {
         self.released = true;
-        self.stop_renewal.cancel();
+        self.stop_renewal();
         let span = tracing::debug_span!("release", key = %self.key(), token = self.token());
         self.backend.release(&self.lease).instrument(span).await
     }
@@ -179,10 +201,10 @@ impl LeaseGuard {
 
 impl Drop for LeaseGuard {
     fn drop(&mut self) {
-        self.stop_renewal.cancel();
         if self.released {
             return;
         }
+        self.stop_renewal();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let backend = self.backend.clone();
             let lease = self.lease.clone();

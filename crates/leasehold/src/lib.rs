@@ -110,6 +110,7 @@ mod lock;
 mod notify;
 pub mod occ;
 pub mod open;
+mod renewal;
 #[cfg(feature = "postgres")]
 pub mod rowlock;
 pub mod time;

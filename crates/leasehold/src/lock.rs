@@ -15,6 +15,7 @@ use crate::guard::LeaseGuard;
 use crate::key::{validate_prefix, Key};
 use crate::local::LocalQueues;
 use crate::notify::Subscription;
+use crate::renewal::RenewalScheduler;
 use crate::time::{Backoff, DEFAULT_TTL};
 
 /// How to acquire: lease length, how long to wait, cancellation, renewal.
@@ -97,6 +98,7 @@ pub struct Locks {
     backend: Arc<dyn Backend>,
     holder_label: Arc<str>,
     local: Arc<LocalQueues>,
+    renewals: RenewalScheduler,
 }
 
 impl fmt::Debug for Locks {
@@ -126,6 +128,7 @@ impl Locks {
             backend,
             holder_label: default_holder_label().into(),
             local: Arc::default(),
+            renewals: RenewalScheduler::default(),
         }
     }
 
@@ -236,6 +239,7 @@ impl Locks {
                     tracing::debug!(token = lease.token(), "granted");
                     return Ok(LeaseGuard::start(
                         self.backend.clone(),
+                        &self.renewals,
                         lease,
                         sent_at,
                         options.auto_renew,
