@@ -229,6 +229,10 @@ fn print_table(report: &Report) {
         ] {
             println!("  {:<34} {:>10.1} {:>10.1}", name, l.p50_us, l.p99_us);
         }
+        for p in &h.peers {
+            let l = &p.latency;
+            println!("  {:<34} {:>10.1} {:>10.1}", p.name, l.p50_us, l.p99_us);
+        }
         println!(
             "  woken hand-off = {:.2}x one acquire; polling is {:.1}x slower",
             h.notified_p50_per_acquire, h.polling_p50_per_notified

@@ -88,11 +88,20 @@ pub async fn uncontended(
 }
 
 #[derive(Debug, Serialize)]
+pub struct PeerHandoff {
+    pub name: &'static str,
+    #[serde(flatten)]
+    pub latency: Latency,
+}
+
+#[derive(Debug, Serialize)]
 pub struct Handoff {
     /// One uncontended acquire (not release), for scale.
     pub acquire: Latency,
     pub notified: Latency,
     pub polling: Latency,
+    /// Other locks' hand-offs on the same store (blocking advisory lock, rslock).
+    pub peers: Vec<PeerHandoff>,
     /// notified p50 / acquire p50 (target ≤ 3).
     pub notified_p50_per_acquire: f64,
     /// polling p50 / notified p50 (target ≥ 10).
@@ -130,7 +139,17 @@ pub async fn handoff(
     );
     samples.push(("hand-off notified", notified));
     samples.push(("hand-off polling", polling));
+    let mut peers = Vec::new();
+    for peer in &store.handoff_peers {
+        let s = peer.handoffs(rounds).await?;
+        peers.push(PeerHandoff {
+            name: peer.name(),
+            latency: Latency::of(&s),
+        });
+        samples.push((peer.name(), s));
+    }
     Ok(Handoff {
+        peers,
         notified_p50_per_acquire: ratio(n.p50_us, a.p50_us),
         polling_p50_per_notified: ratio(p.p50_us, n.p50_us),
         acquire: a,

@@ -17,7 +17,8 @@ pub struct Latency {
 impl Latency {
     /// Summarizes `samples` (any order).
     pub fn of(samples: &[Duration]) -> Self {
-        let mut us: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1e6).collect();
+        // Via nanoseconds: whole microseconds stay exact.
+        let mut us: Vec<f64> = samples.iter().map(|d| d.as_nanos() as f64 / 1e3).collect();
         us.sort_by(f64::total_cmp);
         let mean = if us.is_empty() {
             0.0

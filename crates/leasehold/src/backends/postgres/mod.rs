@@ -148,6 +148,18 @@ impl PostgresBackend {
         &self.inner.sql.migrate
     }
 
+    /// The acquire statement (parameters: key, owner hex, holder label, ttl
+    /// in ms; returns the new fence, or the holder and its remaining ms), for
+    /// audits and for benchmarks that issue it by hand.
+    pub fn acquire_sql(&self) -> &str {
+        &self.inner.sql.acquire
+    }
+
+    /// The release statement (parameters: key, owner hex, fence).
+    pub fn release_sql(&self) -> &str {
+        &self.inner.sql.release
+    }
+
     /// Inside the caller's transaction, checks that `lease` still holds its
     /// key (owner, token, and expiry by the server's clock) and locks the
     /// lease row `FOR SHARE`: until the transaction ends, nobody can acquire,

@@ -176,19 +176,19 @@ impl SqliteBackend {
                 SqliteSynchronous::Normal
             })
             .busy_timeout(options.busy_timeout);
-        // One connection: SQLite admits one writer at a time anyway, and
-        // queueing in-process writers on the pool is fair and wakes at once,
-        // where SQLite's busy handler sleeps in growing steps.
-        let pool = SqlitePoolOptions::new()
-            .max_connections(1)
-            .acquire_timeout(options.busy_timeout + Duration::from_secs(5))
-            .connect_with(connect)
-            .await
-            .map_err(classify)?;
-        sqlx::query(MIGRATION)
-            .execute(&pool)
-            .await
-            .map_err(classify)?;
+        // Switching a new file to WAL needs the database to itself and fails
+        // at once ("database is locked", without the busy handler) while
+        // another process is doing the same: retry within the busy timeout.
+        let deadline = tokio::time::Instant::now() + options.busy_timeout;
+        let pool = loop {
+            match connect_and_migrate(connect.clone(), &options).await {
+                Err(e) if is_locked(&e) && tokio::time::Instant::now() < deadline => {
+                    let pause = Duration::from_millis(rand::random::<u64>() % 20 + 5);
+                    tokio::time::sleep(pause).await;
+                }
+                result => break result.map_err(classify)?,
+            }
+        };
         Ok(SqliteBackend {
             pool,
             path: path.to_owned(),
@@ -204,6 +204,33 @@ impl SqliteBackend {
     /// The connection pool, for running fenced writes in the same database.
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
+    }
+}
+
+async fn connect_and_migrate(
+    connect: SqliteConnectOptions,
+    options: &SqliteOptions,
+) -> std::result::Result<SqlitePool, sqlx::Error> {
+    // One connection: SQLite admits one writer at a time anyway, and
+    // queueing in-process writers on the pool is fair and wakes at once,
+    // where SQLite's busy handler sleeps in growing steps.
+    let pool = SqlitePoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(options.busy_timeout + Duration::from_secs(5))
+        .connect_with(connect)
+        .await?;
+    sqlx::query(MIGRATION).execute(&pool).await?;
+    Ok(pool)
+}
+
+/// SQLITE_BUSY or SQLITE_LOCKED, with any extended code.
+fn is_locked(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(db) => db
+            .code()
+            .and_then(|c| c.parse::<i32>().ok())
+            .is_some_and(|c| matches!(c & 0xff, 5 | 6)),
+        _ => false,
     }
 }
 

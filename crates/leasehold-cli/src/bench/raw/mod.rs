@@ -2,6 +2,14 @@
 //! issued by hand with the store's driver, and other lock implementations.
 //! One module per store below; `open` picks by URL.
 
+#[cfg(feature = "mongodb")]
+mod mongodb;
+mod postgres;
+mod redis;
+mod sqlite;
+
+use std::time::Duration;
+
 use leasehold::{BoxFuture, Locks};
 
 use crate::exit::CliError;
@@ -16,6 +24,22 @@ pub trait Baseline: Send + Sync {
 
     /// Frees what `try_acquire` granted.
     fn release(&self, held: Held) -> BoxFuture<'_, Result<(), CliError>>;
+}
+
+/// A lock that hands over without leasehold, for the hand-off comparison
+/// (PostgreSQL's blocking `pg_advisory_lock`, rslock on Redis).
+pub trait HandoffPeer: Send + Sync {
+    /// Shown in the report.
+    fn name(&self) -> &'static str;
+
+    /// `rounds` hand-offs: a holder takes the lock, a waiter blocks on it,
+    /// the holder lets go; each sample is release call to waiter holding.
+    fn handoffs(&self, rounds: usize) -> BoxFuture<'_, Result<Vec<Duration>, CliError>>;
+}
+
+/// A driver error inside a baseline: the store is failing.
+pub fn baseline_error(e: impl std::fmt::Display) -> CliError {
+    CliError::new(crate::exit::EX_UNAVAILABLE, format!("baseline: {e}"))
 }
 
 /// What a baseline needs to release: the key, its owner string and token.
@@ -33,6 +57,7 @@ pub struct BenchStore {
     /// Clients of `memory://` must share one store.
     shared: Option<Locks>,
     pub baselines: Vec<Box<dyn Baseline>>,
+    pub handoff_peers: Vec<Box<dyn HandoffPeer>>,
 }
 
 impl BenchStore {
@@ -51,43 +76,53 @@ impl BenchStore {
     }
 }
 
+/// What a store module provides: the client under test and its baselines.
+pub struct Measured {
+    pub locks: Locks,
+    pub baselines: Vec<Box<dyn Baseline>>,
+    pub handoff_peers: Vec<Box<dyn HandoffPeer>>,
+}
+
 /// Opens the store and the baselines that exist for it.
 pub async fn open(url: &str) -> Result<(BenchStore, Locks), CliError> {
     let scheme = url.split_once("://").map_or("", |(s, _)| s);
-    match scheme {
+    let (measured, shared) = match scheme {
         "memory" => {
             let locks = Locks::open(url).await?;
-            let store = BenchStore {
-                url: url.to_owned(),
-                shared: Some(locks.clone()),
+            let measured = Measured {
+                locks: locks.clone(),
                 baselines: Vec::new(),
+                handoff_peers: Vec::new(),
             };
-            Ok((store, locks))
+            (measured, Some(locks))
         }
-        "sqlite" => {
-            let (locks, baselines) = sqlite::open(url).await?;
-            Ok((
-                BenchStore {
-                    url: url.to_owned(),
-                    shared: None,
-                    baselines,
-                },
-                locks,
-            ))
-        }
+        "sqlite" => (sqlite::open(url).await?, None),
+        "postgres" | "postgresql" => (postgres::open(url).await?, None),
+        "redis" | "redis+unix" => (redis::open(url).await?, None),
+        #[cfg(feature = "mongodb")]
+        "mongodb" | "mongodb+srv" => (mongodb::open(url).await?, None),
         _ => {
             let locks = Locks::open(url).await?;
-            eprintln!("leasehold: no hand-written baseline for {scheme}:// yet; reporting leasehold alone");
-            Ok((
-                BenchStore {
-                    url: url.to_owned(),
-                    shared: None,
+            eprintln!(
+                "leasehold: no hand-written baseline for {scheme}://; reporting leasehold alone"
+            );
+            (
+                Measured {
+                    locks,
                     baselines: Vec::new(),
+                    handoff_peers: Vec::new(),
                 },
-                locks,
-            ))
+                None,
+            )
         }
-    }
+    };
+    let store = BenchStore {
+        url: url.to_owned(),
+        shared,
+        baselines: measured.baselines,
+        handoff_peers: measured.handoff_peers,
+    };
+    Ok((store, measured.locks))
 }
 
 fn mask_password(url: &str) -> String {
@@ -107,76 +142,6 @@ fn mask_password(url: &str) -> String {
     match path {
         Some(p) => format!("{scheme}://{masked}/{p}"),
         None => format!("{scheme}://{masked}"),
-    }
-}
-
-mod sqlite {
-    use std::time::Duration;
-
-    use leasehold::backends::sqlite::{SqliteBackend, ACQUIRE, RELEASE};
-    use leasehold::{BoxFuture, Locks, OwnerId};
-    use sqlx::SqlitePool;
-
-    use super::{Baseline, Held};
-    use crate::exit::CliError;
-
-    /// The library's two statements issued by hand on the very connection
-    /// the library uses, so only the library's own work differs.
-    struct TwoStatements {
-        pool: SqlitePool,
-    }
-
-    pub async fn open(url: &str) -> Result<(Locks, Vec<Box<dyn Baseline>>), CliError> {
-        let rest = url.strip_prefix("sqlite://").unwrap_or(url);
-        let (path, options) = leasehold::open::parse_sqlite(rest)?;
-        let backend = SqliteBackend::open_with(path, options).await?;
-        let pool = backend.pool().clone();
-        Ok((Locks::new(backend), vec![Box::new(TwoStatements { pool })]))
-    }
-
-    fn driver(e: sqlx::Error) -> CliError {
-        CliError::new(crate::exit::EX_UNAVAILABLE, format!("baseline: {e}"))
-    }
-
-    impl Baseline for TwoStatements {
-        fn name(&self) -> &'static str {
-            "two sqlite statements by hand"
-        }
-
-        fn try_acquire<'a>(
-            &'a self,
-            key: &'a str,
-        ) -> BoxFuture<'a, Result<Option<Held>, CliError>> {
-            Box::pin(async move {
-                let owner = OwnerId::random().to_string();
-                let fence: Option<i64> = sqlx::query_scalar(ACQUIRE)
-                    .bind(key)
-                    .bind(&owner)
-                    .bind("baseline")
-                    .bind(Duration::from_secs(30).as_millis() as i64)
-                    .fetch_optional(&self.pool)
-                    .await
-                    .map_err(driver)?;
-                Ok(fence.map(|token| Held {
-                    key: key.to_owned(),
-                    owner,
-                    token,
-                }))
-            })
-        }
-
-        fn release(&self, held: Held) -> BoxFuture<'_, Result<(), CliError>> {
-            Box::pin(async move {
-                sqlx::query(RELEASE)
-                    .bind(&held.key)
-                    .bind(&held.owner)
-                    .bind(held.token)
-                    .execute(&self.pool)
-                    .await
-                    .map_err(driver)?;
-                Ok(())
-            })
-        }
     }
 }
 

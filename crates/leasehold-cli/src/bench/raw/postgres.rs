@@ -1,0 +1,185 @@
+//! PostgreSQL: the library's two statements by hand on the library's own
+//! pool, session advisory locks (`pg_try_advisory_lock` + unlock), and the
+//! blocking `pg_advisory_lock` hand-off.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold::backends::postgres::PostgresBackend;
+use leasehold::{BoxFuture, Locks, OwnerId};
+use sqlx::pool::PoolConnection;
+use sqlx::{PgPool, Postgres};
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+use super::{baseline_error, Baseline, HandoffPeer, Held, Measured};
+use crate::exit::CliError;
+
+pub async fn open(url: &str) -> Result<Measured, CliError> {
+    let backend = PostgresBackend::connect(url).await?;
+    let pool = backend.pool().clone();
+    let statements = TwoStatements {
+        pool: pool.clone(),
+        acquire: backend.acquire_sql().to_owned(),
+        release: backend.release_sql().to_owned(),
+    };
+    // Advisory locks belong to a session: keep one connection for them.
+    let session = pool.acquire().await.map_err(baseline_error)?;
+    Ok(Measured {
+        locks: Locks::new(backend),
+        baselines: vec![
+            Box::new(statements),
+            Box::new(Advisory {
+                session: Mutex::new(session),
+            }),
+        ],
+        handoff_peers: vec![Box::new(BlockingAdvisory { pool })],
+    })
+}
+
+struct TwoStatements {
+    pool: PgPool,
+    acquire: String,
+    release: String,
+}
+
+impl Baseline for TwoStatements {
+    fn name(&self) -> &'static str {
+        "two postgres statements by hand"
+    }
+
+    fn try_acquire<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Held>, CliError>> {
+        Box::pin(async move {
+            let owner = OwnerId::random().to_string();
+            let row: Option<(Option<i64>, Option<String>, Option<i64>)> =
+                sqlx::query_as(&self.acquire)
+                    .bind(key)
+                    .bind(&owner)
+                    .bind("baseline")
+                    .bind(30_000i64)
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(baseline_error)?;
+            Ok(row.and_then(|(fence, _, _)| fence).map(|token| Held {
+                key: key.to_owned(),
+                owner,
+                token,
+            }))
+        })
+    }
+
+    fn release(&self, held: Held) -> BoxFuture<'_, Result<(), CliError>> {
+        Box::pin(async move {
+            sqlx::query(&self.release)
+                .bind(&held.key)
+                .bind(&held.owner)
+                .bind(held.token)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(baseline_error)?;
+            Ok(())
+        })
+    }
+}
+
+/// The advisory-lock id of a key (advisory locks take a bigint).
+fn lock_id(key: &str) -> i64 {
+    key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    }) as i64
+}
+
+struct Advisory {
+    session: Mutex<PoolConnection<Postgres>>,
+}
+
+impl Baseline for Advisory {
+    fn name(&self) -> &'static str {
+        "pg_try_advisory_lock + unlock"
+    }
+
+    fn try_acquire<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Held>, CliError>> {
+        Box::pin(async move {
+            let mut session = self.session.lock().await;
+            let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+                .bind(lock_id(key))
+                .fetch_one(&mut **session)
+                .await
+                .map_err(baseline_error)?;
+            Ok(got.then(|| Held {
+                key: key.to_owned(),
+                owner: String::new(),
+                token: 0,
+            }))
+        })
+    }
+
+    fn release(&self, held: Held) -> BoxFuture<'_, Result<(), CliError>> {
+        Box::pin(async move {
+            let mut session = self.session.lock().await;
+            sqlx::query("SELECT pg_advisory_unlock($1)")
+                .bind(lock_id(&held.key))
+                .execute(&mut **session)
+                .await
+                .map_err(baseline_error)?;
+            Ok(())
+        })
+    }
+}
+
+/// Two sessions: the holder's and a waiter blocked in `pg_advisory_lock`,
+/// which the server wakes when the holder unlocks.
+struct BlockingAdvisory {
+    pool: PgPool,
+}
+
+impl HandoffPeer for BlockingAdvisory {
+    fn name(&self) -> &'static str {
+        "blocking pg_advisory_lock"
+    }
+
+    fn handoffs(&self, rounds: usize) -> BoxFuture<'_, Result<Vec<Duration>, CliError>> {
+        Box::pin(async move {
+            let id = lock_id(&super::super::scenarios::unique_key("advisory-handoff"));
+            let mut holder = self.pool.acquire().await.map_err(baseline_error)?;
+            let waiter = Arc::new(Mutex::new(
+                self.pool.acquire().await.map_err(baseline_error)?,
+            ));
+            let mut out = Vec::with_capacity(rounds);
+            for _ in 0..rounds {
+                sqlx::query("SELECT pg_advisory_lock($1)")
+                    .bind(id)
+                    .execute(&mut *holder)
+                    .await
+                    .map_err(baseline_error)?;
+                let w = waiter.clone();
+                let task = tokio::spawn(async move {
+                    let mut conn = w.lock().await;
+                    sqlx::query("SELECT pg_advisory_lock($1)")
+                        .bind(id)
+                        .execute(&mut **conn)
+                        .await?;
+                    let at = Instant::now();
+                    sqlx::query("SELECT pg_advisory_unlock($1)")
+                        .bind(id)
+                        .execute(&mut **conn)
+                        .await?;
+                    Ok::<_, sqlx::Error>(at)
+                });
+                tokio::time::sleep(Duration::from_millis(15)).await;
+                let released = Instant::now();
+                sqlx::query("SELECT pg_advisory_unlock($1)")
+                    .bind(id)
+                    .execute(&mut *holder)
+                    .await
+                    .map_err(baseline_error)?;
+                let acquired = task
+                    .await
+                    .map_err(baseline_error)?
+                    .map_err(baseline_error)?;
+                out.push(acquired.saturating_duration_since(released));
+            }
+            Ok(out)
+        })
+    }
+}

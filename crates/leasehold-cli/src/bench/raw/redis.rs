@@ -1,0 +1,200 @@
+//! Redis: the pair everyone writes by hand (`SET NX PX`, then a Lua
+//! compare-and-delete), and rslock, the Redlock client most Rust code uses
+//! (lock + unlock, and its retry loop for the hand-off).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use leasehold::{BoxFuture, Locks, OwnerId};
+use redis::aio::MultiplexedConnection;
+use rslock::LockManager;
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+use super::{baseline_error, Baseline, HandoffPeer, Held, Measured};
+use crate::exit::CliError;
+
+const TTL: Duration = Duration::from_secs(30);
+
+/// The compare-and-delete of the hand-written version (rslock's is the same).
+const UNLOCK: &str = r#"if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) else return 0 end"#;
+
+pub async fn open(url: &str) -> Result<Measured, CliError> {
+    let locks = Locks::open(url).await?;
+    // Strip leasehold's own `?prefix=` option; the redis crate rejects it.
+    let plain = strip_prefix_option(url);
+    let client = redis::Client::open(plain.as_str()).map_err(baseline_error)?;
+    let conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(baseline_error)?;
+    let rslock = LockManager::new(vec![plain.as_str()]);
+    Ok(Measured {
+        locks,
+        baselines: vec![
+            Box::new(RawPair {
+                conn,
+                unlock: redis::Script::new(UNLOCK),
+            }),
+            Box::new(Rslock {
+                manager: rslock.clone(),
+                held: Mutex::default(),
+            }),
+        ],
+        handoff_peers: vec![Box::new(RslockHandoff { manager: rslock })],
+    })
+}
+
+fn strip_prefix_option(url: &str) -> String {
+    let Some((base, query)) = url.split_once('?') else {
+        return url.to_owned();
+    };
+    let rest: Vec<&str> = query
+        .split('&')
+        .filter(|p| !p.starts_with("prefix="))
+        .collect();
+    if rest.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", rest.join("&"))
+    }
+}
+
+struct RawPair {
+    conn: MultiplexedConnection,
+    unlock: redis::Script,
+}
+
+impl Baseline for RawPair {
+    fn name(&self) -> &'static str {
+        "SET NX PX + EVAL compare-and-delete"
+    }
+
+    fn try_acquire<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Held>, CliError>> {
+        Box::pin(async move {
+            let owner = OwnerId::random().to_string();
+            let set: Option<String> = redis::cmd("SET")
+                .arg(key)
+                .arg(&owner)
+                .arg("NX")
+                .arg("PX")
+                .arg(TTL.as_millis() as u64)
+                .query_async(&mut self.conn.clone())
+                .await
+                .map_err(baseline_error)?;
+            Ok(set.map(|_| Held {
+                key: key.to_owned(),
+                owner,
+                token: 0,
+            }))
+        })
+    }
+
+    fn release(&self, held: Held) -> BoxFuture<'_, Result<(), CliError>> {
+        Box::pin(async move {
+            let _: i64 = self
+                .unlock
+                .key(&held.key)
+                .arg(&held.owner)
+                .invoke_async(&mut self.conn.clone())
+                .await
+                .map_err(baseline_error)?;
+            Ok(())
+        })
+    }
+}
+
+struct Rslock {
+    manager: LockManager,
+    /// rslock's unlock needs its `Lock` value back.
+    held: Mutex<HashMap<String, rslock::Lock>>,
+}
+
+impl Baseline for Rslock {
+    fn name(&self) -> &'static str {
+        "rslock lock + unlock"
+    }
+
+    fn try_acquire<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Held>, CliError>> {
+        Box::pin(async move {
+            match self.manager.lock(key.as_bytes(), TTL).await {
+                Ok(lock) => {
+                    self.held.lock().await.insert(key.to_owned(), lock);
+                    Ok(Some(Held {
+                        key: key.to_owned(),
+                        owner: String::new(),
+                        token: 0,
+                    }))
+                }
+                Err(rslock::LockError::Unavailable) => Ok(None),
+                Err(e) => Err(baseline_error(format!("{e:?}"))),
+            }
+        })
+    }
+
+    fn release(&self, held: Held) -> BoxFuture<'_, Result<(), CliError>> {
+        Box::pin(async move {
+            if let Some(lock) = self.held.lock().await.remove(&held.key) {
+                self.manager.unlock(&lock).await;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// rslock waiting the way its users do: `lock` (3 tries, 0–200 ms apart),
+/// again until it succeeds.
+struct RslockHandoff {
+    manager: LockManager,
+}
+
+impl HandoffPeer for RslockHandoff {
+    fn name(&self) -> &'static str {
+        "rslock retry loop"
+    }
+
+    fn handoffs(&self, rounds: usize) -> BoxFuture<'_, Result<Vec<Duration>, CliError>> {
+        Box::pin(async move {
+            let key = super::super::scenarios::unique_key("rslock-handoff");
+            let mut out = Vec::with_capacity(rounds);
+            for _ in 0..rounds {
+                let holder = self
+                    .manager
+                    .lock(key.as_bytes(), TTL)
+                    .await
+                    .map_err(|e| baseline_error(format!("{e:?}")))?;
+                let (manager, k) = (self.manager.clone(), key.clone());
+                let waiter = tokio::spawn(async move {
+                    loop {
+                        if let Ok(lock) = manager.lock(k.as_bytes(), TTL).await {
+                            let at = Instant::now();
+                            manager.unlock(&lock).await;
+                            return at;
+                        }
+                    }
+                });
+                tokio::time::sleep(Duration::from_millis(15)).await;
+                let released = Instant::now();
+                self.manager.unlock(&holder).await;
+                let acquired = waiter.await.map_err(baseline_error)?;
+                out.push(acquired.saturating_duration_since(released));
+            }
+            Ok(out)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::strip_prefix_option;
+
+    #[test]
+    fn leaseholds_prefix_option_is_removed() {
+        assert_eq!(strip_prefix_option("redis://h:1?prefix=x"), "redis://h:1");
+        assert_eq!(
+            strip_prefix_option("redis://h?prefix=x&protocol=resp3"),
+            "redis://h?protocol=resp3"
+        );
+        assert_eq!(strip_prefix_option("redis://h/2"), "redis://h/2");
+    }
+}
