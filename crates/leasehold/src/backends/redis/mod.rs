@@ -253,6 +253,14 @@ impl RedisBackend {
         })
     }
 
+    /// Wakes this process's waiters at once, without the pub/sub round trip
+    /// (other processes hear the published release).
+    fn wake_local(&self, key: &Key) {
+        if let Some(subscriber) = self.inner.subscriber.get() {
+            subscriber.hub.notify(key.as_str());
+        }
+    }
+
     /// The Redis key holding `key`'s current lease (a string
     /// `<owner>:<holder label>` with a ttl), for your own Lua scripts.
     pub fn lock_key(&self, key: &Key) -> String {
@@ -374,9 +382,12 @@ impl Backend for RedisBackend {
                 &self.inner.ns.channel(),
                 lease.key().as_str(),
             ];
-            let _freed: i64 = self
+            let freed: i64 = self
                 .run(&self.inner.scripts.release, lease.key(), &args)
                 .await?;
+            if freed == 1 {
+                self.wake_local(lease.key());
+            }
             Ok(())
         })
     }
@@ -422,6 +433,7 @@ impl Backend for RedisBackend {
             let broken: i64 = self
                 .run(&self.inner.scripts.force_release, key, &args)
                 .await?;
+            self.wake_local(key);
             Ok(broken == 1)
         })
     }
