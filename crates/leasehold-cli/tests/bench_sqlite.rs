@@ -39,7 +39,7 @@ fn quick_bench_reports_every_scenario() {
     assert!(u["baselines"][0]["leasehold_p50_ratio"].as_f64().unwrap() > 0.0);
 
     let h = &s["handoff"];
-    for series in ["acquire", "notified", "polling"] {
+    for series in ["acquire", "notified", "notified_after_release", "polling"] {
         assert!(
             h[series]["samples"].as_u64().unwrap() >= 10,
             "{series}: {h}"

@@ -225,6 +225,7 @@ fn print_table(report: &Report) {
         for (name, l) in [
             ("one uncontended acquire", &h.acquire),
             ("woken by the store", &h.notified),
+            ("  same, from release returned", &h.notified_after_release),
             ("polling only", &h.polling),
         ] {
             println!("  {:<34} {:>10.1} {:>10.1}", name, l.p50_us, l.p99_us);
@@ -234,8 +235,10 @@ fn print_table(report: &Report) {
             println!("  {:<34} {:>10.1} {:>10.1}", p.name, l.p50_us, l.p99_us);
         }
         println!(
-            "  woken hand-off = {:.2}x one acquire; polling is {:.1}x slower",
-            h.notified_p50_per_acquire, h.polling_p50_per_notified
+            "  woken hand-off = {:.2}x one acquire ({:.2}x from release returned); polling is {:.1}x slower",
+            h.notified_p50_per_acquire,
+            h.notified_after_release_p50_per_acquire,
+            h.polling_p50_per_notified
         );
     }
     if let Some(c) = &s.contended {

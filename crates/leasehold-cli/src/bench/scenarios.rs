@@ -98,12 +98,18 @@ pub struct PeerHandoff {
 pub struct Handoff {
     /// One uncontended acquire (not release), for scale.
     pub acquire: Latency,
+    /// From the holder's release call to the waiter holding the lock: the
+    /// release's own round trip, the wake-up, and the waiter's acquire.
     pub notified: Latency,
+    /// The same, from the moment the release call returned.
+    pub notified_after_release: Latency,
     pub polling: Latency,
     /// Other locks' hand-offs on the same store (blocking advisory lock, rslock).
     pub peers: Vec<PeerHandoff>,
     /// notified p50 / acquire p50 (target ≤ 3).
     pub notified_p50_per_acquire: f64,
+    /// notified_after_release p50 / acquire p50.
+    pub notified_after_release_p50_per_acquire: f64,
     /// polling p50 / notified p50 (target ≥ 10).
     pub polling_p50_per_notified: f64,
 }
@@ -130,8 +136,9 @@ pub async fn handoff(
         acquire.push(t.elapsed());
         guard.release().await?;
     }
-    let notified = handoff_rounds(&holder, &waiter, rounds).await?;
-    let polling = handoff_rounds(&holder, &poller, rounds).await?;
+    let (notified, notified_after) = handoff_rounds(&holder, &waiter, rounds).await?;
+    let (polling, _) = handoff_rounds(&holder, &poller, rounds).await?;
+    let after = Latency::of(&notified_after);
     let (a, n, p) = (
         Latency::of(&acquire),
         Latency::of(&notified),
@@ -151,6 +158,8 @@ pub async fn handoff(
     Ok(Handoff {
         peers,
         notified_p50_per_acquire: ratio(n.p50_us, a.p50_us),
+        notified_after_release_p50_per_acquire: ratio(after.p50_us, a.p50_us),
+        notified_after_release: after,
         polling_p50_per_notified: ratio(p.p50_us, n.p50_us),
         acquire: a,
         notified: n,
@@ -162,9 +171,10 @@ async fn handoff_rounds(
     holder: &Locks,
     waiter: &Locks,
     rounds: usize,
-) -> Result<Vec<Duration>, CliError> {
+) -> Result<(Vec<Duration>, Vec<Duration>), CliError> {
     let key = unique_key("handoff");
     let mut out = Vec::with_capacity(rounds);
+    let mut after_release = Vec::with_capacity(rounds);
     for _ in 0..rounds {
         let guard = holder.try_acquire(&key).await?;
         let (w, k) = (waiter.clone(), key.clone());
@@ -178,12 +188,14 @@ async fn handoff_rounds(
         tokio::time::sleep(Duration::from_millis(15)).await;
         let released = Instant::now();
         guard.release().await?;
+        let release_returned = Instant::now();
         let acquired = task
             .await
             .map_err(|e| CliError::new(crate::exit::EX_SOFTWARE, e.to_string()))??;
         out.push(acquired.saturating_duration_since(released));
+        after_release.push(acquired.saturating_duration_since(release_returned));
     }
-    Ok(out)
+    Ok((out, after_release))
 }
 
 #[derive(Debug, Serialize)]
