@@ -32,6 +32,12 @@ impl Schema {
     }
 }
 
+impl AsRef<str> for Schema {
+    fn as_ref(&self) -> &str {
+        &self.url
+    }
+}
+
 impl Drop for Schema {
     fn drop(&mut self) {
         // Best effort: a failing test should report its own failure.
@@ -55,32 +61,7 @@ fn sql(url: &str, statement: &str) {
     });
 }
 
-#[test]
-fn eight_processes_count_to_two_hundred() {
-    let Some(schema) = Schema::create() else {
-        return;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    counter_under_many_processes(&schema.url, dir.path(), 8, 25);
-}
-
-#[test]
-fn a_killed_holder_is_taken_over_within_ttl_plus_one_second() {
-    let Some(schema) = Schema::create() else {
-        return;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    kill9_takeover(&schema.url, dir.path());
-}
-
-#[test]
-fn a_paused_holder_loses_its_lease_and_exits_70() {
-    let Some(schema) = Schema::create() else {
-        return;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    sigstop_loses_lease(&schema.url, dir.path());
-}
+process_tests!(Schema::create());
 
 #[test]
 fn status_list_and_force_release_of_a_running_holder() {

@@ -22,26 +22,7 @@ fn redis_store() -> Option<String> {
     ))
 }
 
-#[test]
-fn eight_processes_count_to_two_hundred() {
-    let Some(store) = redis_store() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    counter_under_many_processes(&store, dir.path(), 8, 25);
-}
-
-#[test]
-fn a_killed_holder_is_taken_over_within_ttl_plus_one_second() {
-    let Some(store) = redis_store() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    kill9_takeover(&store, dir.path());
-}
-
-#[test]
-fn a_paused_holder_loses_its_lease_and_exits_70() {
-    let Some(store) = redis_store() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    sigstop_loses_lease(&store, dir.path());
-}
+process_tests!(redis_store());
 
 #[test]
 fn demo_shows_the_race_and_two_safe_strategies() {

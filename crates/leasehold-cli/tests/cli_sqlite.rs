@@ -7,23 +7,27 @@ use std::time::Duration;
 use common::*;
 use leasehold::Locks;
 
-#[test]
-fn eight_processes_count_to_two_hundred() {
-    let dir = tempfile::tempdir().unwrap();
-    counter_under_many_processes(&sqlite_store(dir.path()), dir.path(), 8, 25);
+/// A SQLite file in a temp dir that lives as long as the value.
+struct SqliteStore {
+    _dir: tempfile::TempDir,
+    url: String,
 }
 
-#[test]
-fn a_killed_holder_is_taken_over_within_ttl_plus_one_second() {
-    let dir = tempfile::tempdir().unwrap();
-    kill9_takeover(&sqlite_store(dir.path()), dir.path());
+impl SqliteStore {
+    fn new() -> Option<Self> {
+        let dir = tempfile::tempdir().unwrap();
+        let url = sqlite_store(dir.path());
+        Some(SqliteStore { _dir: dir, url })
+    }
 }
 
-#[test]
-fn a_paused_holder_loses_its_lease_and_exits_70() {
-    let dir = tempfile::tempdir().unwrap();
-    sigstop_loses_lease(&sqlite_store(dir.path()), dir.path());
+impl AsRef<str> for SqliteStore {
+    fn as_ref(&self) -> &str {
+        &self.url
+    }
 }
+
+process_tests!(SqliteStore::new());
 
 #[test]
 fn bad_input_exits_64_naming_the_problem_and_the_store_keeps_working() {

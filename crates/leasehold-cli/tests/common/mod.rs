@@ -273,3 +273,32 @@ pub fn assert_demo_shows_race_and_safety(out: &Output, expected: &[&str]) {
         }
     }
 }
+
+/// The three multi-process checks every store must pass, as one `#[test]`
+/// each: `$store` is an expression giving `Option<S>` (`None` skips) where
+/// `S: AsRef<str>` is the store URL and may clean up when dropped.
+#[macro_export]
+macro_rules! process_tests {
+    ($store:expr) => {
+        #[test]
+        fn eight_processes_count_to_two_hundred() {
+            let Some(store) = $store else { return };
+            let dir = tempfile::tempdir().unwrap();
+            $crate::common::counter_under_many_processes(store.as_ref(), dir.path(), 8, 25);
+        }
+
+        #[test]
+        fn a_killed_holder_is_taken_over_within_ttl_plus_one_second() {
+            let Some(store) = $store else { return };
+            let dir = tempfile::tempdir().unwrap();
+            $crate::common::kill9_takeover(store.as_ref(), dir.path());
+        }
+
+        #[test]
+        fn a_paused_holder_loses_its_lease_and_exits_70() {
+            let Some(store) = $store else { return };
+            let dir = tempfile::tempdir().unwrap();
+            $crate::common::sigstop_loses_lease(store.as_ref(), dir.path());
+        }
+    };
+}
