@@ -1,16 +1,41 @@
 //! Uncontended acquire + release: leasehold on memory and SQLite, next to the
-//! same two SQLite statements issued by hand with the same driver and
-//! connection settings (the baseline the library is measured against).
+//! same two SQLite statements issued by hand on the very connection the
+//! library uses (the baseline the library is measured against).
 //!
 //!     cargo bench -p leasehold-benches --bench uncontended
+//!
+//! Criterion runs one function after the other, and an SQLite file's speed
+//! drifts as its WAL grows and checkpoints; the baseline therefore runs both
+//! first and last, so the drift is visible. `leasehold bench` interleaves
+//! the two instead (A B A B ...).
 
-use std::str::FromStr;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use leasehold::backends::sqlite::{SqliteBackend, ACQUIRE, MIGRATION, RELEASE};
+use leasehold::backends::sqlite::{SqliteBackend, ACQUIRE, RELEASE};
 use leasehold::{Acquire, AcquireRequest, Backend, Key, Locks, OwnerId};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::SqlitePool;
+
+/// The library's two statements, by hand.
+async fn raw_pair(pool: &SqlitePool) {
+    let owner = OwnerId::random().to_string();
+    let fence: Option<i64> = sqlx::query_scalar(ACQUIRE)
+        .bind("bench-raw")
+        .bind(&owner)
+        .bind("bench")
+        .bind(30_000i64)
+        .fetch_optional(pool)
+        .await
+        .unwrap();
+    let fence = fence.expect("uncontended key is free");
+    sqlx::query(RELEASE)
+        .bind("bench-raw")
+        .bind(&owner)
+        .bind(fence)
+        .execute(pool)
+        .await
+        .unwrap();
+}
 
 fn uncontended(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -22,26 +47,21 @@ fn uncontended(c: &mut Criterion) {
     let mut group = c.benchmark_group("uncontended acquire+release");
     group.measurement_time(Duration::from_secs(5));
 
-    let memory = rt.block_on(Locks::open("memory://")).unwrap();
-    group.bench_function("leasehold memory", |b| {
-        b.to_async(&rt).iter(|| async {
-            let guard = memory.try_acquire("bench").await.unwrap();
-            guard.release().await.unwrap();
-        })
-    });
-
-    // Same file, same settings (WAL, synchronous=FULL, busy_timeout 5 s, one
-    // connection) for the library and the hand-written baseline.
-    let path = dir.path().join("bench.db");
-    let backend = rt.block_on(SqliteBackend::open(&path)).unwrap();
+    let backend = rt
+        .block_on(SqliteBackend::open(dir.path().join("bench.db")))
+        .unwrap();
+    let pool = backend.pool().clone();
     let locks = Locks::new(backend.clone());
+
+    group.bench_function("baseline: two sqlite statements by hand", |b| {
+        b.to_async(&rt).iter(|| raw_pair(&pool))
+    });
     group.bench_function("leasehold sqlite", |b| {
         b.to_async(&rt).iter(|| async {
             let guard = locks.try_acquire("bench").await.unwrap();
             guard.release().await.unwrap();
         })
     });
-
     let key = Key::new("bench-backend").unwrap();
     group.bench_function("sqlite backend only (no guard)", |b| {
         b.to_async(&rt).iter(|| async {
@@ -52,41 +72,15 @@ fn uncontended(c: &mut Criterion) {
             backend.release(&lease).await.unwrap();
         })
     });
-
-    let pool = rt.block_on(async {
-        let options = SqliteConnectOptions::from_str("sqlite://")
-            .unwrap()
-            .filename(&path)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Full)
-            .busy_timeout(Duration::from_secs(5));
-        let pool = SqlitePoolOptions::new()
-            .max_connections(1)
-            .connect_with(options)
-            .await
-            .unwrap();
-        sqlx::query(MIGRATION).execute(&pool).await.unwrap();
-        pool
+    group.bench_function("baseline again (drift check)", |b| {
+        b.to_async(&rt).iter(|| raw_pair(&pool))
     });
-    group.bench_function("baseline: two sqlite statements by hand", |b| {
+
+    let memory = rt.block_on(Locks::open("memory://")).unwrap();
+    group.bench_function("leasehold memory", |b| {
         b.to_async(&rt).iter(|| async {
-            let owner = OwnerId::random().to_string();
-            let fence: Option<i64> = sqlx::query_scalar(ACQUIRE)
-                .bind("bench-raw")
-                .bind(&owner)
-                .bind("bench")
-                .bind(30_000i64)
-                .fetch_optional(&pool)
-                .await
-                .unwrap();
-            let fence = fence.expect("uncontended key is free");
-            sqlx::query(RELEASE)
-                .bind("bench-raw")
-                .bind(&owner)
-                .bind(fence)
-                .execute(&pool)
-                .await
-                .unwrap();
+            let guard = memory.try_acquire("bench").await.unwrap();
+            guard.release().await.unwrap();
         })
     });
     group.finish();
