@@ -181,6 +181,27 @@ fn an_unreachable_store_exits_69() {
 }
 
 #[test]
+fn demo_runs_on_the_default_store_of_a_fresh_machine() {
+    // No --store, and a state directory that does not exist yet.
+    let state = tempfile::tempdir().unwrap();
+    let out = run(std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .env_remove("LEASEHOLD_STORE")
+        .env("XDG_STATE_HOME", state.path().join("fresh"))
+        .args([
+            "demo",
+            "--workers",
+            "2",
+            "--orders",
+            "20",
+            "--stock",
+            "10",
+            "--json",
+        ]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(state.path().join("fresh/leasehold/locks.db").exists());
+}
+
+#[test]
 fn demo_shows_the_race_and_three_safe_strategies() {
     let dir = tempfile::tempdir().unwrap();
     let out = run(leasehold(&sqlite_store(dir.path())).args(["demo", "--workers", "4", "--json"]));

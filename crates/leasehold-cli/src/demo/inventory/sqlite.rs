@@ -21,6 +21,14 @@ impl SqliteInventory {
             .map(|rest| rest.split_once('?').map_or(rest, |(p, _)| p))
             .filter(|p| !p.is_empty())
             .ok_or_else(|| CliError::usage(format!("not a sqlite://PATH url: {url:?}")))?;
+        // The default store lives in a state directory that may not exist
+        // yet on a fresh machine.
+        if let Some(parent) = std::path::Path::new(path)
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+        {
+            std::fs::create_dir_all(parent).map_err(store_error)?;
+        }
         let options = SqliteConnectOptions::from_str("sqlite://")
             .map_err(store_error)?
             .filename(path)
