@@ -1,0 +1,107 @@
+//! `leasehold bench --quick --json` against each server store: every
+//! scenario produces samples, and each store's baselines and hand-off peers
+//! are measured. Skipped without the server's `LEASEHOLD_TEST_*` variable,
+//! unless `LEASEHOLD_REQUIRE_SERVERS=1`. No timing thresholds.
+
+mod common;
+
+use common::*;
+use leasehold::conformance::server_url;
+
+/// Runs a short bench and checks the report's shape.
+fn quick_bench(store: &str, baselines: &[&str], peers: &[&str]) {
+    let out = run(leasehold(store).args([
+        "bench",
+        "--quick",
+        "--json",
+        "--rounds",
+        "60",
+        "--duration",
+        "300ms",
+        "--workers",
+        "3",
+    ]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let s = &r["scenarios"];
+    assert_eq!(s["uncontended"]["leasehold"]["samples"], 60, "{s}");
+    let names: Vec<&str> = s["uncontended"]["baselines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, baselines);
+    for b in s["uncontended"]["baselines"].as_array().unwrap() {
+        assert_eq!(b["samples"], 60, "{b}");
+    }
+    for series in ["acquire", "notified", "notified_after_release", "polling"] {
+        assert!(
+            s["handoff"][series]["samples"].as_u64().unwrap() >= 10,
+            "{series}"
+        );
+    }
+    let peer_names: Vec<&str> = s["handoff"]["peers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(peer_names, peers);
+    assert!(
+        s["contended"]["leasehold"]["acquisitions"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    assert_eq!(
+        s["contended"]["leasehold"]["per_worker"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+    assert!(!s["scale"]["points"].as_array().unwrap().is_empty());
+    assert!(s["renewal"]["renewals_per_second"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn postgres() {
+    let Some(url) = server_url("LEASEHOLD_TEST_POSTGRES") else {
+        return;
+    };
+    quick_bench(
+        &url,
+        &[
+            "two postgres statements by hand",
+            "pg_try_advisory_lock + unlock",
+        ],
+        &["blocking pg_advisory_lock"],
+    );
+}
+
+#[test]
+fn redis() {
+    let Some(url) = server_url("LEASEHOLD_TEST_REDIS") else {
+        return;
+    };
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let url = format!("{url}{sep}prefix=bench-test-{:016x}", rand::random::<u64>());
+    quick_bench(
+        &url,
+        &[
+            "SET NX PX + EVAL compare-and-delete",
+            "rslock lock + unlock",
+        ],
+        &["rslock retry loop"],
+    );
+}
+
+#[cfg(feature = "mongodb")]
+#[test]
+fn mongodb() {
+    let Some(url) = server_url("LEASEHOLD_TEST_MONGODB") else {
+        return;
+    };
+    quick_bench(&url, &["two mongodb driver calls by hand"], &[]);
+}
