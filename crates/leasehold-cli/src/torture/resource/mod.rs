@@ -11,9 +11,9 @@
 //!   ([`server`]), which logs every decision; works with every store.
 //! - `store`: the counter in the lock store itself, behind a conditional
 //!   update (`WHERE fence <= token`), with its decisions logged in the same
-//!   transaction. One file per store that offers it ([`sqlite`] now).
-//!   Adding a store: implement [`InStore`] in a new file (PostgreSQL: the
-//!   same two tables and statements; MongoDB: `findOneAndUpdate` with
+//!   transaction. One file per store that offers it ([`sqlite`],
+//!   [`postgres`]).
+//!   Adding a store: implement [`InStore`] in a new file (MongoDB: `findOneAndUpdate` with
 //!   `{fence: {$lte: token}}`; Redis: a Lua compare-and-set on a hash) and
 //!   add its scheme to [`in_store`].
 
@@ -21,6 +21,7 @@ pub mod server;
 #[cfg(test)]
 mod tests;
 
+mod postgres;
 mod sqlite;
 
 use anyhow::Result;
@@ -71,8 +72,9 @@ pub async fn in_store(url: &str) -> Result<Box<dyn InStore>, CliError> {
     let scheme = url.split_once("://").map_or("", |(s, _)| s);
     match scheme {
         "sqlite" => Ok(Box::new(sqlite::SqliteResource::open(url).await?)),
+        "postgres" | "postgresql" => Ok(Box::new(postgres::PostgresResource::open(url).await?)),
         _ => Err(CliError::usage(format!(
-            "--resource store is not available for {scheme}:// yet (SQLite only so far); \
+            "--resource store is not available for {scheme}:// yet (SQLite and PostgreSQL); \
              use --resource server"
         ))),
     }

@@ -1,0 +1,38 @@
+//! `leasehold torture` on PostgreSQL (`LEASEHOLD_TEST_POSTGRES`): the
+//! harness's resource server with the fault proxy, and the in-store resource
+//! (a counter row behind `WHERE fence <= token` in the same database).
+
+mod common;
+mod torture_common;
+
+use leasehold::conformance::server_url;
+use torture_common::*;
+
+#[test]
+fn fenced_run_passes_under_kills_pauses_and_proxy_faults() {
+    let Some(url) = server_url("LEASEHOLD_TEST_POSTGRES") else {
+        return;
+    };
+    let run = fenced_run_passes_and_faults_hit(&url, &["--faults", "kill,pause,proxy"]);
+    assert!(run.report["faults"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .any(|k| k.starts_with("proxy-")));
+}
+
+#[test]
+fn fenced_in_store_resource_passes_under_kills_and_pauses() {
+    let Some(url) = server_url("LEASEHOLD_TEST_POSTGRES") else {
+        return;
+    };
+    fenced_run_passes_and_faults_hit(&url, &["--resource", "store"]);
+}
+
+#[test]
+fn unfenced_in_store_resource_loses_updates() {
+    let Some(url) = server_url("LEASEHOLD_TEST_POSTGRES") else {
+        return;
+    };
+    unfenced_run_reports_lost_updates(&url, &["--resource", "store"]);
+}
