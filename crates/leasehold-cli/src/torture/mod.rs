@@ -44,7 +44,7 @@ const RETRY: Duration = Duration::from_millis(100);
 pub enum ResourceKind {
     /// A TCP server on loopback inside the harness (every store)
     Server,
-    /// A table in the lock store behind `WHERE fence <= token` (SQLite)
+    /// A table in the lock store behind `WHERE fence <= token` (SQLite, PostgreSQL)
     Store,
 }
 
