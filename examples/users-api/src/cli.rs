@@ -9,7 +9,7 @@ use clap::Parser;
 use leasehold::http::Mode;
 use leasehold::Locks;
 
-use crate::{app, AppState, LockSettings, Users};
+use crate::{app, db, AppState, LockSettings};
 
 /// Serve the example users API: creates run under a leasehold lock.
 #[derive(Debug, Parser)]
@@ -19,10 +19,11 @@ pub struct Cli {
     /// (any store compiled into leasehold). Default: locks.db in the state dir.
     #[arg(long)]
     pub store: Option<String>,
-    /// SQLite file for the users and the counter. Default: users.db in the
-    /// state dir.
+    /// Where the users and the counter live: a SQLite file path, or a
+    /// mongodb://HOST/DB URL (collections `users` and `counters`; DB default
+    /// `users_api`). Default: users.db in the state dir.
     #[arg(long)]
-    pub data: Option<PathBuf>,
+    pub data: Option<String>,
     /// Where the state files go by default.
     #[arg(long, default_value_os_t = std::env::temp_dir().join("leasehold-users-api"))]
     pub state_dir: PathBuf,
@@ -63,13 +64,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let data = cli
         .data
         .clone()
-        .unwrap_or_else(|| cli.state_dir.join("users.db"));
+        .unwrap_or_else(|| cli.state_dir.join("users.db").display().to_string());
     let locks = Locks::open(&store)
         .await
         .with_context(|| format!("opening lock store {store}"))?;
-    let users = Users::open(&data)
+    let users = db::open(&data)
         .await
-        .with_context(|| format!("opening users database {}", data.display()))?;
+        .map_err(|e| anyhow::anyhow!(e))
+        .with_context(|| format!("opening users database {data}"))?;
     let lock = (!cli.no_lock).then_some(LockSettings {
         ttl: cli.ttl,
         mode: cli.wait.map_or(Mode::Reject, Mode::Wait),
@@ -82,7 +84,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(cli.listen)
         .await
         .with_context(|| format!("binding {}", cli.listen))?;
-    tracing::info!(listen = %cli.listen, %store, data = %data.display(), "serving");
+    tracing::info!(listen = %cli.listen, %store, %data, "serving");
     axum::serve(listener, router)
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;

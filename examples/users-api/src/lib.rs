@@ -4,13 +4,15 @@
 //!
 //! `POST /users` takes the lock `collection:users` through
 //! [`leasehold::http::LeaseLayer`], then checks that the username is free,
-//! inserts the user and bumps the `users` counter row with a fenced write.
-//! Reads take no lock. See the README for the routes and curl commands.
+//! inserts the user and bumps the `users` counter with a fenced write.
+//! Reads take no lock. The data lives on SQLite or MongoDB ([`UserStore`]).
+//! See the README for the routes and curl commands.
 
 pub mod cli;
 pub mod db;
 mod routes;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -19,7 +21,7 @@ use http::{Method, Request};
 use leasehold::http::{LeaseLayer, Mode};
 use leasehold::Locks;
 
-pub use db::Users;
+pub use db::{MongoUsers, SqliteUsers, UserStore};
 
 /// The lock every create takes: one per collection, as in the hand-written
 /// pattern.
@@ -38,7 +40,7 @@ pub struct LockSettings {
 #[derive(Debug, Clone)]
 pub struct AppState {
     /// The app's data.
-    pub users: Users,
+    pub users: Arc<dyn UserStore>,
     /// Pause between "check the username is free" and "insert", standing in
     /// for the latency of a multi-document write (0 in production; the
     /// tests and the demo widen the race window with it).

@@ -9,7 +9,7 @@ use leasehold::http::FencingToken;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::db::CreateError;
+use crate::db::{CreateError, DataError};
 use crate::AppState;
 
 pub(crate) fn router(state: AppState) -> Router {
@@ -74,7 +74,7 @@ async fn stats(State(app): State<AppState>) -> Response {
     }
 }
 
-fn db_error(e: sqlx::Error) -> Response {
+fn db_error(e: DataError) -> Response {
     tracing::error!(error = %e, "database error");
     problem(
         StatusCode::INTERNAL_SERVER_ERROR,

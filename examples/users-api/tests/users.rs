@@ -1,15 +1,21 @@
 //! The users API over real HTTP: 50 concurrent creates under the collection
-//! lock, in reject and in wait mode, and the race without the lock.
+//! lock, in reject and in wait mode, and the race without the lock; on
+//! SQLite (locks and data), and with locks and data on the MongoDB server in
+//! `LEASEHOLD_TEST_MONGODB` (skipped when unset, unless
+//! `LEASEHOLD_REQUIRE_SERVERS=1`).
 
 mod common;
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold::http::Mode;
+use leasehold::Locks;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use users_api::{app, AppState, LockSettings, Users, USERS_LOCK};
+use users_api::db::CreateError;
+use users_api::{app, AppState, LockSettings, MongoUsers, SqliteUsers, UserStore, USERS_LOCK};
 
 struct Api {
     base: String,
@@ -18,15 +24,37 @@ struct Api {
     _server: tokio::task::JoinHandle<()>,
 }
 
+/// The app with locks and data on SQLite files in a fresh directory.
 async fn start(mode: Option<Mode>, step_delay: Duration) -> Api {
     let dir = tempfile::tempdir().unwrap();
-    let store = common::sqlite_store(&dir).await;
-    let users = Users::open(&dir.path().join("users.db")).await.unwrap();
+    let locks = common::sqlite_store(&dir).await.locks();
+    let users = SqliteUsers::open(&dir.path().join("users.db"))
+        .await
+        .unwrap();
+    start_with(dir, locks, Arc::new(users), mode, step_delay).await
+}
+
+/// The app with locks and data in the database `url` names, as
+/// `--store URL --data URL` would run it.
+async fn start_mongodb(url: &str, mode: Option<Mode>, step_delay: Duration) -> Api {
+    let locks = Locks::open(url).await.unwrap();
+    let users = MongoUsers::open(url).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    start_with(dir, locks, Arc::new(users), mode, step_delay).await
+}
+
+async fn start_with(
+    dir: tempfile::TempDir,
+    locks: Locks,
+    users: Arc<dyn UserStore>,
+    mode: Option<Mode>,
+    step_delay: Duration,
+) -> Api {
     let lock = mode.map(|mode| LockSettings {
         ttl: Duration::from_secs(10),
         mode,
     });
-    let router = app(AppState { users, step_delay }, store.locks(), lock).unwrap();
+    let router = app(AppState { users, step_delay }, locks, lock).unwrap();
     let (base, server) = common::serve(router).await;
     Api {
         base,
@@ -88,11 +116,26 @@ fn names(n: usize) -> Vec<String> {
     (0..n).map(|i| format!("user{i}")).collect()
 }
 
+/// Each create holds the lock for at least 200 ms, so 50 requests sent at
+/// once overlap.
+const REJECT_STEP: Duration = Duration::from_millis(200);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn reject_mode_answers_409_with_retry_after_and_keeps_invariants() {
-    // Each create holds the lock for at least 200 ms, so 50 requests sent at
-    // once overlap.
-    let api = start(Some(Mode::Reject), Duration::from_millis(200)).await;
+    reject_mode_case(start(Some(Mode::Reject), REJECT_STEP).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mongodb_reject_mode_answers_409_and_keeps_invariants() {
+    let Some(url) = common::mongodb_url() else {
+        return;
+    };
+    reject_mode_case(start_mongodb(&url, Some(Mode::Reject), REJECT_STEP).await).await;
+}
+
+/// 50 creates at once in reject mode: a mix of 201 and 409, every 409 a
+/// complete lock problem, and exactly the 201s stored.
+async fn reject_mode_case(api: Api) {
     let names = names(50);
     let responses = api.create_all(&names).await;
     let mut created = Vec::new();
@@ -118,13 +161,22 @@ async fn reject_mode_answers_409_with_retry_after_and_keeps_invariants() {
     assert_eq!(stored, created);
 }
 
+const WAIT: Mode = Mode::Wait(Duration::from_secs(50));
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn wait_mode_lets_all_50_through_in_turn() {
-    let api = start(
-        Some(Mode::Wait(Duration::from_secs(50))),
-        Duration::from_millis(10),
-    )
-    .await;
+    wait_mode_case(start(Some(WAIT), Duration::from_millis(10)).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mongodb_wait_mode_lets_all_50_through_in_turn() {
+    let Some(url) = common::mongodb_url() else {
+        return;
+    };
+    wait_mode_case(start_mongodb(&url, Some(WAIT), Duration::from_millis(10)).await).await;
+}
+
+async fn wait_mode_case(api: Api) {
     let names = names(50);
     for response in api.create_all(&names).await {
         assert_eq!(response.status(), StatusCode::CREATED);
@@ -134,11 +186,18 @@ async fn wait_mode_lets_all_50_through_in_turn() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn wait_mode_creates_a_contested_username_once() {
-    let api = start(
-        Some(Mode::Wait(Duration::from_secs(50))),
-        Duration::from_millis(20),
-    )
-    .await;
+    contested_case(start(Some(WAIT), Duration::from_millis(20)).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mongodb_wait_mode_creates_a_contested_username_once() {
+    let Some(url) = common::mongodb_url() else {
+        return;
+    };
+    contested_case(start_mongodb(&url, Some(WAIT), Duration::from_millis(20)).await).await;
+}
+
+async fn contested_case(api: Api) {
     let same = vec!["ada".to_owned(); 20];
     let mut created = 0;
     for response in api.create_all(&same).await {
@@ -172,4 +231,56 @@ async fn without_the_lock_the_check_then_insert_races() {
     let users: Vec<Value> = api.get("/users").await;
     assert!(created > 1, "{created} creates of one username succeeded");
     assert_eq!(users.len(), created);
+}
+
+/// A create whose token is lower than the counter's last one (its lease
+/// expired and a newer holder wrote) is refused and writes nothing: the
+/// fenced counter update comes first, in one transaction with the insert.
+async fn fenced_create_writes_nothing(users: &dyn UserStore) {
+    let first = users.create("ada", 7, Duration::ZERO).await.unwrap();
+    assert_eq!(first.created_token, 7);
+    let stale = users.create("bob", 6, Duration::ZERO).await;
+    assert!(matches!(stale, Err(CreateError::Fenced)), "{stale:?}");
+    // A token beyond i64 cannot be stored: refused, not wrapped.
+    let huge = users.create("eve", u64::MAX, Duration::ZERO).await;
+    assert!(matches!(huge, Err(CreateError::Fenced)), "{huge:?}");
+    let names: Vec<String> = users
+        .list()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|u| u.username)
+        .collect();
+    assert_eq!(names, ["ada"]);
+    let counter = users.counter().await.unwrap();
+    assert_eq!((counter.value, counter.last_token), (1, 7));
+    // An equal token is the same lease writing again: accepted.
+    users.create("bob", 7, Duration::ZERO).await.unwrap();
+    assert_eq!(users.counter().await.unwrap().value, 2);
+}
+
+#[tokio::test]
+async fn a_fenced_create_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = SqliteUsers::open(&dir.path().join("users.db"))
+        .await
+        .unwrap();
+    fenced_create_writes_nothing(&users).await;
+}
+
+#[tokio::test]
+async fn mongodb_a_fenced_create_writes_nothing() {
+    let Some(url) = common::mongodb_url() else {
+        return;
+    };
+    let users = MongoUsers::open(&url).await.unwrap();
+    assert!(
+        users.transactions(),
+        "the test server runs transactions: the insert and the counter update commit together"
+    );
+    fenced_create_writes_nothing(&users).await;
+    // Opening again keeps the counter and the users.
+    let again = MongoUsers::open(&url).await.unwrap();
+    assert_eq!(again.counter().await.unwrap().value, 2);
+    assert_eq!(again.list().await.unwrap().len(), 2);
 }

@@ -166,3 +166,23 @@ impl Backend for Faulty {
         self.run(self.inner.subscribe(key))
     }
 }
+
+/// The MongoDB test server's URL (`LEASEHOLD_TEST_MONGODB`) with a fresh
+/// database in its path, so tests running in parallel on one server (and
+/// their fixed usernames and lock keys) do not meet. `None` skips the test,
+/// unless `LEASEHOLD_REQUIRE_SERVERS=1` makes that a failure.
+pub fn mongodb_url() -> Option<String> {
+    let url = leasehold::conformance::server_url("LEASEHOLD_TEST_MONGODB")?;
+    let db = format!("users_api_{:016x}", rand::random::<u64>());
+    let (base, query) = url.split_once('?').unwrap_or((&url, ""));
+    // Keep scheme, credentials and hosts; replace any database already named.
+    let host = match base.split_once("://") {
+        Some((scheme, rest)) => format!("{scheme}://{}", rest.split('/').next().unwrap_or(rest)),
+        None => base.to_owned(),
+    };
+    Some(if query.is_empty() {
+        format!("{host}/{db}")
+    } else {
+        format!("{host}/{db}?{query}")
+    })
+}

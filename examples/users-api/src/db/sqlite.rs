@@ -1,0 +1,159 @@
+//! The app's data on SQLite: a `users` table and a `counters` row that keeps
+//! the number of users and the last fencing token that wrote it.
+//!
+//! `users.username` deliberately has no UNIQUE constraint (see [`super`]).
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use leasehold::BoxFuture;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+
+use super::{Counter, CreateError, DataError, User, UserStore};
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS users (
+    id            INTEGER PRIMARY KEY AUTOINCREMENT,
+    username      TEXT    NOT NULL,
+    created_token INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS counters (
+    name       TEXT    PRIMARY KEY,
+    value      INTEGER NOT NULL,
+    last_token INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO counters (name, value, last_token) VALUES ('users', 0, 0);
+";
+
+/// The users store on SQLite.
+#[derive(Debug, Clone)]
+pub struct SqliteUsers {
+    pool: SqlitePool,
+}
+
+impl SqliteUsers {
+    /// Opens (creating if needed) the SQLite file at `path`.
+    ///
+    /// # Errors
+    /// The database cannot be opened or the schema not created.
+    pub async fn open(path: &Path) -> Result<Self, sqlx::Error> {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent)?;
+        }
+        let options = SqliteConnectOptions::from_str("sqlite://")?
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .busy_timeout(Duration::from_secs(10));
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(options)
+            .await?;
+        sqlx::raw_sql(SCHEMA).execute(&pool).await?;
+        Ok(SqliteUsers { pool })
+    }
+
+    /// The multi-step create, run under the collection lock whose fencing
+    /// token is `token`: check the name is free, wait `step_delay`, then
+    /// insert and bump the counter in one transaction that commits only if
+    /// no newer lease wrote the counter meanwhile.
+    ///
+    /// # Errors
+    /// [`CreateError::Taken`], [`CreateError::Fenced`], [`CreateError::Db`].
+    pub async fn create(
+        &self,
+        username: &str,
+        token: u64,
+        step_delay: Duration,
+    ) -> Result<User, CreateError> {
+        // SQLite integers are i64: a token beyond that cannot be stored, so
+        // refuse the write rather than wrap it into a smaller, stale-looking one.
+        let token = i64::try_from(token).map_err(|_| CreateError::Fenced)?;
+        let taken: Option<i64> = sqlx::query_scalar("SELECT id FROM users WHERE username = ?")
+            .bind(username)
+            .fetch_optional(&self.pool)
+            .await?;
+        if taken.is_some() {
+            return Err(CreateError::Taken);
+        }
+        tokio::time::sleep(step_delay).await;
+        let mut tx = self.pool.begin().await?;
+        // The fenced write: refuses a token lower than the last one seen, so
+        // a request whose lease expired mid-way cannot commit after a newer
+        // holder. Dropping `tx` without commit rolls the insert back too.
+        let fenced = sqlx::query(
+            "UPDATE counters SET value = value + 1, last_token = ?1
+              WHERE name = 'users' AND last_token <= ?1",
+        )
+        .bind(token)
+        .execute(&mut *tx)
+        .await?;
+        if fenced.rows_affected() == 0 {
+            return Err(CreateError::Fenced);
+        }
+        let id = sqlx::query_scalar(
+            "INSERT INTO users (username, created_token) VALUES (?, ?) RETURNING id",
+        )
+        .bind(username)
+        .bind(token)
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(User {
+            id,
+            username: username.to_owned(),
+            created_token: token,
+        })
+    }
+
+    /// Every user, by id.
+    ///
+    /// # Errors
+    /// The database failed.
+    pub async fn list(&self) -> Result<Vec<User>, sqlx::Error> {
+        let rows: Vec<(i64, String, i64)> =
+            sqlx::query_as("SELECT id, username, created_token FROM users ORDER BY id")
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, username, created_token)| User {
+                id,
+                username,
+                created_token,
+            })
+            .collect())
+    }
+
+    /// The `users` counter row.
+    ///
+    /// # Errors
+    /// The database failed.
+    pub async fn counter(&self) -> Result<Counter, sqlx::Error> {
+        let (value, last_token): (i64, i64) =
+            sqlx::query_as("SELECT value, last_token FROM counters WHERE name = 'users'")
+                .fetch_one(&self.pool)
+                .await?;
+        Ok(Counter { value, last_token })
+    }
+}
+
+impl UserStore for SqliteUsers {
+    fn create<'a>(
+        &'a self,
+        username: &'a str,
+        token: u64,
+        step_delay: Duration,
+    ) -> BoxFuture<'a, Result<User, CreateError>> {
+        Box::pin(SqliteUsers::create(self, username, token, step_delay))
+    }
+
+    fn list(&self) -> BoxFuture<'_, Result<Vec<User>, DataError>> {
+        Box::pin(async move { Ok(SqliteUsers::list(self).await?) })
+    }
+
+    fn counter(&self) -> BoxFuture<'_, Result<Counter, DataError>> {
+        Box::pin(async move { Ok(SqliteUsers::counter(self).await?) })
+    }
+}
