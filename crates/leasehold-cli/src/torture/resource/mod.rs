@@ -27,7 +27,7 @@ mod sqlite;
 use anyhow::Result;
 use leasehold::BoxFuture;
 
-use super::history::Decision;
+use super::history::{Decision, ResourceOp};
 use crate::exit::CliError;
 
 /// What the resource answered.
@@ -103,4 +103,38 @@ pub async fn connect(
     Err(CliError::usage(format!(
         "resource {spec:?}: expected tcp://ADDR or store"
     )))
+}
+
+/// A row of an in-store decision log (the same columns on every SQL store).
+#[derive(sqlx::FromRow)]
+pub(super) struct LogRow {
+    seq: i64,
+    t: i64,
+    key: String,
+    op: String,
+    token: i64,
+    value: i64,
+    accepted: bool,
+    highest: i64,
+    worker: i64,
+}
+
+impl LogRow {
+    pub(super) fn into_decision(self) -> Decision {
+        Decision {
+            seq: self.seq as u64,
+            t: self.t as u64,
+            key: self.key,
+            op: if self.op == "read" {
+                ResourceOp::Read
+            } else {
+                ResourceOp::Write
+            },
+            token: self.token as u64,
+            value: self.value,
+            accepted: self.accepted,
+            highest: self.highest as u64,
+            worker: self.worker as u32,
+        }
+    }
 }

@@ -7,7 +7,7 @@ use leasehold::backends::sqlite::SqliteBackend;
 use leasehold::BoxFuture;
 use sqlx::SqlitePool;
 
-use super::{Answer, FencedResource, InStore};
+use super::{Answer, FencedResource, InStore, LogRow};
 use crate::exit::CliError;
 use crate::torture::clock::mono_ns;
 use crate::torture::history::{Decision, ResourceOp};
@@ -33,40 +33,6 @@ const WRITE_FENCED: &str = "UPDATE leasehold_torture_resource SET value = ?3, \
      fence = max(fence, ?2) WHERE key = ?1 AND fence <= ?2 RETURNING value";
 const WRITE_UNFENCED: &str = "UPDATE leasehold_torture_resource SET value = ?3, \
      fence = max(fence, ?2) WHERE key = ?1 RETURNING value";
-
-/// A row of the decision log.
-#[derive(sqlx::FromRow)]
-struct LogRow {
-    seq: i64,
-    t: i64,
-    key: String,
-    op: String,
-    token: i64,
-    value: i64,
-    accepted: bool,
-    highest: i64,
-    worker: i64,
-}
-
-impl LogRow {
-    fn into_decision(self) -> Decision {
-        Decision {
-            seq: self.seq as u64,
-            t: self.t as u64,
-            key: self.key,
-            op: if self.op == "read" {
-                ResourceOp::Read
-            } else {
-                ResourceOp::Write
-            },
-            token: self.token as u64,
-            value: self.value,
-            accepted: self.accepted,
-            highest: self.highest as u64,
-            worker: self.worker as u32,
-        }
-    }
-}
 
 pub struct SqliteResource {
     pool: SqlitePool,
