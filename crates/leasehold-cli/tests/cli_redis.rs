@@ -28,33 +28,7 @@ process_tests!(redis_store());
 fn demo_shows_the_race_and_two_safe_strategies() {
     let Some(store) = redis_store() else { return };
     let out = run(leasehold(&store).args(["demo", "--workers", "4", "--json"]));
-    assert!(out.status.success(), "{}", stderr(&out));
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let results = json["results"].as_array().unwrap();
-    let names: Vec<_> = results.iter().map(|r| r["strategy"].clone()).collect();
-    assert_eq!(
-        names,
-        ["none", "lease", "optimistic"],
-        "redis has no row-lock"
-    );
-    for r in results {
-        let (sold, initial, fin) = (
-            r["sold"].as_i64().unwrap(),
-            r["initial_stock"].as_i64().unwrap(),
-            r["final_stock"].as_i64().unwrap(),
-        );
-        if r["strategy"] == "none" {
-            assert!(
-                r["oversold"].as_i64().unwrap() + r["lost_updates"].as_i64().unwrap() > 0,
-                "the unprotected run must show the race: {r}"
-            );
-        } else {
-            assert_eq!(r["oversold"], 0, "{r}");
-            assert_eq!(r["lost_updates"], 0, "{r}");
-            assert_eq!(fin, initial - sold, "{r}");
-            assert!(sold > 0, "a run that sells nothing proves nothing: {r}");
-        }
-    }
+    assert_demo_shows_race_and_safety(&out, &["none", "lease", "optimistic"]);
 }
 
 #[test]

@@ -8,18 +8,7 @@ mod torture_common;
 use leasehold::conformance::server_url;
 use torture_common::*;
 
-#[test]
-fn fenced_run_passes_under_kills_pauses_and_proxy_faults() {
-    let Some(url) = server_url("LEASEHOLD_TEST_POSTGRES") else {
-        return;
-    };
-    let run = fenced_run_passes_and_faults_hit(&url, &["--faults", "kill,pause,proxy"]);
-    assert!(run.report["faults"]
-        .as_object()
-        .unwrap()
-        .keys()
-        .any(|k| k.starts_with("proxy-")));
-}
+network_torture_tests!("LEASEHOLD_TEST_POSTGRES");
 
 #[test]
 fn fenced_in_store_resource_passes_under_kills_and_pauses() {

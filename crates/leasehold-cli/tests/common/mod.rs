@@ -270,6 +270,7 @@ pub fn assert_demo_shows_race_and_safety(out: &Output, expected: &[&str]) {
             assert_eq!(r["oversold"], 0, "{r}");
             assert_eq!(r["lost_updates"], 0, "{r}");
             assert_eq!(fin, initial - sold, "{r}");
+            assert!(sold > 0, "a run that sells nothing proves nothing: {r}");
         }
     }
 }

@@ -99,3 +99,37 @@ pub fn unfenced_run_reports_lost_updates(store: &str, extra: &[&str]) {
     assert!(run.n("/stale_writes_accepted") > 0, "{}", run.output);
     assert_eq!(run.n("/fenced_rejections"), 0, "nothing is fenced");
 }
+
+/// The torture checks every network store must pass, one `#[test]` each,
+/// against the server named by the environment variable `$var` (skipped
+/// without it unless `LEASEHOLD_REQUIRE_SERVERS=1`): a fenced run passes with
+/// kills, pauses and proxy faults all hitting, and an unfenced run is caught
+/// losing updates.
+#[macro_export]
+macro_rules! network_torture_tests {
+    ($var:literal) => {
+        #[test]
+        fn fenced_run_passes_under_kills_pauses_and_proxy_faults() {
+            let Some(url) = leasehold::conformance::server_url($var) else {
+                return;
+            };
+            let run = $crate::torture_common::fenced_run_passes_and_faults_hit(
+                &url,
+                &["--faults", "kill,pause,proxy"],
+            );
+            assert!(run.report["faults"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .any(|k| k.starts_with("proxy-")));
+        }
+
+        #[test]
+        fn unfenced_run_loses_updates() {
+            let Some(url) = leasehold::conformance::server_url($var) else {
+                return;
+            };
+            $crate::torture_common::unfenced_run_reports_lost_updates(&url, &[]);
+        }
+    };
+}
