@@ -6,6 +6,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use crate::error::{Error, Result};
 use crate::key::Key;
 use crate::notify::Subscription;
@@ -127,7 +129,15 @@ pub struct AcquireRequest {
     owner: OwnerId,
     holder: String,
     ttl: Duration,
+    /// The caller's wait bound, if it waits; see [`AcquireRequest::lock_wait`].
+    lock_deadline: Option<Instant>,
 }
+
+/// How long an attempt that does not wait (a try-once acquire) may still
+/// queue behind a row or database lock held by another transaction before
+/// it reports the key busy: long enough for a concurrent statement on the
+/// same key to finish, short enough to answer a try-once call at once.
+pub const TRY_ONCE_LOCK_WAIT: Duration = Duration::from_millis(50);
 
 /// Longest holder label, in bytes; longer labels are cut at a char boundary.
 const MAX_HOLDER_BYTES: usize = 256;
@@ -146,7 +156,30 @@ impl AcquireRequest {
             owner: OwnerId::random(),
             holder: sanitize_label(holder),
             ttl: validate_ttl(ttl)?,
+            lock_deadline: None,
         })
+    }
+
+    /// Bounds the time the store may spend waiting for locks held by other
+    /// transactions (a PostgreSQL row lock, SQLite's write lock) to the
+    /// caller's wait deadline. The core sets it from the wait bound.
+    pub fn with_lock_deadline(mut self, deadline: Instant) -> Self {
+        self.lock_deadline = Some(deadline);
+        self
+    }
+
+    /// How long, from now, the store may wait for a lock that another
+    /// transaction holds on this key's record before answering: the time left
+    /// to the caller's wait deadline, and never less than
+    /// [`TRY_ONCE_LOCK_WAIT`] (a store cannot wait for "nothing", and a zero
+    /// lock timeout means "forever" to PostgreSQL and SQLite). A store that
+    /// gives up on such a lock reports the key [`Acquire::Busy`].
+    pub fn lock_wait(&self) -> Duration {
+        self.lock_deadline
+            .map_or(Duration::ZERO, |d| {
+                d.saturating_duration_since(Instant::now())
+            })
+            .max(TRY_ONCE_LOCK_WAIT)
     }
 
     /// Reuses `owner` instead of the fresh random one: for retrying an

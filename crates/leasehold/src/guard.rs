@@ -14,7 +14,8 @@ use crate::backend::{Backend, Lease, OwnerId};
 use crate::error::{Error, Result};
 use crate::key::Key;
 use crate::local::LocalTurn;
-use crate::renewal::{RenewalScheduler, Ticket};
+use crate::pending::PendingReleases;
+use crate::renewal::{renew_attempt_timeout, RenewalScheduler, Ticket};
 use crate::time::{renew_interval, trusted_for, Backoff};
 
 /// A held lease. Renews itself in the background every ttl/3 while it lives.
@@ -50,6 +51,10 @@ pub struct LeaseGuard {
     /// The holder's place in the local queue; the next local waiter goes
     /// to the store only once this is dropped, after the release.
     turn: Option<LocalTurn>,
+    /// Where a release started by `drop` is recorded until it is answered,
+    /// so that the next acquisition of the key through the same `Locks`
+    /// waits for it (try-once acquisitions hold no `turn`).
+    pending: Arc<PendingReleases>,
 }
 
 struct GuardState {
@@ -67,6 +72,13 @@ impl GuardState {
     }
 }
 
+/// Whether a guard for `lease`, granted by a request sent at `sent_at`,
+/// would be lost from birth: its `valid_until` (as [`LeaseGuard::start`]
+/// computes it) has already passed. The core never hands such a guard out.
+pub(crate) fn born_dead(lease: &Lease, sent_at: Instant) -> bool {
+    Instant::now() >= sent_at + trusted_for(lease.ttl())
+}
+
 impl LeaseGuard {
     /// Wraps a lease granted by a request sent at `sent_at` and schedules
     /// its renewal for its first renewal time (or, if `auto_renew` is false,
@@ -78,6 +90,7 @@ impl LeaseGuard {
         sent_at: Instant,
         auto_renew: bool,
         turn: Option<LocalTurn>,
+        pending: Arc<PendingReleases>,
     ) -> Self {
         let valid_until = sent_at + trusted_for(lease.ttl());
         let state = Arc::new(GuardState {
@@ -110,6 +123,7 @@ impl LeaseGuard {
             renewal_start,
             released: false,
             turn,
+            pending,
         }
     }
 
@@ -209,8 +223,10 @@ impl Drop for LeaseGuard {
             let backend = self.backend.clone();
             let lease = self.lease.clone();
             let turn = self.turn.take();
+            let pending = self.pending.begin(self.key());
             runtime.spawn(async move {
                 let _turn = turn;
+                let _pending = pending;
                 let span = tracing::debug_span!("release", key = %lease.key(), token = lease.token());
                 if let Err(e) = backend.release(&lease).instrument(span).await {
                     tracing::warn!(key = %lease.key(), error = %e, "best-effort release on drop failed; the lease will expire");
@@ -263,8 +279,10 @@ async fn keep_alive(
     state.lost.cancel();
 }
 
-/// One renewal, retried on transient errors until the lease's deadline.
-/// Returns when the successful request was sent, or why the lease is lost.
+/// One renewal, retried on transient errors and on attempts that outlive
+/// their own bound ([`renew_attempt_timeout`]: a black-holed connection must
+/// not take the whole lease with it) until the lease's deadline. Returns
+/// when the successful request was sent, or why the lease is lost.
 async fn renew_until_deadline(
     backend: &dyn Backend,
     lease: &Lease,
@@ -282,12 +300,18 @@ async fn renew_until_deadline(
             return Err("renewal did not succeed before the lease's deadline");
         }
         let span = tracing::debug_span!("renew", key = %lease.key(), token = lease.token());
-        match timeout_at(deadline, backend.renew(lease, ttl).instrument(span)).await {
+        let attempt_deadline = (sent + renew_attempt_timeout(ttl)).min(deadline);
+        match timeout_at(attempt_deadline, backend.renew(lease, ttl).instrument(span)).await {
             Ok(Ok(true)) => {
                 state.extend(sent + trusted_for(ttl));
                 return Ok(sent);
             }
             Ok(Ok(false)) => return Err("the store reports the lease expired or taken"),
+            // Dropping the attempt gives its connection up; the next one
+            // goes out on another connection where the store's pool has one.
+            Err(_) if Instant::now() < deadline => {
+                tracing::debug!("renewal attempt timed out, retrying");
+            }
             Err(_) => return Err("renewal did not answer before the lease's deadline"),
             Ok(Err(e)) if e.is_retryable() => {
                 tracing::debug!(error = %e, "renewal failed, retrying");

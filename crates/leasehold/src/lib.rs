@@ -110,6 +110,7 @@ mod lock;
 mod notify;
 pub mod occ;
 pub mod open;
+mod pending;
 mod renewal;
 #[cfg(feature = "postgres")]
 pub mod rowlock;
@@ -117,10 +118,10 @@ pub mod time;
 
 pub use backend::{
     duration_to_millis, millis_to_duration, token_from_i64, Acquire, AcquireRequest, Backend,
-    BoxFuture, Busy, Lease, LeaseInfo, OwnerId,
+    BoxFuture, Busy, Lease, LeaseInfo, OwnerId, TRY_ONCE_LOCK_WAIT,
 };
 pub use error::{BoxError, Error, Result};
 pub use guard::LeaseGuard;
 pub use key::{validate_prefix, Key, MAX_KEY_BYTES};
-pub use lock::{AcquireOptions, Locks};
+pub use lock::{AcquireOptions, Locks, STORE_ANSWER_GRACE};
 pub use notify::{Subscription, WakeHub};

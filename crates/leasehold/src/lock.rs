@@ -9,14 +9,30 @@ use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::backend::{Acquire, AcquireRequest, Backend, LeaseInfo};
+use crate::backend::{Acquire, AcquireRequest, Backend, BoxFuture, Busy, Lease, LeaseInfo};
 use crate::error::{Error, Result};
-use crate::guard::LeaseGuard;
+use crate::guard::{born_dead, LeaseGuard};
 use crate::key::{validate_prefix, Key};
 use crate::local::LocalQueues;
 use crate::notify::Subscription;
+use crate::pending::PendingReleases;
 use crate::renewal::RenewalScheduler;
 use crate::time::{Backoff, DEFAULT_TTL};
+
+/// How long past the caller's wait bound (for a try-once call: past its
+/// start) the core waits for a store that has not answered an attempt,
+/// before it gives the attempt up and reports [`Error::Unavailable`]: the
+/// "one round trip" of the promise that a call returns within its bound
+/// plus one round trip. Stores bound their own lock waits by the wait
+/// ([`AcquireRequest::lock_wait`]); this is the backstop for a store that
+/// does not answer at all (a black-holed connection, a stuck server).
+pub const STORE_ANSWER_GRACE: Duration = Duration::from_secs(1);
+
+/// The holder label reported when the store granted the lease but the grant
+/// arrived after the lease it started had already ended (the request took
+/// longer than the ttl): the grant is given back and the attempt counts as
+/// busy.
+const LATE_GRANT: &str = "(a grant that arrived after its lease ended)";
 
 /// How to acquire: lease length, how long to wait, cancellation, renewal.
 ///
@@ -99,6 +115,7 @@ pub struct Locks {
     holder_label: Arc<str>,
     local: Arc<LocalQueues>,
     renewals: RenewalScheduler,
+    pending: Arc<PendingReleases>,
 }
 
 impl fmt::Debug for Locks {
@@ -129,6 +146,7 @@ impl Locks {
             holder_label: default_holder_label().into(),
             local: Arc::default(),
             renewals: RenewalScheduler::default(),
+            pending: Arc::default(),
         }
     }
 
@@ -193,6 +211,18 @@ impl Locks {
     /// Across processes the store decides, with no fairness guarantee.
     /// Errors from the store end the wait at once.
     ///
+    /// The call returns within its wait bound plus one round trip: a store
+    /// waits for a record that another transaction has locked only until
+    /// the bound (at least [`TRY_ONCE_LOCK_WAIT`](crate::TRY_ONCE_LOCK_WAIT))
+    /// and then counts the key busy, and an attempt the store has not
+    /// answered [`STORE_ANSWER_GRACE`] after the bound is given up
+    /// ([`Error::Unavailable`]; a grant that attempt still brings is
+    /// released in the background). A grant that arrives after its lease
+    /// already ended is released too and counts as busy, so a returned
+    /// guard is never born lost. An acquisition waits first for a release
+    /// of the same key that a guard dropped through this handle (or a
+    /// clone) still has in flight.
+    ///
     /// # Errors
     /// [`Error::InvalidInput`] (before any I/O) for a bad key or ttl;
     /// [`Error::Busy`] when trying once; [`Error::Timeout`] when the wait
@@ -219,6 +249,13 @@ impl Locks {
         let wait = options.wait.unwrap_or(Duration::ZERO);
         // A wait too long to represent is as good as no bound.
         let deadline = started.checked_add(wait);
+        // The store bounds its own lock waits by the caller's deadline.
+        let request = Arc::new(match deadline {
+            Some(d) => request.with_lock_deadline(d),
+            None => request,
+        });
+        let backstop = deadline.and_then(|d| d.checked_add(STORE_ANSWER_GRACE));
+        let key = request.key();
         // Local waiters for the key queue first; only the front one waits
         // at the store (see local.rs).
         let turn = if wait.is_zero() {
@@ -226,15 +263,36 @@ impl Locks {
         } else {
             tokio::select! {
                 biased;
-                _ = cancelled(options) => return Err(Error::Cancelled { key: request.key().to_string() }),
-                turn = self.local.turn(request.key()) => Some(turn),
+                _ = cancelled(options) => return Err(Error::Cancelled { key: key.to_string() }),
+                turn = self.local.turn(key) => Some(turn),
                 _ = sleep_until_some(deadline) => return Err(timeout(&request, started)),
             }
         };
+        // A release of this key that a dropped guard of this handle still
+        // has in flight goes first: asked before it lands, the store would
+        // answer busy with our own old lease. Bounded like an attempt.
+        tokio::select! {
+            biased;
+            _ = cancelled(options) => return Err(Error::Cancelled { key: key.to_string() }),
+            _ = self.pending.settled(key) => {}
+            _ = sleep_until_some(backstop) => {}
+        }
         let mut waiting: Option<Waiting> = None;
         loop {
             let sent_at = Instant::now();
-            let busy = match self.backend.try_acquire(&request).await? {
+            let busy = match self.attempt(&request, backstop, options).await? {
+                Acquire::Granted(lease) if born_dead(&lease, sent_at) => {
+                    tracing::warn!(
+                        token = lease.token(),
+                        took = ?sent_at.elapsed(),
+                        "the grant arrived after its lease had ended; giving it back"
+                    );
+                    self.give_back(&lease, backstop).await;
+                    Busy {
+                        holder: LATE_GRANT.to_owned(),
+                        remaining: Duration::ZERO,
+                    }
+                }
                 Acquire::Granted(lease) => {
                     tracing::debug!(token = lease.token(), "granted");
                     return Ok(LeaseGuard::start(
@@ -244,13 +302,14 @@ impl Locks {
                         sent_at,
                         options.auto_renew,
                         turn,
+                        self.pending.clone(),
                     ));
                 }
                 Acquire::Busy(busy) => busy,
             };
             if wait.is_zero() {
                 return Err(Error::Busy {
-                    key: request.key().to_string(),
+                    key: key.to_string(),
                     holder: busy.holder,
                     remaining: busy.remaining,
                 });
@@ -262,7 +321,13 @@ impl Locks {
             let Some(w) = waiting.as_mut() else {
                 // Subscribe, then try again at once: a release between the
                 // first attempt and the subscription would otherwise be missed.
-                waiting = Some(Waiting::start(&*self.backend, request.key()).await?);
+                // Setting the subscription up never outlasts the wait.
+                waiting = tokio::select! {
+                    biased;
+                    _ = cancelled(options) => return Err(Error::Cancelled { key: key.to_string() }),
+                    w = Waiting::start(&*self.backend, key) => Some(w?),
+                    _ = sleep_until_some(deadline) => return Err(timeout(&request, started)),
+                };
                 continue;
             };
             // Wake just after the holder's lease ends at the latest.
@@ -275,7 +340,7 @@ impl Locks {
             tokio::select! {
                 biased;
                 _ = cancelled(options) => {
-                    return Err(Error::Cancelled { key: request.key().to_string() });
+                    return Err(Error::Cancelled { key: key.to_string() });
                 }
                 _ = w.subscription.notified() => {}
                 _ = sleep_until(wake_at) => {}
@@ -283,6 +348,49 @@ impl Locks {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(timeout(&request, started));
             }
+        }
+    }
+
+    /// One attempt at the store, raced against the cancel token and the
+    /// backstop. An attempt cut short is not dropped (its grant would then
+    /// hold the key for a ttl with nobody renewing or releasing it): it runs
+    /// on in the background, for at most a ttl, and a grant it brings is
+    /// released at once.
+    async fn attempt(
+        &self,
+        request: &Arc<AcquireRequest>,
+        backstop: Option<Instant>,
+        options: &AcquireOptions,
+    ) -> Result<Acquire> {
+        let backend = self.backend.clone();
+        let owned = request.clone();
+        let mut attempt: BoxFuture<'static, Result<Acquire>> =
+            Box::pin(async move { backend.try_acquire(&owned).await });
+        let cut_short = tokio::select! {
+            biased;
+            outcome = &mut attempt => return outcome,
+            _ = cancelled(options) => Error::Cancelled { key: request.key().to_string() },
+            _ = sleep_until_some(backstop) => Error::unavailable(format!(
+                "the store did not answer an acquire of {:?} within {STORE_ANSWER_GRACE:?} after the wait bound",
+                request.key().as_str()
+            )),
+        };
+        let backend = self.backend.clone();
+        let ttl = request.ttl();
+        tokio::spawn(async move {
+            if let Ok(Ok(Acquire::Granted(lease))) = tokio::time::timeout(ttl, attempt).await {
+                give_back(&*backend, &lease).await;
+            }
+        });
+        Err(cut_short)
+    }
+
+    /// Releases a grant that will not become a guard, within the backstop
+    /// (past it the lease simply expires).
+    async fn give_back(&self, lease: &Lease, backstop: Option<Instant>) {
+        tokio::select! {
+            _ = give_back(&*self.backend, lease) => {}
+            _ = sleep_until_some(backstop) => {}
         }
     }
 
@@ -318,6 +426,13 @@ impl Locks {
         let key = Key::new(key)?;
         let span = tracing::info_span!("force_release", key = %key);
         self.backend.force_release(&key).instrument(span).await
+    }
+}
+
+/// Releases `lease`, logging a failure (the lease then expires by itself).
+async fn give_back(backend: &dyn Backend, lease: &Lease) {
+    if let Err(e) = backend.release(lease).await {
+        tracing::warn!(key = %lease.key(), token = lease.token(), error = %e, "could not give an unused grant back; it will expire");
     }
 }
 

@@ -57,6 +57,9 @@ impl Baseline for TwoStatements {
                     .bind(&owner)
                     .bind("baseline")
                     .bind(30_000i64)
+                    // The longest wait for another transaction's row lock, as
+                    // the library's try-once attempt binds it.
+                    .bind(leasehold::duration_to_millis(leasehold::TRY_ONCE_LOCK_WAIT).to_string())
                     .fetch_optional(&self.pool)
                     .await
                     .map_err(baseline_error)?;

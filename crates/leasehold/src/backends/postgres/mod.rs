@@ -149,8 +149,10 @@ impl PostgresBackend {
     }
 
     /// The acquire statement (parameters: key, owner hex, holder label, ttl
-    /// in ms; returns the new fence, or the holder and its remaining ms), for
-    /// audits and for benchmarks that issue it by hand.
+    /// in ms, and the longest wait for another transaction's row lock in
+    /// ms as text, e.g. `'50'`; returns the new fence, or the holder and its
+    /// remaining ms; fails with SQLSTATE 55P03 when the row stayed locked),
+    /// for audits and for benchmarks that issue it by hand.
     pub fn acquire_sql(&self) -> &str {
         &self.inner.sql.acquire
     }
@@ -290,6 +292,17 @@ pub fn is_transient_pg_error(e: &sqlx::Error) -> bool {
     }
 }
 
+/// The holder reported when another transaction kept the lease row locked
+/// for the whole wait (PostgreSQL does not say which, nor for how long).
+const ROW_LOCKED_HOLDER: &str = "another transaction (row locked)";
+
+/// SQLSTATE 55P03: `lock_timeout` passed (or `NOWAIT` found a lock).
+fn is_lock_not_available(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .and_then(|db| db.code())
+        .is_some_and(|code| code == "55P03")
+}
+
 /// Transient failures (and a closed pool) become [`Error::Unavailable`],
 /// everything else [`Error::Backend`].
 pub(crate) fn classify(e: sqlx::Error) -> Error {
@@ -321,14 +334,26 @@ impl Backend for PostgresBackend {
     fn try_acquire<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
         Box::pin(async move {
             let row: Option<(Option<i64>, Option<String>, Option<i64>)> =
-                sqlx::query_as(&self.inner.sql.acquire)
+                match sqlx::query_as(&self.inner.sql.acquire)
                     .bind(req.key().as_str())
                     .bind(req.owner().to_string())
                     .bind(req.holder())
                     .bind(duration_to_millis(req.ttl()))
+                    .bind(duration_to_millis(req.lock_wait()).to_string())
                     .fetch_optional(&self.inner.pool)
                     .await
-                    .map_err(classify)?;
+                {
+                    Ok(row) => row,
+                    // Another transaction kept the row locked for the whole
+                    // wait: the key is not free to take, so it is busy.
+                    Err(e) if is_lock_not_available(&e) => {
+                        return Ok(Acquire::Busy(Busy {
+                            holder: ROW_LOCKED_HOLDER.to_owned(),
+                            remaining: Duration::ZERO,
+                        }))
+                    }
+                    Err(e) => return Err(classify(e)),
+                };
             Ok(match row {
                 Some((Some(fence), _, _)) => Acquire::Granted(req.granted(token_from_i64(fence)?)),
                 Some((None, holder, remaining)) => Acquire::Busy(Busy {

@@ -95,12 +95,30 @@ impl Statements {
             // the busy path is one round trip too. The busy branch reads the
             // statement's snapshot: if the holder committed after it, no row
             // comes back and the caller reports "busy, 0 ms left" (retry now).
+            //
+            // Bounded waiting, with no session state (PgBouncer transaction
+            // pooling): the insert's source row calls
+            // `set_config('lock_timeout', $5, true)`, so the setting is in
+            // force before the insert can wait on the row lock of another
+            // transaction (a `check_in`'s FOR SHARE, an application's FOR
+            // UPDATE) and ends with this statement's implicit transaction.
+            // Waiting past $5 ms fails with 55P03, which the backend reports
+            // as busy. A `NOWAIT` probe would answer busy at once even while
+            // a concurrent acquire or release holds the row for a
+            // millisecond; `SET lock_timeout` would be session state.
+            //
+            // The expiry of a conflicting row is computed in DO UPDATE,
+            // after the row lock is taken: computed before the wait (as
+            // `excluded.expires_at` is), a grant that waited longer than its
+            // ttl would arrive already expired.
             acquire: format!(
                 "WITH granted AS ( \
                    INSERT INTO {table} AS l (key, fence, owner, holder, expires_at) \
-                   VALUES ($1, 1, $2, $3, clock_timestamp() + $4 * interval '1 millisecond') \
+                   SELECT $1, 1, $2, $3, clock_timestamp() + $4 * interval '1 millisecond' \
+                   FROM (SELECT set_config('lock_timeout', $5, true)) AS bounded \
                    ON CONFLICT (key) DO UPDATE SET fence = l.fence + 1, owner = excluded.owner, \
-                     holder = excluded.holder, expires_at = excluded.expires_at \
+                     holder = excluded.holder, \
+                     expires_at = clock_timestamp() + $4 * interval '1 millisecond' \
                    WHERE l.owner IS NULL OR l.expires_at <= clock_timestamp() \
                    RETURNING l.fence) \
                  SELECT fence, NULL::text AS holder, NULL::bigint AS remaining_ms FROM granted \

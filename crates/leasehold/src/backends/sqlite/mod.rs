@@ -15,8 +15,10 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sqlx::pool::PoolConnection;
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+    Sqlite, SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool,
+    SqlitePoolOptions, SqliteSynchronous,
 };
 use sqlx::Row;
 
@@ -127,7 +129,9 @@ impl SqliteOptions {
     }
 
     /// How long a statement waits for another process's write lock before
-    /// failing with a retryable error (default 5 s).
+    /// failing with a retryable error (default 5 s). An acquisition waits
+    /// only as long as its caller's wait bound instead
+    /// ([`AcquireRequest::lock_wait`]) and then reports the key busy.
     pub fn busy_timeout(mut self, timeout: Duration) -> Self {
         self.busy_timeout = timeout;
         self
@@ -140,6 +144,8 @@ pub struct SqliteBackend {
     pool: SqlitePool,
     path: PathBuf,
     wake: SharedWakeDir,
+    /// The connection's busy timeout outside acquisitions.
+    busy_timeout: Duration,
 }
 
 impl SqliteBackend {
@@ -193,6 +199,7 @@ impl SqliteBackend {
             pool,
             path: path.to_owned(),
             wake: Arc::new(WakeDir::for_database(path)),
+            busy_timeout: options.busy_timeout,
         })
     }
 
@@ -266,32 +273,129 @@ fn info_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<LeaseInfo> {
     })
 }
 
+/// The holder reported when another connection kept the database's write
+/// lock for the whole wait (SQLite does not say whose, nor for how long).
+const WRITE_LOCKED_HOLDER: &str = "another transaction (database locked)";
+
+/// A pool connection whose busy timeout an acquisition has bounded by its
+/// caller's wait. Dropped before [`restore`](Self::restore) (the acquire
+/// future was cancelled), the connection is closed rather than pooled, so
+/// no later statement runs with the short timeout.
+struct BoundedBusy {
+    conn: Option<PoolConnection<Sqlite>>,
+}
+
+impl BoundedBusy {
+    // Boxed futures here and below: with plain `async fn`s the compiler
+    // cannot prove the backend's boxed future `Send` (rust-lang/rust#102211).
+    fn new<'a>(pool: &'a SqlitePool, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Self>> {
+        Box::pin(async move {
+            let mut bounded = BoundedBusy {
+                conn: Some(pool.acquire().await.map_err(classify)?),
+            };
+            // Measured once the connection is ours: queueing for it spent
+            // some of the wait already.
+            bounded.set(req.lock_wait()).await?;
+            Ok(bounded)
+        })
+    }
+
+    fn conn(&mut self) -> &mut SqliteConnection {
+        self.conn
+            .as_mut()
+            .expect("connection taken only by restore")
+    }
+
+    fn set(&mut self, timeout: Duration) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            // PRAGMA takes no parameters; the value is an integer, and a
+            // non-persistent statement keeps these one-off texts out of the
+            // prepared-statement cache.
+            let sql = format!("PRAGMA busy_timeout = {}", duration_to_millis(timeout));
+            let conn: &mut SqliteConnection = self.conn();
+            sqlx::query(&sql)
+                .persistent(false)
+                .execute(&mut *conn)
+                .await
+                .map_err(classify)?;
+            Ok(())
+        })
+    }
+
+    /// Puts the backend's own busy timeout back and returns the connection
+    /// to the pool.
+    fn restore(mut self, busy_timeout: Duration) -> BoxFuture<'static, Result<()>> {
+        Box::pin(async move {
+            self.set(busy_timeout).await?;
+            self.conn.take();
+            Ok(())
+        })
+    }
+}
+
+impl Drop for BoundedBusy {
+    fn drop(&mut self) {
+        if let Some(mut conn) = self.conn.take() {
+            conn.close_on_drop();
+        }
+    }
+}
+
+/// The acquire statements on a connection whose busy timeout is bounded.
+fn acquire_on<'a>(
+    conn: &'a mut SqliteConnection,
+    req: &'a AcquireRequest,
+) -> BoxFuture<'a, Result<Acquire>> {
+    Box::pin(acquire_statements(conn, req))
+}
+
+async fn acquire_statements(conn: &mut SqliteConnection, req: &AcquireRequest) -> Result<Acquire> {
+    let granted: Option<i64> = match sqlx::query_scalar(ACQUIRE)
+        .bind(req.key().as_str())
+        .bind(req.owner().to_string())
+        .bind(req.holder())
+        .bind(duration_to_millis(req.ttl()))
+        .fetch_optional(&mut *conn)
+        .await
+    {
+        Ok(granted) => granted,
+        // Another connection held the write lock for the whole wait: the
+        // key cannot be taken now, so it is busy.
+        Err(e) if is_locked(&e) => {
+            return Ok(Acquire::Busy(Busy {
+                holder: WRITE_LOCKED_HOLDER.to_owned(),
+                remaining: Duration::ZERO,
+            }))
+        }
+        Err(e) => return Err(classify(e)),
+    };
+    if let Some(fence) = granted {
+        return Ok(Acquire::Granted(req.granted(token_from_i64(fence)?)));
+    }
+    // Who holds it is for the waiter's schedule only; if the holder
+    // left in between, report zero remaining so it retries at once.
+    let row: Option<(Option<String>, Option<i64>)> = sqlx::query_as(BUSY_INFO)
+        .bind(req.key().as_str())
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(classify)?;
+    let (holder, remaining) = row.unwrap_or_default();
+    Ok(Acquire::Busy(Busy {
+        holder: holder.unwrap_or_default(),
+        remaining: millis_to_duration(remaining.unwrap_or(0)),
+    }))
+}
+
 impl Backend for SqliteBackend {
     fn try_acquire<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
         Box::pin(async move {
-            let granted: Option<i64> = sqlx::query_scalar(ACQUIRE)
-                .bind(req.key().as_str())
-                .bind(req.owner().to_string())
-                .bind(req.holder())
-                .bind(duration_to_millis(req.ttl()))
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(classify)?;
-            if let Some(fence) = granted {
-                return Ok(Acquire::Granted(req.granted(token_from_i64(fence)?)));
-            }
-            // Who holds it is for the waiter's schedule only; if the holder
-            // left in between, report zero remaining so it retries at once.
-            let row: Option<(Option<String>, Option<i64>)> = sqlx::query_as(BUSY_INFO)
-                .bind(req.key().as_str())
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(classify)?;
-            let (holder, remaining) = row.unwrap_or_default();
-            Ok(Acquire::Busy(Busy {
-                holder: holder.unwrap_or_default(),
-                remaining: millis_to_duration(remaining.unwrap_or(0)),
-            }))
+            // The busy timeout (how long SQLite waits for another
+            // connection's write lock) follows the caller's wait, not the
+            // backend's 5 s: the deadline wins.
+            let mut conn = BoundedBusy::new(&self.pool, req).await?;
+            let outcome = acquire_on(conn.conn(), req).await;
+            conn.restore(self.busy_timeout).await?;
+            outcome
         })
     }
 
