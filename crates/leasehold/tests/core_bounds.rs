@@ -190,6 +190,9 @@ async fn try_acquire_after_a_drop_waits_for_the_drops_release() {
     // guard dropped.
     drop(next);
     let clone = locks.clone();
-    let again = clone.try_acquire("k").await.expect("ordered for clones too");
+    let again = clone
+        .try_acquire("k")
+        .await
+        .expect("ordered for clones too");
     assert_eq!(again.token(), 3);
 }
