@@ -343,7 +343,11 @@ async fn check_in_holds_off_takeover_until_the_transaction_ends() {
     let k = Key::new(key.clone()).unwrap();
     let mut acquire = tokio::spawn({
         let other = other.clone();
-        let req = AcquireRequest::new(k.clone(), Duration::from_secs(30), "b").unwrap();
+        // A waiting caller's attempt: it may queue on the row lock for up
+        // to 10 s (a try-once attempt would report the key busy instead).
+        let req = AcquireRequest::new(k.clone(), Duration::from_secs(30), "b")
+            .unwrap()
+            .with_lock_deadline(Instant::now() + Duration::from_secs(10));
         async move { other.try_acquire(&req).await }
     });
     let mut force = tokio::spawn({
