@@ -41,6 +41,7 @@ use crate::backend::{
 use crate::error::{Error, Result};
 use crate::key::Key;
 use crate::notify::Subscription;
+use crate::renewal::renew_attempt_timeout;
 use listen::{ListenSource, Listener};
 pub use options::PostgresOptions;
 use sql::Statements;
@@ -377,6 +378,7 @@ impl Backend for PostgresBackend {
                 .bind(lease.owner().to_string())
                 .bind(token_as_i64(lease)?)
                 .bind(duration_to_millis(ttl))
+                .bind(duration_to_millis(renew_attempt_timeout(ttl)).to_string())
                 .execute(&self.inner.pool)
                 .await
                 .map_err(classify)?;

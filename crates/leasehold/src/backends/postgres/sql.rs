@@ -127,8 +127,14 @@ impl Statements {
                   WHERE key = $1 AND owner IS NOT NULL AND NOT EXISTS (SELECT FROM granted)",
                 rem = remaining_ms!()
             ),
+            // $5 bounds the wait for another transaction's row lock (a
+            // `check_in`) like the acquire's: the guard gives a renewal
+            // attempt up after a while and retries on another connection,
+            // and the server must give the abandoned statement up too, or
+            // every retry would pin one more pooled connection.
             renew: format!(
                 "UPDATE {table} SET expires_at = clock_timestamp() + $4 * interval '1 millisecond' \
+                 FROM (SELECT set_config('lock_timeout', $5, true)) AS bounded \
                  WHERE key = $1 AND owner = $2 AND fence = $3 AND expires_at > clock_timestamp()"
             ),
             // The notification is queued in the same statement, so it is
