@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use leasehold::backends::sqlite::SqliteBackend;
-use leasehold::{Error, Locks};
+use leasehold::{AcquireOptions, Error, Locks};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
 use sqlx::Connection;
 use tokio::time::{timeout, Instant};
@@ -71,5 +71,48 @@ async fn a_busy_writer_bounds_waits_and_try_once_calls_by_the_callers_bound() {
         .try_acquire("k")
         .await
         .expect("free once the writer is done");
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_grant_that_waited_for_a_writer_expires_a_ttl_after_it_was_taken() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    let backend = SqliteBackend::open(&path).await.unwrap();
+    let pool = backend.pool().clone();
+    let locks = Locks::new(backend);
+    // An expired lease: the row exists and is free to take.
+    let short = AcquireOptions::new()
+        .with_ttl(Duration::from_millis(100))
+        .with_auto_renew(false);
+    drop(locks.acquire_with("k", &short).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // A writer keeps the database locked for longer than the next ttl.
+    let ttl = Duration::from_secs(1);
+    let locked_for = ttl + Duration::from_millis(800);
+    let mut writer = busy_writer(&path).await;
+    let unlock = tokio::spawn(async move {
+        tokio::time::sleep(locked_for).await;
+        sqlx::query("COMMIT").execute(&mut writer).await.unwrap();
+    });
+    let options = AcquireOptions::new()
+        .with_ttl(ttl)
+        .with_wait(Duration::from_secs(10));
+    let started = Instant::now();
+    let guard = locks.acquire_with("k", &options).await.unwrap();
+    assert!(started.elapsed() >= locked_for - Duration::from_millis(100));
+    assert!(!guard.is_lost(), "a guard is never born lost");
+    let remaining_ms: i64 = sqlx::query_scalar(
+        "SELECT expires_at_ms - CAST(unixepoch('subsec') * 1000 AS INTEGER) \
+         FROM leasehold_locks WHERE key = 'k'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(
+        remaining_ms > 0,
+        "granted already expired: {remaining_ms} ms left"
+    );
+    unlock.await.unwrap();
     guard.release().await.unwrap();
 }
