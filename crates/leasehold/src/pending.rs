@@ -51,8 +51,8 @@ impl PendingReleases {
         }
     }
 
-    /// Resolves once no release of `key` started before this call is still
-    /// in flight. Cancel safe.
+    /// Resolves once no release of `key` is in flight (one that starts while
+    /// it waits is waited for too). Cancel safe.
     pub(crate) async fn settled(&self, key: &Key) {
         loop {
             if self.in_flight.load(Ordering::SeqCst) == 0 {
@@ -67,8 +67,14 @@ impl PendingReleases {
             // Registered before looking again, so a release that ends in
             // between still wakes this task.
             notified.as_mut().enable();
-            if !self.lock().contains_key(key) {
-                return;
+            let same_entry = self
+                .lock()
+                .get(key)
+                .is_some_and(|entry| Arc::ptr_eq(&entry.done, &done));
+            if !same_entry {
+                // Ended in between (and maybe a newer release began, whose
+                // entry has its own notifier): look again.
+                continue;
             }
             notified.await;
         }
