@@ -236,3 +236,45 @@ async fn a_black_holed_connection_does_not_lose_the_lease() {
     drop(guard);
     drop_table(&checker, &table).await;
 }
+
+#[cfg(feature = "http")]
+#[tokio::test]
+async fn reject_mode_answers_409_at_once_while_the_row_is_checked_in() {
+    use http::{Request, Response, StatusCode};
+    use leasehold::http::{LeaseLayer, Mode};
+    use tower::{Layer, ServiceExt};
+
+    let Some(url) = url() else { return };
+    let table = unique("bounds");
+    let backend = backend(&url, &table).await;
+    let locks = Locks::new(backend.clone());
+    let key = unique("http");
+    let app = LeaseLayer::builder(locks.clone())
+        .with_mode(Mode::Reject)
+        .with_key({
+            let key = key.clone();
+            move |_: &Request<String>| Some(key.clone())
+        })
+        .build()
+        .unwrap()
+        .layer(tower::service_fn(|_: Request<String>| async {
+            Ok::<_, std::convert::Infallible>(Response::new(String::new()))
+        }));
+    let holder = locks.try_acquire(&key).await.unwrap();
+    let mut tx = backend.pool().begin().await.unwrap();
+    backend.check_in(&mut tx, holder.lease()).await.unwrap();
+
+    let started = Instant::now();
+    let response = app
+        .oneshot(Request::post("/").body(String::new()).unwrap())
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    // Locked, not a store failure (503 after the store timeout).
+    assert_eq!(response.status(), StatusCode::CONFLICT);
+    assert!(took < ROUND_TRIP_SLACK, "409 took {took:?}");
+
+    tx.commit().await.unwrap();
+    holder.release().await.unwrap();
+    drop_table(&backend, &table).await;
+}
