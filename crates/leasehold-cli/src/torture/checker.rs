@@ -364,14 +364,17 @@ fn check_lost_signals(input: &Input<'_>, grants: &[Grant], r: &mut Report) {
         *t = (*t).max(e.t);
     }
     for g in grants {
-        let due = g.valid_until + slack;
+        // A grant whose answer came after its deadline (the request was
+        // held back) can signal only once the guard exists.
+        let deadline = g.valid_until.max(g.ok);
+        let due = deadline + slack;
         let still_holding = g.release.is_none_or(|rel| rel > due);
         let ran_past_due = last_seen.get(&g.pid).is_some_and(|&t| t > due);
         let paused_over_deadline = input.faults.iter().any(|f| {
             f.kind == FaultKind::Pause
                 && f.worker == Some(g.worker)
                 && f.start <= due
-                && f.end >= g.valid_until
+                && f.end >= deadline
         });
         if !still_holding || !ran_past_due || paused_over_deadline {
             continue;

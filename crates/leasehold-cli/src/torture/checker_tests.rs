@@ -316,6 +316,25 @@ fn lost_must_fire_by_valid_until_for_a_running_holder() {
         );
     }
 
+    // Born past its deadline (the answer came late): the guard can only
+    // fire once it exists, so the slack counts from the grant.
+    let born_late = |lost_at: Option<u64>| {
+        let mut e = granted(1, 0, 0, 600, 1, 500);
+        e.extend(lost_at.map(|t| ev(t, 1, Op::Lost, Kind::Info, Some(1), None)));
+        e.push(ev(2000, 1, Op::Write, Kind::Invoke, Some(1), Some(500)));
+        e
+    };
+    let r = run(&born_late(Some(601)), &[], &[], false);
+    assert_eq!(
+        (r.lost_signal.must_fire, r.lost_signal.fired_on_time),
+        (1, 1)
+    );
+    let r = run(&born_late(None), &[], &[], false);
+    assert_eq!(
+        (r.lost_signal.must_fire, r.lost_signal.fired_on_time),
+        (1, 0)
+    );
+
     // Stopped over its deadline, it cannot fire on time: not counted.
     let pause = fault(FaultKind::Pause, 400, 1500, Some(1));
     let r = run(&holder(Some(1501)), &[], &[pause], true);
