@@ -72,7 +72,7 @@ fn the_history_file_holds_every_source() {
         &sqlite_store(dir.path()),
         &[
             "--duration",
-            "4s",
+            "6s",
             "--ttl",
             "300ms",
             "--faults",

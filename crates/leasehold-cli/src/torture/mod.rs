@@ -61,7 +61,7 @@ pub enum ResourceKind {
 #[derive(Debug, Args)]
 #[command(after_help = "\
 Workers loop: acquire (waiting up to 3 ttl), read the counter, sleep 2-10 % of the ttl \
-(one hold in five: 1.5-3 ttl, so the lease lives on renewals), write counter + 1 with \
+(one hold in ten: 1.5-3 ttl, so the lease lives on renewals), write counter + 1 with \
 the fencing token, release. The nemesis aims kills and pauses at the current lease \
 holder. The proxy faults sit between the workers and a network store; they cannot \
 apply to SQLite (a file): asking for them there exits 64, and the default leaves them out.
@@ -210,8 +210,6 @@ pub async fn torture(store: &str, args: TortureArgs) -> Result<u8, CliError> {
         .map(|i| format!("torture-{run_id}:k{i}"))
         .collect();
     let locks = Locks::open(store).await?;
-    let dir = std::env::temp_dir().join(format!("leasehold-torture-{run_id}"));
-    std::fs::create_dir_all(&dir)?;
 
     let fencing = !args.no_fencing;
     let (server, in_store, resource_spec) = match args.resource {
@@ -240,6 +238,9 @@ pub async fn torture(store: &str, args: TortureArgs) -> Result<u8, CliError> {
         None => store.to_owned(),
     };
 
+    // Only now: a run refused above leaves nothing behind.
+    let dir = std::env::temp_dir().join(format!("leasehold-torture-{run_id}"));
+    std::fs::create_dir_all(&dir)?;
     let started = clock::mono_ns();
     let stop_at = started + args.duration.as_nanos() as u64;
     let wait = args.ttl * 3;

@@ -122,7 +122,7 @@ pub fn print_table(setup: &Setup, r: &Report) {
         (
             "renewals",
             format!(
-                "{} renewed of {} sent (refused {}, failed {}); {} holds over a ttl",
+                "{} of {} sent (refused {}, failed {}); {} holds over a ttl",
                 r.renewals.renewed,
                 r.renewals.sent,
                 r.renewals.refused,
@@ -148,7 +148,7 @@ pub fn print_table(setup: &Setup, r: &Report) {
         (
             "lost() by valid_until",
             format!(
-                "{}/{} running holders past valid_until (slack {:.0} ms); fired {} times",
+                "{}/{} running holders in time (slack {:.0} ms); fired {} times",
                 r.lost_signal.fired_on_time,
                 r.lost_signal.must_fire,
                 r.lost_signal.slack_ms,

@@ -1,7 +1,7 @@
 //! One torture worker process (the hidden `torture-worker` command): loops
 //! acquire, read, sleep in the critical section, write + 1 with the token,
 //! release, and logs every step as a JSON line with the shared monotonic
-//! clock. One hold in five lasts several ttls, so the guard's renewal runs
+//! clock. One hold in ten lasts several ttls, so the guard's renewal runs
 //! and the checker sees whether the store kept the lease it renewed.
 //!
 //! It deliberately does not check `is_lost()` before writing: a pause can
@@ -57,7 +57,7 @@ pub struct WorkerArgs {
 }
 
 /// The share of holds that last several ttls (the rest last 2-10 % of one).
-const LONG_HOLD_SHARE: f64 = 0.2;
+const LONG_HOLD_SHARE: f64 = 0.1;
 
 /// Appends events to the history; shared with the lost-lease watcher and
 /// the store wrapper.
