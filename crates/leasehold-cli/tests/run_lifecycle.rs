@@ -129,12 +129,13 @@ fn a_command_is_stopped_inside_its_lease_when_renewal_fails() {
     while !is_dead(child) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
+    let dead_in_time = is_dead(child);
     let dead_after = blocked_at.elapsed();
     let code = holder.wait().unwrap().code();
     let _ = blocker.kill();
     let _ = blocker.wait();
     assert!(
-        is_dead(child),
+        dead_in_time,
         "the command outlived its lease: alive {dead_after:?} after renewals stopped (ttl {ttl:?})"
     );
     assert_eq!(code, Some(70), "run exits 70 after a lost lease");
