@@ -171,13 +171,14 @@ fn a_grant_that_arrives_expired_never_starts_the_command() {
     std::thread::sleep(Duration::from_millis(300));
     let dir = tempfile::tempdir().unwrap();
     let seen = dir.path().join("status.json");
-    let out = run(leasehold(store).args(["run", "k", "--ttl", "500ms", "--", "sh", "-c"]).arg(
-        format!(
+    let out = run(leasehold(store)
+        .args(["run", "k", "--ttl", "500ms", "--", "sh", "-c"])
+        .arg(format!(
             "'{}' --store \"$STORE\" status k --json > {}",
             env!("CARGO_BIN_EXE_leasehold"),
             seen.display()
-        ),
-    ).env("STORE", store));
+        ))
+        .env("STORE", store));
     row_lock.join().unwrap();
     match std::fs::read_to_string(&seen) {
         // Not started: reported as not acquired.
@@ -186,7 +187,8 @@ fn a_grant_that_arrives_expired_never_starts_the_command() {
         Ok(text) => {
             let status: serde_json::Value = serde_json::from_str(&text).unwrap();
             assert_eq!(
-                status["held"], true,
+                status["held"],
+                true,
                 "the command ran without a lease: {status}; run said {}",
                 stderr(&out)
             );

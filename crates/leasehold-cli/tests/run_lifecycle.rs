@@ -48,7 +48,12 @@ fn kill_after_must_be_at_most_half_the_ttl_and_is_checked_before_any_io() {
             "--",
             "true",
         ]));
-        assert_eq!(out.status.code(), Some(64), "{ttl}/{grace}: {}", stderr(&out));
+        assert_eq!(
+            out.status.code(),
+            Some(64),
+            "{ttl}/{grace}: {}",
+            stderr(&out)
+        );
         assert!(
             stderr(&out).contains("invalid --kill-after: must be at most half the ttl"),
             "{}",
@@ -91,12 +96,21 @@ fn a_command_is_stopped_inside_its_lease_when_renewal_fails() {
     );
     let ttl = Duration::from_secs(6);
     let mut holder = leasehold(&store)
-        .args(["run", "k", "--ttl", "6s", "--kill-after", "3s", "--", "sh", "-c"])
+        .args([
+            "run",
+            "k",
+            "--ttl",
+            "6s",
+            "--kill-after",
+            "3s",
+            "--",
+            "sh",
+            "-c",
+        ])
         .arg(&script)
         .spawn()
         .unwrap();
-    assert!(wait_until(Duration::from_secs(20), || read_pid(&pidfile)
-        .is_some()));
+    assert!(wait_until(Duration::from_secs(20), || read_pid(&pidfile).is_some()));
     let child = read_pid(&pidfile).unwrap();
 
     // From now on every renewal fails: another process holds SQLite's
@@ -173,7 +187,7 @@ fn sighup_and_sigquit_reach_the_command_and_run_exits_with_it() {
             "run passes on the command's death by SIG{sig}: {status:?}"
         );
         assert!(wait_until(Duration::from_secs(3), || is_dead(child)));
-        assert_eq!(status_held(&store), false, "released after the command ended");
+        assert!(!status_held(&store), "released after the command ended");
     }
 }
 

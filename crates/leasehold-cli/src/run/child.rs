@@ -64,7 +64,9 @@ pub(super) fn spawn(command: &[String], guard: &LeaseGuard) -> Result<Spawned, C
         .id()
         .and_then(|id| i32::try_from(id).ok())
         .map(Pid::from_raw)
-        .ok_or_else(|| CliError::new(EX_INTERNAL, "the command exited before it could be watched"))?;
+        .ok_or_else(|| {
+            CliError::new(EX_INTERNAL, "the command exited before it could be watched")
+        })?;
     // The child also does this before exec; doing it here too closes the
     // window in which one of the two has not happened yet (as shells do).
     let has_terminal = foreground && set_foreground(group).is_ok();

@@ -380,7 +380,13 @@ impl Backend for MongoBackend {
         Box::pin(async move {
             self.inner.watcher.close().await;
             if self.inner.owns_client {
-                self.inner.db.client().clone().shutdown().immediate(true).await;
+                self.inner
+                    .db
+                    .client()
+                    .clone()
+                    .shutdown()
+                    .immediate(true)
+                    .await;
             }
         })
     }
