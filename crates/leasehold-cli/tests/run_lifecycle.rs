@@ -284,3 +284,31 @@ fn an_interactive_command_gets_the_terminal_and_gives_it_back() {
     assert!(stdout(&out).contains("got hello"), "{}", stdout(&out));
     assert!(stdout(&out).contains("shell has again"), "{}", stdout(&out));
 }
+
+#[test]
+fn run_help_states_the_lifecycle_promises_and_their_limits() {
+    let out = run(leasehold("memory://").args(["run", "--help"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let help = stdout(&out)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    for promise in [
+        "started only while the lease is valid",
+        "the command's group gets the terminal",
+        "SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to run are forwarded",
+        "parent-death signal",
+        "valid_until minus --kill-after, the group gets SIGTERM",
+        "it gets SIGKILL; run exits 70 once the command is gone",
+        "A renewal that succeeds before the SIGTERM cancels the schedule",
+        "Not promised: processes that leave the command's process group",
+        "143",
+        "71 internal failure",
+        "at most half the ttl [default: ttl/4]",
+    ] {
+        assert!(
+            help.contains(promise),
+            "run --help lacks {promise:?}: {help}"
+        );
+    }
+}

@@ -43,8 +43,8 @@ started are not reached that way.
 
 Lost lease: the stop schedule is counted inside the lease. If no renewal has \
 succeeded by valid_until minus --kill-after, the group gets SIGTERM; at \
-valid_until (1 % of the ttl + 2 ms before the store frees the key) it gets \
-SIGKILL; run exits 70 once the command is gone. A renewal that succeeds \
+valid_until (at least 1 % of the ttl + 2 ms before the store frees the \
+key) it gets SIGKILL; run exits 70 once the command is gone. A renewal that succeeds \
 before the SIGTERM cancels the schedule. If the store reports the lease gone \
 early (e.g. `release --force`), SIGTERM follows at once and SIGKILL after \
 --kill-after or at valid_until, whichever comes first.
@@ -52,7 +52,13 @@ early (e.g. `release --force`), SIGTERM follows at once and SIGKILL after \
 Not promised: processes that leave the command's process group (setsid, \
 daemonizing) are out of reach; when the command exits normally, anything it \
 left running in the background is not stopped; job control (Ctrl-Z) of the \
-command is not supported.";
+command is not supported.
+
+Exit: the command's own code (128 + N if signal N ended it, 127 if it could \
+not be started); 70 lease lost (the command was stopped); 75 not acquired \
+(busy, --wait ran out, or the grant arrived already expired: the command did \
+not start); 129, 130, 131, 143: SIGHUP, SIGINT, SIGQUIT, SIGTERM ended the \
+wait; 64 bad input; 69 store unavailable; 71 internal failure.";
 
 /// Arguments of `run`.
 #[derive(Debug, Args)]
