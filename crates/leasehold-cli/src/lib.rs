@@ -57,6 +57,9 @@ pub struct Cli {
 pub enum Command {
     /// Run a command while holding a lock; exit with its exit code
     Run(run::RunArgs),
+    /// Kills a command's process group if its `run` dies (started by `run`)
+    #[command(hide = true)]
+    RunWatchdog(run::WatchdogArgs),
     /// Show who holds a lock
     Status(admin::StatusArgs),
     /// List held locks
@@ -125,6 +128,10 @@ pub fn main_with_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Exi
             return ExitCode::from(code);
         }
     };
+    if let Command::RunWatchdog(args) = &cli.command {
+        // Synchronous and tiny: no runtime, no logging.
+        return ExitCode::from(run::watchdog(args));
+    }
     init_tracing(cli.verbose);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -148,6 +155,7 @@ pub fn main_with_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Exi
 async fn execute(cli: Cli) -> Result<u8, CliError> {
     match cli.command {
         Command::Run(args) => run::run(&cli.store, args).await,
+        Command::RunWatchdog(args) => Ok(run::watchdog(&args)),
         Command::Status(args) => admin::status(&cli.store, args).await,
         Command::List(args) => admin::list(&cli.store, args).await,
         Command::Release(args) => admin::release(&cli.store, args).await,

@@ -174,6 +174,28 @@ fn the_command_dies_with_run_when_run_is_killed() {
 }
 
 #[test]
+fn what_the_command_started_dies_too_when_run_is_killed() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = sqlite_store(dir.path());
+    let pidfile = dir.path().join("grandchild.pid");
+    // The shell stays in between: `sleep` is the command's child, which the
+    // parent-death signal (sent to the command only) does not reach.
+    let mut holder = leasehold(&store)
+        .args(["run", "k", "--ttl", "30s", "--", "sh", "-c"])
+        .arg(format!("sleep 30 & echo $! > {}; wait", pidfile.display()))
+        .spawn()
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(20), || read_pid(&pidfile).is_some()));
+    let grandchild = read_pid(&pidfile).unwrap();
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert!(
+        wait_until(Duration::from_secs(3), || is_dead(grandchild)),
+        "a process the command started outlived `run`"
+    );
+}
+
+#[test]
 fn sighup_and_sigquit_reach_the_command_and_run_exits_with_it() {
     for (sig, code) in [("HUP", 129), ("QUIT", 131)] {
         let dir = tempfile::tempdir().unwrap();
@@ -298,6 +320,7 @@ fn run_help_states_the_lifecycle_promises_and_their_limits() {
         "the command's group gets the terminal",
         "SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to run are forwarded",
         "parent-death signal",
+        "sends SIGKILL to the command's whole group",
         "valid_until minus --kill-after, the group gets SIGTERM",
         "it gets SIGKILL; run exits 70 once the command is gone",
         "A renewal that succeeds before the SIGTERM cancels the schedule",

@@ -9,6 +9,7 @@ use nix::sys::signal::{killpg, pthread_sigmask, SigSet, SigmaskHow, Signal};
 use nix::unistd::{getpgrp, tcgetpgrp, tcsetpgrp, Pid};
 use tokio::process::{Child, Command};
 
+use super::watchdog::Watchdog;
 use crate::exit::{CliError, EX_INTERNAL};
 
 /// The running command.
@@ -18,6 +19,9 @@ pub(super) struct Spawned {
     pub(super) group: Pid,
     /// Whether the group was given the terminal, to be taken back.
     has_terminal: bool,
+    /// Kills the group if `run` dies; dropped without `finish`, it does so
+    /// at once.
+    watchdog: Option<Watchdog>,
 }
 
 impl Spawned {
@@ -27,13 +31,16 @@ impl Spawned {
         let _ = killpg(self.group, signal);
     }
 
-    /// Makes `run`'s own group the terminal's foreground group again, if the
-    /// command had the terminal. Call once the command is gone.
-    pub(super) fn take_back_terminal(&mut self) {
-        if std::mem::take(&mut self.has_terminal) {
+    /// Call once the command is reaped: takes the terminal back (if the
+    /// command had it) and stands the watchdog down.
+    pub(super) async fn finish(mut self) {
+        if self.has_terminal {
             if let Err(e) = set_foreground(getpgrp()) {
                 tracing::debug!(error = %e, "could not take the terminal back");
             }
+        }
+        if let Some(watchdog) = self.watchdog.take() {
+            watchdog.stand_down().await;
         }
     }
 }
@@ -74,6 +81,7 @@ pub(super) fn spawn(command: &[String], guard: &LeaseGuard) -> Result<Spawned, C
         child,
         group,
         has_terminal,
+        watchdog: Watchdog::start(group),
     })
 }
 

@@ -5,12 +5,17 @@
 //! - it runs in its own process group, with the terminal if `run` had it;
 //! - it is stopped *inside* the lease when renewal stops succeeding: SIGTERM
 //!   at `valid_until - kill_after`, SIGKILL at `valid_until` (see `stop`);
-//! - it dies with `run` (parent-death signal, and SIGHUP/SIGQUIT/SIGINT/
-//!   SIGTERM forwarded to its group; see `child` and `signals`).
+//! - it dies with `run`: SIGHUP/SIGQUIT/SIGINT/SIGTERM are forwarded to its
+//!   group (`signals`); if `run` is killed, the command gets the
+//!   parent-death signal (`child`) and a watchdog process kills its group
+//!   (`watchdog`).
 
 mod child;
 mod signals;
 mod stop;
+mod watchdog;
+
+pub use watchdog::{watch as watchdog, WatchdogArgs};
 
 use std::io::Write;
 use std::process::ExitStatus;
@@ -37,9 +42,10 @@ group gets the terminal and run takes it back afterwards.
 
 Signals: SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to run are forwarded to the \
 command's group; run then waits for the command and exits with its code. If \
-run itself dies (kill -9, a crash), the command (the process run started) gets \
-SIGKILL from the kernel (Linux parent-death signal); processes the command \
-started are not reached that way.
+run itself dies (kill -9, a crash), the command gets SIGKILL from the kernel \
+(Linux parent-death signal) and a small watchdog process that run starts \
+beside it (`leasehold run-watchdog`) sends SIGKILL to the command's whole \
+group.
 
 Lost lease: the stop schedule is counted inside the lease. If no renewal has \
 succeeded by valid_until minus --kill-after, the group gets SIGTERM; at \
@@ -50,9 +56,10 @@ early (e.g. `release --force`), SIGTERM follows at once and SIGKILL after \
 --kill-after or at valid_until, whichever comes first.
 
 Not promised: processes that leave the command's process group (setsid, \
-daemonizing) are out of reach; when the command exits normally, anything it \
-left running in the background is not stopped; job control (Ctrl-Z) of the \
-command is not supported.
+daemonizing) are out of reach; if the watchdog is killed together with run \
+(e.g. kill -9 of both), only the command itself dies with run; when the \
+command exits normally, anything it left running in the background is not \
+stopped; job control (Ctrl-Z) of the command is not supported.
 
 Exit: the command's own code (128 + N if signal N ended it, 127 if it could \
 not be started); 70 lease lost (the command was stopped); 75 not acquired \
@@ -152,7 +159,10 @@ async fn run_with(locks: &Locks, args: &RunArgs, grace: Duration) -> Result<u8, 
         }
     };
     let outcome = supervise(&mut spawned, &guard, grace, &mut signals).await;
-    spawned.take_back_terminal();
+    if outcome.is_ok() {
+        // The command is reaped and its group stopped or left as promised.
+        spawned.finish().await;
+    } // else: dropping it makes the watchdog stop the group.
     match outcome {
         Ok(Ending::Exited(status)) => {
             // The command finished under the lease; a failed release only
