@@ -139,7 +139,7 @@ fn a_command_is_stopped_inside_its_lease_when_renewal_fails() {
     // lease's valid_until is at most blocked_at + 0.99 ttl: the command must
     // be dead by then (plus scheduling slack). Before the fix it got SIGTERM
     // only at valid_until and SIGKILL 3 s later.
-    let deadline = blocked_at + ttl + Duration::from_millis(300);
+    let deadline = blocked_at + ttl + Duration::from_millis(500);
     while !is_dead(child) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -228,9 +228,13 @@ fn a_signal_while_waiting_exits_128_plus_its_number() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        // Let it open the store and start waiting (its handlers are in place
-        // by then); a signal before that would kill it outright.
-        std::thread::sleep(Duration::from_millis(1500));
+        // A signal before run catches it would kill run outright.
+        let pid = waiter.id() as i32;
+        assert!(wait_until(Duration::from_secs(20), || catches(
+            pid,
+            code - 128
+        )));
+        std::thread::sleep(Duration::from_millis(300)); // into the wait, usually
         signal(waiter.id() as i32, sig);
         let out = waiter.wait_with_output().unwrap();
         assert_eq!(out.status.code(), Some(code), "SIG{sig}: {}", stderr(&out));
@@ -242,6 +246,19 @@ fn a_signal_while_waiting_exits_128_plus_its_number() {
     }
     holder.kill().unwrap();
     holder.wait().unwrap();
+}
+
+/// Whether process `pid` has a handler for signal number `signo`
+/// (`SigCgt` in /proc/PID/status).
+fn catches(pid: i32, signo: i32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigCgt:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .is_some_and(|mask| mask & (1 << (signo - 1)) != 0)
 }
 
 /// Drives `leasehold run` inside a shell on a new pseudo-terminal (python3's

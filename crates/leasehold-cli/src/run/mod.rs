@@ -112,17 +112,26 @@ pub async fn run(store: &str, args: RunArgs) -> Result<u8, CliError> {
     leasehold::Key::new(args.key.as_str())?;
     leasehold::time::validate_ttl(args.lease.ttl)?;
     let grace = kill_after(&args)?;
-    let locks = Locks::open(store).await?;
-    let outcome = run_with(&locks, &args, grace).await;
+    // Caught from here on: a signal while connecting or waiting ends run
+    // with 128 + its number instead of killing it.
+    let mut signals = Signals::new()?;
+    let locks = tokio::select! {
+        locks = Locks::open(store) => locks?,
+        signal = signals.recv() => return Err(signals::interrupted(&args.key, signal)),
+    };
+    let outcome = run_with(&locks, &args, grace, &mut signals).await;
     // Close the store's connections while the runtime still runs, so no
     // driver task is torn down mid-request at exit.
     locks.close().await;
     outcome
 }
 
-async fn run_with(locks: &Locks, args: &RunArgs, grace: Duration) -> Result<u8, CliError> {
-    let mut signals = Signals::new()?;
-
+async fn run_with(
+    locks: &Locks,
+    args: &RunArgs,
+    grace: Duration,
+    signals: &mut Signals,
+) -> Result<u8, CliError> {
     // A signal while waiting cancels the wait; run exits 128 + its number.
     let cancel = CancellationToken::new();
     let options = AcquireOptions::new()
@@ -158,7 +167,7 @@ async fn run_with(locks: &Locks, args: &RunArgs, grace: Duration) -> Result<u8, 
             return Err(e);
         }
     };
-    let outcome = supervise(&mut spawned, &guard, grace, &mut signals).await;
+    let outcome = supervise(&mut spawned, &guard, grace, signals).await;
     if outcome.is_ok() {
         // The command is reaped and its group stopped or left as promised.
         spawned.finish().await;
