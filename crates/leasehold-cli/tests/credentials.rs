@@ -274,17 +274,24 @@ fn check_every_command(store: &str, password: &Password, unreachable: &str) {
     assert_workers_got_the_store("bench", &bench);
 
     // Tracing at its most verbose, the drivers' info events included.
-    let status = run_watched(
+    let traced = run_watched(
         store,
-        &["-vv", "status", "credentials:key", "--json"],
+        &["-vv", "run", "credentials:key", "--", "true"],
         secret,
     );
+    assert!(
+        traced.output.status.success(),
+        "run: {}",
+        stderr(&traced.output)
+    );
+    assert!(!stderr(&traced.output).is_empty(), "-vv traces something");
+
+    let status = run_watched(store, &["status", "credentials:key", "--json"], secret);
     assert!(
         status.output.status.success(),
         "status: {}",
         stderr(&status.output)
     );
-    assert!(!stderr(&status.output).is_empty(), "-vv traces something");
 
     let list = run_watched(store, &["list", "--json"], secret);
     assert!(
