@@ -18,7 +18,8 @@ pub const EX_SOFTWARE: u8 = EX_INTERNAL;
 pub const EX_TEMPFAIL: u8 = 75;
 /// `torture`: the checker found a violation.
 pub const EX_VIOLATION: u8 = 1;
-/// `torture`: no violation, but the faults did not visibly hit.
+/// `torture`: no violation, but the run did not test what it was asked to
+/// (a fault kind never landed on a holder, no renewal, ...).
 pub const EX_INCONCLUSIVE: u8 = 2;
 /// Interrupted by SIGINT while waiting (128 + 2); SIGTERM gives 143,
 /// SIGHUP 129 (128 + the signal's number, as shells report it).

@@ -6,6 +6,7 @@ mod admin;
 mod bench;
 mod demo;
 mod exit;
+mod redacted_stderr;
 mod run;
 mod torture;
 
@@ -24,7 +25,8 @@ const EXIT_CODES: &str = "\
 Exit codes:
   0   success (for `run`: the command's own exit code is passed through)
   1   torture: the checker found a violation
-  2   torture: inconclusive (pauses enabled, but no fenced rejection or overlap)
+  2   torture: inconclusive (a requested fault kind never landed on a holder, no
+      lease was renewed, or pauses caused no fenced rejection or overlap)
   64  invalid usage or input (bad key, ttl, duration, store URL, arguments)
   69  store unreachable or failing
   70  lease lost while `run` was running the command (the command was stopped)
@@ -132,7 +134,8 @@ pub fn main_with_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Exi
         // Synchronous and tiny: no runtime, no logging.
         return ExitCode::from(run::watchdog(args));
     }
-    init_tracing(cli.verbose);
+    let stderr = redacted_stderr::RedactedStderr::new(&cli.store);
+    init_tracing(cli.verbose, stderr.clone());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -146,7 +149,7 @@ pub fn main_with_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Exi
     match runtime.block_on(execute(cli)) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            run::report(&e.to_string());
+            run::report(&stderr.redact(&e.to_string()));
             ExitCode::from(e.code)
         }
     }
@@ -168,7 +171,7 @@ async fn execute(cli: Cli) -> Result<u8, CliError> {
     }
 }
 
-fn init_tracing(verbose: u8) {
+fn init_tracing(verbose: u8, stderr: redacted_stderr::RedactedStderr) {
     use tracing_subscriber::EnvFilter;
     // Quiet by default: every failure is reported as one line by `main`.
     // Warnings that a store's settings weaken fencing (Redis without AOF)
@@ -182,7 +185,7 @@ fn init_tracing(verbose: u8) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(stderr)
         // No colour codes in logs and captured output.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();

@@ -119,7 +119,7 @@ pub async fn run(store: &str, args: RunArgs) -> Result<u8, CliError> {
         locks = Locks::open(store) => locks?,
         signal = signals.recv() => return Err(signals::interrupted(&args.key, signal)),
     };
-    let outcome = run_with(&locks, &args, grace, &mut signals).await;
+    let outcome = run_with(store, &locks, &args, grace, &mut signals).await;
     // Close the store's connections while the runtime still runs, so no
     // driver task is torn down mid-request at exit.
     locks.close().await;
@@ -127,6 +127,7 @@ pub async fn run(store: &str, args: RunArgs) -> Result<u8, CliError> {
 }
 
 async fn run_with(
+    store: &str,
     locks: &Locks,
     args: &RunArgs,
     grace: Duration,
@@ -177,9 +178,9 @@ async fn run_with(
             // The command finished under the lease; a failed release only
             // delays the next holder until the ttl ends: reported, not fatal.
             if let Err(e) = guard.release().await {
-                report(&format!(
-                    "warning: release failed, the lock expires after its ttl: {e}"
-                ));
+                let warning =
+                    format!("warning: release failed, the lock expires after its ttl: {e}");
+                report(&leasehold::redact_secrets(&warning, store));
             }
             Ok(exit_code(status))
         }
