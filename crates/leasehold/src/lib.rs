@@ -111,6 +111,7 @@ mod notify;
 pub mod occ;
 pub mod open;
 mod pending;
+pub mod redact;
 mod renewal;
 #[cfg(feature = "postgres")]
 pub mod rowlock;
@@ -125,3 +126,4 @@ pub use guard::LeaseGuard;
 pub use key::{validate_prefix, Key, MAX_KEY_BYTES};
 pub use lock::{AcquireOptions, Locks, STORE_ANSWER_GRACE};
 pub use notify::{Subscription, WakeHub};
+pub use redact::{redact_secrets, redact_url};
