@@ -292,6 +292,106 @@ async fn listener_reconnects_after_its_connection_is_killed() {
         .expect("woken through the re-established LISTEN connection");
 }
 
+/// A LISTEN connection that cannot be made (here: a server that accepts
+/// the connection and never answers, as a hung pooler does) must not hold
+/// waiters past their bound: before, the first waiter blocked in
+/// `subscribe` on the connection attempt, and every other waiter queued
+/// behind it on a mutex.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_listen_connection_does_not_stretch_the_wait() {
+    let Some(url) = url() else { return };
+    let black_hole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let listen_url = format!(
+        "postgres://postgres@{}/test",
+        black_hole.local_addr().unwrap()
+    );
+    let holder = PostgresBackend::connect(&url).await.unwrap();
+    let waiter = Locks::new(
+        PostgresBackend::connect_with(&url, PostgresOptions::new().with_listen_url(&listen_url))
+            .await
+            .unwrap(),
+    );
+    let key = unique("stalled_listen");
+    let lease = grant(&holder, &key, Duration::from_secs(30)).await;
+
+    let wait = Duration::from_millis(300);
+    // Honest slack for a loaded machine; before, this took the pool's
+    // connect timeout (seconds) per waiter, one after the other.
+    let bound = wait + Duration::from_millis(700);
+    let started = Instant::now();
+    let waits = (0..2).map(|_| {
+        let (waiter, key) = (waiter.clone(), key.clone());
+        async move {
+            let e = timeout(Duration::from_secs(10), waiter.acquire(&key, wait))
+                .await
+                .expect("the wait ends")
+                .unwrap_err();
+            (e, started.elapsed())
+        }
+    });
+    let handles: Vec<_> = waits.map(tokio::spawn).collect();
+    for h in handles {
+        let (e, took) = h.await.unwrap();
+        assert!(matches!(e, Error::Timeout { .. }), "{e:?}");
+        assert!(took < bound, "a {wait:?} wait took {took:?}");
+    }
+    holder.release(&lease).await.unwrap();
+    drop(black_hole);
+}
+
+/// After the LISTEN connection is killed, waiters are woken only once
+/// LISTEN is back: a waiter woken earlier retries, finds the key still
+/// held, and then misses the release that follows while nobody listens.
+#[tokio::test]
+async fn waiters_are_woken_only_once_listen_is_back() {
+    let Some(url) = url() else { return };
+    let admin = pool(&url).await;
+    let app = unique("leasehold_relisten_test");
+    let options = PgConnectOptions::from_str(&url)
+        .unwrap()
+        .application_name(&app);
+    let waiter_pool = PgPoolOptions::new().connect_with(options).await.unwrap();
+    let waiter = PostgresBackend::from_pool(waiter_pool, PostgresOptions::new())
+        .await
+        .unwrap();
+    let releaser = PostgresBackend::connect(&url).await.unwrap();
+    let key = Key::new(unique("relisten")).unwrap();
+    let lease = grant(&releaser, key.as_str(), Duration::from_secs(60)).await;
+
+    let mut sub = waiter.subscribe(&key).await.unwrap();
+    assert!(sub.is_live());
+    let old_pid = listener_pid(&admin, &app).await.expect("LISTEN connection");
+    let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+        .bind(old_pid)
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+    assert!(killed);
+
+    timeout(Duration::from_secs(15), sub.notified())
+        .await
+        .expect("waiters are woken after the reconnect");
+    let listening: Option<i32> = sqlx::query_scalar(
+        "SELECT pid FROM pg_stat_activity \
+         WHERE application_name = $1 AND query LIKE 'LISTEN%' AND pid <> $2",
+    )
+    .bind(&app)
+    .bind(old_pid)
+    .fetch_optional(&admin)
+    .await
+    .unwrap();
+    assert!(
+        listening.is_some(),
+        "waiters were woken before LISTEN was back in place"
+    );
+    // And what the waiter does next (the key is still held, so it waits
+    // again) is woken by the release.
+    releaser.release(&lease).await.unwrap();
+    timeout(Duration::from_secs(5), sub.notified())
+        .await
+        .expect("the release after the reconnect wakes the waiter");
+}
+
 #[tokio::test]
 async fn check_in_rejects_a_stale_holder_and_admits_the_current_one() {
     let Some(url) = url() else { return };
