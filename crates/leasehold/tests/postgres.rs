@@ -7,6 +7,8 @@
 #![cfg(all(feature = "conformance", feature = "postgres"))]
 
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leasehold::backends::postgres::{PostgresBackend, PostgresOptions};
@@ -339,57 +341,102 @@ async fn a_stalled_listen_connection_does_not_stretch_the_wait() {
     drop(black_hole);
 }
 
-/// After the LISTEN connection is killed, waiters are woken only once
-/// LISTEN is back: a waiter woken earlier retries, finds the key still
-/// held, and then misses the release that follows while nobody listens.
-#[tokio::test]
-async fn waiters_are_woken_only_once_listen_is_back() {
+/// A TCP proxy in front of the server whose connections the test can cut,
+/// and which then refuses new ones until resumed: a network outage.
+struct Proxy {
+    addr: std::net::SocketAddr,
+    refusing: Arc<AtomicBool>,
+    links: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    async fn start(target: String) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let refusing = Arc::new(AtomicBool::new(false));
+        let links = Arc::new(Mutex::new(Vec::new()));
+        let accept = tokio::spawn({
+            let (refusing, links) = (refusing.clone(), links.clone());
+            async move {
+                while let Ok((mut inbound, _)) = listener.accept().await {
+                    if refusing.load(Ordering::SeqCst) {
+                        continue; // dropped: the client sees the connection close
+                    }
+                    let target = target.clone();
+                    let link = tokio::spawn(async move {
+                        if let Ok(mut out) = tokio::net::TcpStream::connect(target).await {
+                            let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+                        }
+                    });
+                    links.lock().unwrap().push(link);
+                }
+            }
+        });
+        Proxy {
+            addr,
+            refusing,
+            links,
+            accept,
+        }
+    }
+
+    /// Closes every connection and refuses new ones.
+    fn cut(&self) {
+        self.refusing.store(true, Ordering::SeqCst);
+        for link in self.links.lock().unwrap().drain(..) {
+            link.abort();
+        }
+    }
+
+    fn resume(&self) {
+        self.refusing.store(false, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+        self.cut();
+    }
+}
+
+/// Waiters are woken when LISTEN is back after an outage, not before: a
+/// waiter woken earlier retries, finds the key still held, and then misses
+/// the release that follows while nobody listens. Before, every failed
+/// reconnect woke all waiters, and the successful one (inside sqlx) woke
+/// nobody, so a release during the outage was never heard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_woken_once_listen_is_back_and_not_before() {
     let Some(url) = url() else { return };
-    let admin = pool(&url).await;
-    let app = unique("leasehold_relisten_test");
-    let options = PgConnectOptions::from_str(&url)
-        .unwrap()
-        .application_name(&app);
-    let waiter_pool = PgPoolOptions::new().connect_with(options).await.unwrap();
-    let waiter = PostgresBackend::from_pool(waiter_pool, PostgresOptions::new())
-        .await
-        .unwrap();
+    let server = PgConnectOptions::from_str(&url).unwrap();
+    let target = format!("{}:{}", server.get_host(), server.get_port());
+    let proxy = Proxy::start(target.clone()).await;
+    let listen_url = url.replacen(&target, &proxy.addr.to_string(), 1);
+    assert_ne!(listen_url, url, "the listen URL goes through the proxy");
+    let waiter =
+        PostgresBackend::connect_with(&url, PostgresOptions::new().with_listen_url(&listen_url))
+            .await
+            .unwrap();
     let releaser = PostgresBackend::connect(&url).await.unwrap();
     let key = Key::new(unique("relisten")).unwrap();
     let lease = grant(&releaser, key.as_str(), Duration::from_secs(60)).await;
-
     let mut sub = waiter.subscribe(&key).await.unwrap();
     assert!(sub.is_live());
-    let old_pid = listener_pid(&admin, &app).await.expect("LISTEN connection");
-    let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
-        .bind(old_pid)
-        .fetch_one(&admin)
-        .await
-        .unwrap();
-    assert!(killed);
 
-    timeout(Duration::from_secs(15), sub.notified())
-        .await
-        .expect("waiters are woken after the reconnect");
-    let listening: Option<i32> = sqlx::query_scalar(
-        "SELECT pid FROM pg_stat_activity \
-         WHERE application_name = $1 AND query LIKE 'LISTEN%' AND pid <> $2",
-    )
-    .bind(&app)
-    .bind(old_pid)
-    .fetch_optional(&admin)
-    .await
-    .unwrap();
-    assert!(
-        listening.is_some(),
-        "waiters were woken before LISTEN was back in place"
-    );
-    // And what the waiter does next (the key is still held, so it waits
-    // again) is woken by the release.
+    proxy.cut();
+    // Announced while nobody listens: lost.
     releaser.release(&lease).await.unwrap();
-    timeout(Duration::from_secs(5), sub.notified())
+    assert!(
+        timeout(Duration::from_secs(1), sub.notified())
+            .await
+            .is_err(),
+        "woken while LISTEN was down: the waiter would retry too early"
+    );
+    proxy.resume();
+    timeout(Duration::from_secs(10), sub.notified())
         .await
-        .expect("the release after the reconnect wakes the waiter");
+        .expect("woken once LISTEN is back, to find the key released");
 }
 
 #[tokio::test]

@@ -146,9 +146,13 @@ async fn listen(source: ListenSource, hub: WakeHub, link: watch::Sender<Link>) {
     loop {
         match timeout(CONNECT_TIMEOUT, connect(&source)).await {
             Ok(Ok(mut listener)) => {
-                link.send_replace(Link::Up);
-                let woken = hub.notify_all();
-                tracing::debug!(woken, "LISTEN in place; waking all waiters");
+                // Waiters that came while the first connection was being
+                // made retry right after subscribing anyway; after an
+                // outage, everyone may have missed a release.
+                if link.send_replace(Link::Up) == Link::Down {
+                    let woken = hub.notify_all();
+                    tracing::info!(woken, "LISTEN back in place; waking all waiters");
+                }
                 backoff = fresh();
                 match forward(&mut listener, &hub).await {
                     Ended::PoolClosed => {

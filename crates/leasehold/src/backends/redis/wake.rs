@@ -83,11 +83,14 @@ async fn run(
             Ok(Ok(pubsub)) => {
                 retry = RETRY_MIN;
                 let (mut sink, mut stream) = pubsub.split();
-                link.send_replace(Link::Up);
-                // Releases published while nobody listened were missed:
-                // every waiter retries now that new ones will be heard.
-                let woken = hub.notify_all();
-                tracing::debug!(%channel, woken, "redis subscriber subscribed; waking all waiters");
+                // After an outage, releases published while nobody listened
+                // were missed: every waiter retries now that new ones will be
+                // heard. (Waiters that came during the first connection
+                // retry right after subscribing anyway.)
+                if link.send_replace(Link::Up) == Link::Down {
+                    let woken = hub.notify_all();
+                    tracing::debug!(%channel, woken, "redis subscriber back; waking all waiters");
+                }
                 loop {
                     tokio::select! {
                         msg = stream.next() => match msg {
