@@ -13,7 +13,8 @@ use leasehold::{Error, Locks};
 #[tokio::test]
 async fn a_broken_guard_does_not_block_its_own_process() {
     let locks = Locks::new(MemoryBackend::new());
-    let broken = locks.try_acquire("k").await.unwrap();
+    // Taken by a waiter (with a wait bound), as most guards are.
+    let broken = locks.acquire("k", Duration::from_secs(1)).await.unwrap();
     assert!(locks.force_release("k").await.unwrap());
     let next = locks
         .acquire("k", Duration::from_secs(5))
@@ -30,6 +31,7 @@ async fn an_expired_guard_does_not_block_its_own_process() {
     let locks = Locks::new(MemoryBackend::new());
     let options = leasehold::AcquireOptions::new()
         .with_ttl(Duration::from_secs(1))
+        .with_wait(Duration::from_secs(1))
         .with_auto_renew(false);
     let expired = locks.acquire_with("k", &options).await.unwrap();
     let next = locks
@@ -45,7 +47,7 @@ async fn a_timeout_behind_a_guard_of_this_process_says_so() {
     let backend = std::sync::Arc::new(MemoryBackend::new());
     let here = Locks::from_arc(backend.clone());
     let elsewhere = Locks::from_arc(backend);
-    let guard = here.try_acquire("k").await.unwrap();
+    let guard = here.acquire("k", Duration::from_secs(1)).await.unwrap();
 
     let e = here
         .acquire("k", Duration::from_millis(200))
@@ -90,7 +92,7 @@ async fn a_timeout_behind_a_guard_of_this_process_says_so() {
 #[tokio::test]
 async fn a_releasing_holder_queues_behind_the_waiting_neighbour() {
     let locks = Locks::new(MemoryBackend::new());
-    let first = locks.try_acquire("k").await.unwrap();
+    let first = locks.acquire("k", Duration::from_secs(1)).await.unwrap();
     let neighbour = tokio::spawn({
         let locks = locks.clone();
         async move { locks.acquire("k", Duration::from_secs(5)).await }
