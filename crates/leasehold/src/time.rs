@@ -113,9 +113,11 @@ struct SystemSuspendClock {
 
 impl SystemSuspendClock {
     fn new() -> Self {
+        // Monotonic first, so the baseline gap is never positive either.
+        let mono_at_start = std::time::Instant::now();
         SystemSuspendClock {
             boot_at_start: boot_time(),
-            mono_at_start: std::time::Instant::now(),
+            mono_at_start,
             highest_ns: AtomicU64::new(0),
         }
     }
@@ -123,8 +125,10 @@ impl SystemSuspendClock {
 
 impl SuspendClock for SystemSuspendClock {
     fn suspended(&self) -> Duration {
-        let mono = self.mono_at_start.elapsed();
+        // Boot clock first: a delay between the two reads (preemption) then
+        // shrinks the gap instead of passing for a suspend.
         let boot = boot_time().saturating_sub(self.boot_at_start);
+        let mono = self.mono_at_start.elapsed();
         let gap = u64::try_from(boot.saturating_sub(mono).as_nanos()).unwrap_or(u64::MAX);
         Duration::from_nanos(self.highest_ns.fetch_max(gap, Ordering::Relaxed).max(gap))
     }
