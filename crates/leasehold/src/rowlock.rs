@@ -63,9 +63,10 @@ use std::time::Duration;
 
 use sqlx::postgres::{PgArguments, PgConnection, PgPool, PgRow, Postgres};
 use sqlx::query::Query;
+use sqlx::Executor;
 
 use crate::backend::BoxFuture;
-use crate::backends::postgres::classify;
+use crate::backends::postgres::{classify, Pooler};
 pub use crate::backends::postgres::is_transient_pg_error;
 use crate::error::{Error, Result};
 use crate::occ::{retry_optimistic_with, Attempt, Committed, RetryError, RetryPolicy};
@@ -99,6 +100,7 @@ pub struct RowLockOptions {
     mode: LockMode,
     lock_timeout: Option<Duration>,
     label: String,
+    pooler: Pooler,
 }
 
 impl Default for RowLockOptions {
@@ -107,6 +109,7 @@ impl Default for RowLockOptions {
             mode: LockMode::Wait,
             lock_timeout: None,
             label: "rows".to_owned(),
+            pooler: Pooler::None,
         }
     }
 }
@@ -133,6 +136,16 @@ impl RowLockOptions {
     /// Names the locked rows in [`Error::Busy`] (its `key` field).
     pub fn with_label(mut self, label: &str) -> Self {
         self.label = label.to_owned();
+        self
+    }
+
+    /// [`Pooler::Transaction`] when `pool` goes through a transaction-mode
+    /// pooler: the locking `SELECT` is then sent as an unnamed statement
+    /// (safe inside the transaction, which keeps its server connection)
+    /// instead of a named one that would stay on the server connection.
+    /// Queries in `work` are yours: mark them `.persistent(false)` too.
+    pub fn with_pooler(mut self, pooler: Pooler) -> Self {
+        self.pooler = pooler;
         self
     }
 }
@@ -172,13 +185,15 @@ where
     let busy = |e: sqlx::Error| lock_error(e, &options.label);
     let mut tx = pool.begin().await.map_err(busy)?;
     if let Some(timeout) = timeout {
-        sqlx::query("SELECT set_config('lock_timeout', $1, true)")
-            .bind(timeout)
-            .execute(&mut *tx)
+        // Transaction-local, and unprepared (the value is a number we
+        // formatted): nothing outlives the transaction, behind any pooler.
+        (&mut *tx)
+            .execute(format!("SET LOCAL lock_timeout = '{timeout}'").as_str())
             .await
             .map_err(busy)?;
     }
-    let rows = bind(sqlx::query(&sql))
+    let select = sqlx::query(&sql).persistent(options.pooler != Pooler::Transaction);
+    let rows = bind(select)
         .fetch_all(&mut *tx)
         .await
         .map_err(busy)?;

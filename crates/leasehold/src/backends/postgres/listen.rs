@@ -26,7 +26,14 @@ pub(super) enum ListenSource {
     /// A dedicated URL: for a pool behind PgBouncer in transaction mode,
     /// where `LISTEN` needs a direct (or session-mode) connection.
     Url(String),
+    /// Nowhere: the pool is behind a transaction-mode pooler and no listen
+    /// URL was given. Waiters poll.
+    None,
 }
+
+/// Whether this process has said why its waiters poll (said once: every
+/// waiter would say the same).
+static TOLD_WHY_POLLING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 #[derive(Debug)]
 pub(super) struct Listener {
@@ -64,6 +71,16 @@ impl Listener {
     /// committed after this returns is missed. Falls back to a subscription
     /// that never fires (waiters poll) if listening is impossible.
     pub(super) async fn subscribe(&self, key: &Key) -> Subscription {
+        if let ListenSource::None = self.source {
+            if !TOLD_WHY_POLLING.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                tracing::warn!(
+                    "PostgreSQL behind a transaction-mode pooler without listen_url: LISTEN needs \
+                     a session, so waiters poll until the holder's ttl ends; add \
+                     ?listen_url=postgres://... (the server, past the pooler) to be woken at release"
+                );
+            }
+            return Subscription::never();
+        }
         let mut task = self.task.lock().await;
         // Start listening, or restart after the connection dropped.
         if task.as_ref().is_none_or(|t| t.0.is_finished()) {
@@ -85,6 +102,7 @@ impl Listener {
         let mut listener = match &self.source {
             ListenSource::Pool(pool) => PgListener::connect_with(pool).await?,
             ListenSource::Url(url) => PgListener::connect(url).await?,
+            ListenSource::None => return Err(sqlx::Error::PoolClosed),
         };
         listener.listen(CHANNEL).await?;
         Ok(listener)

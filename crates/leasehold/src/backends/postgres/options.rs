@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::pooler::Pooler;
 use super::sql::DEFAULT_TABLE;
 #[cfg(doc)]
 use super::PostgresBackend;
@@ -25,6 +26,7 @@ pub struct PostgresOptions {
     pub(super) listen_url: Option<String>,
     pub(super) max_connections: u32,
     pub(super) acquire_timeout: Duration,
+    pub(super) pooler: Pooler,
 }
 
 impl Default for PostgresOptions {
@@ -35,6 +37,7 @@ impl Default for PostgresOptions {
             listen_url: None,
             max_connections: 10,
             acquire_timeout: Duration::from_secs(5),
+            pooler: Pooler::None,
         }
     }
 }
@@ -62,9 +65,19 @@ impl PostgresOptions {
 
     /// Opens the `LISTEN` connection from this URL instead of the pool: for
     /// pools behind PgBouncer in transaction mode, where `LISTEN` does not
-    /// work. Point it at the server or a session-mode pool.
+    /// work. Point it at the server or a session-mode pool. URL option
+    /// `?listen_url=postgres://...`.
     pub fn with_listen_url(mut self, url: &str) -> Self {
         self.listen_url = Some(url.to_owned());
+        self
+    }
+
+    /// What sits between the store and the server (default
+    /// [`Pooler::None`]). [`Pooler::Transaction`] for PgBouncer in
+    /// transaction mode: statements go unprepared, and without a listen URL
+    /// waiters poll instead of listening. URL option `?pooler=transaction`.
+    pub fn with_pooler(mut self, pooler: Pooler) -> Self {
+        self.pooler = pooler;
         self
     }
 
@@ -87,5 +100,15 @@ impl PostgresOptions {
     /// The configured table name, as given.
     pub fn table(&self) -> &str {
         &self.table
+    }
+
+    /// The configured pooler.
+    pub fn pooler(&self) -> Pooler {
+        self.pooler
+    }
+
+    /// The configured listen URL, if any.
+    pub fn listen_url(&self) -> Option<&str> {
+        self.listen_url.as_deref()
     }
 }
