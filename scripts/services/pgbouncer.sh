@@ -58,6 +58,9 @@ leasehold_pgbouncer_start() {
   cat >"$dir/pgbouncer.ini" <<EOF
 [databases]
 $db = host=$host port=$pgport dbname=$db user=$user
+; Any other database name goes to the server's database of that name: tests
+; create a database of their own to stay apart.
+* = host=$host port=$pgport user=$user
 
 [pgbouncer]
 listen_addr = 127.0.0.1
