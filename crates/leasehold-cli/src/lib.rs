@@ -159,9 +159,11 @@ async fn execute(cli: Cli) -> Result<u8, CliError> {
 
 fn init_tracing(verbose: u8) {
     use tracing_subscriber::EnvFilter;
-    // Quiet by default: every failure is reported as one line by `main`.
+    // Quiet by default: every failure is reported as one line by `main`;
+    // the one warning shown is why waiters poll instead of being woken
+    // (PostgreSQL behind a transaction pooler without a listen URL).
     let default = match verbose {
-        0 => "error",
+        0 => "error,leasehold::backends::postgres::listen=warn",
         1 => "leasehold=debug,leasehold_cli=debug,warn",
         _ => "leasehold=trace,leasehold_cli=trace,info",
     };
