@@ -1,6 +1,11 @@
 //! Concurrency control for your own rows in PostgreSQL (feature `postgres`):
 //! pessimistic row locks and optimistic retries.
 //!
+//! Behind a transaction-mode pooler (PgBouncer `pool_mode = transaction`)
+//! both work, as everything they do stays inside one transaction: set
+//! [`RowLockOptions::with_pooler`], and mark your own queries in `work`
+//! `.persistent(false)` (see docs/postgres.md, "Behind a pooler").
+//!
 //! Both are shown on the inventory example: `products(id BIGINT PRIMARY
 //! KEY, stock INT, version BIGINT)`, and many processes selling the last
 //! items without overselling.

@@ -90,7 +90,7 @@ fn advice(e: &sqlx::Error) -> Option<String> {
         // PgBouncer: "unsupported startup parameter: NAME".
         let parameter = message.strip_prefix("unsupported startup parameter: ")?;
         return Some(format!(
-            "the connection pooler (PgBouncer) rejects the startup parameter {parameter:?}: \
+            "a connection pooler such as PgBouncer rejects the startup parameter {parameter:?}: \
              set ignore_startup_parameters = extra_float_digits,options in its config, \
              or add ?pooler=transaction to the store url so that extra_float_digits is not sent"
         ));
