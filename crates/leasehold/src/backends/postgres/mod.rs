@@ -276,9 +276,7 @@ async fn migrate(pool: &PgPool, pooler: Pooler, table: &str, ddl: &str) -> Resul
     )
     .await
     .map_err(classify)?;
-    // Unprepared: it runs once, and leaves no statement behind a pooler.
-    sqlx::raw_sql(ddl)
-        .execute(&mut *tx)
+    exec::execute(&mut tx, pooler, ddl, &[])
         .await
         .map_err(classify)?;
     tx.commit().await.map_err(classify)
