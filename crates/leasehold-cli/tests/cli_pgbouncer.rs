@@ -107,7 +107,8 @@ fn polling_waiters_count_exactly_and_say_why_once() {
         "polled"
     )["held"]
         == true));
-    let out = run(leasehold(&db.polling_url).args(["run", "polled", "--wait", "20s", "--", "true"]));
+    let out =
+        run(leasehold(&db.polling_url).args(["run", "polled", "--wait", "20s", "--", "true"]));
     assert!(out.status.success(), "{}", stderr(&out));
     let message = stderr(&out);
     assert_eq!(

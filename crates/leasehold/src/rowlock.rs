@@ -71,8 +71,8 @@ use sqlx::query::Query;
 use sqlx::Executor;
 
 use crate::backend::BoxFuture;
-use crate::backends::postgres::{classify, Pooler};
 pub use crate::backends::postgres::is_transient_pg_error;
+use crate::backends::postgres::{classify, Pooler};
 use crate::error::{Error, Result};
 use crate::occ::{retry_optimistic_with, Attempt, Committed, RetryError, RetryPolicy};
 
@@ -198,10 +198,7 @@ where
             .map_err(busy)?;
     }
     let select = sqlx::query(&sql).persistent(options.pooler != Pooler::Transaction);
-    let rows = bind(select)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(busy)?;
+    let rows = bind(select).fetch_all(&mut *tx).await.map_err(busy)?;
     let value = work(&mut tx, rows).await.map_err(busy)?;
     tx.commit().await.map_err(busy)?;
     Ok(value)

@@ -176,7 +176,10 @@ async fn notifies_never_reach_pooled_connections() {
                     .await
                     .unwrap_or_else(|e| panic!("worker {w}: {e}"));
                 tokio::time::sleep(Duration::from_millis(5)).await;
-                guard.release().await.unwrap_or_else(|e| panic!("worker {w}: {e}"));
+                guard
+                    .release()
+                    .await
+                    .unwrap_or_else(|e| panic!("worker {w}: {e}"));
             }
         }));
     }
@@ -253,7 +256,10 @@ async fn check_in_and_row_locks_are_transaction_scoped_through_the_pooler() {
                         |q| q.bind(1_i64),
                         move |tx, _rows| {
                             Box::pin(async move {
-                                sqlx::query(&update).persistent(false).execute(&mut *tx).await?;
+                                sqlx::query(&update)
+                                    .persistent(false)
+                                    .execute(&mut *tx)
+                                    .await?;
                                 Ok(())
                             })
                         },

@@ -70,7 +70,10 @@ impl PostgresInventory {
     /// behind a transaction pooler unnamed, in a transaction of its own
     /// (sqlx parses and binds in two round trips, which only a transaction
     /// keeps on one server connection).
-    async fn execute(&self, query: Query<'_, Postgres, PgArguments>) -> sqlx::Result<PgQueryResult> {
+    async fn execute(
+        &self,
+        query: Query<'_, Postgres, PgArguments>,
+    ) -> sqlx::Result<PgQueryResult> {
         if self.pooler != Pooler::Transaction {
             return query.execute(&self.pool).await;
         }

@@ -41,8 +41,8 @@ mod store_url;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
 use sqlx::pool::PoolConnection;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
 use sqlx::{FromRow, Postgres, Row};
 
 use crate::backend::{
@@ -269,7 +269,7 @@ async fn migrate(pool: &PgPool, pooler: Pooler, table: &str, ddl: &str) -> Resul
     let mut tx = pool.begin().await.map_err(classify)?;
     let name = format!("leasehold migrate {table}");
     exec::execute(
-        &mut *tx,
+        &mut tx,
         pooler,
         "SELECT pg_advisory_xact_lock(hashtext($1))",
         &[Param::Text(&name)],
@@ -415,9 +415,14 @@ impl Backend for PostgresBackend {
                 Param::Int(token_as_i64(lease)?),
             ];
             let mut conn = self.connection().await?;
-            let freed = exec::fetch_all(&mut conn, self.inner.pooler, &self.inner.sql.release, &params)
-                .await
-                .map_err(classify)?;
+            let freed = exec::fetch_all(
+                &mut conn,
+                self.inner.pooler,
+                &self.inner.sql.release,
+                &params,
+            )
+            .await
+            .map_err(classify)?;
             if !freed.is_empty() {
                 self.inner.listener.wake_local(lease.key());
             }

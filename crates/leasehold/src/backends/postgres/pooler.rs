@@ -125,9 +125,8 @@ mod tests {
 
     #[test]
     fn notification_on_a_data_connection_is_explained() {
-        let e = sqlx::Error::Protocol(
-            "execute: unexpected message: NotificationResponse".to_owned(),
-        );
+        let e =
+            sqlx::Error::Protocol("execute: unexpected message: NotificationResponse".to_owned());
         let explained = explain(e).expect("a pooler error").to_string();
         assert!(explained.contains("listen_url"), "{explained}");
         assert!(explain(sqlx::Error::Protocol("other".to_owned())).is_err());

@@ -44,12 +44,13 @@ pub fn parse_store_url(
         let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
         match name {
             "pooler" => {
-                options.pooler = Pooler::from_url_value(&percent_decode(value)?).ok_or_else(|| {
-                    Error::invalid(
-                        "store url",
-                        format!("pooler must be none or transaction, got {value:?}"),
-                    )
-                })?;
+                options.pooler =
+                    Pooler::from_url_value(&percent_decode(value)?).ok_or_else(|| {
+                        Error::invalid(
+                            "store url",
+                            format!("pooler must be none or transaction, got {value:?}"),
+                        )
+                    })?;
             }
             "listen_url" => options.listen_url = Some(percent_decode(value)?),
             _ => kept.push(pair),
