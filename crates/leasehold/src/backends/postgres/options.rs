@@ -43,8 +43,8 @@ impl Default for PostgresOptions {
 }
 
 impl PostgresOptions {
-    /// Defaults: table `leasehold_locks`, migrate on connect, `LISTEN` on a
-    /// pool connection, 10 connections, 5 s to get a connection.
+    /// Defaults: table `leasehold_locks`, migrate on connect, no pooler,
+    /// `LISTEN` on a pool connection, 10 connections, 5 s to get a connection.
     pub fn new() -> Self {
         Self::default()
     }
@@ -82,7 +82,8 @@ impl PostgresOptions {
     }
 
     /// Pool size for [`PostgresBackend::connect_with`] (default 10; at least
-    /// 2 unless a listen URL is set: the `LISTEN` connection, once a waiter
+    /// 2 unless a listen URL is set or the pooler is
+    /// [`Pooler::Transaction`]: the `LISTEN` connection, once a waiter
     /// starts it, is one of them).
     pub fn with_max_connections(mut self, max: u32) -> Self {
         self.max_connections = max;
