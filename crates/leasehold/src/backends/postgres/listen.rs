@@ -19,7 +19,7 @@ use crate::notify::{Subscription, WakeHub};
 use crate::time::Backoff;
 
 /// Where the listening connection comes from.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(super) enum ListenSource {
     /// A connection taken from the backend's pool (and kept).
     Pool(PgPool),
@@ -29,6 +29,20 @@ pub(super) enum ListenSource {
     /// Nowhere: the pool is behind a transaction-mode pooler and no listen
     /// URL was given. Waiters poll.
     None,
+}
+
+/// By hand: the URL's password stays out of `{:?}`.
+impl std::fmt::Debug for ListenSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ListenSource::Pool(pool) => f.debug_tuple("Pool").field(pool).finish(),
+            ListenSource::Url(url) => f
+                .debug_tuple("Url")
+                .field(&crate::redact::redact_url(url))
+                .finish(),
+            ListenSource::None => f.write_str("None"),
+        }
+    }
 }
 
 /// Whether this process has said why its waiters poll (said once: every
