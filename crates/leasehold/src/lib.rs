@@ -113,6 +113,8 @@ pub mod open;
 mod renewal;
 #[cfg(feature = "postgres")]
 pub mod rowlock;
+#[cfg(any(feature = "postgres", feature = "redis"))]
+mod shared;
 pub mod time;
 
 pub use backend::{

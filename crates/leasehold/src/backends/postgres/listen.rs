@@ -1,17 +1,22 @@
-//! The one `LISTEN` connection of a [`PostgresBackend`](super::PostgresBackend),
-//! shared by all its waiters through a [`WakeHub`].
+//! The one `LISTEN` connection of a listen URL in this process, shared by
+//! the waiters of every [`PostgresBackend`](super::PostgresBackend) on it
+//! through a [`WakeHub`].
 //!
 //! Started on the first `subscribe`, so a process that never waits never
 //! holds a listening connection. If the connection drops, sqlx's
 //! `PgListener` reconnects and re-issues `LISTEN`; releases announced while
 //! it was down are lost, so every waiter is woken to retry at once. While it
 //! cannot reconnect, waiters still wake at the holder's expiry or their
-//! polling backoff (see `Locks::acquire_with`).
+//! polling backoff (see `Locks::acquire_with`). A listener that cannot
+//! start (the server refuses connections) tries again only after a backoff
+//! of 1 s doubling to 30 s; meanwhile waiters poll.
 
+use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::postgres::{PgListener, PgPool};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use super::sql::CHANNEL;
 use crate::key::Key;
@@ -33,7 +38,14 @@ pub(super) struct Listener {
     source: ListenSource,
     hub: WakeHub,
     task: tokio::sync::Mutex<Option<AbortOnDrop>>,
+    /// After a failed start: when to try again, and the backoff after that.
+    retry: std::sync::Mutex<Option<(Instant, Backoff)>>,
 }
+
+/// How long the listener's own connection may take to open: its pool
+/// would otherwise retry a refusal for sqlx's default 30 s while the
+/// waiters queue behind it.
+const LISTEN_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Stops the listening task when the last clone of the backend goes.
 #[derive(Debug)]
@@ -51,6 +63,7 @@ impl Listener {
             source,
             hub: WakeHub::new(),
             task: tokio::sync::Mutex::new(None),
+            retry: std::sync::Mutex::new(None),
         }
     }
 
@@ -67,13 +80,18 @@ impl Listener {
         let mut task = self.task.lock().await;
         // Start listening, or restart after the connection dropped.
         if task.as_ref().is_none_or(|t| t.0.is_finished()) {
+            if self.backing_off() {
+                return Subscription::never();
+            }
             match self.start().await {
                 Ok(listener) => {
                     let hub = self.hub.clone();
                     *task = Some(AbortOnDrop(tokio::spawn(receive(listener, hub))));
+                    *self.retry_state() = None;
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "cannot LISTEN for releases; waiters will poll");
+                    let delay = self.back_off();
+                    tracing::warn!(error = %e, retry_in = ?delay, "cannot LISTEN for releases; waiters will poll");
                     return Subscription::never();
                 }
             }
@@ -81,10 +99,45 @@ impl Listener {
         self.hub.subscribe(key.as_str())
     }
 
+    fn retry_state(&self) -> std::sync::MutexGuard<'_, Option<(Instant, Backoff)>> {
+        self.retry.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether the last start failed too recently to try again.
+    fn backing_off(&self) -> bool {
+        self.retry_state()
+            .as_ref()
+            .is_some_and(|(at, _)| Instant::now() < *at)
+    }
+
+    /// Schedules the next start after a failure; returns the delay.
+    fn back_off(&self) -> Duration {
+        let mut retry = self.retry_state();
+        let (_, backoff) = retry.get_or_insert_with(|| {
+            (
+                Instant::now(),
+                Backoff::new(Duration::from_secs(1), Duration::from_secs(30)),
+            )
+        });
+        let delay = backoff.next_delay();
+        *retry = Some((Instant::now() + delay, backoff.clone()));
+        delay
+    }
+
     async fn start(&self) -> Result<PgListener, sqlx::Error> {
         let mut listener = match &self.source {
             ListenSource::Pool(pool) => PgListener::connect_with(pool).await?,
-            ListenSource::Url(url) => PgListener::connect(url).await?,
+            ListenSource::Url(url) => {
+                // A pool of one that is never reaped: the listening session.
+                let pool = PgPoolOptions::new()
+                    .max_connections(1)
+                    .min_connections(0)
+                    .idle_timeout(None)
+                    .max_lifetime(None)
+                    .acquire_timeout(LISTEN_CONNECT_TIMEOUT)
+                    .connect_lazy_with(PgConnectOptions::from_str(url)?);
+                PgListener::connect_with(&pool).await?
+            }
         };
         listener.listen(CHANNEL).await?;
         Ok(listener)
@@ -92,12 +145,12 @@ impl Listener {
 }
 
 async fn receive(mut listener: PgListener, hub: WakeHub) {
-    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(30));
     loop {
         match listener.try_recv().await {
             Ok(Some(notification)) => {
                 hub.notify(notification.payload());
-                backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
+                backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(30));
             }
             // The connection dropped and sqlx re-established it (and its
             // LISTEN): anything announced in between is lost.

@@ -14,15 +14,25 @@
 //! application's role may not create tables.
 //!
 //! **Waiting.** Releases `pg_notify` on the channel [`CHANNEL`] in the same
-//! statement. Each backend (and so each [`Locks`](crate::Locks) built on it)
-//! keeps one `LISTEN` connection, opened by the first waiter and shared by
-//! all of them. It needs a session: behind PgBouncer in transaction mode,
-//! point it at the server directly with [`PostgresOptions::with_listen_url`].
+//! statement. One `LISTEN` connection per URL per process, opened by the
+//! first waiter, is shared by every backend (and so every
+//! [`Locks`](crate::Locks)) connected to that URL. It needs a session:
+//! behind PgBouncer in transaction mode, point it at the server directly
+//! with [`PostgresOptions::with_listen_url`].
+//!
+//! **Connection budget.** A process holds at most
+//! [`max_connections`](PostgresOptions::with_max_connections) data
+//! connections (default 1, none while unused) plus that one listener: 2 per
+//! process by default. When the server refuses a connection (`too many
+//! clients`), an operation fails with a retryable [`Error::Unavailable`]
+//! naming it within about a quarter of a second, and the listener retries
+//! with a backoff of up to 30 s while waiters poll.
 //!
 //! **Same-transaction check.** [`PostgresBackend::check_in`] verifies, inside
 //! your transaction, that a lease is still held, and keeps it from being
 //! taken over until that transaction ends.
 
+mod checkout;
 mod listen;
 mod options;
 mod sql;
@@ -41,8 +51,9 @@ use crate::backend::{
 use crate::error::{Error, Result};
 use crate::key::Key;
 use crate::notify::Subscription;
+use checkout::Checkout;
 use listen::{ListenSource, Listener};
-pub use options::PostgresOptions;
+pub use options::{PostgresOptions, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS};
 use sql::Statements;
 pub use sql::{quote_table_name, CHANNEL, DEFAULT_TABLE};
 
@@ -55,10 +66,13 @@ pub struct PostgresBackend {
 
 #[derive(Debug)]
 struct Inner {
-    pool: PgPool,
+    data: Checkout,
     sql: Statements,
-    listener: Listener,
+    listener: Arc<Listener>,
 }
+
+/// The listeners of this process, one per listen URL.
+static LISTENERS: crate::shared::Registry<Listener> = crate::shared::Registry::new();
 
 impl PostgresBackend {
     /// Connects to `url` with default [`PostgresOptions`].
@@ -73,12 +87,14 @@ impl PostgresBackend {
     }
 
     /// Connects a new pool to `url` (`postgres://user@host:port/db?...`) and
-    /// runs the migration unless disabled.
+    /// runs the migration unless disabled. The URL may carry
+    /// `max_connections=N`, `idle_timeout=5s` and `acquire_timeout=5s`,
+    /// which override `options`.
     ///
     /// # Errors
     /// [`Error::InvalidInput`] (before any I/O) for a URL or listen URL sqlx
-    /// cannot parse, a bad table name, a pool of fewer than 2 connections
-    /// without a listen URL, or a zero acquire timeout; [`Error::Unavailable`] if no
+    /// cannot parse, a bad table name, a pool of no connections, or a zero
+    /// acquire timeout; [`Error::Unavailable`] if no
     /// connection is made within the acquire timeout (server down), naming
     /// the cause such as a refused connection (finding it out takes at most
     /// 2 s more);
@@ -87,13 +103,21 @@ impl PostgresBackend {
     /// # Cancel safety
     /// Cancel safe; the migration is one transaction.
     pub async fn connect_with(url: &str, options: PostgresOptions) -> Result<Self> {
-        let connect = parse_url("store url", url)?;
+        let (url, mut options) = options.split_url_options(url)?;
+        let connect = parse_url("store url", &url)?;
+        if options.max_connections == 0 {
+            return Err(Error::invalid("max_connections", "must be at least 1"));
+        }
+        // The listener is a connection of its own, not one of the pool's.
+        options.listen_url.get_or_insert(url);
         let sql = validate(&options, options.max_connections)?;
         if options.acquire_timeout.is_zero() {
             return Err(Error::invalid("acquire_timeout", "must be more than 0s"));
         }
         let pool = match PgPoolOptions::new()
             .max_connections(options.max_connections)
+            .min_connections(0)
+            .idle_timeout(Some(options.idle_timeout))
             .acquire_timeout(options.acquire_timeout)
             .connect_with(connect.clone())
             .await
@@ -125,22 +149,28 @@ impl PostgresBackend {
         if options.migrate {
             migrate(&pool, &options.table, &sql.migrate).await?;
         }
-        let source = match options.listen_url {
-            Some(url) => ListenSource::Url(url),
-            None => ListenSource::Pool(pool.clone()),
+        let listener = match options.listen_url {
+            Some(url) => LISTENERS.get_or_insert_with(&url, || {
+                Listener::new(ListenSource::Url(url.clone()))
+            }),
+            None => Arc::new(Listener::new(ListenSource::Pool(pool.clone()))),
         };
         Ok(PostgresBackend {
             inner: Arc::new(Inner {
-                pool,
+                data: Checkout::new(pool),
                 sql,
-                listener: Listener::new(source),
+                listener,
             }),
         })
     }
 
     /// The pool, for your own queries (fenced writes, [`check_in`](Self::check_in)).
+    /// Made by [`connect`](Self::connect) it is sized for the lock operations
+    /// (1 connection by default): a transaction you hold on it makes them
+    /// wait, so raise [`PostgresOptions::with_max_connections`] or use
+    /// [`from_pool`](Self::from_pool) for your own work.
     pub fn pool(&self) -> &PgPool {
-        &self.inner.pool
+        self.inner.data.pool()
     }
 
     /// The idempotent `CREATE TABLE IF NOT EXISTS` for this backend's table.
@@ -326,7 +356,7 @@ impl Backend for PostgresBackend {
                     .bind(req.owner().to_string())
                     .bind(req.holder())
                     .bind(duration_to_millis(req.ttl()))
-                    .fetch_optional(&self.inner.pool)
+                    .fetch_optional(&mut *self.inner.data.get().await?)
                     .await
                     .map_err(classify)?;
             Ok(match row {
@@ -352,7 +382,7 @@ impl Backend for PostgresBackend {
                 .bind(lease.owner().to_string())
                 .bind(token_as_i64(lease)?)
                 .bind(duration_to_millis(ttl))
-                .execute(&self.inner.pool)
+                .execute(&mut *self.inner.data.get().await?)
                 .await
                 .map_err(classify)?;
             Ok(done.rows_affected() == 1)
@@ -365,7 +395,7 @@ impl Backend for PostgresBackend {
                 .bind(lease.key().as_str())
                 .bind(lease.owner().to_string())
                 .bind(token_as_i64(lease)?)
-                .fetch_all(&self.inner.pool)
+                .fetch_all(&mut *self.inner.data.get().await?)
                 .await
                 .map_err(classify)?;
             if !freed.is_empty() {
@@ -379,7 +409,7 @@ impl Backend for PostgresBackend {
         Box::pin(async move {
             let row = sqlx::query(&self.inner.sql.inspect)
                 .bind(key.as_str())
-                .fetch_optional(&self.inner.pool)
+                .fetch_optional(&mut *self.inner.data.get().await?)
                 .await
                 .map_err(classify)?;
             row.as_ref().map(info_from_row).transpose()
@@ -390,7 +420,7 @@ impl Backend for PostgresBackend {
         Box::pin(async move {
             let rows = sqlx::query(&self.inner.sql.list)
                 .bind(prefix)
-                .fetch_all(&self.inner.pool)
+                .fetch_all(&mut *self.inner.data.get().await?)
                 .await
                 .map_err(classify)?;
             rows.iter().map(info_from_row).collect()
@@ -401,7 +431,7 @@ impl Backend for PostgresBackend {
         Box::pin(async move {
             let row = sqlx::query(&self.inner.sql.force_release)
                 .bind(key.as_str())
-                .fetch_optional(&self.inner.pool)
+                .fetch_optional(&mut *self.inner.data.get().await?)
                 .await
                 .map_err(classify)?;
             let Some(row) = row else { return Ok(false) };
