@@ -14,7 +14,8 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgListener, PgPool, PgPoolOptions};
+use sqlx::Connection;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -128,6 +129,10 @@ impl Listener {
         let mut listener = match &self.source {
             ListenSource::Pool(pool) => PgListener::connect_with(pool).await?,
             ListenSource::Url(url) => {
+                let options = PgConnectOptions::from_str(url)?;
+                // One direct attempt first: the pool below would retry a
+                // refusal (`too many clients`) several times a second.
+                PgConnection::connect_with(&options).await?.close().await?;
                 // A pool of one that is never reaped: the listening session.
                 let pool = PgPoolOptions::new()
                     .max_connections(1)
@@ -135,7 +140,7 @@ impl Listener {
                     .idle_timeout(None)
                     .max_lifetime(None)
                     .acquire_timeout(LISTEN_CONNECT_TIMEOUT)
-                    .connect_lazy_with(PgConnectOptions::from_str(url)?);
+                    .connect_lazy_with(options);
                 PgListener::connect_with(&pool).await?
             }
         };
