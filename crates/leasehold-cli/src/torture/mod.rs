@@ -176,7 +176,9 @@ pub async fn torture(store: &str, args: TortureArgs) -> Result<u8, CliError> {
     let keys: Vec<String> = (0..args.keys)
         .map(|i| format!("torture-{run_id}:k{i}"))
         .collect();
-    let locks = Locks::open(store).await?;
+    // Tagged so the connection sampler can tell the run's connections apart.
+    let (tagged, app) = crate::connections::tag(store, &run_id);
+    let locks = Locks::open(&tagged).await?;
     let dir = std::env::temp_dir().join(format!("leasehold-torture-{run_id}"));
     std::fs::create_dir_all(&dir)?;
 
@@ -203,9 +205,10 @@ pub async fn torture(store: &str, args: TortureArgs) -> Result<u8, CliError> {
         None => None,
     };
     let worker_store = match &proxy {
-        Some((p, endpoint)) => stores::via(store, endpoint, &p.addr().to_string()),
-        None => store.to_owned(),
+        Some((p, endpoint)) => stores::via(&tagged, endpoint, &p.addr().to_string()),
+        None => tagged.clone(),
     };
+    let sampler = crate::connections::start(&tagged, app.as_deref()).await;
 
     let started = clock::mono_ns();
     let stop_at = started + args.duration.as_nanos() as u64;
@@ -246,6 +249,7 @@ pub async fn torture(store: &str, args: TortureArgs) -> Result<u8, CliError> {
             .await,
     );
     drop(proxy);
+    let connections = sampler.map(crate::connections::Sampler::finish);
 
     // Every lease must be gone once the last one could have expired.
     tokio::time::sleep(args.ttl + Duration::from_millis(200)).await;
@@ -298,6 +302,7 @@ pub async fn torture(store: &str, args: TortureArgs) -> Result<u8, CliError> {
             .iter()
             .map(|f| format!("{f:?}").to_lowercase())
             .collect(),
+        connections,
         notes,
     };
     if args.json {

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::backends::postgres::PostgresBackend;
+use leasehold::backends::postgres::{PostgresBackend, PostgresOptions};
 use leasehold::{BoxFuture, Locks, OwnerId};
 use sqlx::pool::PoolConnection;
 use sqlx::{PgPool, Postgres};
@@ -16,7 +16,10 @@ use super::{baseline_error, Baseline, HandoffPeer, Held, Measured};
 use crate::exit::CliError;
 
 pub async fn open(url: &str) -> Result<Measured, CliError> {
-    let backend = PostgresBackend::connect(url).await?;
+    // The baselines share the pool and one of them keeps a session, so
+    // more than the lock client's default (the URL may still say).
+    let backend =
+        PostgresBackend::connect_with(url, PostgresOptions::new().with_max_connections(4)).await?;
     let pool = backend.pool().clone();
     let statements = TwoStatements {
         pool: pool.clone(),

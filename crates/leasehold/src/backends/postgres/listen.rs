@@ -130,9 +130,13 @@ impl Listener {
             ListenSource::Pool(pool) => PgListener::connect_with(pool).await?,
             ListenSource::Url(url) => {
                 let options = PgConnectOptions::from_str(url)?;
-                // One direct attempt first: the pool below would retry a
-                // refusal (`too many clients`) several times a second.
-                PgConnection::connect_with(&options).await?.close().await?;
+                if self.retry_state().is_some() {
+                    // After a failure, one direct attempt first: the pool
+                    // below would retry a refusal (`too many clients`)
+                    // several times a second until its timeout. Not on the
+                    // first start, where it would cost a connection more.
+                    PgConnection::connect_with(&options).await?.close().await?;
+                }
                 // A pool of one that is never reaped: the listening session.
                 let pool = PgPoolOptions::new()
                     .max_connections(1)
