@@ -14,6 +14,7 @@
 //!
 //! SQLite and memory have no connections to count.
 
+use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -104,16 +105,14 @@ enum Counter {
 impl Counter {
     async fn next(&mut self) -> Option<u64> {
         match self {
-            Counter::Postgres(conn, app) => {
-                sqlx::query_scalar::<_, i64>(
-                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
-                )
-                .bind(&*app)
-                .fetch_one(conn)
-                .await
-                .ok()
-                .map(|n| n as u64)
-            }
+            Counter::Postgres(conn, app) => sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+            )
+            .bind(&*app)
+            .fetch_one(conn)
+            .await
+            .ok()
+            .map(|n| n as u64),
             Counter::Redis(conn) => {
                 let info: String = redis::cmd("INFO")
                     .arg("clients")
@@ -149,7 +148,11 @@ async fn counter(url: &str, app: Option<&str>) -> Option<(&'static str, Counter)
     match scheme {
         "postgres" | "postgresql" => {
             let app = app?.to_owned();
-            let conn = sqlx::PgConnection::connect(&plain).await.ok()?;
+            // Named apart, so the sampler does not count itself.
+            let options = sqlx::postgres::PgConnectOptions::from_str(&plain)
+                .ok()?
+                .application_name("leasehold-connection-sampler");
+            let conn = sqlx::PgConnection::connect_with(&options).await.ok()?;
             Some((
                 "server side: pg_stat_activity rows with the run's application_name",
                 Counter::Postgres(conn, app),

@@ -54,7 +54,11 @@ fn assert_clean(run: &Run, history: &std::path::Path) -> u64 {
     assert_eq!(run.n("/acquire_unknown"), 0, "{}", run.output);
     assert!(run.n("/acquisitions") > 20, "{}", run.output);
     let events = std::fs::read_to_string(history).unwrap();
-    for refusal in ["too many clients", "pool timed out", "max number of clients"] {
+    for refusal in [
+        "too many clients",
+        "pool timed out",
+        "max number of clients",
+    ] {
         assert!(
             !events.contains(refusal) && !run.output.contains(refusal),
             "{refusal:?} seen: {}",
@@ -165,7 +169,10 @@ fn forty_eight_processes_within_postgres_max_connections_100() {
     assert!(attempts >= 10, "the probe ran {attempts} times");
     assert_eq!(failures, 0, "the application was refused: {errors:?}");
     // 48 workers and the harness, each 1 data connection + 1 listener.
-    assert!(peak <= 2 * 49, "peak {peak} over the budget of 2 per process");
+    assert!(
+        peak <= 2 * 49,
+        "peak {peak} over the budget of 2 per process"
+    );
 }
 
 /// A private redis-server with `maxclients 100` on a free port.
@@ -235,7 +242,10 @@ fn forty_eight_processes_within_redis_maxclients_100() {
     assert_eq!(failures, 0, "another client was refused: {errors:?}");
     // 48 workers and the harness, each 1 command connection + 1 pub/sub,
     // plus the sampler (counted server-wide) and the probe.
-    assert!(peak <= 2 * 49 + 2, "peak {peak} over the budget of 2 per process");
+    assert!(
+        peak <= 2 * 49 + 2,
+        "peak {peak} over the budget of 2 per process"
+    );
 }
 
 #[test]
@@ -249,5 +259,8 @@ fn forty_eight_processes_on_mongodb_count_their_connections() {
     let peak = assert_clean(&run, &history);
     // Per process: a pool of 2 and the driver's monitoring (1 or 2), for
     // 48 workers and the harness; the sampler's own are counted too.
-    assert!(peak <= 4 * 49 + 3, "peak {peak} over the budget of 4 per process");
+    assert!(
+        peak <= 4 * 49 + 3,
+        "peak {peak} over the budget of 4 per process"
+    );
 }

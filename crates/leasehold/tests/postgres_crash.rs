@@ -17,7 +17,6 @@ use leasehold::{Acquire, AcquireRequest, Backend, Key, Lease};
 use private_pg::{find_bin_dir, is_gone, Cluster};
 use tokio::time::{sleep, Instant};
 
-
 async fn grant(backend: &PostgresBackend, key: &str) -> Lease {
     let req =
         AcquireRequest::new(Key::new(key).unwrap(), Duration::from_secs(60), "crash").unwrap();

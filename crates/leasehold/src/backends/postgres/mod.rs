@@ -150,9 +150,9 @@ impl PostgresBackend {
             migrate(&pool, &options.table, &sql.migrate).await?;
         }
         let listener = match options.listen_url {
-            Some(url) => LISTENERS.get_or_insert_with(&url, || {
-                Listener::new(ListenSource::Url(url.clone()))
-            }),
+            Some(url) => {
+                LISTENERS.get_or_insert_with(&url, || Listener::new(ListenSource::Url(url.clone())))
+            }
             None => Arc::new(Listener::new(ListenSource::Pool(pool.clone()))),
         };
         Ok(PostgresBackend {

@@ -454,11 +454,7 @@ impl Backend for RedisBackend {
                 let channel = inner.ns.channel();
                 let server = format!("{:?} {channel}", inner.client.get_connection_info());
                 SUBSCRIBERS.get_or_insert_with(&server, || {
-                    Subscriber::start(
-                        inner.client.clone(),
-                        channel,
-                        inner.options.connect_timeout,
-                    )
+                    Subscriber::start(inner.client.clone(), channel, inner.options.connect_timeout)
                 })
             });
             // Register first, then make sure the channel is subscribed: a
