@@ -8,7 +8,6 @@ use serde_json::Value;
 /// A finished torture run: exit code, report, and the output for messages.
 pub struct Run {
     pub code: i32,
-    pub setup: Value,
     pub report: Value,
     pub setup: Value,
     pub output: String,
@@ -53,7 +52,6 @@ pub fn torture(store: &str, args: &[&str]) -> Run {
         .unwrap_or_else(|e| panic!("torture --json must print one object ({e}): {output}"));
     Run {
         code: out.status.code().unwrap_or(-1),
-        setup: json["setup"].clone(),
         report: json["report"].clone(),
         setup: json["setup"].clone(),
         output,
