@@ -110,6 +110,7 @@ mod lock;
 mod notify;
 pub mod occ;
 pub mod open;
+pub mod redact;
 mod renewal;
 #[cfg(feature = "postgres")]
 pub mod rowlock;
@@ -126,3 +127,4 @@ pub use guard::LeaseGuard;
 pub use key::{validate_prefix, Key, MAX_KEY_BYTES};
 pub use lock::{AcquireOptions, Locks};
 pub use notify::{Subscription, WakeHub};
+pub use redact::{redact_secrets, redact_url};

@@ -103,6 +103,13 @@ impl PostgresBackend {
     /// # Cancel safety
     /// Cancel safe; the migration is one transaction.
     pub async fn connect_with(url: &str, options: PostgresOptions) -> Result<Self> {
+        let listen_url = options.listen_url.clone().unwrap_or_default();
+        Self::connect_to(url, options)
+            .await
+            .map_err(|e| e.without_secrets_of(url).without_secrets_of(&listen_url))
+    }
+
+    async fn connect_to(url: &str, options: PostgresOptions) -> Result<Self> {
         let (url, mut options) = options.split_url_options(url)?;
         let connect = parse_url("store url", &url)?;
         if options.max_connections == 0 {

@@ -18,7 +18,7 @@ use crate::error::Error;
 ///     .with_acquire_timeout(Duration::from_secs(2));
 /// assert_eq!(options.table(), "app.locks");
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct PostgresOptions {
     pub(super) table: String,
     pub(super) migrate: bool,
@@ -34,6 +34,23 @@ pub struct PostgresOptions {
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 1;
 /// How long an unused data connection stays open.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// By hand: the listen URL's password stays out of `{:?}`.
+impl std::fmt::Debug for PostgresOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresOptions")
+            .field("table", &self.table)
+            .field("migrate", &self.migrate)
+            .field(
+                "listen_url",
+                &self.listen_url.as_deref().map(crate::redact::redact_url),
+            )
+            .field("max_connections", &self.max_connections)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("acquire_timeout", &self.acquire_timeout)
+            .finish()
+    }
+}
 
 impl Default for PostgresOptions {
     fn default() -> Self {
@@ -203,5 +220,13 @@ mod tests {
             let e = PostgresOptions::new().split_url_options(url).unwrap_err();
             assert_eq!(e.to_string(), message);
         }
+    }
+
+    #[test]
+    fn debug_output_hides_the_listen_url_password() {
+        let options = PostgresOptions::new().with_listen_url("postgres://app:hunter22@db/orders");
+        let text = format!("{options:?}");
+        assert!(!text.contains("hunter22"), "{text}");
+        assert!(text.contains("postgres://app:***@db/orders"), "{text}");
     }
 }
