@@ -60,6 +60,9 @@ pub(super) struct Listener {
 /// would otherwise retry a refusal for sqlx's default 30 s while the
 /// waiters queue behind it.
 const LISTEN_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long the first connection may take before the listener asks the
+/// server directly whether it refuses connections.
+const SUSPECT_AFTER: Duration = Duration::from_millis(250);
 
 /// Stops the listening task when the last clone of the backend goes.
 #[derive(Debug)]
@@ -157,8 +160,19 @@ impl Listener {
                     .idle_timeout(None)
                     .max_lifetime(None)
                     .acquire_timeout(LISTEN_CONNECT_TIMEOUT)
-                    .connect_lazy_with(options);
-                PgListener::connect_with(&pool).await?
+                    .connect_lazy_with(options.clone());
+                let listen = PgListener::connect_with(&pool);
+                tokio::pin!(listen);
+                tokio::select! {
+                    biased;
+                    listener = &mut listen => listener?,
+                    () = tokio::time::sleep(SUSPECT_AFTER) => {
+                        // Slow: maybe the pool is retrying refusals in
+                        // silence. One direct attempt tells.
+                        PgConnection::connect_with(&options).await?.close().await?;
+                        listen.await?
+                    }
+                }
             }
         };
         listener.listen(CHANNEL).await?;
