@@ -16,9 +16,12 @@
 //!
 //! SQLite accepts `?synchronous=full` (default) or `?synchronous=normal`.
 //! PostgreSQL URLs take sqlx's parameters (`sslmode`, `application_name`,
-//! ...) and the store's own `max_connections=N` (data connections, default
-//! 1), `idle_timeout=5s` and `acquire_timeout=5s`; a server that does not
-//! answer fails with [`Error::Unavailable`] within 5 s. For another table or a separate `LISTEN` URL, build a
+//! ...), leasehold's `pooler=transaction` (behind PgBouncer in transaction
+//! mode) and `listen_url=postgres://...` (a separate `LISTEN` connection),
+//! and the connection budget's `max_connections=N` (data connections,
+//! default 1), `idle_timeout=5s` and `acquire_timeout=5s`; a server that
+//! does not answer fails with [`Error::Unavailable`] within 5 s. For
+//! another table, build a
 //! [`PostgresBackend`](crate::backends::postgres::PostgresBackend) yourself.
 //! Redis accepts `?prefix=NAME` (the key prefix, default `leasehold`); other
 //! query parameters go to the `redis` crate (e.g. `protocol=resp3`).

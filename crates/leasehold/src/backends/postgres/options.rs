@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::pooler::Pooler;
 use super::sql::DEFAULT_TABLE;
 #[cfg(doc)]
 use super::PostgresBackend;
@@ -26,6 +27,7 @@ pub struct PostgresOptions {
     pub(super) max_connections: u32,
     pub(super) idle_timeout: Duration,
     pub(super) acquire_timeout: Duration,
+    pub(super) pooler: Pooler,
 }
 
 /// Data connections of a backend made by `connect`: a lock client issues
@@ -61,13 +63,14 @@ impl Default for PostgresOptions {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             acquire_timeout: Duration::from_secs(5),
+            pooler: Pooler::None,
         }
     }
 }
 
 impl PostgresOptions {
-    /// Defaults: table `leasehold_locks`, migrate on connect, 1 data
-    /// connection closed after 5 s unused, 5 s to get a connection.
+    /// Defaults: table `leasehold_locks`, migrate on connect, no pooler,
+    /// 1 data connection closed after 5 s unused, 5 s to get a connection.
     pub fn new() -> Self {
         Self::default()
     }
@@ -88,9 +91,19 @@ impl PostgresOptions {
 
     /// Opens the `LISTEN` connection from this URL instead of the pool: for
     /// pools behind PgBouncer in transaction mode, where `LISTEN` does not
-    /// work. Point it at the server or a session-mode pool.
+    /// work. Point it at the server or a session-mode pool. URL option
+    /// `?listen_url=postgres://...`.
     pub fn with_listen_url(mut self, url: &str) -> Self {
         self.listen_url = Some(url.to_owned());
+        self
+    }
+
+    /// What sits between the store and the server (default
+    /// [`Pooler::None`]). [`Pooler::Transaction`] for PgBouncer in
+    /// transaction mode: statements go unprepared, and without a listen URL
+    /// waiters poll instead of listening. URL option `?pooler=transaction`.
+    pub fn with_pooler(mut self, pooler: Pooler) -> Self {
+        self.pooler = pooler;
         self
     }
 
@@ -134,9 +147,19 @@ impl PostgresOptions {
         &self.table
     }
 
+    /// The configured pooler.
+    pub fn pooler(&self) -> Pooler {
+        self.pooler
+    }
+
+    /// The configured listen URL, if any.
+    pub fn listen_url(&self) -> Option<&str> {
+        self.listen_url.as_deref()
+    }
+
     /// Takes this store's own options out of `url`'s query string
     /// (`max_connections`, `idle_timeout`, `acquire_timeout`) and applies
-    /// them; the rest of the URL stays for the driver.
+    /// them; the rest of the URL stays for [`parse_store_url`](super::parse_store_url).
     ///
     /// # Errors
     /// [`Error::InvalidInput`] for a malformed value.
