@@ -35,9 +35,14 @@ fn unique(prefix: &str) -> String {
     format!("{prefix}_{:016x}", rand::random::<u64>())
 }
 
-/// A backend on its own table, so the tests see only their own rows.
+/// A backend on its own table, so the tests see only their own rows, with
+/// room in its pool for a transaction that holds a row lock beside the
+/// lease operations.
 async fn backend(url: &str, table: &str) -> PostgresBackend {
-    PostgresBackend::connect_with(url, PostgresOptions::new().with_table(table))
+    let options = PostgresOptions::new()
+        .with_table(table)
+        .with_max_connections(4);
+    PostgresBackend::connect_with(url, options)
         .await
         .expect("connect to LEASEHOLD_TEST_POSTGRES")
 }
