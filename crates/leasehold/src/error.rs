@@ -167,8 +167,7 @@ impl std::fmt::Display for Millis {
 }
 
 /// A SQL error from your own queries, in the function that also calls
-/// leasehold (for example around
-/// [`PostgresBackend::check_in`](crate::backends::postgres::PostgresBackend::check_in)),
+/// leasehold (for example around `PostgresBackend::check_in`),
 /// classified by the rules the SQL stores use: a transient failure
 /// (connection lost, pool timeout, serialization failure, deadlock,
 /// SQLite busy) is [`Error::Unavailable`], anything else [`Error::Backend`].
