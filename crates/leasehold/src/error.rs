@@ -155,13 +155,14 @@ impl std::fmt::Display for Millis {
         // Round to the nearest millisecond (half up), then print like
         // Duration's Debug does: seconds with up to 3 decimals, else ms.
         let ms = (d.as_nanos() + 500_000) / 1_000_000;
-        if ms < 1000 {
+        let (secs, frac) = (ms / 1000, ms % 1000);
+        if secs == 0 {
             write!(f, "{ms}ms")
-        } else if ms % 1000 == 0 {
-            write!(f, "{}s", ms / 1000)
+        } else if frac == 0 {
+            write!(f, "{secs}s")
         } else {
-            let frac = format!("{:03}", ms % 1000);
-            write!(f, "{}.{}s", ms / 1000, frac.trim_end_matches('0'))
+            let frac = format!("{frac:03}");
+            write!(f, "{secs}.{}s", frac.trim_end_matches('0'))
         }
     }
 }
