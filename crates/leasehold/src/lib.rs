@@ -30,7 +30,8 @@
 //!
 //! // Somebody else trying now is told who holds it and for how long.
 //! match locks.try_acquire("nightly-report").await {
-//!     Err(Error::Busy { holder, remaining, .. }) => println!("busy: {holder}, {remaining:?} left"),
+//!     // lock "nightly-report" is held by HOST:PID for up to 30s more
+//!     Err(busy @ Error::Busy { .. }) => println!("{busy}"),
 //!     other => unreachable!("{other:?}"),
 //! }
 //!
