@@ -27,7 +27,7 @@ enum Outcome {
 }
 
 const KEY: &str = "cron:nightly-report";
-const BATCHES: u32 = 10;
+const BATCHES: u32 = 12;
 
 #[tokio::main]
 async fn main() -> Result<(), leasehold::BoxError> {
@@ -79,7 +79,7 @@ where
 {
     // A short ttl so the example's lost lease shows quickly; a real job
     // would take the default 30 s (renewed every 10 s while it runs).
-    let options = AcquireOptions::new().with_ttl(Duration::from_secs(1));
+    let options = AcquireOptions::new().with_ttl(Duration::from_secs(2));
     let guard = match locks.acquire_with(KEY, &options).await {
         Ok(guard) => guard,
         Err(busy @ Error::Busy { .. }) => {
