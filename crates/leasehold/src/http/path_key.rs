@@ -3,7 +3,8 @@
 //! The layer's key function sees the request, not the router's parsed path
 //! parameters: axum keeps those in a private extension and hands them out
 //! only through its async extractors. Under `Router::route_layer` the layer
-//! runs after routing, so `axum::extract::MatchedPath` (the route template)
+//! runs after routing, so `axum::extract::MatchedPath` (the route template,
+//! with axum's default feature `matched-path`)
 //! is in the request extensions, but the values still have to come from the
 //! path itself. [`PathKey`] does that parsing once, correctly: it matches
 //! the path against the same pattern the route uses and percent-decodes
