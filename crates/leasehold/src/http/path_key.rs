@@ -4,9 +4,8 @@
 //! parameters: axum keeps those in a private extension and hands them out
 //! only through its async extractors. Under `Router::route_layer` the layer
 //! runs after routing, so `axum::extract::MatchedPath` (the route template,
-//! with axum's default feature `matched-path`)
-//! is in the request extensions, but the values still have to come from the
-//! path itself. [`PathKey`] does that parsing once, correctly: it matches
+//! with axum's default feature `matched-path`) is in the request
+//! extensions, but the values still have to come from the path itself. [`PathKey`] does that parsing once, correctly: it matches
 //! the path against the same pattern the route uses and percent-decodes
 //! each captured segment, so `/users/a%62c` and `/users/abc` lock the same
 //! key.
