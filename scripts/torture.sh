@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A short `leasehold torture` against each store available: kills, pauses
 # (and, for network stores, proxy faults), fenced resource. Fails on any
-# violation and on an inconclusive run (faults that did not hit).
+# violation and on an inconclusive run (a fault kind that never landed on a
+# holder, no lease renewed).
 #   bash scripts/torture.sh [seconds per store, default 25]
 # Uses target/debug/leasehold (built by the test command) or $LEASEHOLD_BIN.
 set -euo pipefail

@@ -14,7 +14,8 @@ pub const EX_LOST: u8 = 70;
 pub const EX_TEMPFAIL: u8 = 75;
 /// `torture`: the checker found a violation.
 pub const EX_VIOLATION: u8 = 1;
-/// `torture`: no violation, but the faults did not visibly hit.
+/// `torture`: no violation, but the run did not test what it was asked to
+/// (a fault kind never landed on a holder, no renewal, ...).
 pub const EX_INCONCLUSIVE: u8 = 2;
 /// Interrupted while waiting (128 + SIGINT).
 pub const EX_INTERRUPTED: u8 = 130;

@@ -23,7 +23,8 @@ const EXIT_CODES: &str = "\
 Exit codes:
   0   success (for `run`: the command's own exit code is passed through)
   1   torture: the checker found a violation
-  2   torture: inconclusive (pauses enabled, but no fenced rejection or overlap)
+  2   torture: inconclusive (a requested fault kind never landed on a holder, no
+      lease was renewed, or pauses caused no fenced rejection or overlap)
   64  invalid usage or input (bad key, ttl, duration, store URL, arguments)
   69  store unreachable or failing
   70  lease lost while `run` was running the command (the command was stopped)

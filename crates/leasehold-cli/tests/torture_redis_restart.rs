@@ -130,7 +130,10 @@ fn without_persistence_the_checker_sees_tokens_go_backwards() {
         "{}",
         run.output
     );
-    // The fenced resource still refused every stale token.
+    // The fenced resource still refused every token below one it had
+    // seen. (A duplicate token passes the fence, so two holders of one
+    // token can both write: lost increments may show too, which is why
+    // fencing needs a fence that survives restarts.)
     assert_eq!(run.n("/stale_writes_accepted"), 0, "{}", run.output);
-    assert_eq!(run.n("/lost_increments"), 0, "{}", run.output);
+    run.remove_kept_logs();
 }

@@ -12,9 +12,38 @@ use torture_common::*;
 fn fenced_server_resource_passes_under_kills_and_pauses() {
     let dir = tempfile::tempdir().unwrap();
     let run = fenced_run_passes_and_faults_hit(&sqlite_store(dir.path()), &[]);
-    // SQLite is a file: the proxy faults are reported as not applicable.
+    // SQLite is a file: the default leaves the proxy faults out, and says so.
     let out = &run.output;
-    assert!(out.contains("proxy faults not injected"), "{out}");
+    assert!(out.contains("no proxy faults by default"), "{out}");
+    assert_eq!(run.setup["faults"], serde_json::json!(["kill", "pause"]));
+}
+
+#[test]
+fn a_broken_renewal_fails_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    broken_renewal_fails_the_run(&sqlite_store(dir.path()));
+}
+
+#[test]
+fn a_requested_fault_that_never_landed_is_inconclusive() {
+    // Too short for the nemesis to start a kill (it leaves room for 3 ttl
+    // after a ttl of warm-up): the run tested nothing it was asked to.
+    let dir = tempfile::tempdir().unwrap();
+    let run = torture(
+        &sqlite_store(dir.path()),
+        &["--duration", "1500ms", "--ttl", "500ms", "--faults", "kill"],
+    );
+    assert_eq!(run.code, 2, "{}", run.output);
+    assert_eq!(run.report["verdict"], "inconclusive", "{}", run.output);
+    assert_eq!(run.n("/faults/kill/injected"), 0, "{}", run.output);
+    assert!(
+        run.report["inconclusive"]
+            .to_string()
+            .contains("kill faults never landed on a holder"),
+        "{}",
+        run.output
+    );
+    run.remove_kept_logs();
 }
 
 #[test]
@@ -43,7 +72,7 @@ fn the_history_file_holds_every_source() {
         &sqlite_store(dir.path()),
         &[
             "--duration",
-            "4s",
+            "6s",
             "--ttl",
             "300ms",
             "--faults",
@@ -91,6 +120,11 @@ fn bad_torture_arguments_exit_64_naming_the_problem() {
             "--faults none cannot be combined",
         ),
         (&["--faults", "restart"], "--restart-cmd"),
+        (
+            &["--faults", "proxy"],
+            "--faults proxy cannot apply to this store: sqlite is a file",
+        ),
+        (&["--faults", "kill,proxy"], "--faults proxy cannot apply"),
         (&["--restart-cmd", "true"], "--faults restart"),
         (&["--resource", "disk"], "invalid value 'disk'"),
         (

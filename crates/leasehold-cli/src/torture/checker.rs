@@ -1,6 +1,7 @@
 //! The checker: reads the merged history (worker events, resource
 //! decisions, faults) and decides whether the lock and the fenced resource
-//! kept their promises, and whether the faults actually hit.
+//! kept their promises, and whether the run tested anything: every
+//! requested fault kind landed on a holder and leases lived on renewals.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -17,9 +18,12 @@ pub struct Input<'a> {
     pub ttl: Duration,
     /// Allowance for one more acquisition attempt after a lease runs out.
     pub retry: Duration,
+    /// How late after `valid_until` a running holder's `lost()` may fire.
+    pub lost_slack: Duration,
     /// Live leases under the run's prefix once the run ended and a ttl passed.
     pub held_after_end: usize,
-    pub pauses_enabled: bool,
+    /// The fault families asked for (`Family::name`): each must land.
+    pub requested: &'a [&'static str],
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -27,15 +31,16 @@ pub struct Input<'a> {
 pub enum Verdict {
     Pass,
     Violation,
-    /// Nothing was violated, but the faults did not visibly hit, so the run
-    /// proves little.
+    /// Nothing was violated, but the run did not test what it was asked to
+    /// (a fault kind never landed, no renewal, ...), so it proves little.
     Inconclusive,
 }
 
 #[derive(Debug, Default, Clone, Copy, Serialize)]
 pub struct FaultCount {
     pub injected: u64,
-    /// Landed on a lease holder (kill, pause) or took effect (proxy, restart).
+    /// Landed on a lease holder (kill, pause), delayed or cut a holder's
+    /// request (proxy), or took effect (restart).
     pub hit: u64,
 }
 
@@ -53,11 +58,37 @@ pub struct Takeover {
 pub struct LostSignal {
     /// Holders that had not released when the next holder was granted.
     pub superseded: u64,
-    /// Of those, holders whose `valid_until` had passed by that grant.
+    /// Of those, holders whose `valid_until` had passed when the next
+    /// grant's request was sent (or, for a request the nemesis held back in
+    /// the proxy or a restart, when its answer came).
     pub deadline_before_next_grant: u64,
+    /// Superseded holders compared with the next grant's answer because the
+    /// nemesis delayed that request.
+    pub next_request_delayed: u64,
     pub percent: f64,
     /// `lost()` signals the workers saw fire (a paused worker sees it late).
     pub signals_fired: u64,
+    /// Holders still holding past `valid_until` + slack while running (not
+    /// paused over it, not killed): `lost()` must have fired for each...
+    pub must_fire: u64,
+    /// ... by `valid_until` + slack.
+    pub fired_on_time: u64,
+    pub slack_ms: f64,
+}
+
+/// The guard's background renewals, as the workers' store client saw them.
+#[derive(Debug, Default, Serialize)]
+pub struct Renewals {
+    /// Renew requests sent.
+    pub sent: u64,
+    /// The store extended the lease.
+    pub renewed: u64,
+    /// The store said the lease was gone.
+    pub refused: u64,
+    /// Errors and requests cut short (outcome unknown).
+    pub failed: u64,
+    /// Holds that lasted longer than the ttl (they live on renewals).
+    pub holds_over_ttl: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -80,6 +111,7 @@ pub struct Report {
     pub token_duplicates: u64,
     pub lost_increments: u64,
     pub takeover: Takeover,
+    pub renewals: Renewals,
     pub lost_signal: LostSignal,
     pub locks_held_after_end: usize,
     /// Write decisions: each a chance to accept a stale write.
@@ -88,6 +120,8 @@ pub struct Report {
     /// seen (the rule of three), else the observed rate.
     pub violation_rate_upper_95: f64,
     pub violations: Vec<String>,
+    /// Why the run proves little, when the verdict is inconclusive.
+    pub inconclusive: Vec<String>,
     pub verdict: Verdict,
 }
 
@@ -96,8 +130,14 @@ pub struct Report {
 struct Grant {
     key: String,
     token: u64,
+    worker: u32,
+    pid: u32,
     invoke: u64,
+    /// When the request the store granted was sent.
+    sent: u64,
     ok: u64,
+    /// When the holder's `lost()` fired, if it did.
+    lost: Option<u64>,
     /// The latest `valid_until` the holder logged.
     valid_until: u64,
     release: Option<u64>,
@@ -123,22 +163,32 @@ pub fn check(input: &Input<'_>) -> Report {
         token_duplicates: 0,
         lost_increments: 0,
         takeover: Takeover::default(),
+        renewals: Renewals::default(),
         lost_signal: LostSignal::default(),
         locks_held_after_end: input.held_after_end,
         trials: 0,
         violation_rate_upper_95: 1.0,
         violations: Vec::new(),
+        inconclusive: Vec::new(),
         verdict: Verdict::Pass,
     };
     let grants = grants(input.events, &mut r);
+    count_renewals(input, &grants, &mut r);
     check_tokens(&grants, &mut r);
-    check_beliefs(&grants, &mut r);
+    check_beliefs(input, &grants, &mut r);
+    check_lost_signals(input, &grants, &mut r);
     check_resource(input.decisions, &mut r);
     check_takeovers(input, &grants, &mut r);
     for f in input.faults {
         let c = r.faults.entry(f.kind.name()).or_default();
         c.injected += 1;
         c.hit += u64::from(f.hit);
+    }
+    // A requested kind never injected still shows, as 0 of 0.
+    for family in input.requested {
+        if !r.faults.keys().any(|k| family_of(k) == *family) {
+            r.faults.insert(family, FaultCount::default());
+        }
     }
     judge(input, &mut r);
     r
@@ -166,8 +216,13 @@ fn grants(events: &[Event], r: &mut Report) -> Vec<Grant> {
                     out.push(Grant {
                         key: e.key.clone(),
                         token: e.token.unwrap_or(0),
+                        worker: e.worker,
+                        pid: e.pid,
                         invoke: invoked.unwrap_or(e.t),
+                        // Histories without it: the answer, the old bound.
+                        sent: e.sent.unwrap_or(e.t),
                         ok: e.t,
+                        lost: None,
                         valid_until: e.valid_until.unwrap_or(0),
                         release: None,
                         last_op: None,
@@ -182,12 +237,18 @@ fn grants(events: &[Event], r: &mut Report) -> Vec<Grant> {
             let Some(g) = current.map(|i| &mut out[i]) else {
                 continue;
             };
+            // The renewal task and the lost watcher of a released guard may
+            // still log a line after the next acquire began.
+            if e.token.is_some_and(|t| t != g.token) {
+                continue;
+            }
             if let Some(v) = e.valid_until {
                 g.valid_until = g.valid_until.max(v);
             }
             match (e.op, e.kind) {
                 (Op::Read | Op::Write, Kind::Invoke) => g.last_op = Some(e.t),
                 (Op::Release, Kind::Invoke) => g.release = Some(e.t),
+                (Op::Lost, _) => g.lost = g.lost.or(Some(e.t)),
                 _ => {}
             }
         }
@@ -221,10 +282,39 @@ fn check_tokens(grants: &[Grant], r: &mut Report) {
     }
 }
 
+/// Renew requests and their outcomes; holds that outlived the ttl.
+fn count_renewals(input: &Input<'_>, grants: &[Grant], r: &mut Report) {
+    for e in input.events.iter().filter(|e| e.op == Op::Renew) {
+        match e.kind {
+            Kind::Invoke => r.renewals.sent += 1,
+            Kind::Ok => r.renewals.renewed += 1,
+            Kind::Fail => r.renewals.refused += 1,
+            Kind::Unknown | Kind::Info => r.renewals.failed += 1,
+        }
+    }
+    let ttl = input.ttl.as_nanos() as u64;
+    r.renewals.holds_over_ttl = grants
+        .iter()
+        .filter(|g| g.release.is_some_and(|rel| rel.saturating_sub(g.ok) > ttl))
+        .count() as u64;
+}
+
 /// For each holder and the next grant of its key: did the holder's local
-/// deadline pass before that grant (it must), and did it still use the
-/// resource after it (the overlap fencing has to catch)?
-fn check_beliefs(grants: &[Grant], r: &mut Report) {
+/// deadline pass before the next holder even sent the request that got the
+/// grant (it must: a deadline counted from the wrong instant hides behind
+/// the answer's travel time otherwise), and did it still use the resource
+/// after that grant (the overlap fencing has to catch)?
+///
+/// A request the nemesis held back (in the proxy, or while the store
+/// restarted) may reach the store long after it was sent; for those only
+/// the answer bounds when the store granted it.
+fn check_beliefs(input: &Input<'_>, grants: &[Grant], r: &mut Report) {
+    let delaying: Vec<(u64, u64)> = input
+        .faults
+        .iter()
+        .filter(|f| f.kind.delays_requests())
+        .map(|f| (f.start, f.end))
+        .collect();
     for key_grants in per_key(grants).values() {
         let mut by_token = key_grants.clone();
         by_token.sort_by_key(|g| g.token);
@@ -234,7 +324,16 @@ fn check_beliefs(grants: &[Grant], r: &mut Report) {
             };
             if h.release.is_none_or(|rel| rel > next.ok) {
                 r.lost_signal.superseded += 1;
-                if h.valid_until <= next.ok {
+                let held_back = delaying
+                    .iter()
+                    .any(|&(start, end)| next.sent <= end && next.ok >= start);
+                let granted_no_earlier_than = if held_back {
+                    r.lost_signal.next_request_delayed += 1;
+                    next.ok
+                } else {
+                    next.sent
+                };
+                if h.valid_until <= granted_no_earlier_than {
                     r.lost_signal.deadline_before_next_grant += 1;
                 }
             }
@@ -247,6 +346,107 @@ fn check_beliefs(grants: &[Grant], r: &mut Report) {
         r.lost_signal.deadline_before_next_grant,
         r.lost_signal.superseded,
     );
+}
+
+/// Every holder that still held its lease past `valid_until` (it had not
+/// started releasing) must have seen `lost()` fire by `valid_until` plus
+/// the scheduling slack, if it was running then: not stopped by a pause
+/// over that moment, and alive (it logged something later; a killed
+/// process logs nothing more).
+fn check_lost_signals(input: &Input<'_>, grants: &[Grant], r: &mut Report) {
+    let slack = input.lost_slack.as_nanos() as u64;
+    r.lost_signal.slack_ms = ms(slack);
+    // The latest line of each process that the renewal task did not write:
+    // proof that the worker itself ran until then.
+    let mut last_seen: HashMap<u32, u64> = HashMap::new();
+    for e in input.events.iter().filter(|e| e.op != Op::Renew) {
+        let t = last_seen.entry(e.pid).or_default();
+        *t = (*t).max(e.t);
+    }
+    for g in grants {
+        // A grant whose answer came after its deadline (the request was
+        // held back) can signal only once the guard exists.
+        let deadline = g.valid_until.max(g.ok);
+        let due = deadline + slack;
+        let still_holding = g.release.is_none_or(|rel| rel > due);
+        let ran_past_due = last_seen.get(&g.pid).is_some_and(|&t| t > due);
+        let paused_over_deadline = input.faults.iter().any(|f| {
+            f.kind == FaultKind::Pause
+                && f.worker == Some(g.worker)
+                && f.start <= due
+                && f.end >= deadline
+        });
+        if !still_holding || !ran_past_due || paused_over_deadline {
+            continue;
+        }
+        r.lost_signal.must_fire += 1;
+        if g.lost.is_some_and(|t| t <= due) {
+            r.lost_signal.fired_on_time += 1;
+        }
+    }
+}
+
+/// A request a holder sent to the store, as its history shows it.
+#[derive(Debug)]
+struct HolderRequest {
+    sent: u64,
+    done: Option<u64>,
+    /// Ended in an error (outcome unknown): a connection cut, for one.
+    failed: bool,
+}
+
+/// The renew and release requests of every holder.
+fn holder_requests(events: &[Event]) -> Vec<HolderRequest> {
+    let mut by_pid: BTreeMap<u32, Vec<&Event>> = BTreeMap::new();
+    for e in events
+        .iter()
+        .filter(|e| matches!(e.op, Op::Renew | Op::Release))
+    {
+        by_pid.entry(e.pid).or_default().push(e);
+    }
+    let mut out = Vec::new();
+    for stream in by_pid.values_mut() {
+        stream.sort_by_key(|e| e.t);
+        let mut open: HashMap<Op, usize> = HashMap::new();
+        for e in stream.iter() {
+            if e.kind == Kind::Invoke {
+                out.push(HolderRequest {
+                    sent: e.t,
+                    done: None,
+                    failed: false,
+                });
+                open.insert(e.op, out.len() - 1);
+            } else if let Some(i) = open.remove(&e.op) {
+                out[i].done = Some(e.t);
+                out[i].failed = e.kind == Kind::Unknown;
+            }
+        }
+    }
+    out
+}
+
+/// Sets `hit` on each proxy fault by what the holders' requests went
+/// through: latency or a stall hit if a holder sent a request while it was
+/// on (every byte then waits in the proxy); a reset hit if a holder's
+/// request was in flight at that moment, or one sent within a ttl after it
+/// failed on the cut connection. A fault that only touched idle
+/// connections or waiters proves nothing about holders.
+pub fn mark_proxy_hits(events: &[Event], faults: &mut [Fault], ttl: Duration) {
+    let requests = holder_requests(events);
+    let ttl = ttl.as_nanos() as u64;
+    for f in faults.iter_mut() {
+        f.hit = match f.kind {
+            FaultKind::ProxyLatency | FaultKind::ProxyStall => {
+                requests.iter().any(|q| (f.start..=f.end).contains(&q.sent))
+            }
+            FaultKind::ProxyReset => requests.iter().any(|q| {
+                let in_flight = q.sent <= f.start && q.done.is_some_and(|d| d >= f.start);
+                let cut_after = q.failed && (f.start..=f.start + ttl).contains(&q.sent);
+                in_flight || cut_after
+            }),
+            _ => continue,
+        };
+    }
 }
 
 /// Replays the resource's decisions per key: no accepted operation may
@@ -329,7 +529,11 @@ fn judge(input: &Input<'_>, r: &mut Report) {
     must_be_zero(r.takeover.over_bound, "takeovers over the bound");
     must_be_zero(
         r.lost_signal.superseded - r.lost_signal.deadline_before_next_grant,
-        "holders still within valid_until when the next holder was granted",
+        "holders still within valid_until when the next grant's request was sent",
+    );
+    must_be_zero(
+        r.lost_signal.must_fire - r.lost_signal.fired_on_time,
+        "holders whose lost() fired later than valid_until + slack, or never",
     );
     must_be_zero(r.locks_held_after_end as u64, "locks held after the run");
     r.violations = v;
@@ -338,14 +542,47 @@ fn judge(input: &Input<'_>, r: &mut Report) {
         (n, 0) => (3.0 / n as f64).min(1.0),
         (n, bad) => bad as f64 / n as f64,
     };
-    let faults_visible = r.fenced_rejections + r.overlapping_beliefs > 0;
+    r.inconclusive = untested(input, r);
     r.verdict = if !r.violations.is_empty() {
         Verdict::Violation
-    } else if r.acquisitions == 0 || (input.pauses_enabled && !faults_visible) {
+    } else if !r.inconclusive.is_empty() {
         Verdict::Inconclusive
     } else {
         Verdict::Pass
     };
+}
+
+/// What the run was asked to test but did not.
+fn untested(input: &Input<'_>, r: &Report) -> Vec<String> {
+    let mut why = Vec::new();
+    if r.acquisitions == 0 {
+        why.push("nothing was acquired".to_owned());
+    }
+    if r.renewals.renewed == 0 {
+        why.push("no lease was renewed".to_owned());
+    }
+    for family in input.requested {
+        let (injected, hit) = r
+            .faults
+            .iter()
+            .filter(|(kind, _)| family_of(kind) == *family)
+            .fold((0, 0), |(i, h), (_, c)| (i + c.injected, h + c.hit));
+        if hit == 0 {
+            why.push(format!(
+                "{family} faults never landed on a holder ({injected} injected)"
+            ));
+        }
+    }
+    let faults_visible = r.fenced_rejections + r.overlapping_beliefs > 0;
+    if input.requested.contains(&"pause") && !faults_visible {
+        why.push("pauses caused neither a fenced rejection nor an overlapping belief".to_owned());
+    }
+    why
+}
+
+/// `proxy` for `proxy-stall`: fault kinds are named `FAMILY[-variant]`.
+fn family_of(kind: &str) -> &str {
+    kind.split('-').next().unwrap_or(kind)
 }
 
 fn per_key(grants: &[Grant]) -> BTreeMap<&str, Vec<&Grant>> {

@@ -17,7 +17,31 @@ fn ev(t: u64, pid: u32, op: Op, kind: Kind, token: Option<u64>, valid_until: Opt
         value: None,
         valid_until: valid_until.map(|v| v * MS),
         error: None,
+        sent: None,
     }
+}
+
+/// A renewal of `token` by `pid`, sent at `at` and answered 2 ms later.
+fn renewal(pid: u32, at: u64, token: u64, outcome: Kind) -> Vec<Event> {
+    vec![
+        ev(at, pid, Op::Renew, Kind::Invoke, Some(token), None),
+        ev(at + 2, pid, Op::Renew, outcome, Some(token), None),
+    ]
+}
+
+/// The grant of `token` to `pid`: asked at `invoke`, the granted request
+/// sent at `sent`, answered at `ok`, trusted until `valid_until`.
+fn granted(pid: u32, invoke: u64, sent: u64, ok: u64, token: u64, valid_until: u64) -> Vec<Event> {
+    let mut ok = ev(
+        ok,
+        pid,
+        Op::Acquire,
+        Kind::Ok,
+        Some(token),
+        Some(valid_until),
+    );
+    ok.sent = Some(sent * MS);
+    vec![ev(invoke, pid, Op::Acquire, Kind::Invoke, None, None), ok]
 }
 
 /// A full round by `pid`: acquire at `at`, hold `token`, trusted until
@@ -47,26 +71,118 @@ fn write(seq: u64, token: u64, value: i64, accepted: bool) -> Decision {
 }
 
 fn run(events: &[Event], decisions: &[Decision], faults: &[Fault], pauses: bool) -> Report {
+    let requested: &[&str] = if pauses { &["pause"] } else { &[] };
+    check_requested(events, decisions, faults, requested)
+}
+
+fn check_requested(
+    events: &[Event],
+    decisions: &[Decision],
+    faults: &[Fault],
+    requested: &[&'static str],
+) -> Report {
     check(&Input {
         events,
         decisions,
         faults,
         ttl: Duration::from_secs(1),
         retry: Duration::from_millis(100),
+        lost_slack: Duration::from_millis(50),
         held_after_end: 0,
-        pauses_enabled: pauses,
+        requested,
     })
+}
+
+fn fault(kind: FaultKind, start_ms: u64, end_ms: u64, worker: Option<u32>) -> Fault {
+    Fault {
+        kind,
+        start: start_ms * MS,
+        end: end_ms * MS,
+        hit: true,
+        worker,
+        key: worker.map(|_| "k".into()),
+        token: None,
+        detail: String::new(),
+    }
 }
 
 #[test]
 fn a_clean_history_passes() {
-    let events: Vec<_> = [round(1, 0, 1), round(2, 100, 2)].concat();
+    let events: Vec<_> = [round(1, 0, 1), renewal(1, 5, 1, Kind::Ok), round(2, 100, 2)].concat();
     let decisions = [write(0, 1, 1, true), write(1, 2, 2, true)];
     let r = run(&events, &decisions, &[], false);
     assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.violations);
     assert_eq!((r.acquisitions, r.writes_accepted, r.trials), (2, 2, 2));
     assert_eq!(r.violation_rate_upper_95, 1.0);
     assert_eq!(r.lost_signal.superseded, 0);
+    assert_eq!((r.renewals.sent, r.renewals.renewed), (1, 1));
+}
+
+#[test]
+fn a_run_without_renewals_is_inconclusive() {
+    let events: Vec<_> = [round(1, 0, 1), round(2, 100, 2)].concat();
+    let decisions = [write(0, 1, 1, true), write(1, 2, 2, true)];
+    let r = run(&events, &decisions, &[], false);
+    assert_eq!(r.renewals.renewed, 0);
+    assert_eq!(r.verdict, Verdict::Inconclusive);
+    assert!(
+        r.inconclusive[0].contains("no lease was renewed"),
+        "{:?}",
+        r.inconclusive
+    );
+}
+
+#[test]
+fn a_requested_fault_kind_that_never_landed_is_inconclusive() {
+    let events: Vec<_> = [round(1, 0, 1), renewal(1, 5, 1, Kind::Ok)].concat();
+    let decisions = [write(0, 1, 1, true)];
+    // Proxy faults were injected, but none delayed or cut a holder.
+    let mut stall = fault(FaultKind::ProxyStall, 500, 900, None);
+    stall.hit = false;
+    let r = check_requested(&events, &decisions, &[stall.clone()], &["proxy"]);
+    assert_eq!(r.verdict, Verdict::Inconclusive);
+    assert_eq!(
+        r.inconclusive,
+        ["proxy faults never landed on a holder (1 injected)"]
+    );
+    // Asked for and never injected at all: the same.
+    let r = check_requested(&events, &decisions, &[], &["kill"]);
+    assert_eq!(r.verdict, Verdict::Inconclusive);
+    assert_eq!(
+        r.inconclusive,
+        ["kill faults never landed on a holder (0 injected)"]
+    );
+    stall.hit = true;
+    let r = check_requested(&events, &decisions, &[stall], &["proxy"]);
+    assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.inconclusive);
+}
+
+#[test]
+fn proxy_faults_hit_only_when_a_holder_request_went_through_them() {
+    // pid 1 renews at 100 ms and 400 ms; its release at 700 ms fails.
+    let events: Vec<_> = [
+        renewal(1, 100, 1, Kind::Ok),
+        renewal(1, 400, 1, Kind::Ok),
+        vec![
+            ev(700, 1, Op::Release, Kind::Invoke, Some(1), None),
+            ev(705, 1, Op::Release, Kind::Unknown, Some(1), None),
+        ],
+    ]
+    .concat();
+    let mut faults = vec![
+        fault(FaultKind::ProxyLatency, 90, 150, None), // the renewal at 100
+        fault(FaultKind::ProxyStall, 150, 390, None),  // only idle time
+        fault(FaultKind::ProxyReset, 401, 401, None),  // the renewal in flight
+        fault(FaultKind::ProxyReset, 200, 200, None),  // nothing in flight
+        fault(FaultKind::ProxyReset, 650, 650, None),  // the release then fails
+        fault(FaultKind::Kill, 300, 300, Some(1)),     // not the checker's call
+    ];
+    for f in &mut faults {
+        f.hit = !f.hit;
+    }
+    mark_proxy_hits(&events, &mut faults, Duration::from_millis(100));
+    let hits: Vec<bool> = faults.iter().map(|f| f.hit).collect();
+    assert_eq!(hits, [true, false, true, false, true, false]);
 }
 
 #[test]
@@ -118,12 +234,120 @@ fn a_holder_still_trusting_its_lease_at_the_next_grant_is_a_violation() {
     // paused holder is an overlapping belief.
     let mut events = round(1, 0, 1);
     events.truncate(2);
+    events.extend(renewal(1, 5, 1, Kind::Ok));
     events.push(ev(2000, 1, Op::Write, Kind::Invoke, Some(1), Some(900)));
     events.extend(round(2, 1000, 2));
-    let r = run(&events, &[], &[], true);
+    let pause = fault(FaultKind::Pause, 100, 1900, Some(1));
+    let r = run(&events, &[], &[pause], true);
     assert_eq!(r.lost_signal.deadline_before_next_grant, 1);
     assert_eq!(r.overlapping_beliefs, 1);
     assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.violations);
+}
+
+#[test]
+fn the_next_holder_s_request_must_be_sent_after_the_deadline() {
+    // pid 1 holds token 1 and trusts it until 1000 ms; pid 2 sent the
+    // request that got token 2 at 995 ms, and the answer came at 1010 ms.
+    // A deadline measured from the wrong instant hides behind the answer's
+    // travel time: this must fail although the answer came after 1000 ms.
+    let mut events = granted(1, 0, 0, 1, 1, 1000);
+    events.extend(renewal(1, 300, 1, Kind::Ok));
+    events.extend(granted(2, 100, 995, 1010, 2, 2000));
+    let r = run(&events, &[], &[], false);
+    assert_eq!(r.lost_signal.superseded, 1);
+    assert_eq!(r.lost_signal.deadline_before_next_grant, 0);
+    assert_eq!(r.verdict, Verdict::Violation);
+    assert!(
+        r.violations[0].contains("request was sent"),
+        "{:?}",
+        r.violations
+    );
+
+    // Sent at 1001 ms: the deadline came first.
+    let mut events = granted(1, 0, 0, 1, 1, 1000);
+    events.extend(renewal(1, 300, 1, Kind::Ok));
+    events.extend(granted(2, 100, 1001, 1010, 2, 2000));
+    let r = run(&events, &[], &[], false);
+    assert_eq!(r.lost_signal.deadline_before_next_grant, 1);
+    assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.violations);
+
+    // Sent at 995 ms but held in a stalled proxy until 1008 ms: the store
+    // saw it at some moment before the answer, which is all that is known.
+    let mut events = granted(1, 0, 0, 1, 1, 1000);
+    events.extend(renewal(1, 300, 1, Kind::Ok));
+    events.extend(granted(2, 100, 995, 1010, 2, 2000));
+    let stall = fault(FaultKind::ProxyStall, 990, 1008, None);
+    let r = check_requested(&events, &[], &[stall], &["proxy"]);
+    assert_eq!(r.lost_signal.next_request_delayed, 1);
+    assert_eq!(r.lost_signal.deadline_before_next_grant, 1);
+    assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.violations);
+}
+
+#[test]
+fn lost_must_fire_by_valid_until_for_a_running_holder() {
+    // pid 1 is granted token 1, trusted until 500 ms; it does not release
+    // before its deadline, and writes at 2000 ms: it was running.
+    let holder = |lost_at: Option<u64>| {
+        let mut e = granted(1, 0, 0, 1, 1, 500);
+        e.extend(renewal(1, 100, 1, Kind::Unknown));
+        e.extend(lost_at.map(|t| ev(t, 1, Op::Lost, Kind::Info, Some(1), None)));
+        e.push(ev(2000, 1, Op::Write, Kind::Invoke, Some(1), Some(500)));
+        e.push(ev(2010, 1, Op::Release, Kind::Invoke, Some(1), Some(500)));
+        e
+    };
+    let r = run(&holder(Some(540)), &[], &[], false);
+    assert_eq!(
+        (r.lost_signal.must_fire, r.lost_signal.fired_on_time),
+        (1, 1)
+    );
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+
+    for late in [None, Some(560)] {
+        let r = run(&holder(late), &[], &[], false);
+        assert_eq!(
+            (r.lost_signal.must_fire, r.lost_signal.fired_on_time),
+            (1, 0)
+        );
+        assert_eq!(r.verdict, Verdict::Violation);
+        assert!(
+            r.violations[0].contains("lost() fired later"),
+            "{:?}",
+            r.violations
+        );
+    }
+
+    // Born past its deadline (the answer came late): the guard can only
+    // fire once it exists, so the slack counts from the grant.
+    let born_late = |lost_at: Option<u64>| {
+        let mut e = granted(1, 0, 0, 600, 1, 500);
+        e.extend(lost_at.map(|t| ev(t, 1, Op::Lost, Kind::Info, Some(1), None)));
+        e.push(ev(2000, 1, Op::Write, Kind::Invoke, Some(1), Some(500)));
+        e
+    };
+    let r = run(&born_late(Some(601)), &[], &[], false);
+    assert_eq!(
+        (r.lost_signal.must_fire, r.lost_signal.fired_on_time),
+        (1, 1)
+    );
+    let r = run(&born_late(None), &[], &[], false);
+    assert_eq!(
+        (r.lost_signal.must_fire, r.lost_signal.fired_on_time),
+        (1, 0)
+    );
+
+    // Stopped over its deadline, it cannot fire on time: not counted.
+    let pause = fault(FaultKind::Pause, 400, 1500, Some(1));
+    let r = run(&holder(Some(1501)), &[], &[pause], true);
+    assert_eq!(r.lost_signal.must_fire, 0);
+    // Killed (nothing logged after the deadline): not counted either.
+    let r = run(&granted(1, 0, 0, 1, 1, 500), &[], &[], false);
+    assert_eq!(r.lost_signal.must_fire, 0);
+    // Released before the deadline: nothing was lost.
+    let mut released = granted(1, 0, 0, 1, 1, 500);
+    released.push(ev(300, 1, Op::Release, Kind::Invoke, Some(1), Some(500)));
+    released.push(ev(2000, 1, Op::Acquire, Kind::Invoke, None, None));
+    let r = run(&released, &[], &[], false);
+    assert_eq!(r.lost_signal.must_fire, 0);
 }
 
 #[test]

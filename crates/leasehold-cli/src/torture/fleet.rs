@@ -11,6 +11,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 
+use super::worker_store::TestFault;
 use crate::exit::CliError;
 
 /// Everything a worker's command line carries except its identity.
@@ -21,6 +22,8 @@ pub struct WorkerConfig {
     pub wait: Duration,
     pub resource: String,
     pub no_fencing: bool,
+    /// A planted store fault, for the harness's own tests.
+    pub test_fault: Option<TestFault>,
     pub stop_at: u64,
     pub seed: u64,
     pub dir: PathBuf,
@@ -94,6 +97,7 @@ impl Fleet {
             .arg("--history")
             .arg(c.dir.join(format!("{name}.jsonl")))
             .args(c.no_fencing.then_some("--no-fencing"))
+            .args(c.test_fault.map(|f| format!("--test-fault={}", f.name())))
             .env_remove("LEASEHOLD_STORE")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

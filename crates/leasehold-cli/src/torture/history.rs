@@ -7,13 +7,16 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 /// A step of a worker, as Jepsen-style histories record it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Op {
     Acquire,
     Read,
     Write,
     Release,
+    /// A renewal request of the guard's background task (logged by the
+    /// worker's store wrapper, so every request is seen, whatever its fate).
+    Renew,
     /// The guard's lost-lease signal fired.
     Lost,
 }
@@ -50,6 +53,10 @@ pub struct Event {
     pub valid_until: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Acquire `ok`: when the request that was granted was sent (an acquire
+    /// that waited sends several; the store granted the last one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sent: Option<u64>,
 }
 
 /// An operation on the protected resource.
@@ -99,6 +106,12 @@ impl FaultKind {
             FaultKind::Restart => "restart",
         }
     }
+
+    /// Whether requests sent while it lasts may reach the store only much
+    /// later (held in the proxy, resent after a reset or a restart).
+    pub fn delays_requests(self) -> bool {
+        !matches!(self, FaultKind::Kill | FaultKind::Pause)
+    }
 }
 
 /// One injected fault.
@@ -108,7 +121,9 @@ pub struct Fault {
     pub start: u64,
     pub end: u64,
     /// Whether it landed where it was aimed (a pause or kill on a process
-    /// that held a lease at that moment; a restart command that exited 0).
+    /// that held a lease at that moment; a proxy fault that delayed or cut a
+    /// holder's request, as the checker finds from the history; a restart
+    /// command that exited 0).
     pub hit: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker: Option<u32>,

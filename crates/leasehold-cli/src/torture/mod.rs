@@ -18,6 +18,7 @@ mod report;
 mod resource;
 mod stores;
 mod worker;
+mod worker_store;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -34,10 +35,18 @@ use fleet::{Fleet, WorkerConfig};
 use history::{Decision, Event};
 pub use nemesis::Family;
 pub use worker::{worker, WorkerArgs};
+use worker_store::TestFault;
 
 /// One more acquisition attempt after a lease runs out: the allowance on
 /// top of the ttl (and 250 ms) for a takeover after a kill.
 const RETRY: Duration = Duration::from_millis(100);
+
+/// How late a worker's `lost()` may fire after its `valid_until` and still
+/// count as on time: the timer, the watcher task and the history write all
+/// need scheduling on a machine the workers and the store share.
+fn lost_slack(ttl: Duration) -> Duration {
+    Duration::from_millis(100) + ttl / 10
+}
 
 /// Where the protected counter lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -51,14 +60,16 @@ pub enum ResourceKind {
 /// Arguments of `torture`.
 #[derive(Debug, Args)]
 #[command(after_help = "\
-Workers loop: acquire (waiting up to 3 ttl), read the counter, sleep 2-10 % of the ttl, \
-write counter + 1 with the fencing token, release. The nemesis aims kills and pauses \
-at the current lease holder. The proxy faults sit between the workers and a network \
-store; they do not apply to SQLite (a file) and are reported as such.
+Workers loop: acquire (waiting up to 3 ttl), read the counter, sleep 2-10 % of the ttl \
+(one hold in ten: 1.5-3 ttl, so the lease lives on renewals), write counter + 1 with \
+the fencing token, release. The nemesis aims kills and pauses at the current lease \
+holder. The proxy faults sit between the workers and a network store; they cannot \
+apply to SQLite (a file): asking for them there exits 64, and the default leaves them out.
 
-Exit codes: 0 pass, 1 a violation was found, 2 inconclusive (pauses were enabled \
-but caused neither a fenced rejection nor an overlapping belief), 64 bad arguments, \
-69 store unreachable.")]
+Exit codes: 0 pass, 1 a violation was found, 2 inconclusive (a requested fault kind \
+never landed on a holder, no renewal was made, nothing was acquired, or pauses caused \
+neither a fenced rejection nor an overlapping belief), 64 bad arguments, 69 store \
+unreachable.")]
 pub struct TortureArgs {
     /// Worker processes
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=64))]
@@ -73,13 +84,9 @@ pub struct TortureArgs {
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub ttl: Duration,
     /// Fault kinds, comma-separated, or `none` for a baseline run
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        default_value = "kill,pause,proxy"
-    )]
-    pub faults: Vec<FaultArg>,
+    /// [default: kill,pause, plus proxy for a store reached over TCP]
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub faults: Option<Vec<FaultArg>>,
     /// Shell command that restarts the store (with --faults ...,restart)
     #[arg(long, value_name = "CMD")]
     pub restart_cmd: Option<String>,
@@ -98,6 +105,10 @@ pub struct TortureArgs {
     /// Print one JSON object instead of a table
     #[arg(long)]
     pub json: bool,
+    /// Plants a bug in the workers' store client to show the checker fails
+    /// the run (the harness's own tests; never a user feature)
+    #[arg(long, value_enum, hide = true)]
+    pub test_fault: Option<TestFault>,
 }
 
 /// A `--faults` item.
@@ -127,8 +138,14 @@ fn plan(store: &str, args: &TortureArgs) -> Result<Plan, CliError> {
             args.ttl
         )));
     }
-    let wanted = |f: FaultArg| args.faults.contains(&f);
-    if wanted(FaultArg::None) && args.faults.len() > 1 {
+    let proxy_endpoint = stores::endpoint(store);
+    let faults = match &args.faults {
+        Some(faults) => faults.clone(),
+        None if proxy_endpoint.is_ok() => vec![FaultArg::Kill, FaultArg::Pause, FaultArg::Proxy],
+        None => vec![FaultArg::Kill, FaultArg::Pause],
+    };
+    let wanted = |f: FaultArg| faults.contains(&f);
+    if wanted(FaultArg::None) && faults.len() > 1 {
         return Err(CliError::usage(
             "--faults none cannot be combined with other faults",
         ));
@@ -152,14 +169,30 @@ fn plan(store: &str, args: &TortureArgs) -> Result<Plan, CliError> {
             plan.families.push(family);
         }
     }
-    if wanted(FaultArg::Proxy) {
-        match stores::endpoint(store) {
-            Ok(endpoint) => {
-                plan.proxy = Some(endpoint);
-                plan.families.push(Family::Proxy);
-            }
-            Err(why) => plan.notes.push(format!("proxy faults not injected: {why}")),
+    match proxy_endpoint {
+        Ok(endpoint) if wanted(FaultArg::Proxy) => {
+            plan.proxy = Some(endpoint);
+            plan.families.push(Family::Proxy);
         }
+        Ok(_) => {}
+        // Asked for but impossible: a run that cannot inject it must not
+        // look as if it had tested it.
+        Err(why) if wanted(FaultArg::Proxy) => {
+            return Err(CliError::usage(format!(
+                "--faults proxy cannot apply to this store: {why}"
+            )))
+        }
+        Err(why) if args.faults.is_none() => {
+            plan.notes
+                .push(format!("no proxy faults by default: {why}"));
+        }
+        Err(_) => {}
+    }
+    if let Some(fault) = args.test_fault {
+        plan.notes.push(format!(
+            "TEST FAULT planted in the workers' store client: {} (expect a violation)",
+            fault.name()
+        ));
     }
     Ok(plan)
 }
@@ -177,8 +210,6 @@ pub async fn torture(store: &str, args: TortureArgs) -> Result<u8, CliError> {
         .map(|i| format!("torture-{run_id}:k{i}"))
         .collect();
     let locks = Locks::open(store).await?;
-    let dir = std::env::temp_dir().join(format!("leasehold-torture-{run_id}"));
-    std::fs::create_dir_all(&dir)?;
 
     let fencing = !args.no_fencing;
     let (server, in_store, resource_spec) = match args.resource {
@@ -207,6 +238,9 @@ pub async fn torture(store: &str, args: TortureArgs) -> Result<u8, CliError> {
         None => store.to_owned(),
     };
 
+    // Only now: a run refused above leaves nothing behind.
+    let dir = std::env::temp_dir().join(format!("leasehold-torture-{run_id}"));
+    std::fs::create_dir_all(&dir)?;
     let started = clock::mono_ns();
     let stop_at = started + args.duration.as_nanos() as u64;
     let wait = args.ttl * 3;
@@ -218,6 +252,7 @@ pub async fn torture(store: &str, args: TortureArgs) -> Result<u8, CliError> {
             wait,
             resource: resource_spec,
             no_fencing: args.no_fencing,
+            test_fault: args.test_fault,
             stop_at,
             seed,
             dir: dir.clone(),
@@ -236,7 +271,7 @@ pub async fn torture(store: &str, args: TortureArgs) -> Result<u8, CliError> {
         ttl: args.ttl,
         end: stop_at,
     };
-    let faults = nemesis.run().await?;
+    let mut faults = nemesis.run().await?;
     let remaining = Duration::from_nanos(stop_at.saturating_sub(clock::mono_ns()));
     let mut notes = plan.notes;
     let planned_notes = notes.len();
@@ -260,14 +295,17 @@ pub async fn torture(store: &str, args: TortureArgs) -> Result<u8, CliError> {
         (None, Some(r)) => r.decisions(&keys).await.map_err(store_error)?,
         (None, None) => unreachable!("one resource variant is always set up"),
     };
+    checker::mark_proxy_hits(&events, &mut faults, args.ttl);
+    let requested: Vec<&'static str> = plan.families.iter().map(|f| f.name()).collect();
     let report = checker::check(&checker::Input {
         events: &events,
         decisions: &decisions,
         faults: &faults,
         ttl: args.ttl,
         retry: RETRY,
+        lost_slack: lost_slack(args.ttl),
         held_after_end,
-        pauses_enabled: plan.families.contains(&Family::Pause),
+        requested: &requested,
     });
     if let Some(path) = &args.history {
         history::write_merged(path, &events, &decisions, &faults)?;
@@ -293,11 +331,7 @@ pub async fn torture(store: &str, args: TortureArgs) -> Result<u8, CliError> {
             ResourceKind::Store => "store",
         },
         fencing,
-        faults: plan
-            .families
-            .iter()
-            .map(|f| format!("{f:?}").to_lowercase())
-            .collect(),
+        faults: requested.iter().map(|f| f.to_string()).collect(),
         notes,
     };
     if args.json {

@@ -33,6 +33,18 @@ pub enum Family {
     Restart,
 }
 
+impl Family {
+    /// As `--faults` names it; fault kinds are named `FAMILY[-variant]`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Kill => "kill",
+            Family::Pause => "pause",
+            Family::Proxy => "proxy",
+            Family::Restart => "restart",
+        }
+    }
+}
+
 pub struct Nemesis<'a> {
     pub fleet: &'a mut Fleet,
     /// A direct connection (not through the proxy) for finding holders.
@@ -198,7 +210,9 @@ impl Nemesis<'_> {
             kind,
             start,
             end: mono_ns(),
-            hit: true,
+            // Whether a holder's request went through it shows in the
+            // history only: the checker decides (`mark_proxy_hits`).
+            hit: false,
             worker: None,
             key: None,
             token: None,

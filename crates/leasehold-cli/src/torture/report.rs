@@ -120,15 +120,41 @@ pub fn print_table(setup: &Setup, r: &Report) {
             zero(r.takeover.over_bound),
         ),
         (
+            "renewals",
+            format!(
+                "{} of {} sent (refused {}, failed {}); {} holds over a ttl",
+                r.renewals.renewed,
+                r.renewals.sent,
+                r.renewals.refused,
+                r.renewals.failed,
+                r.renewals.holds_over_ttl
+            ),
+            if r.renewals.renewed == 0 {
+                "UNTESTED"
+            } else {
+                ""
+            },
+        ),
+        (
             "lost-lease deadline first",
             format!(
-                "{}/{} superseded holders ({:.0} %); lost() fired {} times",
+                "{}/{} superseded holders ({:.0} %) before the next request",
                 r.lost_signal.deadline_before_next_grant,
                 r.lost_signal.superseded,
                 r.lost_signal.percent,
-                r.lost_signal.signals_fired
             ),
             zero(r.lost_signal.superseded - r.lost_signal.deadline_before_next_grant),
+        ),
+        (
+            "lost() by valid_until",
+            format!(
+                "{}/{} running holders in time (slack {:.0} ms); fired {} times",
+                r.lost_signal.fired_on_time,
+                r.lost_signal.must_fire,
+                r.lost_signal.slack_ms,
+                r.lost_signal.signals_fired
+            ),
+            zero(r.lost_signal.must_fire - r.lost_signal.fired_on_time),
         ),
         (
             "held after end + ttl",
@@ -158,8 +184,8 @@ pub fn print_table(setup: &Setup, r: &Report) {
         Verdict::Pass => println!("verdict: PASS"),
         Verdict::Violation => println!("verdict: VIOLATION: {}", r.violations.join("; ")),
         Verdict::Inconclusive => println!(
-            "verdict: INCONCLUSIVE: pauses were enabled but caused neither a fenced \
-             rejection nor an overlapping belief (or nothing was acquired); run longer"
+            "verdict: INCONCLUSIVE: {}; run longer",
+            r.inconclusive.join("; ")
         ),
     }
 }

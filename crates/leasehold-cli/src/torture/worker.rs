@@ -1,7 +1,8 @@
 //! One torture worker process (the hidden `torture-worker` command): loops
 //! acquire, read, sleep in the critical section, write + 1 with the token,
 //! release, and logs every step as a JSON line with the shared monotonic
-//! clock.
+//! clock. One hold in ten lasts several ttls, so the guard's renewal runs
+//! and the checker sees whether the store kept the lease it renewed.
 //!
 //! It deliberately does not check `is_lost()` before writing: a pause can
 //! fall between any such check and the write, so the harness shows what the
@@ -9,6 +10,7 @@
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,6 +22,7 @@ use rand::{Rng, SeedableRng};
 use super::clock::{mono_ns, to_mono};
 use super::history::{Event, Kind, Op};
 use super::resource::{self, Answer};
+use super::worker_store::{TestFault, WorkerStore};
 use crate::exit::CliError;
 use crate::parse_duration;
 
@@ -48,18 +51,25 @@ pub struct WorkerArgs {
     pub stop_at: u64,
     #[arg(long)]
     pub seed: u64,
+    /// A planted store fault, for the harness's own tests (see `TestFault`)
+    #[arg(long, value_enum)]
+    pub test_fault: Option<TestFault>,
 }
 
-/// Appends events to the history; shared with the lost-lease watcher.
-#[derive(Clone)]
-struct Log {
+/// The share of holds that last several ttls (the rest last 2-10 % of one).
+const LONG_HOLD_SHARE: f64 = 0.1;
+
+/// Appends events to the history; shared with the lost-lease watcher and
+/// the store wrapper.
+#[derive(Debug, Clone)]
+pub struct Log {
     file: Arc<Mutex<std::fs::File>>,
     worker: u32,
     pid: u32,
 }
 
 impl Log {
-    fn event(&self, op: Op, kind: Kind, key: &str) -> Event {
+    pub fn event(&self, op: Op, kind: Kind, key: &str) -> Event {
         Event {
             t: mono_ns(),
             worker: self.worker,
@@ -71,11 +81,12 @@ impl Log {
             value: None,
             valid_until: None,
             error: None,
+            sent: None,
         }
     }
 
     /// One `write` per line, so a SIGKILL tears at most the last line.
-    fn put(&self, event: Event) -> std::io::Result<()> {
+    pub fn put(&self, event: Event) -> std::io::Result<()> {
         let mut line = serde_json::to_vec(&event).expect("events serialize");
         line.push(b'\n');
         self.file
@@ -102,10 +113,14 @@ pub async fn worker(store: &str, args: WorkerArgs) -> Result<u8, CliError> {
         worker: args.id,
         pid,
     };
+    let store_client = WorkerStore::new(
+        leasehold::open::open_backend(store).await?,
+        log.clone(),
+        args.test_fault,
+    );
+    let granted_request_sent = store_client.last_attempt();
     // The nemesis finds a lease's holder process by this label.
-    let locks = Locks::open(store)
-        .await?
-        .with_holder_label(&format!("torture-w{}:{pid}", args.id));
+    let locks = Locks::new(store_client).with_holder_label(&format!("torture-w{}:{pid}", args.id));
     let mut resource = resource::connect(&args.resource, store, args.id, !args.no_fencing).await?;
     let mut rng = StdRng::seed_from_u64(args.seed);
     let options = AcquireOptions::new()
@@ -129,7 +144,9 @@ pub async fn worker(store: &str, args: WorkerArgs) -> Result<u8, CliError> {
             }
             Err(e) => return Err(e.into()),
         };
-        log.put(holding(log.event(Op::Acquire, Kind::Ok, key), &guard))?;
+        let mut granted = holding(log.event(Op::Acquire, Kind::Ok, key), &guard);
+        granted.sent = Some(granted_request_sent.load(Ordering::SeqCst));
+        log.put(granted)?;
         let watcher = watch_lost(&log, key, &guard);
         critical_section(&log, &mut *resource, key, &guard, &mut rng).await?;
         log.put(holding(log.event(Op::Release, Kind::Invoke, key), &guard))?;
@@ -194,9 +211,15 @@ async fn critical_section(
             return Ok(log.put(e)?);
         }
     };
-    // Long enough for the nemesis to catch a holder here, short against the ttl.
+    // Mostly long enough for the nemesis to catch a holder here and short
+    // against the ttl; sometimes several ttls, so the lease lives on renewals.
     let ttl = guard.lease().ttl();
-    tokio::time::sleep(ttl.mul_f64(rng.gen_range(0.02..0.1))).await;
+    let hold = if rng.gen_bool(LONG_HOLD_SHARE) {
+        rng.gen_range(1.5..3.0)
+    } else {
+        rng.gen_range(0.02..0.1)
+    };
+    tokio::time::sleep(ttl.mul_f64(hold)).await;
     let mut e = holding(log.event(Op::Write, Kind::Invoke, key), guard);
     e.value = Some(value + 1);
     log.put(e)?;

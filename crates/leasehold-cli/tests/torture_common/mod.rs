@@ -9,6 +9,7 @@ use serde_json::Value;
 pub struct Run {
     pub code: i32,
     pub report: Value,
+    pub setup: Value,
     pub output: String,
 }
 
@@ -18,6 +19,17 @@ impl Run {
             .pointer(path)
             .and_then(Value::as_u64)
             .unwrap_or_else(|| panic!("{path} missing in {}", self.output))
+    }
+
+    /// Deletes the worker logs a run that did not pass keeps, once a test
+    /// has seen the failure it expected.
+    pub fn remove_kept_logs(&self) {
+        let notes = self.setup["notes"].as_array().cloned().unwrap_or_default();
+        for note in notes.iter().filter_map(Value::as_str) {
+            if let Some(dir) = note.strip_prefix("worker logs and histories kept in ") {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
     }
 }
 
@@ -41,6 +53,7 @@ pub fn torture(store: &str, args: &[&str]) -> Run {
     Run {
         code: out.status.code().unwrap_or(-1),
         report: json["report"].clone(),
+        setup: json["setup"].clone(),
         output,
     }
 }
@@ -74,7 +87,48 @@ pub fn fenced_run_passes_and_faults_hit(store: &str, extra: &[&str]) -> Run {
         run.n("/lost_signal/superseded"),
         run.n("/lost_signal/deadline_before_next_grant")
     );
+    assert_eq!(
+        run.n("/lost_signal/must_fire"),
+        run.n("/lost_signal/fired_on_time")
+    );
+    // Leases lived on renewals, and the store extended them.
+    assert!(run.n("/renewals/renewed") > 0, "{}", run.output);
+    assert!(run.n("/renewals/holds_over_ttl") > 0, "{}", run.output);
     run
+}
+
+/// The workers' renew answers "renewed" without asking the store (a
+/// planted test fault): holders trust leases the store let go, and the run
+/// must fail on that, faults or not.
+pub fn broken_renewal_fails_the_run(store: &str) {
+    let run = torture(
+        store,
+        &[
+            "--duration",
+            "8s",
+            "--ttl",
+            "500ms",
+            "--seed",
+            "5",
+            "--faults",
+            "none",
+            "--test-fault",
+            "broken-renew",
+        ],
+    );
+    assert_eq!(run.code, 1, "a broken renewal must fail: {}", run.output);
+    assert_eq!(run.report["verdict"], "violation", "{}", run.output);
+    assert!(
+        run.n("/lost_signal/superseded") > run.n("/lost_signal/deadline_before_next_grant"),
+        "{}",
+        run.output
+    );
+    assert!(
+        run.setup["notes"].to_string().contains("TEST FAULT"),
+        "a planted fault is always reported: {}",
+        run.output
+    );
+    run.remove_kept_logs();
 }
 
 /// The same faults with a resource that ignores tokens: the checker must
@@ -98,6 +152,7 @@ pub fn unfenced_run_reports_lost_updates(store: &str, extra: &[&str]) {
     assert!(run.n("/lost_increments") > 0, "{}", run.output);
     assert!(run.n("/stale_writes_accepted") > 0, "{}", run.output);
     assert_eq!(run.n("/fenced_rejections"), 0, "nothing is fenced");
+    run.remove_kept_logs();
 }
 
 /// The torture checks every network store must pass, one `#[test]` each,
@@ -117,11 +172,15 @@ macro_rules! network_torture_tests {
                 &url,
                 &["--faults", "kill,pause,proxy"],
             );
-            assert!(run.report["faults"]
+            // Hit means a holder's request was delayed or cut.
+            let proxy_hits: u64 = run.report["faults"]
                 .as_object()
                 .unwrap()
-                .keys()
-                .any(|k| k.starts_with("proxy-")));
+                .iter()
+                .filter(|(k, _)| k.starts_with("proxy-"))
+                .map(|(_, c)| c["hit"].as_u64().unwrap())
+                .sum();
+            assert!(proxy_hits > 0, "{}", run.output);
         }
 
         #[test]
