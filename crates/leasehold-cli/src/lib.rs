@@ -6,6 +6,7 @@ mod admin;
 mod bench;
 mod demo;
 mod exit;
+mod redacted_stderr;
 mod run;
 mod torture;
 
@@ -123,7 +124,8 @@ pub fn main_with_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Exi
             return ExitCode::from(code);
         }
     };
-    init_tracing(cli.verbose);
+    let stderr = redacted_stderr::RedactedStderr::new(&cli.store);
+    init_tracing(cli.verbose, stderr.clone());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -137,7 +139,7 @@ pub fn main_with_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Exi
     match runtime.block_on(execute(cli)) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("leasehold: {e}");
+            eprintln!("leasehold: {}", stderr.redact(&e.to_string()));
             ExitCode::from(e.code)
         }
     }
@@ -158,7 +160,7 @@ async fn execute(cli: Cli) -> Result<u8, CliError> {
     }
 }
 
-fn init_tracing(verbose: u8) {
+fn init_tracing(verbose: u8, stderr: redacted_stderr::RedactedStderr) {
     use tracing_subscriber::EnvFilter;
     // Quiet by default: every failure is reported as one line by `main`.
     let default = match verbose {
@@ -169,7 +171,7 @@ fn init_tracing(verbose: u8) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(stderr)
         .try_init();
 }
 

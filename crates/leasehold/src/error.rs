@@ -139,6 +139,61 @@ impl Error {
             source: source.into(),
         }
     }
+
+    /// This error with the secrets of `url` (the store URL it came from)
+    /// taken out of its text. Applied where a URL is opened: a driver's
+    /// message may echo the URL or the password. A driver error whose text
+    /// (causes and `Debug` included) reveals nothing is kept as it is, so
+    /// callers can still downcast it.
+    pub(crate) fn without_secrets_of(self, url: &str) -> Self {
+        use crate::redact::{redact_secrets, reveals_secret};
+        let redact_source = |source: BoxError| -> BoxError {
+            let text = format!("{} {:?}", chain(&*source), source);
+            if reveals_secret(&text, url) {
+                Box::new(Redacted(redact_secrets(&chain(&*source), url)))
+            } else {
+                source
+            }
+        };
+        match self {
+            Error::InvalidInput { what, problem } => Error::InvalidInput {
+                what,
+                problem: redact_secrets(&problem, url),
+            },
+            Error::Unavailable { source } => Error::Unavailable {
+                source: redact_source(source),
+            },
+            Error::Backend { source } => Error::Backend {
+                source: redact_source(source),
+            },
+            other => other,
+        }
+    }
+}
+
+/// A driver error's text after its secrets were taken out (the original
+/// error is dropped: its `source()` chain and `Debug` would still show them).
+#[derive(Debug)]
+struct Redacted(String);
+
+impl std::fmt::Display for Redacted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Redacted {}
+
+/// An error and its causes, `": "`-separated.
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
 }
 
 /// Shows a measured duration to the millisecond (`5.002s`, `250ms`):
@@ -217,6 +272,48 @@ mod tests {
             e.to_string(),
             "invalid key: must be at most 256 bytes, got 300"
         );
+    }
+
+    /// A driver error that echoes the URL, as some do for parse errors.
+    #[derive(Debug)]
+    struct Echo(String);
+    impl std::fmt::Display for Echo {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "cannot use {}", self.0)
+        }
+    }
+    impl std::error::Error for Echo {}
+
+    #[test]
+    fn secrets_of_the_url_are_taken_out_of_every_variant() {
+        use std::error::Error as _;
+        let url = "postgres://app:hunter22@db/orders";
+        let echoing = [
+            Error::invalid("store url", format!("{url} is bad")),
+            Error::unavailable(Echo(url.to_owned())),
+            Error::backend(Echo("hunter22".to_owned())),
+        ];
+        for e in echoing {
+            let e = e.without_secrets_of(url);
+            let text = format!(
+                "{e} {e:?} {}",
+                e.source().map(|s| s.to_string()).unwrap_or_default()
+            );
+            assert!(!text.contains("hunter22"), "{text}");
+            assert!(text.contains("***"), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_driver_error_without_secrets_is_kept_whole() {
+        use std::error::Error as _;
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let e = Error::unavailable(io).without_secrets_of("redis://:hunter22@cache");
+        assert!(e
+            .source()
+            .unwrap()
+            .downcast_ref::<std::io::Error>()
+            .is_some());
     }
 
     #[test]

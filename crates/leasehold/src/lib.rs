@@ -142,6 +142,7 @@ mod lock;
 mod notify;
 pub mod occ;
 pub mod open;
+pub mod redact;
 mod renewal;
 #[cfg(feature = "postgres")]
 pub mod rowlock;
@@ -156,6 +157,7 @@ pub use guard::LeaseGuard;
 pub use key::{validate_prefix, Key, MAX_KEY_BYTES};
 pub use lock::{AcquireOptions, Locks};
 pub use notify::{Subscription, WakeHub};
+pub use redact::{redact_secrets, redact_url};
 
 #[cfg(feature = "mongodb")]
 pub use mongodb;

@@ -45,10 +45,17 @@ const KNOWN_SCHEMES: &[(&str, &str)] = &[
 /// store not compiled into this build, or bad options; [`Error::Unavailable`]
 /// if the store cannot be reached.
 pub async fn open_backend(url: &str) -> Result<Arc<dyn Backend>> {
+    open_any(url).await.map_err(|e| e.without_secrets_of(url))
+}
+
+async fn open_any(url: &str) -> Result<Arc<dyn Backend>> {
     let Some((scheme, rest)) = url.split_once("://") else {
         return Err(Error::invalid(
             "store url",
-            format!("{url:?} has no scheme; expected e.g. sqlite://PATH or memory://"),
+            format!(
+                "{:?} has no scheme; expected e.g. sqlite://PATH or memory://",
+                crate::redact::redact_url(url)
+            ),
         ));
     };
     match scheme {
@@ -203,6 +210,25 @@ mod tests {
         assert!(problem("postgres://u@h:notaport/db")
             .await
             .starts_with("invalid store url: not a PostgreSQL URL"));
+    }
+
+    #[tokio::test]
+    async fn messages_never_show_the_password() {
+        for url in [
+            "app:hunter22@db/orders",
+            "ftp://app:hunter22@host",
+            "memory://app:hunter22@host",
+            "sqlite://?password=hunter22",
+            #[cfg(feature = "postgres")]
+            "postgres://app:hunter22@db:notaport/orders",
+            #[cfg(feature = "redis")]
+            "redis://app:hunter22@cache:notaport",
+            #[cfg(feature = "mongodb")]
+            "mongodb://app:hunter22@h1:notaport,h2/locks",
+        ] {
+            let message = problem(url).await;
+            assert!(!message.contains("hunter22"), "{url}: {message}");
+        }
     }
 
     #[tokio::test]

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Parser;
 use leasehold::http::Mode;
-use leasehold::Locks;
+use leasehold::{redact_url, Locks};
 
 use crate::{app, db, AppState, LockSettings};
 
@@ -67,11 +67,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         .unwrap_or_else(|| cli.state_dir.join("users.db").display().to_string());
     let locks = Locks::open(&store)
         .await
-        .with_context(|| format!("opening lock store {store}"))?;
+        .with_context(|| format!("opening lock store {}", redact_url(&store)))?;
     let users = db::open(&data)
         .await
         .map_err(|e| anyhow::anyhow!(e))
-        .with_context(|| format!("opening users database {data}"))?;
+        .with_context(|| format!("opening users database {}", redact_url(&data)))?;
     let lock = (!cli.no_lock).then_some(LockSettings {
         ttl: cli.ttl,
         mode: cli.wait.map_or(Mode::Reject, Mode::Wait),
@@ -84,7 +84,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(cli.listen)
         .await
         .with_context(|| format!("binding {}", cli.listen))?;
-    tracing::info!(listen = %cli.listen, %store, %data, "serving");
+    // The URLs may carry passwords: logged redacted.
+    tracing::info!(
+        listen = %cli.listen,
+        store = %redact_url(&store),
+        data = %redact_url(&data),
+        "serving"
+    );
     axum::serve(listener, router)
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;

@@ -72,7 +72,10 @@ pub async fn contended_processes(
     let children: Vec<_> = (0..workers)
         .map(|_| {
             Command::new(&exe)
-                .args(["--store", url, "bench-worker", "--key", &key])
+                // The URL may carry a password: the environment, unlike
+                // argv, is readable by this user only.
+                .env("LEASEHOLD_STORE", url)
+                .args(["bench-worker", "--key", &key])
                 .args(["--duration", &format!("{}ms", duration.as_millis())])
                 .stdout(std::process::Stdio::piped())
                 .kill_on_drop(true)

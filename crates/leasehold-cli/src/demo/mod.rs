@@ -169,7 +169,10 @@ async fn run_workers(
         // Spread the orders: the first `orders % workers` workers take one more.
         let orders = args.orders / args.workers + u32::from(i < args.orders % args.workers);
         let mut child = Command::new(&exe)
-            .args(["--store", store, "demo-worker", "--product", product])
+            // The URL may carry a password: the environment, unlike argv,
+            // is readable by this user only (/proc/PID/environ is 0400).
+            .env("LEASEHOLD_STORE", store)
+            .args(["demo-worker", "--product", product])
             .args([
                 "--strategy",
                 strategy.name(),

@@ -14,7 +14,8 @@ use tokio::process::{Child, Command};
 use super::worker_store::TestFault;
 use crate::exit::CliError;
 
-/// Everything a worker's command line carries except its identity.
+/// Everything a worker is started with except its identity (the store URL
+/// through its environment, the rest on its command line).
 pub struct WorkerConfig {
     pub store: String,
     pub keys: Vec<String>,
@@ -87,7 +88,10 @@ impl Fleet {
         let seed = c.seed
             ^ (u64::from(id) << 32 | u64::from(incarnation)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         let child = Command::new(&self.exe)
-            .args(["--store", &c.store, "torture-worker"])
+            // The URL may carry a password: the environment, unlike argv,
+            // is readable by this user only (/proc/PID/environ is 0400).
+            .env("LEASEHOLD_STORE", &c.store)
+            .arg("torture-worker")
             .args(["--id", &id.to_string(), "--keys", &c.keys.join(",")])
             .args(["--ttl", &format!("{}ms", c.ttl.as_millis())])
             .args(["--wait", &format!("{}ms", c.wait.as_millis())])
@@ -98,7 +102,6 @@ impl Fleet {
             .arg(c.dir.join(format!("{name}.jsonl")))
             .args(c.no_fencing.then_some("--no-fencing"))
             .args(c.test_fault.map(|f| format!("--test-fault={}", f.name())))
-            .env_remove("LEASEHOLD_STORE")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr)

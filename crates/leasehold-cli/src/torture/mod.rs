@@ -320,7 +320,7 @@ pub async fn torture(store: &str, args: TortureArgs) -> Result<u8, CliError> {
         let _ = std::fs::remove_dir_all(&dir);
     }
     let setup = report::Setup {
-        store: store.to_owned(),
+        store: leasehold::redact_url(store),
         workers: args.workers,
         keys: args.keys,
         duration_ms: args.duration.as_millis() as u64,

@@ -37,7 +37,12 @@ impl Faulty {
     fn run<'a, T: Send + 'a>(&'a self, op: BoxFuture<'a, Result<T>>) -> BoxFuture<'a, Result<T>> {
         match self.state.load(Ordering::SeqCst) {
             UP => op,
-            FAILING => Box::pin(async { Err(Error::unavailable("injected outage")) }),
+            // A driver message that names the store, password included.
+            FAILING => Box::pin(async {
+                Err(Error::unavailable(
+                    "injected outage at postgres://app:hunter22@db",
+                ))
+            }),
             _ => Box::pin(std::future::pending()),
         }
     }
@@ -219,6 +224,12 @@ async fn store_failure_and_silence_are_503_problems() {
             let doc = json(response).await;
             assert_eq!(doc["type"], problem::STORE_UNAVAILABLE);
             assert_eq!(doc["status"], 503);
+            // The store's error text (hosts, credentials) stays in the logs.
+            let body = doc.to_string();
+            assert!(
+                !body.contains("hunter22") && !body.contains("injected"),
+                "{body}"
+            );
         }
     }
     assert_eq!(calls.load(Ordering::SeqCst), 0);

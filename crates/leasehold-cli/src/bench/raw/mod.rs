@@ -70,9 +70,9 @@ impl BenchStore {
         }
     }
 
-    /// The URL with any password masked, for reports.
+    /// The URL with its credentials masked, for reports.
     pub fn display_url(&self) -> String {
-        mask_password(&self.url)
+        leasehold::redact_url(&self.url)
     }
 }
 
@@ -123,39 +123,4 @@ pub async fn open(url: &str) -> Result<(BenchStore, Locks), CliError> {
         handoff_peers: measured.handoff_peers,
     };
     Ok((store, measured.locks))
-}
-
-fn mask_password(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let (authority, path) = rest
-        .split_once('/')
-        .map_or((rest, None), |(a, p)| (a, Some(p)));
-    let masked = match authority.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _)) => format!("{user}:***@{host}"),
-            None => authority.to_owned(),
-        },
-        None => authority.to_owned(),
-    };
-    match path {
-        Some(p) => format!("{scheme}://{masked}/{p}"),
-        None => format!("{scheme}://{masked}"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::mask_password;
-
-    #[test]
-    fn passwords_are_masked() {
-        assert_eq!(
-            mask_password("postgres://u:secret@h:5432/db"),
-            "postgres://u:***@h:5432/db"
-        );
-        assert_eq!(mask_password("redis://:pw@h"), "redis://:***@h");
-        assert_eq!(mask_password("sqlite:///tmp/x.db"), "sqlite:///tmp/x.db");
-    }
 }

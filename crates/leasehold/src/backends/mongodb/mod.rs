@@ -97,6 +97,12 @@ impl MongoBackend {
     /// # Cancel safety
     /// Cancel safe: nothing is written.
     pub async fn connect_with(url: &str, options: MongoOptions) -> Result<Self> {
+        Self::connect_to(url, options)
+            .await
+            .map_err(|e| e.without_secrets_of(url))
+    }
+
+    async fn connect_to(url: &str, options: MongoOptions) -> Result<Self> {
         options.validate()?;
         let mut client_options = ClientOptions::parse(url)
             .await

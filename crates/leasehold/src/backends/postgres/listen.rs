@@ -19,13 +19,26 @@ use crate::notify::{Subscription, WakeHub};
 use crate::time::Backoff;
 
 /// Where the listening connection comes from.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(super) enum ListenSource {
     /// A connection taken from the backend's pool (and kept).
     Pool(PgPool),
     /// A dedicated URL: for a pool behind PgBouncer in transaction mode,
     /// where `LISTEN` needs a direct (or session-mode) connection.
     Url(String),
+}
+
+/// By hand: the URL's password stays out of `{:?}`.
+impl std::fmt::Debug for ListenSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ListenSource::Pool(pool) => f.debug_tuple("Pool").field(pool).finish(),
+            ListenSource::Url(url) => f
+                .debug_tuple("Url")
+                .field(&crate::redact::redact_url(url))
+                .finish(),
+        }
+    }
 }
 
 #[derive(Debug)]

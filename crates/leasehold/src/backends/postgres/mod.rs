@@ -87,6 +87,13 @@ impl PostgresBackend {
     /// # Cancel safety
     /// Cancel safe; the migration is one transaction.
     pub async fn connect_with(url: &str, options: PostgresOptions) -> Result<Self> {
+        let listen_url = options.listen_url.clone().unwrap_or_default();
+        Self::connect_to(url, options)
+            .await
+            .map_err(|e| e.without_secrets_of(url).without_secrets_of(&listen_url))
+    }
+
+    async fn connect_to(url: &str, options: PostgresOptions) -> Result<Self> {
         let connect = parse_url("store url", url)?;
         let sql = validate(&options, options.max_connections)?;
         if options.acquire_timeout.is_zero() {

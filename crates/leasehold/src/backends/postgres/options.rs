@@ -18,13 +18,29 @@ use crate::error::Error;
 ///     .with_acquire_timeout(Duration::from_secs(2));
 /// assert_eq!(options.table(), "app.locks");
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct PostgresOptions {
     pub(super) table: String,
     pub(super) migrate: bool,
     pub(super) listen_url: Option<String>,
     pub(super) max_connections: u32,
     pub(super) acquire_timeout: Duration,
+}
+
+/// By hand: the listen URL's password stays out of `{:?}`.
+impl std::fmt::Debug for PostgresOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresOptions")
+            .field("table", &self.table)
+            .field("migrate", &self.migrate)
+            .field(
+                "listen_url",
+                &self.listen_url.as_deref().map(crate::redact::redact_url),
+            )
+            .field("max_connections", &self.max_connections)
+            .field("acquire_timeout", &self.acquire_timeout)
+            .finish()
+    }
 }
 
 impl Default for PostgresOptions {
@@ -87,5 +103,18 @@ impl PostgresOptions {
     /// The configured table name, as given.
     pub fn table(&self) -> &str {
         &self.table
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PostgresOptions;
+
+    #[test]
+    fn debug_output_hides_the_listen_url_password() {
+        let options = PostgresOptions::new().with_listen_url("postgres://app:hunter22@db/orders");
+        let text = format!("{options:?}");
+        assert!(!text.contains("hunter22"), "{text}");
+        assert!(text.contains("postgres://app:***@db/orders"), "{text}");
     }
 }

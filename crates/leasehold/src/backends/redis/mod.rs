@@ -171,6 +171,12 @@ impl RedisBackend {
     /// # Cancel safety
     /// Cancel safe: dropping the future drops the half-made connection.
     pub async fn connect_with(url: &str, options: RedisOptions) -> Result<Self> {
+        Self::connect_to(url, options)
+            .await
+            .map_err(|e| e.without_secrets_of(url))
+    }
+
+    async fn connect_to(url: &str, options: RedisOptions) -> Result<Self> {
         options.validate()?;
         if url.starts_with("rediss://") || url.starts_with("valkeys://") {
             return Err(Error::invalid(
