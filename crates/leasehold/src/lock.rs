@@ -153,6 +153,18 @@ impl Locks {
         &self.backend
     }
 
+    /// Closes the store's connections (see [`Backend::shutdown`]); call it
+    /// last, before the tokio runtime ends, in a program that exits soon
+    /// after. Clones of this handle and guards still alive then fail their
+    /// store operations with errors (a lease that cannot be renewed is
+    /// lost). Dropping the handle instead is fine in a long-lived runtime.
+    ///
+    /// Today only the MongoDB store needs it: its driver can panic when the
+    /// runtime stops under a request in flight.
+    pub async fn close(self) {
+        self.backend.shutdown().await;
+    }
+
     /// Tries once to take `key` with the default ttl (30 s).
     ///
     /// # Errors
