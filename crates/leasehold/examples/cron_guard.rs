@@ -55,8 +55,9 @@ async fn main() -> Result<(), leasehold::BoxError> {
     // 3. An admin breaks the lock after the third batch. The guard learns
     //    it at its next renewal (ttl/3 later at most) and `lost()` resolves.
     let admin = Locks::open(&url).await?;
+    let admin_in_job = admin.clone();
     let outcome = run_job(&locks, move |batch| {
-        let admin = admin.clone();
+        let admin = admin_in_job.clone();
         async move {
             if batch == 3 {
                 admin.force_release(KEY).await.expect("force release");
@@ -66,6 +67,11 @@ async fn main() -> Result<(), leasehold::BoxError> {
     .await?;
     println!("lock broken mid-job: {outcome:?}");
     assert!(matches!(outcome, Outcome::Stopped { after_batches } if after_batches < BATCHES));
+
+    // The program ends here: close the connections before the runtime
+    // stops (the MongoDB driver needs it; the other stores do not mind).
+    admin.close().await;
+    locks.close().await;
     Ok(())
 }
 
