@@ -481,13 +481,16 @@ impl Backend for RedisBackend {
                 )
             });
             // Register first, then make sure the channel is subscribed: a
-            // release after this returns is then always delivered.
+            // release after this returns is then always delivered. Only the
+            // first connection is waited for (bounded, and by the caller's
+            // deadline too); once an attempt failed, waiters poll at once.
             let subscription = subscriber.hub.subscribe(key.as_str());
-            let mut up = subscriber.up.clone();
+            let mut link = subscriber.link.clone();
             let wait = inner.options.connect_timeout * 2;
-            let subscribed = tokio::time::timeout(wait, up.wait_for(|up| *up))
-                .await
-                .is_ok_and(|r| r.is_ok());
+            let subscribed =
+                tokio::time::timeout(wait, link.wait_for(|link| *link != wake::Link::Connecting))
+                    .await
+                    .is_ok_and(|r| r.is_ok_and(|link| *link == wake::Link::Up));
             if subscribed {
                 Ok(subscription)
             } else {
