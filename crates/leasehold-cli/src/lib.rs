@@ -175,10 +175,12 @@ fn init_tracing(verbose: u8, stderr: redacted_stderr::RedactedStderr) {
     use tracing_subscriber::EnvFilter;
     // Quiet by default: every failure is reported as one line by `main`.
     // Warnings that a store's settings weaken fencing (Redis without AOF)
-    // are the exception: the user must hear of those without -v.
+    // are the exception: the user must hear of those without -v; and so is
+    // why waiters poll instead of being woken (PostgreSQL behind a
+    // transaction pooler without a listen URL).
     let durability = leasehold::backends::redis::DURABILITY_TARGET;
     let default = match verbose {
-        0 => format!("error,{durability}=warn"),
+        0 => format!("error,{durability}=warn,leasehold::backends::postgres::listen=warn"),
         1 => "leasehold=debug,leasehold_cli=debug,warn".to_owned(),
         _ => "leasehold=trace,leasehold_cli=trace,info".to_owned(),
     };

@@ -43,6 +43,9 @@ pub(super) enum ListenSource {
     /// A dedicated URL: for a pool behind PgBouncer in transaction mode,
     /// where `LISTEN` needs a direct (or session-mode) connection.
     Url(String),
+    /// Nowhere: the pool is behind a transaction-mode pooler and no listen
+    /// URL was given. Waiters poll.
+    None,
 }
 
 /// By hand: the URL's password stays out of `{:?}`.
@@ -54,9 +57,14 @@ impl std::fmt::Debug for ListenSource {
                 .debug_tuple("Url")
                 .field(&crate::redact::redact_url(url))
                 .finish(),
+            ListenSource::None => f.write_str("None"),
         }
     }
 }
+
+/// Whether this process has said why its waiters poll (said once: every
+/// waiter would say the same).
+static TOLD_WHY_POLLING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// The state of the listening connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,6 +117,16 @@ impl Listener {
     /// release committed after this returns is missed; a subscription that
     /// never fires (the waiter polls) if listening is impossible right now.
     pub(super) async fn subscribe(&self, key: &Key) -> Subscription {
+        if let ListenSource::None = self.source {
+            if !TOLD_WHY_POLLING.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                tracing::warn!(
+                    "PostgreSQL behind a transaction-mode pooler without listen_url: LISTEN needs \
+                     a session, so waiters poll until the holder's ttl ends; add \
+                     ?listen_url=postgres://... (the server, past the pooler) to be woken at release"
+                );
+            }
+            return Subscription::never();
+        }
         let mut link = self.start_once();
         // Register first: a release between LISTEN and this is then seen.
         let subscription = self.hub.subscribe(key.as_str());
@@ -147,6 +165,7 @@ async fn connect(source: &ListenSource) -> Result<PgListener, sqlx::Error> {
     let mut listener = match source {
         ListenSource::Pool(pool) => PgListener::connect_with(pool).await?,
         ListenSource::Url(url) => PgListener::connect(url).await?,
+        ListenSource::None => return Err(sqlx::Error::PoolClosed),
     };
     listener.listen(CHANNEL).await?;
     Ok(listener)
