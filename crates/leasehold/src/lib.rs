@@ -79,8 +79,8 @@
 //! |---|---|---|---|
 //! | `memory://` | in-process ([`backends::memory`]) | always | in-process channel |
 //! | `sqlite://PATH` | SQLite file, across processes on one host | `sqlite` (default) | Unix datagrams in a wake directory |
-//! | `postgres://...`, `postgresql://...` | PostgreSQL lease table ([`backends::postgres`]), across hosts | `postgres` | `LISTEN/NOTIFY`, one connection per backend |
-//! | `redis://host[:port][/db]` | Redis, Lua scripts, fence keys never deleted; use AOF | `redis` | one pub/sub connection per store |
+//! | `postgres://...`, `postgresql://...` | PostgreSQL lease table ([`backends::postgres`]), across hosts | `postgres` | `LISTEN/NOTIFY`, one connection per process and URL |
+//! | `redis://host[:port][/db]` | Redis, Lua scripts, fence keys never deleted; use AOF | `redis` | one pub/sub connection per process and server |
 //! | `mongodb://HOST/DB` | MongoDB collection ([`backends::mongodb`]), expiry on the server's clock as estimated from `hello` | `mongodb` | a change stream (polling where the server has none) |
 //!
 //! # Features
@@ -146,6 +146,8 @@ pub mod redact;
 mod renewal;
 #[cfg(feature = "postgres")]
 pub mod rowlock;
+#[cfg(any(feature = "postgres", feature = "redis"))]
+mod shared;
 pub mod time;
 
 pub use backend::{
