@@ -162,6 +162,11 @@ impl PostgresBackend {
     /// [`check_in`](Self::check_in) can run in your transactions. Runs the
     /// migration unless disabled.
     ///
+    /// `pool` is a sqlx 0.8 `PgPool`: build it with the re-export
+    /// [`leasehold::sqlx`](crate::sqlx), or with your own dependency on
+    /// `sqlx = { version = "0.8", features = ["runtime-tokio", "postgres"] }`
+    /// (the same major version, so the types match).
+    ///
     /// # Errors
     /// [`Error::InvalidInput`] (before any I/O) for a bad table name, a bad
     /// listen URL, or a pool of fewer than 2 connections without a listen URL
@@ -239,13 +244,25 @@ impl PostgresBackend {
     /// too. Do not release the guard before committing (that would wait for
     /// this very transaction).
     ///
-    /// ```ignore
-    /// let mut tx = backend.pool().begin().await?;
-    /// backend.check_in(&mut tx, guard.lease()).await?;
-    /// sqlx::query("UPDATE accounts SET balance = balance - 10 WHERE id = 1")
-    ///     .execute(&mut *tx).await?;
-    /// tx.commit().await?;
+    /// ```no_run
+    /// use leasehold::backends::postgres::PostgresBackend;
+    /// use leasehold::{sqlx, LeaseGuard};
+    ///
+    /// // A `sqlx::Error` converts into `leasehold::Error`, so `?` works on
+    /// // both; in your own error type, match a lost lease with
+    /// // `Error::is_lease_lost()`.
+    /// async fn debit(backend: &PostgresBackend, guard: &LeaseGuard) -> leasehold::Result<()> {
+    ///     let mut tx = backend.pool().begin().await?;
+    ///     backend.check_in(&mut tx, guard.lease()).await?; // Err(LeaseLost): tx rolls back on drop
+    ///     sqlx::query("UPDATE accounts SET balance = balance - 10 WHERE id = 1")
+    ///         .execute(&mut *tx)
+    ///         .await?;
+    ///     tx.commit().await?;
+    ///     Ok(())
+    /// }
     /// ```
+    ///
+    /// `examples/postgres_fenced_write.rs` runs this against a stale holder.
     ///
     /// # Errors
     /// [`Error::LeaseLost`] if the lease expired, was released, broken or
