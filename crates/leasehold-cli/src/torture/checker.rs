@@ -306,8 +306,9 @@ fn count_renewals(input: &Input<'_>, grants: &[Grant], r: &mut Report) {
 /// after that grant (the overlap fencing has to catch)?
 ///
 /// A request the nemesis held back (in the proxy, or while the store
-/// restarted) may reach the store long after it was sent; for those only
-/// the answer bounds when the store granted it.
+/// restarted), or one whose round trip outlasted the lease's safety
+/// margin, may reach the store long after it was sent; for those only the
+/// answer bounds when the store granted it.
 fn check_beliefs(input: &Input<'_>, grants: &[Grant], r: &mut Report) {
     let delaying: Vec<(u64, u64)> = input
         .faults
@@ -315,6 +316,12 @@ fn check_beliefs(input: &Input<'_>, grants: &[Grant], r: &mut Report) {
         .filter(|f| f.kind.delays_requests())
         .map(|f| (f.start, f.end))
         .collect();
+    // A round trip longer than the lease's own safety margin waited
+    // somewhere on the way (SQLite's busy handler behind a paused writer, a
+    // loaded scheduler): the store may have taken it long after it was sent.
+    // A deadline counted from the wrong instant overshoots by the holder's
+    // own round trip, so quick requests, the usual case, still catch it.
+    let queued_after = leasehold::time::safety_margin(input.ttl).as_nanos() as u64;
     for key_grants in per_key(grants).values() {
         let mut by_token = key_grants.clone();
         by_token.sort_by_key(|g| g.token);
@@ -326,7 +333,8 @@ fn check_beliefs(input: &Input<'_>, grants: &[Grant], r: &mut Report) {
                 r.lost_signal.superseded += 1;
                 let held_back = delaying
                     .iter()
-                    .any(|&(start, end)| next.sent <= end && next.ok >= start);
+                    .any(|&(start, end)| next.sent <= end && next.ok >= start)
+                    || next.ok.saturating_sub(next.sent) > queued_after;
                 let granted_no_earlier_than = if held_back {
                     r.lost_signal.next_request_delayed += 1;
                     next.ok
