@@ -6,6 +6,16 @@ cd "$(dirname "$0")/.."
 # shellcheck source=scripts/test-services.sh
 source scripts/test-services.sh
 trap leasehold_stop_services EXIT
-# Doc tests first, so the run ends with nextest's summary of everything else.
+# Doc tests and the Node.js package first, so the run ends with nextest's
+# summary of everything else.
 cargo test --workspace --all-features --doc --quiet
+# The npm package (bindings/node): install its dev tools from the npm
+# registry, build the native addon (debug: it shares target/ with the Rust
+# build), then node's test runner over every store exported above.
+(
+  cd bindings/node
+  npm ci --no-audit --no-fund
+  npm run build:debug
+  npm test
+)
 cargo nextest run --workspace --all-features --no-fail-fast "$@"

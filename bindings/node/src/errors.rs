@@ -80,36 +80,5 @@ pub(crate) fn js(error: Error) -> napi::Error {
 
 /// Milliseconds rounded up, so "retry after" never undershoots.
 pub(crate) fn ceil_millis(d: Duration) -> u64 {
-    let ms = d.as_millis();
-    let rounded = if d.as_nanos() % 1_000_000 == 0 { ms } else { ms + 1 };
-    u64::try_from(rounded).unwrap_or(u64::MAX)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn busy_errors_carry_holder_and_retry_after() {
-        let error = Error::Busy {
-            key: "k".into(),
-            holder: "host:1".into(),
-            remaining: Duration::from_micros(1500),
-        };
-        let text = to_js(error, None).reason;
-        let record: Value = serde_json::from_str(text.strip_prefix(TAG).unwrap()).unwrap();
-        assert_eq!(record["code"], "LEASEHOLD_BUSY");
-        assert_eq!(record["holder"], "host:1");
-        assert_eq!(record["retryAfterMs"], 2);
-        assert_eq!(record["retryable"], true);
-    }
-
-    #[test]
-    fn input_errors_are_not_retryable() {
-        let text = js(Error::invalid("key", "must not be empty")).reason;
-        let record: Value = serde_json::from_str(text.strip_prefix(TAG).unwrap()).unwrap();
-        assert_eq!(record["code"], "LEASEHOLD_INVALID_INPUT");
-        assert_eq!(record["retryable"], false);
-        assert!(record.get("holder").is_none());
-    }
+    u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
 }

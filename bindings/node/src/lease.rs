@@ -113,7 +113,11 @@ impl NativeLease {
     /// callback is weak: it never keeps the process alive, and the watcher
     /// holds the lease only weakly, so an abandoned lease is dropped.
     #[napi]
-    pub fn watch_lost(&self, on_lost: Function<(), ()>, max_hold_ms: Option<f64>) -> napi::Result<()> {
+    pub fn watch_lost(
+        &self,
+        on_lost: Function<(), ()>,
+        max_hold_ms: Option<f64>,
+    ) -> napi::Result<()> {
         let Some(lost) = lock(&self.slot.guard).as_ref().map(LeaseGuard::lost) else {
             return Ok(());
         };
