@@ -193,6 +193,8 @@ for (const store of stores()) {
       const lease = await locks.tryAcquire(key, { ttl: '30s' });
       await lease[Symbol.asyncDispose]();
       assert.equal(await other.inspect(key), null);
+      await sleep(50);
+      assert.equal(lease.signal.aborted, false, 'a release is not a loss');
     });
 
     test('maxHold bounds the total holding time', async () => {

@@ -38,6 +38,18 @@ test('exits by itself when nothing is held or pending, without close()', () => {
   assertExitsCleanly(child, 'released');
 });
 
+test('exits by itself while a lease is still held, without close()', () => {
+  const child = run(['-e'], `
+    const { Locks } = require('leasehold');
+    (async () => {
+      const locks = await Locks.open('memory://');
+      const lease = await locks.acquire('k', { ttl: '30s' });
+      console.log('holding', lease.isLost());
+    })();`);
+  assertExitsCleanly(child, 'holding false');
+  assert.ok(child.elapsed < 15_000, 'did not wait for the 30 s ttl');
+});
+
 test('exits by itself after close(), leases still held', () => {
   const child = run(['-e'], `
     const { Locks } = require('leasehold');
