@@ -10,6 +10,10 @@
 
 LEASEHOLD_SERVICES_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/services"
 LEASEHOLD_STOP_HOOKS=()
+# Starters of services that sit in front of another one (PgBouncer needs
+# PostgreSQL): a service script appends its start function here instead of
+# starting at once, and they run after every script has been sourced.
+LEASEHOLD_LATE_STARTS=()
 
 leasehold_stop_services() {
   local hook
@@ -17,6 +21,10 @@ leasehold_stop_services() {
     eval "$hook" || true
   done
   LEASEHOLD_STOP_HOOKS=()
+# Starters of services that sit in front of another one (PgBouncer needs
+# PostgreSQL): a service script appends its start function here instead of
+# starting at once, and they run after every script has been sourced.
+LEASEHOLD_LATE_STARTS=()
 }
 
 # A free TCP port on 127.0.0.1.
@@ -28,5 +36,8 @@ for leasehold_service in "$LEASEHOLD_SERVICES_DIR"/*.sh; do
   [ -e "$leasehold_service" ] || continue
   # shellcheck source=/dev/null
   source "$leasehold_service"
+done
+for leasehold_service in "${LEASEHOLD_LATE_STARTS[@]}"; do
+  "$leasehold_service" || true
 done
 unset leasehold_service

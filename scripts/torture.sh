@@ -19,8 +19,11 @@ dir="$(mktemp -d "${TMPDIR:-/tmp}/leasehold-torture.XXXXXX")"
 trap 'leasehold_stop_services; rm -rf "$dir"' EXIT
 
 stores=("sqlite://$dir/locks.db")
-for var in LEASEHOLD_TEST_POSTGRES LEASEHOLD_TEST_REDIS LEASEHOLD_TEST_MONGODB; do
-  if [ -n "${!var:-}" ]; then
+for var in LEASEHOLD_TEST_POSTGRES LEASEHOLD_TEST_PGBOUNCER LEASEHOLD_TEST_REDIS LEASEHOLD_TEST_MONGODB; do
+  if [ -n "${!var:-}" ] && [ "$var" = LEASEHOLD_TEST_PGBOUNCER ]; then
+    # PostgreSQL through PgBouncer in transaction mode, LISTEN past it.
+    stores+=("${!var}?pooler=transaction&listen_url=${LEASEHOLD_TEST_POSTGRES}")
+  elif [ -n "${!var:-}" ]; then
     stores+=("${!var}")
   elif [ "${LEASEHOLD_REQUIRE_SERVERS:-}" = 1 ]; then
     echo "torture: $var is not set and LEASEHOLD_REQUIRE_SERVERS=1" >&2
@@ -32,7 +35,9 @@ done
 
 failed=0
 for store in "${stores[@]}"; do
-  echo "== torture on ${store%%://*}"
+  name=${store%%://*}
+  case "$store" in *pooler=transaction*) name="$name via pgbouncer" ;; esac
+  echo "== torture on $name"
   # The seed is printed in the report; pass --seed to replay a schedule.
   if ! "$bin" --store "$store" torture --duration "${seconds}s" --ttl 500ms --workers 5; then
     failed=1

@@ -6,10 +6,14 @@ use std::fmt;
 pub const EX_USAGE: u8 = 64;
 /// Store unreachable or failing.
 pub const EX_UNAVAILABLE: u8 = 69;
-/// Internal failure (e.g. the runtime could not start).
-pub const EX_SOFTWARE: u8 = 70;
-/// Lease lost while running the command.
+/// Lease lost while running the command (the command was stopped).
 pub const EX_LOST: u8 = 70;
+/// Internal or operating-system failure (the runtime could not start, a
+/// pipe or process could not be made): sysexits' EX_OSERR, so that it is
+/// never mistaken for a lost lease.
+pub const EX_INTERNAL: u8 = 71;
+/// The name the other modules use for [`EX_INTERNAL`].
+pub const EX_SOFTWARE: u8 = EX_INTERNAL;
 /// Not acquired within the wait bound.
 pub const EX_TEMPFAIL: u8 = 75;
 /// `torture`: the checker found a violation.
@@ -17,7 +21,8 @@ pub const EX_VIOLATION: u8 = 1;
 /// `torture`: no violation, but the run did not test what it was asked to
 /// (a fault kind never landed on a holder, no renewal, ...).
 pub const EX_INCONCLUSIVE: u8 = 2;
-/// Interrupted while waiting (128 + SIGINT).
+/// Interrupted by SIGINT while waiting (128 + 2); SIGTERM gives 143,
+/// SIGHUP 129 (128 + the signal's number, as shells report it).
 pub const EX_INTERRUPTED: u8 = 130;
 
 /// An error with the exit code it maps to; printed as one line.
@@ -66,7 +71,7 @@ impl From<leasehold::Error> for CliError {
 
 impl From<std::io::Error> for CliError {
     fn from(e: std::io::Error) -> Self {
-        CliError::new(EX_SOFTWARE, e.to_string())
+        CliError::new(EX_INTERNAL, e.to_string())
     }
 }
 

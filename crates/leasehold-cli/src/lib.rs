@@ -17,7 +17,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 pub use exit::{
-    CliError, EX_INCONCLUSIVE, EX_LOST, EX_TEMPFAIL, EX_UNAVAILABLE, EX_USAGE, EX_VIOLATION,
+    CliError, EX_INCONCLUSIVE, EX_INTERNAL, EX_LOST, EX_TEMPFAIL, EX_UNAVAILABLE, EX_USAGE,
+    EX_VIOLATION,
 };
 
 const EXIT_CODES: &str = "\
@@ -29,8 +30,10 @@ Exit codes:
   64  invalid usage or input (bad key, ttl, duration, store URL, arguments)
   69  store unreachable or failing
   70  lease lost while `run` was running the command (the command was stopped)
-  75  lock not acquired within --wait (or busy, without --wait)
-  130 interrupted while waiting for the lock
+  71  internal failure (the runtime or a process could not be started)
+  75  lock not acquired within --wait (or busy, without --wait, or its grant
+      arrived already expired)
+  129 SIGHUP, 130 SIGINT, 131 SIGQUIT, 143 SIGTERM while waiting for the lock
 
 Durations: 250ms, 30s, 2m, 1h (also combined: 1m30s).
 Set RUST_LOG (e.g. RUST_LOG=leasehold=debug) or pass -v for tracing output.";
@@ -56,6 +59,9 @@ pub struct Cli {
 pub enum Command {
     /// Run a command while holding a lock; exit with its exit code
     Run(run::RunArgs),
+    /// Kills a command's process group if its `run` dies (started by `run`)
+    #[command(hide = true)]
+    RunWatchdog(run::WatchdogArgs),
     /// Show who holds a lock
     Status(admin::StatusArgs),
     /// List held locks
@@ -124,6 +130,10 @@ pub fn main_with_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Exi
             return ExitCode::from(code);
         }
     };
+    if let Command::RunWatchdog(args) = &cli.command {
+        // Synchronous and tiny: no runtime, no logging.
+        return ExitCode::from(run::watchdog(args));
+    }
     let stderr = redacted_stderr::RedactedStderr::new(&cli.store);
     init_tracing(cli.verbose, stderr.clone());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -132,14 +142,14 @@ pub fn main_with_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Exi
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("leasehold: cannot start the async runtime: {e}");
-            return ExitCode::from(exit::EX_SOFTWARE);
+            run::report(&format!("cannot start the async runtime: {e}"));
+            return ExitCode::from(exit::EX_INTERNAL);
         }
     };
     match runtime.block_on(execute(cli)) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("leasehold: {}", stderr.redact(&e.to_string()));
+            run::report(&stderr.redact(&e.to_string()));
             ExitCode::from(e.code)
         }
     }
@@ -148,6 +158,7 @@ pub fn main_with_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Exi
 async fn execute(cli: Cli) -> Result<u8, CliError> {
     match cli.command {
         Command::Run(args) => run::run(&cli.store, args).await,
+        Command::RunWatchdog(args) => Ok(run::watchdog(&args)),
         Command::Status(args) => admin::status(&cli.store, args).await,
         Command::List(args) => admin::list(&cli.store, args).await,
         Command::Release(args) => admin::release(&cli.store, args).await,
@@ -163,15 +174,22 @@ async fn execute(cli: Cli) -> Result<u8, CliError> {
 fn init_tracing(verbose: u8, stderr: redacted_stderr::RedactedStderr) {
     use tracing_subscriber::EnvFilter;
     // Quiet by default: every failure is reported as one line by `main`.
+    // Warnings that a store's settings weaken fencing (Redis without AOF)
+    // are the exception: the user must hear of those without -v; and so is
+    // why waiters poll instead of being woken (PostgreSQL behind a
+    // transaction pooler without a listen URL).
+    let durability = leasehold::backends::redis::DURABILITY_TARGET;
     let default = match verbose {
-        0 => "error",
-        1 => "leasehold=debug,leasehold_cli=debug,warn",
-        _ => "leasehold=trace,leasehold_cli=trace,info",
+        0 => format!("error,{durability}=warn,leasehold::backends::postgres::listen=warn"),
+        1 => "leasehold=debug,leasehold_cli=debug,warn".to_owned(),
+        _ => "leasehold=trace,leasehold_cli=trace,info".to_owned(),
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(stderr)
+        // No colour codes in logs and captured output.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
 }
 

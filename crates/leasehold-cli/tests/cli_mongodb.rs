@@ -52,3 +52,30 @@ fn demo_shows_the_race_and_three_safe_strategies() {
     let out = run(leasehold(&store).args(["demo", "--workers", "4", "--json"]));
     assert_demo_shows_race_and_safety(&out, &["none", "lease", "row-lock", "optimistic"]);
 }
+
+/// Short runs end with the driver shut down before the runtime stops: the
+/// driver's pool can otherwise panic at exit ("SendError" in its connection
+/// requester, about 1 run in 50). Contending runs on one key also exercise
+/// the change-stream watcher and the release-on-exit path.
+#[test]
+fn short_runs_never_print_a_panic_at_exit() {
+    let Some(store) = store() else { return };
+    let workers: Vec<_> = (0..4)
+        .map(|_| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                for _ in 0..15 {
+                    let out = run(leasehold(&store)
+                        .env("RUST_BACKTRACE", "1")
+                        .args(["run", "short", "--wait", "60s", "--", "true"]));
+                    let text = stderr(&out);
+                    assert!(!text.contains("panicked"), "{text}");
+                    assert!(out.status.success(), "{text}");
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().expect("no run printed a panic");
+    }
+}

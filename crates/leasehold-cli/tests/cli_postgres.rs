@@ -145,3 +145,53 @@ fn demo_shows_the_race_and_three_safe_strategies() {
     let out = run(leasehold(&schema.url).args(["demo", "--workers", "4", "--json"]));
     assert_demo_shows_race_and_safety(&out, &["none", "lease", "row-lock", "optimistic"]);
 }
+
+/// A grant that comes back after its lease's end (the upsert waited on a
+/// row lock longer than the ttl) must not start the command: `run` checks
+/// the guard first. Whatever the store does about such grants, the command
+/// may only ever run while its lease is live.
+#[test]
+fn a_grant_that_arrives_expired_never_starts_the_command() {
+    let Some(schema) = Schema::create() else {
+        return;
+    };
+    let store = &schema.url;
+    // The lease row exists and is free.
+    let out = run(leasehold(store).args(["run", "k", "--", "true"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    // Another transaction holds the row for longer than the next ttl.
+    let base = schema.url.clone();
+    let row_lock = std::thread::spawn(move || {
+        sql(
+            &base,
+            "BEGIN; SELECT * FROM leasehold_locks WHERE key = 'k' FOR UPDATE; \
+             SELECT pg_sleep(1.5); COMMIT;",
+        )
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let dir = tempfile::tempdir().unwrap();
+    let seen = dir.path().join("status.json");
+    let out = run(leasehold(store)
+        .args(["run", "k", "--ttl", "500ms", "--", "sh", "-c"])
+        .arg(format!(
+            "'{}' --store \"$STORE\" status k --json > {}",
+            env!("CARGO_BIN_EXE_leasehold"),
+            seen.display()
+        ))
+        .env("STORE", store));
+    row_lock.join().unwrap();
+    match std::fs::read_to_string(&seen) {
+        // Not started: reported as not acquired.
+        Err(_) => assert_eq!(out.status.code(), Some(75), "{}", stderr(&out)),
+        // Started: then under a live lease of its own.
+        Ok(text) => {
+            let status: serde_json::Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(
+                status["held"],
+                true,
+                "the command ran without a lease: {status}; run said {}",
+                stderr(&out)
+            );
+        }
+    }
+}

@@ -73,6 +73,13 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     /// place when this resolves, so a release that happens after it resolves
     /// is never missed.
     fn subscribe<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Subscription>>;
+
+    /// Closes the store's connections and stops its background tasks, so
+    /// that none is torn down mid-request when the runtime ends. Operations
+    /// afterwards fail with an error (never a panic). Default: nothing to do.
+    fn shutdown(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
 }
 
 /// Who asks for a lease: 128 random bits, fresh for every acquisition.

@@ -34,12 +34,17 @@ pub enum Error {
     },
 
     /// The lock was not acquired within the caller's wait bound.
-    #[error("lock {key:?} was not acquired within {waited:?}")]
+    #[error("lock {key:?} was not acquired within {waited:?}{}",
+        if *held_here { " (a guard of this same process holds it: release or drop that guard)" } else { "" })]
     Timeout {
         /// The contested key.
         key: String,
         /// How long the caller waited.
         waited: Duration,
+        /// Whether, when the wait ended, a live guard of this same process
+        /// (from this [`Locks`](crate::Locks) or a clone) held the key: the
+        /// wait was behind the caller's own program.
+        held_here: bool,
     },
 
     /// The caller cancelled the wait.
@@ -177,7 +182,8 @@ mod tests {
         assert!(Error::unavailable("down").is_retryable());
         assert!(Error::Timeout {
             key: "k".into(),
-            waited: Duration::from_secs(1)
+            waited: Duration::from_secs(1),
+            held_here: false,
         }
         .is_retryable());
         assert!(!Error::invalid("key", "empty").is_retryable());
@@ -234,6 +240,24 @@ mod tests {
             .unwrap()
             .downcast_ref::<std::io::Error>()
             .is_some());
+    }
+
+    #[test]
+    fn a_timeout_behind_this_process_says_so() {
+        let timeout = |held_here| Error::Timeout {
+            key: "k".into(),
+            waited: Duration::from_secs(5),
+            held_here,
+        };
+        assert_eq!(
+            timeout(false).to_string(),
+            "lock \"k\" was not acquired within 5s"
+        );
+        assert_eq!(
+            timeout(true).to_string(),
+            "lock \"k\" was not acquired within 5s (a guard of this same process holds it: \
+             release or drop that guard)"
+        );
     }
 
     #[test]

@@ -6,16 +6,16 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::time::{sleep_until, timeout_at, Instant};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::backend::{Backend, Lease, OwnerId};
 use crate::error::{Error, Result};
 use crate::key::Key;
-use crate::local::LocalTurn;
+use crate::local::LocalHold;
 use crate::renewal::{RenewalScheduler, Ticket};
-use crate::time::{renew_interval, trusted_for, Backoff};
+use crate::time::{renew_interval, trusted_for, Backoff, LeaseClock};
 
 /// A held lease. Renews itself in the background every ttl/3 while it lives.
 ///
@@ -28,10 +28,17 @@ use crate::time::{renew_interval, trusted_for, Backoff};
 /// should race against `lost()` and pass [`token`](Self::token) to the
 /// resource it writes (see the crate docs on fencing).
 ///
+/// # Suspend and resume
+/// Deadlines are measured on a clock that keeps running while the machine
+/// is suspended or its VM frozen (on Linux, `CLOCK_BOOTTIME`): a holder that
+/// resumes after its lease ran out sees [`is_lost`](Self::is_lost) at once and
+/// [`lost`](Self::lost) within a second.
+///
 /// # Local waiters
-/// While a guard lives, tasks waiting for its key through the same
-/// [`Locks`](crate::Locks) (or a clone) wait behind it, even after its lease
-/// is lost: drop or release guards promptly.
+/// Tasks waiting for the key through the same [`Locks`](crate::Locks) (or a
+/// clone) wait at the store like any other process: the first of them gets
+/// the key as soon as the store frees it, even while this guard still lives
+/// (after its lease was lost, expired or broken).
 ///
 /// # Dropping
 /// Dropping the guard stops renewal at once and releases the lease
@@ -47,17 +54,20 @@ pub struct LeaseGuard {
     renewals: RenewalScheduler,
     renewal_start: Ticket,
     released: bool,
-    /// The holder's place in the local queue; the next local waiter goes
-    /// to the store only once this is dropped, after the release.
-    turn: Option<LocalTurn>,
+    /// Marks the key as held by this process, so a local waiter that times
+    /// out can say so.
+    _hold: LocalHold,
 }
 
 struct GuardState {
     lost: CancellationToken,
+    clock: LeaseClock,
+    /// On the lease clock (see [`LeaseClock`]).
     valid_until: Mutex<Instant>,
 }
 
 impl GuardState {
+    /// The deadline on the lease clock.
     fn valid_until(&self) -> Instant {
         *self.valid_until.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -68,20 +78,22 @@ impl GuardState {
 }
 
 impl LeaseGuard {
-    /// Wraps a lease granted by a request sent at `sent_at` and schedules
-    /// its renewal for its first renewal time (or, if `auto_renew` is false,
-    /// only the lost-lease timer for its deadline).
+    /// Wraps a lease granted by a request sent at `sent_at` (on the lease
+    /// clock of `renewals`) and schedules its renewal for its first renewal
+    /// time (or, if `auto_renew` is false, only the lost-lease timer for its
+    /// deadline).
     pub(crate) fn start(
         backend: Arc<dyn Backend>,
         renewals: &RenewalScheduler,
         lease: Lease,
         sent_at: Instant,
         auto_renew: bool,
-        turn: Option<LocalTurn>,
+        hold: LocalHold,
     ) -> Self {
         let valid_until = sent_at + trusted_for(lease.ttl());
         let state = Arc::new(GuardState {
             lost: CancellationToken::new(),
+            clock: renewals.clock().clone(),
             valid_until: Mutex::new(valid_until),
         });
         let stop_renewal = CancellationToken::new();
@@ -109,7 +121,7 @@ impl LeaseGuard {
             renewals: renewals.clone(),
             renewal_start,
             released: false,
-            turn,
+            _hold: hold,
         }
     }
 
@@ -141,15 +153,16 @@ impl LeaseGuard {
         &self.lease
     }
 
-    /// Until when this process may rely on the lease, by its monotonic clock.
-    /// Moves forward with every successful renewal.
+    /// Until when this process may rely on the lease, as a tokio instant.
+    /// Moves forward with every successful renewal, and back by the time the
+    /// machine spends suspended (see "Suspend and resume" above).
     pub fn valid_until(&self) -> Instant {
-        self.state.valid_until()
+        self.state.clock.to_local(self.state.valid_until())
     }
 
     /// Whether the lease is lost: the signal fired, or `valid_until` passed.
     pub fn is_lost(&self) -> bool {
-        self.state.lost.is_cancelled() || Instant::now() >= self.valid_until()
+        self.state.lost.is_cancelled() || self.state.clock.now() >= self.state.valid_until()
     }
 
     /// Resolves when the lease is lost (renewal failed until `valid_until`, or
@@ -208,9 +221,7 @@ impl Drop for LeaseGuard {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let backend = self.backend.clone();
             let lease = self.lease.clone();
-            let turn = self.turn.take();
             runtime.spawn(async move {
-                let _turn = turn;
                 let span = tracing::debug_span!("release", key = %lease.key(), token = lease.token());
                 if let Err(e) = backend.release(&lease).instrument(span).await {
                     tracing::warn!(key = %lease.key(), error = %e, "best-effort release on drop failed; the lease will expire");
@@ -242,16 +253,17 @@ async fn keep_alive(
     auto_renew: bool,
 ) {
     let ttl = lease.ttl();
+    let clock = state.clock.clone();
     let outcome = tokio::select! {
         biased;
         _ = stop.cancelled() => return,
         outcome = async {
             if !auto_renew {
-                sleep_until(state.valid_until()).await;
+                clock.sleep_until(state.valid_until()).await;
                 return "lease ran out (renewal disabled)";
             }
             loop {
-                sleep_until(last_sent + renew_interval(ttl)).await;
+                clock.sleep_until(last_sent + renew_interval(ttl)).await;
                 match renew_until_deadline(&*backend, &lease, &state).await {
                     Ok(sent) => last_sent = sent,
                     Err(why) => return why,
@@ -276,13 +288,19 @@ async fn renew_until_deadline(
         (ttl / 20).max(Duration::from_millis(5)),
         (ttl / 6).max(Duration::from_millis(10)),
     );
+    let clock = &state.clock;
     loop {
-        let sent = Instant::now();
+        let sent = clock.now();
         if sent >= deadline {
             return Err("renewal did not succeed before the lease's deadline");
         }
         let span = tracing::debug_span!("renew", key = %lease.key(), token = lease.token());
-        match timeout_at(deadline, backend.renew(lease, ttl).instrument(span)).await {
+        let answer = tokio::select! {
+            biased;
+            answer = backend.renew(lease, ttl).instrument(span) => Ok(answer),
+            () = clock.sleep_until(deadline) => Err(()),
+        };
+        match answer {
             Ok(Ok(true)) => {
                 state.extend(sent + trusted_for(ttl));
                 return Ok(sent);
@@ -291,7 +309,9 @@ async fn renew_until_deadline(
             Err(_) => return Err("renewal did not answer before the lease's deadline"),
             Ok(Err(e)) if e.is_retryable() => {
                 tracing::debug!(error = %e, "renewal failed, retrying");
-                sleep_until((Instant::now() + backoff.next_delay()).min(deadline)).await;
+                clock
+                    .sleep_until((clock.now() + backoff.next_delay()).min(deadline))
+                    .await;
             }
             Ok(Err(e)) => {
                 tracing::error!(error = %e, "renewal failed permanently");

@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::{sleep_until, Instant};
+use tokio::time::{sleep_until, timeout_at, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -142,6 +142,13 @@ impl Locks {
         Ok(Self::from_arc(crate::open::open_backend(url).await?))
     }
 
+    /// Measures lease deadlines on `clock` (tests suspend the machine).
+    #[cfg(test)]
+    pub(crate) fn with_lease_clock(mut self, clock: crate::time::LeaseClock) -> Self {
+        self.renewals = RenewalScheduler::with_clock(clock);
+        self
+    }
+
     /// Replaces the human label stored beside each lease (default `host:pid`).
     pub fn with_holder_label(mut self, label: &str) -> Self {
         self.holder_label = label.into();
@@ -151,6 +158,18 @@ impl Locks {
     /// The store behind this handle.
     pub fn backend(&self) -> &Arc<dyn Backend> {
         &self.backend
+    }
+
+    /// Closes the store's connections (see [`Backend::shutdown`]); call it
+    /// last, before the tokio runtime ends, in a program that exits soon
+    /// after. Clones of this handle and guards still alive then fail their
+    /// store operations with errors (a lease that cannot be renewed is
+    /// lost). Dropping the handle instead is fine in a long-lived runtime.
+    ///
+    /// Today only the MongoDB store needs it: its driver can panic when the
+    /// runtime stops under a request in flight.
+    pub async fn close(self) {
+        self.backend.shutdown().await;
     }
 
     /// Tries once to take `key` with the default ttl (30 s).
@@ -190,8 +209,15 @@ impl Locks {
     /// Waiters for the same key on this handle (and its clones) queue in
     /// FIFO order and only the first waits at the store, so a task that
     /// releases and re-acquires in a loop cannot starve its neighbours.
+    /// A guard of this process does not hold that queue: the first local
+    /// waiter gets the key as soon as the store frees it, even if the guard
+    /// still lives (its lease lost). A [`try_acquire`](Self::try_acquire)
+    /// (no wait) does not queue and simply asks the store.
     /// Across processes the store decides, with no fairness guarantee.
     /// Errors from the store end the wait at once.
+    ///
+    /// Subscribing to the store's release notifications never delays the
+    /// wait past its bound: if it is slow or refused, the waiter polls.
     ///
     /// # Errors
     /// [`Error::InvalidInput`] (before any I/O) for a bad key or ttl;
@@ -228,22 +254,26 @@ impl Locks {
                 biased;
                 _ = cancelled(options) => return Err(Error::Cancelled { key: request.key().to_string() }),
                 turn = self.local.turn(request.key()) => Some(turn),
-                _ = sleep_until_some(deadline) => return Err(timeout(&request, started)),
+                _ = sleep_until_some(deadline) => return Err(self.timeout(&request, started)),
             }
         };
         let mut waiting: Option<Waiting> = None;
         loop {
-            let sent_at = Instant::now();
+            // On the lease clock, which counts suspended time (time.rs).
+            let sent_at = self.renewals.clock().now();
             let busy = match self.backend.try_acquire(&request).await? {
                 Acquire::Granted(lease) => {
                     tracing::debug!(token = lease.token(), "granted");
+                    let hold = self.local.hold(request.key());
+                    // The next local waiter may go to the store now (local.rs).
+                    drop(turn);
                     return Ok(LeaseGuard::start(
                         self.backend.clone(),
                         &self.renewals,
                         lease,
                         sent_at,
                         options.auto_renew,
-                        turn,
+                        hold,
                     ));
                 }
                 Acquire::Busy(busy) => busy,
@@ -257,12 +287,12 @@ impl Locks {
             }
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
-                return Err(timeout(&request, started));
+                return Err(self.timeout(&request, started));
             }
             let Some(w) = waiting.as_mut() else {
                 // Subscribe, then try again at once: a release between the
                 // first attempt and the subscription would otherwise be missed.
-                waiting = Some(Waiting::start(&*self.backend, request.key()).await?);
+                waiting = Some(Waiting::start(&*self.backend, request.key(), deadline).await?);
                 continue;
             };
             // Wake just after the holder's lease ends at the latest.
@@ -281,8 +311,16 @@ impl Locks {
                 _ = sleep_until(wake_at) => {}
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Err(timeout(&request, started));
+                return Err(self.timeout(&request, started));
             }
+        }
+    }
+
+    fn timeout(&self, request: &AcquireRequest, started: Instant) -> Error {
+        Error::Timeout {
+            key: request.key().to_string(),
+            waited: started.elapsed(),
+            held_here: self.local.is_held_here(request.key()),
         }
     }
 
@@ -337,13 +375,6 @@ async fn sleep_until_some(deadline: Option<Instant>) {
     }
 }
 
-fn timeout(request: &AcquireRequest, started: Instant) -> Error {
-    Error::Timeout {
-        key: request.key().to_string(),
-        waited: started.elapsed(),
-    }
-}
-
 /// A waiter's state between attempts: its release subscription and backoff.
 struct Waiting {
     subscription: Subscription,
@@ -351,8 +382,19 @@ struct Waiting {
 }
 
 impl Waiting {
-    async fn start(backend: &dyn Backend, key: &Key) -> Result<Self> {
-        let subscription = backend.subscribe(key).await?;
+    /// Subscribes to releases of `key`, but by `deadline` at the latest: a
+    /// store that is slow to set up its notifications (a pool with no free
+    /// connection, a refused or unanswered pub/sub connection) leaves this
+    /// waiter polling rather than waiting past its bound.
+    async fn start(backend: &dyn Backend, key: &Key, deadline: Option<Instant>) -> Result<Self> {
+        let subscribe = backend.subscribe(key);
+        let subscription = match deadline {
+            Some(d) => timeout_at(d, subscribe).await.unwrap_or_else(|_| {
+                tracing::debug!(%key, "release notifications not ready by the deadline; polling");
+                Ok(Subscription::never())
+            })?,
+            None => subscribe.await?,
+        };
         let backoff = if subscription.is_live() {
             // Notifications do the work; the timer is only a safety net for
             // a notification lost with a dropped connection.

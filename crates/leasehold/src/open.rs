@@ -11,8 +11,10 @@
 //!
 //! SQLite accepts `?synchronous=full` (default) or `?synchronous=normal`.
 //! PostgreSQL URLs take sqlx's parameters (`sslmode`, `application_name`,
-//! ...); a server that does not answer fails with [`Error::Unavailable`]
-//! within 5 s. For another table or a separate `LISTEN` URL, build a
+//! ...) and leasehold's `pooler=transaction` (behind PgBouncer in transaction
+//! mode) and `listen_url=postgres://...` (a separate `LISTEN` connection);
+//! a server that does not answer fails with [`Error::Unavailable`] within
+//! 5 s. For another table, build a
 //! [`PostgresBackend`](crate::backends::postgres::PostgresBackend) yourself.
 //! Redis accepts `?prefix=NAME` (the key prefix, default `leasehold`); other
 //! query parameters go to the `redis` crate (e.g. `protocol=resp3`).

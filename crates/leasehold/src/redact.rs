@@ -89,6 +89,17 @@ fn secrets(url: &str) -> Vec<String> {
             .map(|(_, value)| value),
     );
     let mut found: Vec<String> = Vec::new();
+    // The secrets of a URL inside the URL (PostgreSQL's `listen_url=`).
+    for (_, value) in query_pairs(parts.rest) {
+        let value = percent_decode(value);
+        if value.contains("://") {
+            for secret in secrets(&value) {
+                if !found.contains(&secret) {
+                    found.push(secret);
+                }
+            }
+        }
+    }
     for secret in raw {
         for form in [secret.to_owned(), percent_decode(secret)] {
             if form.len() >= MIN_SCRUBBED_SECRET && !found.contains(&form) {
@@ -166,6 +177,11 @@ fn redact_query(rest: &str) -> String {
         .split('&')
         .map(|pair| match pair.split_once('=') {
             Some((key, _)) if is_secret_key(key) => format!("{key}={PLACEHOLDER}"),
+            // A URL inside the URL (PostgreSQL's `listen_url=`), redacted
+            // the same way (shown decoded).
+            Some((key, value)) if percent_decode(value).contains("://") => {
+                format!("{key}={}", redact_url(&percent_decode(value)))
+            }
             _ => pair.to_owned(),
         })
         .collect();
@@ -300,6 +316,18 @@ mod tests {
             "mongodb://h/db?tlsCertificateKeyFilePassword=***#frag",
         ),
         ("s3://h?client_secret=hunter22", "hunter22", "s3://h?client_secret=***"),
+        // A listen URL past a pooler, inside the store URL, as written and
+        // percent-encoded.
+        (
+            "postgres://app@pgbouncer/app?pooler=transaction&listen_url=postgres://app:hunter22@db/app",
+            "hunter22",
+            "postgres://app@pgbouncer/app?pooler=transaction&listen_url=postgres://app:***@db/app",
+        ),
+        (
+            "postgres://app@pgbouncer/app?listen_url=postgres%3A%2F%2Fapp%3Ahunter22%40db%2Fapp",
+            "hunter22",
+            "postgres://app@pgbouncer/app?listen_url=postgres://app:***@db/app",
+        ),
         // No scheme at all, or a malformed one.
         ("app:hunter22@db/orders", "hunter22", "app:***@db/orders"),
         ("postgres:/app:hunter22@db", "hunter22", "postgres:***@db"),
@@ -348,6 +376,17 @@ mod tests {
         );
         assert!(reveals_secret(&message, url));
         assert!(!reveals_secret(&redact_secrets(&message, url), url));
+    }
+
+    #[test]
+    fn a_listen_url_inside_the_store_url_loses_its_secret_in_messages() {
+        let url = "postgres://app@pgbouncer/app?pooler=transaction&listen_url=postgres://app:s3cret@db/app";
+        let message = "password authentication failed: app:s3cret";
+        assert!(reveals_secret(message, url));
+        assert_eq!(
+            redact_secrets(message, url),
+            "password authentication failed: app:***"
+        );
     }
 
     #[test]

@@ -12,6 +12,10 @@
 //! Nothing can go wrong with a lease before its first renewal time that a
 //! task could catch: its deadline (`valid_until`) is at ttl minus a small
 //! margin, long after ttl/3.
+//!
+//! Due times are on the [`LeaseClock`], which counts suspended time: while
+//! anything is due, the driver looks at that clock at least every second, so
+//! a renewal that fell due during a suspend starts right after the resume.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -22,6 +26,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, Instant};
 
 use crate::backend::BoxFuture;
+use crate::time::LeaseClock;
 
 /// How long an idle driver sleeps before looking again (it is woken earlier
 /// whenever something becomes due earlier).
@@ -37,6 +42,7 @@ pub(crate) struct RenewalScheduler {
 struct Shared {
     queue: Mutex<Queue>,
     wake: Arc<Notify>,
+    clock: LeaseClock,
 }
 
 #[derive(Default)]
@@ -76,7 +82,24 @@ impl Drop for Shared {
 }
 
 impl RenewalScheduler {
-    /// Spawns `task` at `at`, unless cancelled first. Must be called within
+    /// A scheduler whose due times are on `clock`.
+    #[cfg(test)]
+    pub(crate) fn with_clock(clock: LeaseClock) -> Self {
+        RenewalScheduler {
+            shared: Arc::new(Shared {
+                queue: Mutex::default(),
+                wake: Arc::default(),
+                clock,
+            }),
+        }
+    }
+
+    /// The clock due times are measured on.
+    pub(crate) fn clock(&self) -> &LeaseClock {
+        &self.shared.clock
+    }
+
+    /// Spawns `task` at `at` (on [`Self::clock`]), unless cancelled first. Must be called within
     /// a tokio runtime.
     pub(crate) fn schedule(&self, at: Instant, task: BoxFuture<'static, ()>) -> Ticket {
         let mut queue = self.shared.lock();
@@ -106,24 +129,26 @@ impl RenewalScheduler {
 
 async fn drive(shared: Weak<Shared>, wake: Arc<Notify>) {
     loop {
-        let next = {
+        let (next, clock) = {
             let Some(shared) = shared.upgrade() else {
                 return;
             };
             let mut queue = shared.lock();
-            let now = Instant::now();
+            let now = shared.clock.now();
             while let Some(entry) = queue.due.first_entry() {
                 if entry.key().0 > now {
                     break;
                 }
                 tokio::spawn(entry.remove());
             }
-            let next = queue.due.keys().next().map_or(now + IDLE, |t| t.0);
-            queue.armed = Some(next);
-            next
+            let next = queue.due.keys().next().map(|t| t.0);
+            queue.armed = Some(next.unwrap_or(now + IDLE));
+            (next, shared.clock.clone())
         };
         tokio::select! {
-            _ = sleep_until(next) => {}
+            // Idle: nothing can fall due during a suspend.
+            _ = sleep_until(Instant::now() + IDLE), if next.is_none() => {}
+            _ = async { clock.sleep_until(next.unwrap_or(Instant::now())).await }, if next.is_some() => {}
             _ = wake.notified() => {}
         }
     }

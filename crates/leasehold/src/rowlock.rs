@@ -1,6 +1,11 @@
 //! Concurrency control for your own rows in PostgreSQL (feature `postgres`):
 //! pessimistic row locks and optimistic retries.
 //!
+//! Behind a transaction-mode pooler (PgBouncer `pool_mode = transaction`)
+//! both work, as everything they do stays inside one transaction: set
+//! [`RowLockOptions::with_pooler`], and mark your own queries in `work`
+//! `.persistent(false)` (see docs/postgres.md, "Behind a pooler").
+//!
 //! Both are shown on the inventory example: `products(id BIGINT PRIMARY
 //! KEY, stock INT, version BIGINT)`, and many processes selling the last
 //! items without overselling.
@@ -63,10 +68,11 @@ use std::time::Duration;
 
 use sqlx::postgres::{PgArguments, PgConnection, PgPool, PgRow, Postgres};
 use sqlx::query::Query;
+use sqlx::Executor;
 
 use crate::backend::BoxFuture;
-use crate::backends::postgres::classify;
 pub use crate::backends::postgres::is_transient_pg_error;
+use crate::backends::postgres::{classify, Pooler};
 use crate::error::{Error, Result};
 use crate::occ::{retry_optimistic_with, Attempt, Committed, RetryError, RetryPolicy};
 
@@ -99,6 +105,7 @@ pub struct RowLockOptions {
     mode: LockMode,
     lock_timeout: Option<Duration>,
     label: String,
+    pooler: Pooler,
 }
 
 impl Default for RowLockOptions {
@@ -107,6 +114,7 @@ impl Default for RowLockOptions {
             mode: LockMode::Wait,
             lock_timeout: None,
             label: "rows".to_owned(),
+            pooler: Pooler::None,
         }
     }
 }
@@ -133,6 +141,16 @@ impl RowLockOptions {
     /// Names the locked rows in [`Error::Busy`] (its `key` field).
     pub fn with_label(mut self, label: &str) -> Self {
         self.label = label.to_owned();
+        self
+    }
+
+    /// [`Pooler::Transaction`] when `pool` goes through a transaction-mode
+    /// pooler: the locking `SELECT` is then sent as an unnamed statement
+    /// (safe inside the transaction, which keeps its server connection)
+    /// instead of a named one that would stay on the server connection.
+    /// Queries in `work` are yours: mark them `.persistent(false)` too.
+    pub fn with_pooler(mut self, pooler: Pooler) -> Self {
+        self.pooler = pooler;
         self
     }
 }
@@ -172,16 +190,15 @@ where
     let busy = |e: sqlx::Error| lock_error(e, &options.label);
     let mut tx = pool.begin().await.map_err(busy)?;
     if let Some(timeout) = timeout {
-        sqlx::query("SELECT set_config('lock_timeout', $1, true)")
-            .bind(timeout)
-            .execute(&mut *tx)
+        // Transaction-local, and unprepared (the value is a number we
+        // formatted): nothing outlives the transaction, behind any pooler.
+        (&mut *tx)
+            .execute(format!("SET LOCAL lock_timeout = '{timeout}'").as_str())
             .await
             .map_err(busy)?;
     }
-    let rows = bind(sqlx::query(&sql))
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(busy)?;
+    let select = sqlx::query(&sql).persistent(options.pooler != Pooler::Transaction);
+    let rows = bind(select).fetch_all(&mut *tx).await.map_err(busy)?;
     let value = work(&mut tx, rows).await.map_err(busy)?;
     tx.commit().await.map_err(busy)?;
     Ok(value)

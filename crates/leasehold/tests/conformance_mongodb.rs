@@ -479,3 +479,40 @@ async fn contention_on_an_existing_key_is_always_answered() {
         "every grant was released"
     );
 }
+
+/// `Locks::close` returns even with the change stream open, shuts down a
+/// client the store made (later operations fail with an error, never a
+/// panic), and leaves an application's own client working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_shuts_down_only_the_stores_own_client() {
+    let Some(url) = url() else { return };
+    let bound = Duration::from_secs(10);
+    let locks = leasehold::Locks::new(backend_with(&url, options()).await);
+    let held = locks.try_acquire("close:k").await.unwrap();
+    // A wait that times out has opened the change stream.
+    let waited = locks.acquire("close:k", Duration::from_millis(300)).await;
+    assert!(matches!(waited, Err(Error::Timeout { .. })), "{waited:?}");
+    held.release().await.unwrap();
+    let after = locks.clone();
+    tokio::time::timeout(bound, locks.close())
+        .await
+        .expect("close returns with the change stream open");
+    let result = tokio::time::timeout(bound, after.inspect("close:k"))
+        .await
+        .expect("an operation after close answers");
+    assert!(result.is_err(), "the client is shut down: {result:?}");
+
+    // An application's client, lent to the store, is not shut down.
+    let client = mongodb::Client::with_uri_str(&url).await.unwrap();
+    let db = client.database("leasehold_close_test");
+    let lent = leasehold::Locks::new(
+        MongoBackend::from_database(db.clone(), options())
+            .await
+            .unwrap(),
+    );
+    lent.close().await;
+    tokio::time::timeout(bound, db.list_collection_names())
+        .await
+        .expect("the application's client answers")
+        .expect("the application's client still works");
+}

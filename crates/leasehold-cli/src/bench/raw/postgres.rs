@@ -1,12 +1,19 @@
 //! PostgreSQL: the library's two statements by hand on the library's own
 //! pool, session advisory locks (`pg_try_advisory_lock` + unlock), and the
 //! blocking `pg_advisory_lock` hand-off.
+//!
+//! Behind a transaction-mode pooler (`?pooler=transaction&listen_url=...`)
+//! the first baseline is leasehold itself on a direct connection to the
+//! server (the listen URL), so one run shows what the pooler costs; the
+//! hand-written and advisory baselines also run directly (advisory locks
+//! belong to a session, which a transaction pooler does not keep).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::backends::postgres::PostgresBackend;
-use leasehold::{BoxFuture, Locks, OwnerId};
+use leasehold::backends::postgres::{parse_store_url, Pooler, PostgresBackend, PostgresOptions};
+use leasehold::{BoxFuture, LeaseGuard, Locks, OwnerId};
 use sqlx::pool::PoolConnection;
 use sqlx::{PgPool, Postgres};
 use tokio::sync::Mutex;
@@ -16,7 +23,40 @@ use super::{baseline_error, Baseline, HandoffPeer, Held, Measured};
 use crate::exit::CliError;
 
 pub async fn open(url: &str) -> Result<Measured, CliError> {
+    let (_, options) =
+        parse_store_url(url, PostgresOptions::new()).map_err(|e| CliError::usage(e.to_string()))?;
+    if options.pooler() == Pooler::Transaction {
+        return open_pooled(url, options.listen_url()).await;
+    }
     let backend = PostgresBackend::connect(url).await?;
+    baselines(backend, None).await
+}
+
+/// leasehold through the pooler, measured against leasehold (and the other
+/// baselines) on a direct connection to the server at `direct`.
+async fn open_pooled(url: &str, direct: Option<&str>) -> Result<Measured, CliError> {
+    let pooled = PostgresBackend::connect(url).await?;
+    let Some(direct) = direct else {
+        eprintln!(
+            "leasehold: behind a transaction pooler without listen_url there is no direct \
+             connection to compare with; reporting leasehold alone"
+        );
+        return Ok(Measured {
+            locks: Locks::new(pooled),
+            baselines: Vec::new(),
+            handoff_peers: Vec::new(),
+        });
+    };
+    let direct = PostgresBackend::connect(direct).await?;
+    baselines(direct, Some(pooled)).await
+}
+
+/// The baselines on `backend`'s server; leasehold itself is measured on
+/// `pooled` when given (and then on `backend` as the first baseline).
+async fn baselines(
+    backend: PostgresBackend,
+    pooled: Option<PostgresBackend>,
+) -> Result<Measured, CliError> {
     let pool = backend.pool().clone();
     let statements = TwoStatements {
         pool: pool.clone(),
@@ -25,16 +65,69 @@ pub async fn open(url: &str) -> Result<Measured, CliError> {
     };
     // Advisory locks belong to a session: keep one connection for them.
     let session = pool.acquire().await.map_err(baseline_error)?;
+    let mut baselines: Vec<Box<dyn Baseline>> = vec![
+        Box::new(statements),
+        Box::new(Advisory {
+            session: Mutex::new(session),
+        }),
+    ];
+    let locks = match pooled {
+        Some(pooled) => {
+            baselines.insert(
+                0,
+                Box::new(DirectLeasehold {
+                    locks: Locks::new(backend),
+                    held: Mutex::new(HashMap::new()),
+                }),
+            );
+            Locks::new(pooled)
+        }
+        None => Locks::new(backend),
+    };
     Ok(Measured {
-        locks: Locks::new(backend),
-        baselines: vec![
-            Box::new(statements),
-            Box::new(Advisory {
-                session: Mutex::new(session),
-            }),
-        ],
+        locks,
+        baselines,
         handoff_peers: vec![Box::new(BlockingAdvisory { pool })],
     })
+}
+
+/// leasehold on a direct connection, next to leasehold through a pooler.
+struct DirectLeasehold {
+    locks: Locks,
+    /// The guards `try_acquire` handed out, by key, until `release`.
+    held: Mutex<HashMap<String, LeaseGuard>>,
+}
+
+impl Baseline for DirectLeasehold {
+    fn name(&self) -> &'static str {
+        "leasehold, direct to the server"
+    }
+
+    fn try_acquire<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Held>, CliError>> {
+        Box::pin(async move {
+            let guard = match self.locks.try_acquire(key).await {
+                Ok(guard) => guard,
+                Err(leasehold::Error::Busy { .. }) => return Ok(None),
+                Err(e) => return Err(baseline_error(e)),
+            };
+            let held = Held {
+                key: key.to_owned(),
+                owner: String::new(),
+                token: i64::try_from(guard.token()).map_err(baseline_error)?,
+            };
+            self.held.lock().await.insert(key.to_owned(), guard);
+            Ok(Some(held))
+        })
+    }
+
+    fn release(&self, held: Held) -> BoxFuture<'_, Result<(), CliError>> {
+        Box::pin(async move {
+            if let Some(guard) = self.held.lock().await.remove(&held.key) {
+                guard.release().await.map_err(baseline_error)?;
+            }
+            Ok(())
+        })
+    }
 }
 
 struct TwoStatements {

@@ -3,13 +3,20 @@
 //! The row-lock strategy is the library's own
 //! [`with_locked_rows`](leasehold::rowlock::with_locked_rows): the demo shows
 //! the helper an application would use, not a hand-written transaction.
+//!
+//! Behind a transaction-mode pooler (`?pooler=transaction` in the URL) every
+//! statement runs as an unnamed statement inside a transaction, which keeps
+//! its server connection until it ends: what docs/postgres.md tells an
+//! application to do with its own queries there.
 
 use std::time::Duration;
 
+use leasehold::backends::postgres::{parse_store_url, Pooler, PostgresOptions};
 use leasehold::rowlock::{with_locked_rows, LockMode, RowLockOptions};
 use leasehold::BoxFuture;
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::Row;
+use sqlx::postgres::{PgArguments, PgPool, PgPoolOptions, PgQueryResult, PgRow};
+use sqlx::query::Query;
+use sqlx::{Postgres, Row};
 
 use super::{store_error, Inventory, Stock};
 use crate::exit::CliError;
@@ -23,13 +30,15 @@ const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS leasehold_demo_products (
 
 pub struct PostgresInventory {
     pool: PgPool,
+    pooler: Pooler,
 }
 
 impl PostgresInventory {
     pub async fn open(url: &str) -> Result<Self, CliError> {
-        let options: PgConnectOptions = url
-            .parse()
-            .map_err(|e| CliError::usage(format!("not a PostgreSQL URL: {e}")))?;
+        let (options, store_options) = parse_store_url(url, PostgresOptions::new())
+            .map_err(|e| CliError::usage(e.to_string()))?;
+        let pooler = store_options.pooler();
+        let persistent = pooler != Pooler::Transaction;
         let pool = PgPoolOptions::new()
             // One worker runs one order at a time; the orchestrator only
             // resets and reads.
@@ -44,22 +53,49 @@ impl PostgresInventory {
         // transaction-scoped advisory lock first.
         let mut tx = pool.begin().await.map_err(store_error)?;
         sqlx::query("SELECT pg_advisory_xact_lock(hashtext('leasehold_demo_products'))")
+            .persistent(persistent)
             .execute(&mut *tx)
             .await
             .map_err(store_error)?;
         sqlx::query(CREATE_TABLE)
+            .persistent(persistent)
             .execute(&mut *tx)
             .await
             .map_err(store_error)?;
         tx.commit().await.map_err(store_error)?;
-        Ok(PostgresInventory { pool })
+        Ok(PostgresInventory { pool, pooler })
     }
 
-    async fn changed<'q>(
+    /// Runs one statement: prepared and cached on a direct connection;
+    /// behind a transaction pooler unnamed, in a transaction of its own
+    /// (sqlx parses and binds in two round trips, which only a transaction
+    /// keeps on one server connection).
+    async fn execute(
         &self,
-        query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
-    ) -> Result<bool, CliError> {
-        let done = query.execute(&self.pool).await.map_err(store_error)?;
+        query: Query<'_, Postgres, PgArguments>,
+    ) -> sqlx::Result<PgQueryResult> {
+        if self.pooler != Pooler::Transaction {
+            return query.execute(&self.pool).await;
+        }
+        let mut tx = self.pool.begin().await?;
+        let done = query.persistent(false).execute(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(done)
+    }
+
+    /// [`execute`](Self::execute) for a statement that returns one row.
+    async fn fetch_one(&self, query: Query<'_, Postgres, PgArguments>) -> sqlx::Result<PgRow> {
+        if self.pooler != Pooler::Transaction {
+            return query.fetch_one(&self.pool).await;
+        }
+        let mut tx = self.pool.begin().await?;
+        let row = query.persistent(false).fetch_one(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(row)
+    }
+
+    async fn changed(&self, query: Query<'_, Postgres, PgArguments>) -> Result<bool, CliError> {
+        let done = self.execute(query).await.map_err(store_error)?;
         Ok(done.rows_affected() == 1)
     }
 }
@@ -67,13 +103,14 @@ impl PostgresInventory {
 impl Inventory for PostgresInventory {
     fn reset<'a>(&'a self, product: &'a str, stock: i64) -> BoxFuture<'a, Result<(), CliError>> {
         Box::pin(async move {
-            sqlx::query(
-                "INSERT INTO leasehold_demo_products (id, stock, version, fence) VALUES ($1, $2, 0, 0)
+            self.execute(
+                sqlx::query(
+                    "INSERT INTO leasehold_demo_products (id, stock, version, fence) VALUES ($1, $2, 0, 0)
                  ON CONFLICT (id) DO UPDATE SET stock = $2, version = 0, fence = 0",
+                )
+                .bind(product)
+                .bind(stock),
             )
-            .bind(product)
-            .bind(stock)
-            .execute(&self.pool)
             .await
             .map_err(store_error)?;
             Ok(())
@@ -82,12 +119,13 @@ impl Inventory for PostgresInventory {
 
     fn read<'a>(&'a self, product: &'a str) -> BoxFuture<'a, Result<Stock, CliError>> {
         Box::pin(async move {
-            let row =
-                sqlx::query("SELECT stock, version FROM leasehold_demo_products WHERE id = $1")
-                    .bind(product)
-                    .fetch_one(&self.pool)
-                    .await
-                    .map_err(store_error)?;
+            let row = self
+                .fetch_one(
+                    sqlx::query("SELECT stock, version FROM leasehold_demo_products WHERE id = $1")
+                        .bind(product),
+                )
+                .await
+                .map_err(store_error)?;
             Ok(Stock {
                 stock: row.get(0),
                 version: row.get(1),
@@ -164,7 +202,9 @@ impl Inventory for PostgresInventory {
             let options = RowLockOptions::new()
                 .with_mode(LockMode::Wait)
                 .with_lock_timeout(Duration::from_secs(60))
-                .with_label(product);
+                .with_label(product)
+                .with_pooler(self.pooler);
+            let persistent = self.pooler != Pooler::Transaction;
             let (key, id) = (product.to_owned(), product.to_owned());
             let sold = with_locked_rows(
                 &self.pool,
@@ -185,6 +225,7 @@ impl Inventory for PostgresInventory {
                         // unprotected strategy does: the row lock alone is
                         // what makes this correct.
                         sqlx::query("UPDATE leasehold_demo_products SET stock = $2 WHERE id = $1")
+                            .persistent(persistent)
                             .bind(&id)
                             .bind(stock - 1)
                             .execute(&mut *tx)

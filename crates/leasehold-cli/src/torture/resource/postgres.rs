@@ -1,11 +1,16 @@
 //! The in-store resource on PostgreSQL: a counter table in the lock
 //! database, changed only by a conditional update (`WHERE fence <= token`),
 //! and a log table written in the same transaction as each decision.
+//!
+//! Every statement runs inside a transaction; behind a transaction-mode
+//! pooler (`?pooler=transaction`) as an unnamed statement, which the
+//! transaction keeps on one server connection.
 
 use std::time::Duration;
 
 use anyhow::Result;
 
+use leasehold::backends::postgres::{parse_store_url, Pooler, PostgresOptions};
 use leasehold::BoxFuture;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
@@ -39,39 +44,53 @@ const WRITE_UNFENCED: &str = "UPDATE leasehold_torture_resource SET value = $3, 
 
 pub struct PostgresResource {
     pool: PgPool,
+    /// Named, cached statements; false behind a transaction pooler.
+    persistent: bool,
 }
 
 impl PostgresResource {
     pub async fn open(url: &str) -> Result<Self, CliError> {
+        let (connect, options) = parse_store_url(url, PostgresOptions::new())
+            .map_err(|e| CliError::usage(format!("resource: {e}")))?;
         let pool = PgPoolOptions::new()
             .max_connections(2)
             .acquire_timeout(Duration::from_secs(5))
-            .connect(url)
+            .connect_with(connect)
             .await
             .map_err(|e| CliError::new(crate::exit::EX_UNAVAILABLE, format!("resource: {e}")))?;
-        Ok(PostgresResource { pool })
+        Ok(PostgresResource {
+            pool,
+            persistent: options.pooler() != Pooler::Transaction,
+        })
     }
 }
 
 impl InStore for PostgresResource {
     fn reset<'a>(&'a self, keys: &'a [String]) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
+            let mut tx = self.pool.begin().await?;
             for stmt in SCHEMA {
-                sqlx::query(stmt).execute(&self.pool).await?;
+                sqlx::query(stmt)
+                    .persistent(self.persistent)
+                    .execute(&mut *tx)
+                    .await?;
             }
             for key in keys {
                 sqlx::query(
                     "INSERT INTO leasehold_torture_resource (key, value, fence) VALUES ($1, 0, 0) \
                      ON CONFLICT (key) DO UPDATE SET value = 0, fence = 0",
                 )
+                .persistent(self.persistent)
                 .bind(key)
-                .execute(&self.pool)
+                .execute(&mut *tx)
                 .await?;
                 sqlx::query("DELETE FROM leasehold_torture_log WHERE key = $1")
+                    .persistent(self.persistent)
                     .bind(key)
-                    .execute(&self.pool)
+                    .execute(&mut *tx)
                     .await?;
             }
+            tx.commit().await?;
             Ok(())
         })
     }
@@ -79,16 +98,19 @@ impl InStore for PostgresResource {
     fn decisions<'a>(&'a self, keys: &'a [String]) -> BoxFuture<'a, Result<Vec<Decision>>> {
         Box::pin(async move {
             let mut out = Vec::new();
+            let mut tx = self.pool.begin().await?;
             for key in keys {
                 let rows: Vec<LogRow> = sqlx::query_as(
                     "SELECT seq, t, key, op, token, value, accepted, highest, worker \
                      FROM leasehold_torture_log WHERE key = $1",
                 )
+                .persistent(self.persistent)
                 .bind(key)
-                .fetch_all(&self.pool)
+                .fetch_all(&mut *tx)
                 .await?;
                 out.extend(rows.into_iter().map(LogRow::into_decision));
             }
+            tx.commit().await?;
             out.sort_by_key(|d| d.seq);
             Ok(out)
         })
@@ -97,6 +119,7 @@ impl InStore for PostgresResource {
     fn connect(&self, worker: u32, fencing: bool) -> Box<dyn FencedResource> {
         Box::new(Conn {
             pool: self.pool.clone(),
+            persistent: self.persistent,
             worker,
             fencing,
         })
@@ -105,6 +128,7 @@ impl InStore for PostgresResource {
 
 struct Conn {
     pool: PgPool,
+    persistent: bool,
     worker: u32,
     fencing: bool,
 }
@@ -124,6 +148,7 @@ impl Conn {
         let highest: i64 = sqlx::query_scalar(
             "SELECT fence FROM leasehold_torture_resource WHERE key = $1 FOR UPDATE",
         )
+        .persistent(self.persistent)
         .bind(key)
         .fetch_one(&mut *tx)
         .await?;
@@ -134,6 +159,7 @@ impl Conn {
             (ResourceOp::Write, false) => WRITE_UNFENCED,
         };
         let result: Option<i64> = sqlx::query_scalar(stmt)
+            .persistent(self.persistent)
             .bind(key)
             .bind(token as i64)
             .bind(value)
@@ -143,6 +169,7 @@ impl Conn {
             "INSERT INTO leasehold_torture_log (t, key, op, token, value, accepted, highest, worker) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
         )
+        .persistent(self.persistent)
         .bind(mono_ns() as i64)
         .bind(key)
         .bind(match op {

@@ -12,12 +12,18 @@
 //! wall clock between measurements changes nothing; the error bound grows by
 //! a drift allowance with the age of the measurement, which is re-taken
 //! every [`REMEASURE_AFTER`] and after a connection failure.
+//!
+//! The monotonic clock stops while the machine is suspended (or its VM
+//! frozen) and the server's does not, so after a suspend the estimate would
+//! lag by the time slept: a suspend since the measurement (seen on the
+//! [`LeaseClock`]) forces a re-measurement too.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::error::{Error, Result};
+use crate::time::LeaseClock;
 use mongodb::bson::{doc, Bson};
 use mongodb::Database;
 
@@ -28,6 +34,9 @@ pub(super) const REMEASURE_AFTER: Duration = Duration::from_secs(10);
 const DRIFT_PPM: i64 = 500;
 /// `hello` round trips per measurement; the shortest one gives the tightest bound.
 const SAMPLES: usize = 3;
+/// A suspended-time increase below this is the noise of reading two clocks,
+/// not a suspend (a real one lasts far longer).
+const SUSPEND_NOISE: Duration = Duration::from_millis(1);
 
 /// Bounds on the server's clock now, in milliseconds since the Unix epoch:
 /// the true server time is in `lower..=upper`.
@@ -65,18 +74,35 @@ pub(super) struct ServerClock {
     stale: AtomicBool,
     /// Added to the client's wall clock: simulates a wrong client clock.
     skew_us: i64,
+    /// Tells how long the machine was suspended; see the module docs.
+    lease_clock: LeaseClock,
+    /// The suspended total when the current sample was taken.
+    suspended_at_sample: Mutex<Duration>,
 }
 
 impl ServerClock {
     /// Measures the server's clock for the first time.
     pub(super) async fn measure(db: &Database, skew_us: i64) -> Result<Self> {
+        let lease_clock = LeaseClock::default();
+        let suspended = lease_clock.suspended();
         let sample = take_sample(db, skew_us).await?;
-        Ok(ServerClock {
+        Ok(Self::from_sample(sample, skew_us, lease_clock, suspended))
+    }
+
+    fn from_sample(
+        sample: Sample,
+        skew_us: i64,
+        lease_clock: LeaseClock,
+        suspended: Duration,
+    ) -> Self {
+        ServerClock {
             sample: Mutex::new(sample),
             measuring: tokio::sync::Mutex::new(()),
             stale: AtomicBool::new(false),
             skew_us,
-        })
+            lease_clock,
+            suspended_at_sample: Mutex::new(suspended),
+        }
     }
 
     /// Bounds on the server's clock now, re-measuring first if the last
@@ -85,8 +111,15 @@ impl ServerClock {
         if self.needs_measuring() {
             let _one_at_a_time = self.measuring.lock().await;
             if self.needs_measuring() {
+                // Read first: a suspend during the measurement then still
+                // counts as one after it.
+                let suspended = self.lease_clock.suspended();
                 let sample = take_sample(db, self.skew_us).await?;
                 *self.lock() = sample;
+                *self
+                    .suspended_at_sample
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner()) = suspended;
                 self.stale.store(false, Ordering::Release);
             }
         }
@@ -109,7 +142,19 @@ impl ServerClock {
     }
 
     fn needs_measuring(&self) -> bool {
-        self.stale.load(Ordering::Acquire) || self.lock().anchor.elapsed() >= REMEASURE_AFTER
+        self.stale.load(Ordering::Acquire)
+            || self.lock().anchor.elapsed() >= REMEASURE_AFTER
+            || self.suspended_since_sample()
+    }
+
+    /// Whether the machine was suspended since the sample was taken (by
+    /// more than the noise of reading two clocks).
+    fn suspended_since_sample(&self) -> bool {
+        let at_sample = *self
+            .suspended_at_sample
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        self.lease_clock.suspended() > at_sample + SUSPEND_NOISE
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Sample> {
@@ -176,6 +221,31 @@ async fn take_sample(db: &Database, skew_us: i64) -> Result<Sample> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::time::ManualSuspendClock;
+    use std::sync::Arc;
+
+    /// After a suspend, the estimate (anchored to the monotonic clock, which
+    /// stopped) lags the server by the time slept: it must be re-taken
+    /// before the next operation, however young the sample is.
+    #[test]
+    fn a_suspend_forces_a_new_measurement() {
+        let manual = Arc::new(ManualSuspendClock::default());
+        let sample = Sample {
+            anchor: Instant::now(),
+            server_us: 1_000_000_500,
+            error_us: 1_000,
+            offset_us: 0,
+        };
+        let clock = ServerClock::from_sample(
+            sample,
+            0,
+            LeaseClock::with_suspend_clock(manual.clone()),
+            Duration::ZERO,
+        );
+        assert!(!clock.needs_measuring(), "a fresh sample is trusted");
+        manual.suspend_for(Duration::from_secs(30));
+        assert!(clock.needs_measuring(), "a suspend since the sample");
+    }
 
     #[test]
     fn bounds_round_outwards_and_widen_with_age() {

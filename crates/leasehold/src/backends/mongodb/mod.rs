@@ -72,6 +72,9 @@ struct Inner {
     clock: ServerClock,
     hub: WakeHub,
     watcher: Watcher,
+    /// Whether the client is ours (made from a URL) and so ours to shut
+    /// down; an application's own client is left to it.
+    owns_client: bool,
 }
 
 impl MongoBackend {
@@ -121,7 +124,7 @@ impl MongoBackend {
             .clone()
             .unwrap_or_else(|| DEFAULT_DATABASE.to_owned());
         let client = Client::with_options(client_options).map_err(classify)?;
-        Self::from_database(client.database(&db_name), options).await
+        Self::build(client.database(&db_name), options, true).await
     }
 
     /// Uses the collection named in `options` of the application's own
@@ -135,6 +138,10 @@ impl MongoBackend {
     /// # Cancel safety
     /// Cancel safe: nothing is written.
     pub async fn from_database(db: Database, options: MongoOptions) -> Result<Self> {
+        Self::build(db, options, false).await
+    }
+
+    async fn build(db: Database, options: MongoOptions, owns_client: bool) -> Result<Self> {
         options.validate()?;
         let coll = db.collection_with_options(
             options.collection(),
@@ -152,6 +159,7 @@ impl MongoBackend {
                 coll,
                 clock,
                 hub,
+                owns_client,
             }),
         })
     }
@@ -368,5 +376,24 @@ impl Backend for MongoBackend {
 
     fn subscribe<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Subscription>> {
         Box::pin(async move { Ok(self.inner.watcher.subscribe(&self.inner.coll, key).await) })
+    }
+
+    /// Stops the change stream, then shuts the driver's client down (if
+    /// this backend made it) without waiting for handles still alive: the
+    /// driver's pool workers otherwise die with the runtime and can panic
+    /// under a request in flight.
+    fn shutdown(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            self.inner.watcher.close().await;
+            if self.inner.owns_client {
+                self.inner
+                    .db
+                    .client()
+                    .clone()
+                    .shutdown()
+                    .immediate(true)
+                    .await;
+            }
+        })
     }
 }

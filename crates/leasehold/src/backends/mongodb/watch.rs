@@ -37,6 +37,8 @@ enum State {
         _task: AbortOnDrop,
     },
     Unsupported,
+    /// Stopped for good by [`Watcher::close`]: waiters poll.
+    Closed,
 }
 
 /// The backend's watcher; the stream task stops when this is dropped.
@@ -73,7 +75,7 @@ impl Watcher {
         let mut state = self.state.lock().await;
         match &*state {
             State::Running { .. } => sub,
-            State::Unsupported => Subscription::never(),
+            State::Unsupported | State::Closed => Subscription::never(),
             State::NotStarted => match open(coll, None).await {
                 Ok(stream) => {
                     let task = tokio::spawn(pump(coll.clone(), stream, self.hub.clone()));
@@ -93,6 +95,18 @@ impl Watcher {
                     Subscription::never()
                 }
             },
+        }
+    }
+}
+
+impl Watcher {
+    /// Stops the stream task and waits until it is gone, so its change
+    /// stream (a server-side cursor) no longer holds on to the client.
+    pub(super) async fn close(&self) {
+        let mut state = self.state.lock().await;
+        if let State::Running { _task: mut task } = std::mem::replace(&mut *state, State::Closed) {
+            task.0.abort();
+            let _ = (&mut task.0).await;
         }
     }
 }

@@ -19,20 +19,31 @@
 //! all of them. It needs a session: behind PgBouncer in transaction mode,
 //! point it at the server directly with [`PostgresOptions::with_listen_url`].
 //!
+//! **Behind a transaction-mode pooler** (PgBouncer `pool_mode =
+//! transaction`): say so with `?pooler=transaction` in the URL (or
+//! [`PostgresOptions::with_pooler`]). Statements then go unprepared, one
+//! message each (see [`Pooler`]); `LISTEN` runs only on a
+//! `?listen_url=postgres://...` connection past the pooler, and without one
+//! waiters poll at the holder's remaining ttl (with a warning, once).
+//! Errors only a pooler causes say so and name the setting to change.
+//!
 //! **Same-transaction check.** [`PostgresBackend::check_in`] verifies, inside
 //! your transaction, that a lease is still held, and keeps it from being
 //! taken over until that transaction ends.
 
+mod exec;
 mod listen;
 mod options;
+mod pooler;
 mod sql;
+mod store_url;
 
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
-use sqlx::Row;
+use sqlx::{FromRow, Postgres, Row};
 
 use crate::backend::{
     duration_to_millis, millis_to_duration, token_from_i64, Acquire, AcquireRequest, Backend,
@@ -41,10 +52,13 @@ use crate::backend::{
 use crate::error::{Error, Result};
 use crate::key::Key;
 use crate::notify::Subscription;
+use exec::Param;
 use listen::{ListenSource, Listener};
 pub use options::PostgresOptions;
+pub use pooler::Pooler;
 use sql::Statements;
 pub use sql::{quote_table_name, CHANNEL, DEFAULT_TABLE};
+pub use store_url::parse_store_url;
 
 /// Lock store in a PostgreSQL table. Clones share the pool and the `LISTEN`
 /// connection.
@@ -58,6 +72,7 @@ struct Inner {
     pool: PgPool,
     sql: Statements,
     listener: Listener,
+    pooler: Pooler,
 }
 
 impl PostgresBackend {
@@ -73,20 +88,24 @@ impl PostgresBackend {
     }
 
     /// Connects a new pool to `url` (`postgres://user@host:port/db?...`) and
-    /// runs the migration unless disabled.
+    /// runs the migration unless disabled. The URL's `pooler` and
+    /// `listen_url` options override `options` (see [`parse_store_url`]).
     ///
     /// # Errors
     /// [`Error::InvalidInput`] (before any I/O) for a URL or listen URL sqlx
-    /// cannot parse, a bad table name, a pool of fewer than 2 connections
+    /// cannot parse, a bad `pooler` option, a bad table name, a pool of fewer than 2 connections
     /// without a listen URL, or a zero acquire timeout; [`Error::Unavailable`] if no
     /// connection is made within the acquire timeout (server down), naming
     /// the cause such as a refused connection (finding it out takes at most
     /// 2 s more);
-    /// [`Error::Backend`] for a refused login or a failed migration.
+    /// [`Error::Backend`] for a refused login, a failed migration, or a
+    /// pooler that rejects a startup parameter (the message names the
+    /// setting to change).
     ///
     /// # Cancel safety
     /// Cancel safe; the migration is one transaction.
     pub async fn connect_with(url: &str, options: PostgresOptions) -> Result<Self> {
+        // A listen URL in the store URL's query is redacted with it.
         let listen_url = options.listen_url.clone().unwrap_or_default();
         Self::connect_to(url, options)
             .await
@@ -94,7 +113,7 @@ impl PostgresBackend {
     }
 
     async fn connect_to(url: &str, options: PostgresOptions) -> Result<Self> {
-        let connect = parse_url("store url", url)?;
+        let (connect, options) = parse_store_url(url, options)?;
         let sql = validate(&options, options.max_connections)?;
         if options.acquire_timeout.is_zero() {
             return Err(Error::invalid("acquire_timeout", "must be more than 0s"));
@@ -121,6 +140,9 @@ impl PostgresBackend {
     /// listen URL, or a pool of fewer than 2 connections without a listen URL
     /// (the listener keeps one); store errors from the migration.
     ///
+    /// Behind a transaction-mode pooler, build the pool from
+    /// [`parse_store_url`]'s connect options and pass its options here.
+    ///
     /// # Cancel safety
     /// Cancel safe; the migration is one transaction.
     pub async fn from_pool(pool: PgPool, options: PostgresOptions) -> Result<Self> {
@@ -130,17 +152,21 @@ impl PostgresBackend {
 
     async fn finish(pool: PgPool, sql: Statements, options: PostgresOptions) -> Result<Self> {
         if options.migrate {
-            migrate(&pool, &options.table, &sql.migrate).await?;
+            migrate(&pool, options.pooler, &options.table, &sql.migrate).await?;
         }
-        let source = match options.listen_url {
-            Some(url) => ListenSource::Url(url),
-            None => ListenSource::Pool(pool.clone()),
+        // Data connections never LISTEN behind a transaction pooler: the
+        // server connection would keep listening for its next client.
+        let source = match (options.listen_url, options.pooler) {
+            (Some(url), _) => ListenSource::Url(url),
+            (None, Pooler::Transaction) => ListenSource::None,
+            (None, _) => ListenSource::Pool(pool.clone()),
         };
         Ok(PostgresBackend {
             inner: Arc::new(Inner {
                 pool,
                 sql,
                 listener: Listener::new(source),
+                pooler: options.pooler,
             }),
         })
     }
@@ -195,11 +221,13 @@ impl PostgresBackend {
     /// Cancel safe, but the transaction may then hold the row lock: roll it
     /// back.
     pub async fn check_in(&self, conn: &mut PgConnection, lease: &Lease) -> Result<()> {
-        let held: Option<i64> = sqlx::query_scalar(&self.inner.sql.check)
-            .bind(lease.key().as_str())
-            .bind(lease.owner().to_string())
-            .bind(token_as_i64(lease)?)
-            .fetch_optional(conn)
+        let owner = lease.owner().to_string();
+        let params = [
+            Param::Text(lease.key().as_str()),
+            Param::Text(&owner),
+            Param::Int(token_as_i64(lease)?),
+        ];
+        let held = exec::fetch_optional(conn, self.inner.pooler, &self.inner.sql.check, &params)
             .await
             .map_err(classify)?;
         match held {
@@ -209,19 +237,6 @@ impl PostgresBackend {
             }),
         }
     }
-}
-
-/// Parses a `postgres://` or `postgresql://` URL. The message leaves the
-/// URL out: it may carry a password.
-fn parse_url(what: &'static str, url: &str) -> Result<PgConnectOptions> {
-    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-        return Err(Error::invalid(
-            what,
-            "not a PostgreSQL URL: must start with postgres:// or postgresql://",
-        ));
-    }
-    PgConnectOptions::from_str(url)
-        .map_err(|e| Error::invalid(what, format!("not a PostgreSQL URL: {e}")))
 }
 
 /// Why the pool could not connect. The pool retries a refused connection
@@ -243,8 +258,8 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 fn validate(options: &PostgresOptions, pool_size: u32) -> Result<Statements> {
     let sql = Statements::new(&quote_table_name(&options.table)?);
     if let Some(url) = &options.listen_url {
-        parse_url("listen url", url)?;
-    } else if pool_size < 2 {
+        store_url::parse_listen_url(url)?;
+    } else if options.pooler != Pooler::Transaction && pool_size < 2 {
         // The first waiter keeps one pool connection for LISTEN; with a
         // single connection every other operation would wait for it forever.
         return Err(Error::invalid(
@@ -255,17 +270,23 @@ fn validate(options: &PostgresOptions, pool_size: u32) -> Result<Statements> {
     Ok(sql)
 }
 
-async fn migrate(pool: &PgPool, table: &str, ddl: &str) -> Result<()> {
+async fn migrate(pool: &PgPool, pooler: Pooler, table: &str, ddl: &str) -> Result<()> {
     // Concurrent CREATE TABLE IF NOT EXISTS can fail on the catalog's unique
     // index; a transaction-scoped lock (released at commit, fine behind any
     // pooler) makes first starts take turns.
     let mut tx = pool.begin().await.map_err(classify)?;
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
-        .bind(format!("leasehold migrate {table}"))
-        .execute(&mut *tx)
+    let name = format!("leasehold migrate {table}");
+    exec::execute(
+        &mut tx,
+        pooler,
+        "SELECT pg_advisory_xact_lock(hashtext($1))",
+        &[Param::Text(&name)],
+    )
+    .await
+    .map_err(classify)?;
+    exec::execute(&mut tx, pooler, ddl, &[])
         .await
         .map_err(classify)?;
-    sqlx::query(ddl).execute(&mut *tx).await.map_err(classify)?;
     tx.commit().await.map_err(classify)
 }
 
@@ -297,9 +318,14 @@ pub fn is_transient_pg_error(e: &sqlx::Error) -> bool {
     }
 }
 
-/// Transient failures (and a closed pool) become [`Error::Unavailable`],
-/// everything else [`Error::Backend`].
+/// Errors only a connection pooler causes become [`Error::Backend`] saying
+/// so and naming the setting to change; transient failures (and a closed
+/// pool) [`Error::Unavailable`]; everything else [`Error::Backend`].
 pub(crate) fn classify(e: sqlx::Error) -> Error {
+    let e = match pooler::explain(e) {
+        Ok(explained) => return Error::backend(explained),
+        Err(e) => e,
+    };
     if is_transient_pg_error(&e) || matches!(e, sqlx::Error::PoolClosed) {
         Error::unavailable(e)
     } else {
@@ -324,18 +350,37 @@ fn info_from_row(row: &PgRow) -> Result<LeaseInfo> {
     })
 }
 
+impl PostgresBackend {
+    /// A pool connection for one statement.
+    async fn connection(&self) -> Result<PoolConnection<Postgres>> {
+        self.inner.pool.acquire().await.map_err(classify)
+    }
+
+    /// Runs one of the store's statements on a pool connection.
+    async fn fetch_optional(&self, sql: &str, params: &[Param<'_>]) -> Result<Option<PgRow>> {
+        let mut conn = self.connection().await?;
+        exec::fetch_optional(&mut conn, self.inner.pooler, sql, params)
+            .await
+            .map_err(classify)
+    }
+}
+
 impl Backend for PostgresBackend {
     fn try_acquire<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
         Box::pin(async move {
-            let row: Option<(Option<i64>, Option<String>, Option<i64>)> =
-                sqlx::query_as(&self.inner.sql.acquire)
-                    .bind(req.key().as_str())
-                    .bind(req.owner().to_string())
-                    .bind(req.holder())
-                    .bind(duration_to_millis(req.ttl()))
-                    .fetch_optional(&self.inner.pool)
-                    .await
-                    .map_err(classify)?;
+            let owner = req.owner().to_string();
+            let params = [
+                Param::Text(req.key().as_str()),
+                Param::Text(&owner),
+                Param::Text(req.holder()),
+                Param::Int(duration_to_millis(req.ttl())),
+            ];
+            let row = self
+                .fetch_optional(&self.inner.sql.acquire, &params)
+                .await?
+                .map(|row| <(Option<i64>, Option<String>, Option<i64>)>::from_row(&row))
+                .transpose()
+                .map_err(Error::backend)?;
             Ok(match row {
                 Some((Some(fence), _, _)) => Acquire::Granted(req.granted(token_from_i64(fence)?)),
                 Some((None, holder, remaining)) => Acquire::Busy(Busy {
@@ -354,12 +399,15 @@ impl Backend for PostgresBackend {
 
     fn renew<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
         Box::pin(async move {
-            let done = sqlx::query(&self.inner.sql.renew)
-                .bind(lease.key().as_str())
-                .bind(lease.owner().to_string())
-                .bind(token_as_i64(lease)?)
-                .bind(duration_to_millis(ttl))
-                .execute(&self.inner.pool)
+            let owner = lease.owner().to_string();
+            let params = [
+                Param::Text(lease.key().as_str()),
+                Param::Text(&owner),
+                Param::Int(token_as_i64(lease)?),
+                Param::Int(duration_to_millis(ttl)),
+            ];
+            let mut conn = self.connection().await?;
+            let done = exec::execute(&mut conn, self.inner.pooler, &self.inner.sql.renew, &params)
                 .await
                 .map_err(classify)?;
             Ok(done.rows_affected() == 1)
@@ -368,13 +416,21 @@ impl Backend for PostgresBackend {
 
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            let freed = sqlx::query(&self.inner.sql.release)
-                .bind(lease.key().as_str())
-                .bind(lease.owner().to_string())
-                .bind(token_as_i64(lease)?)
-                .fetch_all(&self.inner.pool)
-                .await
-                .map_err(classify)?;
+            let owner = lease.owner().to_string();
+            let params = [
+                Param::Text(lease.key().as_str()),
+                Param::Text(&owner),
+                Param::Int(token_as_i64(lease)?),
+            ];
+            let mut conn = self.connection().await?;
+            let freed = exec::fetch_all(
+                &mut conn,
+                self.inner.pooler,
+                &self.inner.sql.release,
+                &params,
+            )
+            .await
+            .map_err(classify)?;
             if !freed.is_empty() {
                 self.inner.listener.wake_local(lease.key());
             }
@@ -384,33 +440,33 @@ impl Backend for PostgresBackend {
 
     fn inspect<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<LeaseInfo>>> {
         Box::pin(async move {
-            let row = sqlx::query(&self.inner.sql.inspect)
-                .bind(key.as_str())
-                .fetch_optional(&self.inner.pool)
-                .await
-                .map_err(classify)?;
+            let row = self
+                .fetch_optional(&self.inner.sql.inspect, &[Param::Text(key.as_str())])
+                .await?;
             row.as_ref().map(info_from_row).transpose()
         })
     }
 
     fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<LeaseInfo>>> {
         Box::pin(async move {
-            let rows = sqlx::query(&self.inner.sql.list)
-                .bind(prefix)
-                .fetch_all(&self.inner.pool)
-                .await
-                .map_err(classify)?;
+            let mut conn = self.connection().await?;
+            let rows = exec::fetch_all(
+                &mut conn,
+                self.inner.pooler,
+                &self.inner.sql.list,
+                &[Param::Text(prefix)],
+            )
+            .await
+            .map_err(classify)?;
             rows.iter().map(info_from_row).collect()
         })
     }
 
     fn force_release<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool>> {
         Box::pin(async move {
-            let row = sqlx::query(&self.inner.sql.force_release)
-                .bind(key.as_str())
-                .fetch_optional(&self.inner.pool)
-                .await
-                .map_err(classify)?;
+            let row = self
+                .fetch_optional(&self.inner.sql.force_release, &[Param::Text(key.as_str())])
+                .await?;
             let Some(row) = row else { return Ok(false) };
             self.inner.listener.wake_local(key);
             row.try_get::<bool, _>(0).map_err(Error::backend)

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::pooler::Pooler;
 use super::sql::DEFAULT_TABLE;
 #[cfg(doc)]
 use super::PostgresBackend;
@@ -25,6 +26,7 @@ pub struct PostgresOptions {
     pub(super) listen_url: Option<String>,
     pub(super) max_connections: u32,
     pub(super) acquire_timeout: Duration,
+    pub(super) pooler: Pooler,
 }
 
 /// By hand: the listen URL's password stays out of `{:?}`.
@@ -51,13 +53,14 @@ impl Default for PostgresOptions {
             listen_url: None,
             max_connections: 10,
             acquire_timeout: Duration::from_secs(5),
+            pooler: Pooler::None,
         }
     }
 }
 
 impl PostgresOptions {
-    /// Defaults: table `leasehold_locks`, migrate on connect, `LISTEN` on a
-    /// pool connection, 10 connections, 5 s to get a connection.
+    /// Defaults: table `leasehold_locks`, migrate on connect, no pooler,
+    /// `LISTEN` on a pool connection, 10 connections, 5 s to get a connection.
     pub fn new() -> Self {
         Self::default()
     }
@@ -78,14 +81,25 @@ impl PostgresOptions {
 
     /// Opens the `LISTEN` connection from this URL instead of the pool: for
     /// pools behind PgBouncer in transaction mode, where `LISTEN` does not
-    /// work. Point it at the server or a session-mode pool.
+    /// work. Point it at the server or a session-mode pool. URL option
+    /// `?listen_url=postgres://...`.
     pub fn with_listen_url(mut self, url: &str) -> Self {
         self.listen_url = Some(url.to_owned());
         self
     }
 
+    /// What sits between the store and the server (default
+    /// [`Pooler::None`]). [`Pooler::Transaction`] for PgBouncer in
+    /// transaction mode: statements go unprepared, and without a listen URL
+    /// waiters poll instead of listening. URL option `?pooler=transaction`.
+    pub fn with_pooler(mut self, pooler: Pooler) -> Self {
+        self.pooler = pooler;
+        self
+    }
+
     /// Pool size for [`PostgresBackend::connect_with`] (default 10; at least
-    /// 2 unless a listen URL is set: the `LISTEN` connection, once a waiter
+    /// 2 unless a listen URL is set or the pooler is
+    /// [`Pooler::Transaction`]: the `LISTEN` connection, once a waiter
     /// starts it, is one of them).
     pub fn with_max_connections(mut self, max: u32) -> Self {
         self.max_connections = max;
@@ -103,6 +117,16 @@ impl PostgresOptions {
     /// The configured table name, as given.
     pub fn table(&self) -> &str {
         &self.table
+    }
+
+    /// The configured pooler.
+    pub fn pooler(&self) -> Pooler {
+        self.pooler
+    }
+
+    /// The configured listen URL, if any.
+    pub fn listen_url(&self) -> Option<&str> {
+        self.listen_url.as_deref()
     }
 }
 

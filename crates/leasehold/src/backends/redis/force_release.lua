@@ -9,6 +9,7 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
   redis.call('INCR', KEYS[2])
 end
 if live == 1 then
-  redis.call('PUBLISH', ARGV[1], ARGV[2])
+  -- pcall: a user without pub/sub rights still breaks locks (waiters poll).
+  redis.pcall('PUBLISH', ARGV[1], ARGV[2])
 end
 return live

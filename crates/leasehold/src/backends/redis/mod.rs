@@ -245,7 +245,8 @@ impl RedisBackend {
         }
         load.exec_async(&mut conn).await.map_err(classify)?;
         if options.check_persistence {
-            check_persistence(&mut conn).await;
+            let server = client.get_connection_info().addr().to_string();
+            check_persistence(&mut conn, &server).await;
         }
         Ok(RedisBackend {
             inner: Arc::new(Inner {
@@ -287,19 +288,30 @@ impl RedisBackend {
     }
 }
 
+/// The `tracing` target of the warnings about settings that weaken fencing,
+/// so an application (and the CLI, at its default level) can show them
+/// even when it silences the rest of the library.
+pub const DURABILITY_TARGET: &str = "leasehold::durability";
+
 /// Reads the settings that decide whether fence counters survive, and warns
-/// about the ones that do not. Never fails: managed Redis often disables
-/// CONFIG, and that must not stop anyone from locking.
-async fn check_persistence(conn: &mut ConnectionManager) {
+/// about the ones that do not, once per server and process (a program that
+/// opens many backends to one server hears it once). Never fails: managed
+/// Redis often disables CONFIG, and that must not stop anyone from locking.
+async fn check_persistence(conn: &mut ConnectionManager, server: &str) {
     let mut get = redis::pipe();
     for name in ["appendonly", "appendfsync", "maxmemory-policy"] {
         get.cmd("CONFIG").arg("GET").arg(name);
     }
     type Pairs = Vec<(String, String)>;
-    let (aof, fsync, policy): (Pairs, Pairs, Pairs) = match get.query_async(conn).await {
+    let answer: redis::RedisResult<(Pairs, Pairs, Pairs)> = get.query_async(conn).await;
+    if !first_check_of(server) {
+        return;
+    }
+    let (aof, fsync, policy) = match answer {
         Ok(answer) => answer,
         Err(e) => {
-            tracing::warn!(error = %e, "could not read redis persistence settings (CONFIG GET failed, \
+            tracing::warn!(target: DURABILITY_TARGET, %server, error = %e,
+                "could not read redis persistence settings (CONFIG GET failed, \
                 perhaps disabled); fencing tokens survive a restart only with appendonly yes");
             return;
         }
@@ -307,17 +319,31 @@ async fn check_persistence(conn: &mut ConnectionManager) {
     let value = |p: &Pairs| p.first().map(|(_, v)| v.clone()).unwrap_or_default();
     let (aof, fsync, policy) = (value(&aof), value(&fsync), value(&policy));
     if aof != "yes" {
-        tracing::warn!(appendonly = %aof, "redis runs without AOF: after a restart the fence \
+        tracing::warn!(target: DURABILITY_TARGET, %server, appendonly = %aof,
+            "redis runs without AOF: after a restart the fence \
             counter can go backwards and a stale holder's writes may be accepted; \
             set appendonly yes and appendfsync always");
     } else if fsync != "always" {
-        tracing::info!(appendfsync = %fsync, "redis AOF is not fsynced on every write: a host \
+        tracing::info!(target: DURABILITY_TARGET, %server, appendfsync = %fsync,
+            "redis AOF is not fsynced on every write: a host \
             crash can lose the last grants and reuse their tokens; appendfsync always is strict");
     }
     if policy != "noeviction" && !policy.is_empty() {
-        tracing::warn!(maxmemory_policy = %policy, "redis may evict keys under memory pressure, \
+        tracing::warn!(target: DURABILITY_TARGET, %server, maxmemory_policy = %policy,
+            "redis may evict keys under memory pressure, \
             freeing live locks or resetting fence counters; set maxmemory-policy noeviction");
     }
+}
+
+/// True the first time `server` is checked in this process.
+fn first_check_of(server: &str) -> bool {
+    static CHECKED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut checked = CHECKED.lock().unwrap_or_else(|p| p.into_inner());
+    if checked.iter().any(|s| s == server) {
+        return false;
+    }
+    checked.push(server.to_owned());
+    true
 }
 
 /// Transient failures (I/O, timeouts, a server loading or busy, cluster
@@ -455,13 +481,16 @@ impl Backend for RedisBackend {
                 )
             });
             // Register first, then make sure the channel is subscribed: a
-            // release after this returns is then always delivered.
+            // release after this returns is then always delivered. Only the
+            // first connection is waited for (bounded, and by the caller's
+            // deadline too); once an attempt failed, waiters poll at once.
             let subscription = subscriber.hub.subscribe(key.as_str());
-            let mut up = subscriber.up.clone();
+            let mut link = subscriber.link.clone();
             let wait = inner.options.connect_timeout * 2;
-            let subscribed = tokio::time::timeout(wait, up.wait_for(|up| *up))
-                .await
-                .is_ok_and(|r| r.is_ok());
+            let subscribed =
+                tokio::time::timeout(wait, link.wait_for(|link| *link != wake::Link::Connecting))
+                    .await
+                    .is_ok_and(|r| r.is_ok_and(|link| *link == wake::Link::Up));
             if subscribed {
                 Ok(subscription)
             } else {

@@ -6,7 +6,8 @@ local current = redis.call('GET', KEYS[1])
 if current and string.sub(current, 1, 32) == ARGV[1]
     and redis.call('GET', KEYS[2]) == ARGV[2] then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[3], ARGV[4])
+  -- pcall: a user without pub/sub rights still releases (waiters poll).
+  redis.pcall('PUBLISH', ARGV[3], ARGV[4])
   return 1
 end
 return 0

@@ -6,6 +6,13 @@
 //! per-key subscription bookkeeping to get wrong. The price is that every
 //! process with waiters on the prefix receives every release of it, a few
 //! dozen bytes each, which lock traffic never makes significant.
+//!
+//! The subscriber reports its [`Link`] state. Waiters wait for it only while
+//! the very first connection is being made: once an attempt has failed (the
+//! server refuses pub/sub to this user, or is down), new waiters poll at
+//! once instead of waiting for a connection that may never come. Each time
+//! the subscription is (re)established, every waiter is woken: releases
+//! published while it was down were not heard.
 
 use std::time::Duration;
 
@@ -22,11 +29,22 @@ const PING_EVERY: Duration = Duration::from_secs(10);
 const RETRY_MIN: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(2);
 
+/// The state of the subscriber's connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Link {
+    /// The first connection is being made.
+    Connecting,
+    /// Subscribed: releases are heard.
+    Up,
+    /// The last attempt failed or the connection dropped; retrying.
+    Down,
+}
+
 #[derive(Debug)]
 pub(super) struct Subscriber {
     pub(super) hub: WakeHub,
-    /// Whether the subscription is in place right now.
-    pub(super) up: watch::Receiver<bool>,
+    /// The subscription's state right now.
+    pub(super) link: watch::Receiver<Link>,
     task: JoinHandle<()>,
 }
 
@@ -40,9 +58,9 @@ impl Subscriber {
     /// Spawns the subscriber task; it connects, and reconnects, on its own.
     pub(super) fn start(client: redis::Client, channel: String, io_timeout: Duration) -> Self {
         let hub = WakeHub::new();
-        let (tx, up) = watch::channel(false);
+        let (tx, link) = watch::channel(Link::Connecting);
         let task = tokio::spawn(run(client, channel, hub.clone(), tx, io_timeout));
-        Subscriber { hub, up, task }
+        Subscriber { hub, link, task }
     }
 }
 
@@ -50,7 +68,7 @@ async fn run(
     client: redis::Client,
     channel: String,
     hub: WakeHub,
-    up: watch::Sender<bool>,
+    link: watch::Sender<Link>,
     io_timeout: Duration,
 ) {
     let mut retry = RETRY_MIN;
@@ -65,7 +83,14 @@ async fn run(
             Ok(Ok(pubsub)) => {
                 retry = RETRY_MIN;
                 let (mut sink, mut stream) = pubsub.split();
-                up.send_replace(true);
+                // After an outage, releases published while nobody listened
+                // were missed: every waiter retries now that new ones will be
+                // heard. (Waiters that came during the first connection
+                // retry right after subscribing anyway.)
+                if link.send_replace(Link::Up) == Link::Down {
+                    let woken = hub.notify_all();
+                    tracing::debug!(%channel, woken, "redis subscriber back; waking all waiters");
+                }
                 loop {
                     tokio::select! {
                         msg = stream.next() => match msg {
@@ -85,12 +110,18 @@ async fn run(
                     }
                 }
                 // Releases published until the next SUBSCRIBE are lost; the
-                // waiters' backoff timer bounds what that costs them.
-                up.send_replace(false);
+                // wake-all after it makes up for them.
+                link.send_replace(Link::Down);
                 tracing::debug!(%channel, "redis subscriber connection lost; reconnecting");
             }
-            Ok(Err(e)) => tracing::debug!(%channel, error = %e, "redis subscriber cannot connect"),
-            Err(_) => tracing::debug!(%channel, "redis subscriber connect timed out"),
+            Ok(Err(e)) => {
+                link.send_replace(Link::Down);
+                tracing::debug!(%channel, error = %e, "redis subscriber cannot subscribe; waiters poll");
+            }
+            Err(_) => {
+                link.send_replace(Link::Down);
+                tracing::debug!(%channel, "redis subscriber connect timed out; waiters poll");
+            }
         }
         sleep(retry).await;
         retry = (retry * 2).min(RETRY_MAX);

@@ -6,14 +6,33 @@
 //! key's name to every socket in the directory. Sockets of crashed processes
 //! refuse the datagram and are removed by the sender.
 //!
+//! **Where.** The directory sits beside the database file, named after it
+//! (`app.db-wake/`, as SQLite keeps `app.db-wal` and `app.db-shm`), so every
+//! process that opens the file finds it, whatever its `$TMPDIR`. A socket's
+//! path may not exceed 107 bytes (`sun_path`); when the database's path is
+//! too long for that, the directory is instead
+//! `$TMPDIR/leasehold-wake-<hash of the database path>`, which only
+//! processes with the same `$TMPDIR` share: the others still wake at the
+//! holder's expiry or their polling backoff. The choice depends only on the
+//! database's path, so all processes make the same one.
+//!
+//! **Overflow.** A socket's receive queue is short (on Linux 10 datagrams by
+//! default, `net.unix.max_dgram_qlen`). When it is full the key's datagram
+//! cannot be queued; instead the sender keeps trying, in the background, to
+//! deliver an empty datagram, which wakes every waiter of that process
+//! (a full queue means it is busy reading, so this succeeds soon).
+//!
 //! Cost on the uncontended path: one `readdir` of an empty or missing
 //! directory per release. Any failure here only costs latency: waiters still
 //! wake at the holder's expiry or their backoff.
 
+use std::collections::HashSet;
+use std::ffi::OsString;
 use std::io;
 use std::os::unix::net::UnixDatagram as StdDatagram;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::net::UnixDatagram;
 use tokio::task::JoinHandle;
@@ -23,6 +42,17 @@ use crate::notify::{Subscription, WakeHub};
 
 /// Room for a key (256 bytes) with margin.
 const MAX_DATAGRAM: usize = 512;
+/// The longest socket path the kernel takes: `sun_path` is 108 bytes on
+/// Linux (104 on macOS and the BSDs) including the terminating NUL.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+const MAX_SOCKET_PATH: usize = 107;
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+const MAX_SOCKET_PATH: usize = 103;
+/// The longest socket file name this module makes: `<pid>-<16 hex>.sock`
+/// with a pid of up to 10 digits.
+const MAX_SOCKET_NAME: usize = 10 + 1 + 16 + 5;
+/// How long a sender keeps trying to deliver a wake-all to a full socket.
+const OVERFLOW_RETRY_FOR: Duration = Duration::from_secs(5);
 
 /// The wake directory of one database file, and this process's socket in it.
 #[derive(Debug)]
@@ -31,6 +61,8 @@ pub(super) struct WakeDir {
     hub: WakeHub,
     listener: Mutex<Option<Listener>>,
     sender: Option<StdDatagram>,
+    /// Sockets with a wake-all being delivered in the background.
+    overflowing: Arc<Mutex<HashSet<PathBuf>>>,
 }
 
 #[derive(Debug)]
@@ -47,23 +79,24 @@ impl Drop for Listener {
 }
 
 impl WakeDir {
-    /// The wake directory for the database at `db_path`: a short path under
-    /// the temp dir (socket paths are limited to 108 bytes), named by a hash
-    /// of the database's absolute path so every process finds the same one.
+    /// The wake directory for the database at `db_path` (see the module
+    /// docs for where it is).
     pub(super) fn for_database(db_path: &Path) -> Self {
-        let absolute = std::fs::canonicalize(db_path).unwrap_or_else(|_| db_path.to_owned());
-        let name = format!(
-            "leasehold-wake-{:016x}",
-            fnv1a(absolute.as_os_str().as_encoded_bytes())
-        );
+        Self::for_database_in(db_path, &std::env::temp_dir())
+    }
+
+    /// As [`for_database`](Self::for_database), with `temp_dir` for a
+    /// database path too long to keep the sockets beside it.
+    fn for_database_in(db_path: &Path, temp_dir: &Path) -> Self {
         let sender = StdDatagram::unbound()
             .and_then(|s| s.set_nonblocking(true).map(|()| s))
             .ok();
         WakeDir {
-            dir: std::env::temp_dir().join(name),
+            dir: wake_dir(db_path, temp_dir),
             hub: WakeHub::new(),
             listener: Mutex::new(None),
             sender,
+            overflowing: Arc::default(),
         }
     }
 
@@ -125,19 +158,86 @@ impl WakeDir {
                 {
                     let _ = std::fs::remove_file(&path);
                 }
-                // A full receive buffer means that process is already awake.
+                // A full receive queue: this key's datagram cannot be
+                // queued, so that process gets a wake-all once it has room.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.wake_all_later(path),
                 Err(e) => {
                     tracing::trace!(path = %path.display(), error = %e, "wake datagram not sent")
                 }
             }
         }
     }
+
+    /// Delivers an empty datagram (wake all) to the full socket at `path`
+    /// in the background, retrying while its queue is full. One delivery
+    /// per socket at a time: later overflows are covered by it.
+    fn wake_all_later(&self, path: PathBuf) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if !lock(&self.overflowing).insert(path.clone()) {
+            return;
+        }
+        tracing::debug!(path = %path.display(), "wake socket full; sending a wake-all");
+        let overflowing = self.overflowing.clone();
+        runtime.spawn(async move {
+            let started = tokio::time::Instant::now();
+            let mut pause = Duration::from_millis(1);
+            // Cleared before the attempt that succeeds, so an overflow
+            // after it is not lost.
+            loop {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(50));
+                lock(&overflowing).remove(&path);
+                let sent = StdDatagram::unbound()
+                    .and_then(|s| s.set_nonblocking(true).map(|()| s))
+                    .and_then(|s| s.send_to(&[], &path));
+                match sent {
+                    Err(e)
+                        if e.kind() == io::ErrorKind::WouldBlock
+                            && started.elapsed() < OVERFLOW_RETRY_FOR =>
+                    {
+                        if !lock(&overflowing).insert(path.clone()) {
+                            return; // another sender took over
+                        }
+                    }
+                    _ => return,
+                }
+            }
+        });
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Single inserts and removes: a poisoned set is still consistent.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Where the sockets of the database at `db_path` live (see module docs).
+fn wake_dir(db_path: &Path, temp_dir: &Path) -> PathBuf {
+    let absolute = std::fs::canonicalize(db_path).unwrap_or_else(|_| db_path.to_owned());
+    let mut beside = OsString::from(absolute.as_os_str());
+    beside.push("-wake");
+    let beside = PathBuf::from(beside);
+    if beside.as_os_str().len() + 1 + MAX_SOCKET_NAME <= MAX_SOCKET_PATH {
+        return beside;
+    }
+    let name = format!(
+        "leasehold-wake-{:016x}",
+        fnv1a(absolute.as_os_str().as_encoded_bytes())
+    );
+    temp_dir.join(name)
 }
 
 async fn receive_wakes(socket: UnixDatagram, hub: WakeHub) {
     let mut buf = [0u8; MAX_DATAGRAM];
     loop {
         match socket.recv(&mut buf).await {
+            // A sender found this socket's queue full and lost a key:
+            // everyone retries.
+            Ok(0) => {
+                hub.notify_all();
+            }
             Ok(n) => {
                 if let Ok(key) = std::str::from_utf8(&buf[..n]) {
                     hub.notify(key);
@@ -185,6 +285,74 @@ mod tests {
             .await
             .expect("woken across instances");
         assert!(!stale.exists(), "stale socket removed");
+    }
+
+    /// Processes with different temp dirs (`$TMPDIR`) wake each other: the
+    /// sockets live beside the database file.
+    #[tokio::test]
+    async fn the_wake_dir_is_beside_the_database_whatever_the_temp_dir() {
+        let tmp = tempfile::tempdir().unwrap();
+        let db = tmp.path().join("x.db");
+        std::fs::write(&db, b"").unwrap();
+        let (tmp_a, tmp_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let waiter = WakeDir::for_database_in(&db, tmp_a.path());
+        let releaser = WakeDir::for_database_in(&db, tmp_b.path());
+        let beside = std::fs::canonicalize(tmp.path()).unwrap().join("x.db-wake");
+        assert_eq!(waiter.dir, beside);
+        assert_eq!(releaser.dir, beside);
+        let key = Key::new("k").unwrap();
+        let mut sub = waiter.subscribe(&key);
+        assert!(sub.is_live());
+        releaser.wake(&key);
+        tokio::time::timeout(Duration::from_secs(2), sub.notified())
+            .await
+            .expect("woken across temp dirs");
+    }
+
+    /// A database path too long for a socket path beside it falls back to
+    /// a directory in the temp dir, the same for every process.
+    #[tokio::test]
+    async fn a_long_database_path_falls_back_to_the_temp_dir() {
+        let tmp = tempfile::tempdir().unwrap();
+        let deep = tmp.path().join("d".repeat(100));
+        std::fs::create_dir_all(&deep).unwrap();
+        let db = deep.join("x.db");
+        std::fs::write(&db, b"").unwrap();
+        let temp = tempfile::tempdir().unwrap();
+        let waiter = WakeDir::for_database_in(&db, temp.path());
+        let releaser = WakeDir::for_database_in(&db, temp.path());
+        assert!(waiter.dir.starts_with(temp.path()), "{:?}", waiter.dir);
+        assert_eq!(waiter.dir, releaser.dir);
+        let key = Key::new("k").unwrap();
+        let mut sub = waiter.subscribe(&key);
+        assert!(sub.is_live(), "the socket path fits");
+        releaser.wake(&key);
+        tokio::time::timeout(Duration::from_secs(2), sub.notified())
+            .await
+            .expect("woken through the fallback directory");
+    }
+
+    /// More releases than a socket's receive queue holds, before its
+    /// process reads any: the release of the key it waits for still wakes
+    /// it (the queue is filled for real; this current-thread runtime does
+    /// not run the receiving task until the test awaits).
+    #[tokio::test]
+    async fn a_full_receive_queue_does_not_lose_the_wake_up() {
+        let tmp = tempfile::tempdir().unwrap();
+        let db = tmp.path().join("x.db");
+        std::fs::write(&db, b"").unwrap();
+        let waiter = WakeDir::for_database(&db);
+        let releaser = WakeDir::for_database(&db);
+        let wanted = Key::new("wanted").unwrap();
+        let mut sub = waiter.subscribe(&wanted);
+        // Far more than net.unix.max_dgram_qlen (10 by default).
+        for i in 0..200 {
+            releaser.wake(&Key::new(format!("other-{i}")).unwrap());
+        }
+        releaser.wake(&wanted);
+        tokio::time::timeout(Duration::from_secs(3), sub.notified())
+            .await
+            .expect("the wake-up for the wanted key is not lost");
     }
 
     #[test]

@@ -1,0 +1,298 @@
+//! `leasehold run KEY -- CMD ...`: run a command while holding a lock.
+//!
+//! The promise, in order of the command's life:
+//! - it starts only under a live lease (the guard is checked first);
+//! - it runs in its own process group, with the terminal if `run` had it;
+//! - it is stopped *inside* the lease when renewal stops succeeding: SIGTERM
+//!   at `valid_until - kill_after`, SIGKILL at `valid_until` (see `stop`);
+//! - it dies with `run`: SIGHUP/SIGQUIT/SIGINT/SIGTERM are forwarded to its
+//!   group (`signals`); if `run` is killed, the command gets the
+//!   parent-death signal (`child`) and a watchdog process kills its group
+//!   (`watchdog`).
+
+mod child;
+mod signals;
+mod stop;
+mod watchdog;
+
+pub use watchdog::{watch as watchdog, WatchdogArgs};
+
+use std::io::Write;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use clap::Args;
+use leasehold::{AcquireOptions, Locks};
+use nix::sys::signal::Signal;
+use tokio::time::{sleep_until, Instant};
+use tokio_util::sync::CancellationToken;
+
+use crate::exit::{CliError, EX_LOST, EX_TEMPFAIL};
+use crate::{parse_duration, LeaseArgs};
+use child::Spawned;
+use signals::Signals;
+
+/// What `run --help` says about the lifecycle; README's "run" section says
+/// the same.
+const RUN_PROMISES: &str = "\
+The command gets LEASEHOLD_KEY and LEASEHOLD_TOKEN (the fencing token) in its \
+environment and runs in its own process group. It is started only while the \
+lease is valid. With a terminal on stdin (run in the foreground) the command's \
+group gets the terminal and run takes it back afterwards.
+
+Signals: SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to run are forwarded to the \
+command's group; run then waits for the command and exits with its code. If \
+run itself dies (kill -9, a crash), the command gets SIGKILL from the kernel \
+(Linux parent-death signal) and a small watchdog process that run starts \
+beside it (`leasehold run-watchdog`) sends SIGKILL to the command's whole \
+group.
+
+Lost lease: the stop schedule is counted inside the lease. If no renewal has \
+succeeded by valid_until minus --kill-after, the group gets SIGTERM; at \
+valid_until (at least 1 % of the ttl + 2 ms before the store frees the \
+key) it gets SIGKILL; run exits 70 once the command is gone. A renewal that succeeds \
+before the SIGTERM cancels the schedule. If the store reports the lease gone \
+early (e.g. `release --force`), SIGTERM follows at once and SIGKILL after \
+--kill-after or at valid_until, whichever comes first.
+
+Not promised: processes that leave the command's process group (setsid, \
+daemonizing) are out of reach; if the watchdog is killed together with run \
+(e.g. kill -9 of both), only the command itself dies with run; when the \
+command exits normally, anything it left running in the background is not \
+stopped; job control (Ctrl-Z) of the command is not supported.
+
+Exit: the command's own code (128 + N if signal N ended it, 127 if it could \
+not be started); 70 lease lost (the command was stopped); 75 not acquired \
+(busy, --wait ran out, or the grant arrived already expired: the command did \
+not start); 129, 130, 131, 143: SIGHUP, SIGINT, SIGQUIT, SIGTERM ended the \
+wait; 64 bad input; 69 store unavailable; 71 internal failure.";
+
+/// Arguments of `run`.
+#[derive(Debug, Args)]
+#[command(after_help = RUN_PROMISES)]
+pub struct RunArgs {
+    /// Lock key (1..=256 bytes, no control characters)
+    pub key: String,
+    #[command(flatten)]
+    pub lease: LeaseArgs,
+    /// Grace between SIGTERM and SIGKILL when renewal stops succeeding, counted
+    /// inside the lease; at most half the ttl [default: ttl/4]
+    #[arg(long, value_parser = parse_duration)]
+    pub kill_after: Option<Duration>,
+    /// The command and its arguments
+    #[arg(required = true, last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+/// The default grace: a quarter of the ttl, so SIGTERM comes at 3/4 of a
+/// lease whose renewal (due at 1/3) has failed for 0.4 ttl.
+fn default_kill_after(ttl: Duration) -> Duration {
+    ttl / 4
+}
+
+/// `--kill-after`, validated against the ttl. Renewal is due every ttl/3 and
+/// the grace is counted back from the lease's end, so a grace longer than
+/// half the ttl would stop a healthy command before its renewal could land.
+fn kill_after(args: &RunArgs) -> Result<Duration, CliError> {
+    let ttl = args.lease.ttl;
+    match args.kill_after {
+        None => Ok(default_kill_after(ttl)),
+        Some(grace) if grace.saturating_mul(2) <= ttl => Ok(grace),
+        Some(grace) => Err(CliError::usage(format!(
+            "invalid --kill-after: must be at most half the ttl ({}), got {}: \
+             the grace is counted inside the lease and renewal is due every ttl/3",
+            humantime::format_duration(ttl / 2),
+            humantime::format_duration(grace)
+        ))),
+    }
+}
+
+pub async fn run(store: &str, args: RunArgs) -> Result<u8, CliError> {
+    // Bad input fails before the store is touched.
+    leasehold::Key::new(args.key.as_str())?;
+    leasehold::time::validate_ttl(args.lease.ttl)?;
+    let grace = kill_after(&args)?;
+    // Caught from here on: a signal while connecting or waiting ends run
+    // with 128 + its number instead of killing it.
+    let mut signals = Signals::new()?;
+    let locks = tokio::select! {
+        locks = Locks::open(store) => locks?,
+        signal = signals.recv() => return Err(signals::interrupted(&args.key, signal)),
+    };
+    let outcome = run_with(store, &locks, &args, grace, &mut signals).await;
+    // Close the store's connections while the runtime still runs, so no
+    // driver task is torn down mid-request at exit.
+    locks.close().await;
+    outcome
+}
+
+async fn run_with(
+    store: &str,
+    locks: &Locks,
+    args: &RunArgs,
+    grace: Duration,
+    signals: &mut Signals,
+) -> Result<u8, CliError> {
+    // A signal while waiting cancels the wait; run exits 128 + its number.
+    let cancel = CancellationToken::new();
+    let options = AcquireOptions::new()
+        .with_ttl(args.lease.ttl)
+        .with_wait(args.lease.wait)
+        .with_cancel(cancel.clone());
+    let guard = tokio::select! {
+        guard = locks.acquire_with(&args.key, &options) => guard?,
+        signal = signals.recv() => {
+            cancel.cancel();
+            return Err(signals::interrupted(&args.key, signal));
+        }
+    };
+    tracing::info!(key = %guard.key(), token = guard.token(), "acquired");
+    // A grant that arrives after its lease's end (a store that stalled the
+    // request) is no lease: never start the command on it.
+    if guard.is_lost() {
+        let _ = guard.release().await;
+        return Err(CliError::new(
+            EX_TEMPFAIL,
+            format!(
+                "the lease on {:?} had already expired when its grant arrived; \
+                 the command was not started",
+                args.key
+            ),
+        ));
+    }
+
+    let mut spawned = match child::spawn(&args.command, &guard) {
+        Ok(spawned) => spawned,
+        Err(e) => {
+            let _ = guard.release().await;
+            return Err(e);
+        }
+    };
+    let outcome = supervise(&mut spawned, &guard, grace, signals).await;
+    if outcome.is_ok() {
+        // The command is reaped and its group stopped or left as promised.
+        spawned.finish().await;
+    } // else: dropping it makes the watchdog stop the group.
+    match outcome {
+        Ok(Ending::Exited(status)) => {
+            // The command finished under the lease; a failed release only
+            // delays the next holder until the ttl ends: reported, not fatal.
+            if let Err(e) = guard.release().await {
+                let warning =
+                    format!("warning: release failed, the lock expires after its ttl: {e}");
+                report(&leasehold::redact_secrets(&warning, store));
+            }
+            Ok(exit_code(status))
+        }
+        Ok(Ending::Stopped) => {
+            report(&format!(
+                "lease on {:?} lost (token {}); the command was stopped",
+                args.key,
+                guard.token()
+            ));
+            Ok(EX_LOST)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// How the command's run ended.
+enum Ending {
+    /// It exited on its own (or of a signal `run` forwarded).
+    Exited(ExitStatus),
+    /// The lease could no longer be relied on and the group was stopped.
+    Stopped,
+}
+
+/// Waits for the command while forwarding signals, and stops its group on
+/// the schedule counted inside the lease.
+async fn supervise(
+    spawned: &mut Spawned,
+    guard: &leasehold::LeaseGuard,
+    grace: Duration,
+    signals: &mut Signals,
+) -> std::io::Result<Ending> {
+    let lost = guard.lost();
+    tokio::pin!(lost);
+    loop {
+        // Re-read every turn: each successful renewal moves it forward.
+        let term_at = sigterm_due(guard.valid_until(), grace);
+        tokio::select! {
+            status = spawned.child.wait() => return Ok(Ending::Exited(status?)),
+            signal = signals.recv() => spawned.forward(signal),
+            _ = &mut lost => {
+                // The store says the lease is gone (or its deadline passed):
+                // SIGTERM now, SIGKILL after the grace or at valid_until.
+                let kill_at = guard.valid_until().min(Instant::now() + grace);
+                stop::stop_group(spawned, kill_at, signals).await;
+                return Ok(Ending::Stopped);
+            }
+            _ = sleep_until(term_at) => {
+                if sigterm_due(guard.valid_until(), grace) > term_at {
+                    continue; // renewed meanwhile: the schedule moves on
+                }
+                tracing::warn!(key = %guard.key(), "no renewal succeeded; stopping the command inside the lease");
+                stop::stop_group(spawned, guard.valid_until(), signals).await;
+                return Ok(Ending::Stopped);
+            }
+        }
+    }
+}
+
+/// When the command gets SIGTERM unless a renewal succeeds first.
+fn sigterm_due(valid_until: Instant, grace: Duration) -> Instant {
+    valid_until.checked_sub(grace).unwrap_or(valid_until)
+}
+
+/// One line on stderr. A write error is ignored: after a hang-up stderr may
+/// be a dead terminal, and `eprintln!` would panic there.
+pub(crate) fn report(line: &str) {
+    let _ = writeln!(std::io::stderr(), "leasehold: {line}");
+}
+
+/// The command's exit code, or 128 + signal number if a signal ended it.
+fn exit_code(status: ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code).unwrap_or(1),
+        (None, Some(sig)) => u8::try_from(128 + sig).unwrap_or(255),
+        (None, None) => 1,
+    }
+}
+
+/// 128 + the signal's number: the shell's convention for "ended by it".
+pub(crate) fn signal_exit_code(signal: Signal) -> u8 {
+    u8::try_from(128 + signal as i32).unwrap_or(255)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_schedule_starts_at_valid_until_minus_the_grace() {
+        let now = Instant::now();
+        let until = now + Duration::from_secs(10);
+        assert_eq!(
+            sigterm_due(until, Duration::from_secs(3)),
+            now + Duration::from_secs(7)
+        );
+        assert_eq!(sigterm_due(until, Duration::ZERO), until);
+    }
+
+    #[test]
+    fn signal_codes_follow_the_shell() {
+        assert_eq!(signal_exit_code(Signal::SIGHUP), 129);
+        assert_eq!(signal_exit_code(Signal::SIGINT), 130);
+        assert_eq!(signal_exit_code(Signal::SIGQUIT), 131);
+        assert_eq!(signal_exit_code(Signal::SIGTERM), 143);
+    }
+
+    #[test]
+    fn default_grace_is_a_quarter_of_the_ttl() {
+        assert_eq!(
+            default_kill_after(Duration::from_secs(30)),
+            Duration::from_millis(7500)
+        );
+    }
+}

@@ -1,0 +1,130 @@
+//! The `leasehold` binary against PostgreSQL through PgBouncer in
+//! transaction pooling mode, across real OS processes: the counter under
+//! `run`, the takeover after SIGKILL, the paused holder, and the inventory
+//! demo's four strategies.
+//!
+//! Needs `LEASEHOLD_TEST_PGBOUNCER` and `LEASEHOLD_TEST_POSTGRES` (started
+//! by scripts/services/pgbouncer.sh); skips with a notice without them,
+//! fails under `LEASEHOLD_REQUIRE_SERVERS=1`.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use leasehold::conformance::server_url;
+use rand::Rng;
+
+/// A database of its own for one test, dropped at the end: session settings
+/// such as `search_path` do not travel through a transaction pooler, so a
+/// schema per test (as in cli_postgres.rs) would not keep tests apart. The
+/// pooler routes any database name to the server's database of that name.
+struct Database {
+    server: String,
+    name: String,
+    /// Through the pooler, with LISTEN on a direct connection.
+    url: String,
+    /// Through the pooler, without a listen URL: waiters poll.
+    polling_url: String,
+}
+
+impl Database {
+    fn create() -> Option<Database> {
+        let pooler = server_url("LEASEHOLD_TEST_PGBOUNCER")?;
+        let server = server_url("LEASEHOLD_TEST_POSTGRES")?;
+        let name = format!("leasehold_cli_{:016x}", rand::thread_rng().gen::<u64>());
+        sql(&server, &format!("CREATE DATABASE {name}"));
+        let direct = with_database(&server, &name);
+        let polling_url = format!("{}?pooler=transaction", with_database(&pooler, &name));
+        let url = format!("{polling_url}&listen_url={direct}");
+        Some(Database {
+            server,
+            name,
+            url,
+            polling_url,
+        })
+    }
+}
+
+/// `url` (`postgres://user@host:port/db`, no query) with another database.
+fn with_database(url: &str, name: &str) -> String {
+    let (base, _) = url.rsplit_once('/').expect("a database in the URL");
+    format!("{base}/{name}")
+}
+
+impl AsRef<str> for Database {
+    fn as_ref(&self) -> &str {
+        &self.url
+    }
+}
+
+impl Drop for Database {
+    fn drop(&mut self) {
+        // Best effort: a failing test should report its own failure. FORCE
+        // closes the pooler's server connections to it.
+        let _ = std::panic::catch_unwind(|| {
+            sql(
+                &self.server,
+                &format!("DROP DATABASE {} WITH (FORCE)", self.name),
+            )
+        });
+    }
+}
+
+/// Runs one statement on a direct connection of its own.
+fn sql(url: &str, statement: &str) {
+    use sqlx::Connection;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+        sqlx::raw_sql(statement).execute(&mut conn).await.unwrap();
+        conn.close().await.unwrap();
+    });
+}
+
+process_tests!(Database::create());
+
+/// The same counter with waiters that poll (no listen URL): still exact,
+/// and each process says once why it polls and how to fix it.
+#[test]
+fn polling_waiters_count_exactly_and_say_why_once() {
+    let Some(db) = Database::create() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    counter_under_many_processes(&db.polling_url, dir.path(), 4, 10);
+
+    // A waiter behind a holder: one warning line naming listen_url.
+    let mut holder = leasehold(&db.polling_url)
+        .args(["run", "polled", "--ttl", "2s", "--", "sleep", "3"])
+        .spawn()
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(10), || status(
+        &db.polling_url,
+        "polled"
+    )["held"]
+        == true));
+    let out =
+        run(leasehold(&db.polling_url).args(["run", "polled", "--wait", "20s", "--", "true"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let message = stderr(&out);
+    assert_eq!(
+        message.lines().filter(|l| l.contains("listen_url")).count(),
+        1,
+        "one warning naming listen_url: {message}"
+    );
+    assert!(message.contains("transaction-mode pooler"), "{message}");
+    holder.wait().unwrap();
+}
+
+#[test]
+fn demo_shows_the_race_and_three_safe_strategies() {
+    let Some(db) = Database::create() else {
+        return;
+    };
+    let out = run(leasehold(&db.url).args(["demo", "--workers", "4", "--json"]));
+    assert_demo_shows_race_and_safety(&out, &["none", "lease", "row-lock", "optimistic"]);
+}
