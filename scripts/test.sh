@@ -10,8 +10,9 @@ trap leasehold_stop_services EXIT
 # summary of everything else.
 cargo test --workspace --all-features --doc --quiet
 # The npm package (bindings/node): install its dev tools from the npm
-# registry, build the native addon (debug: it shares target/ with the Rust
-# build), then node's test runner over every store exported above.
+# registry, build the native addon (debug: faster to build than release;
+# napi passes --target, so it builds into target/x86_64-unknown-linux-gnu),
+# then node's test runner over every store exported above.
 (
   cd bindings/node
   npm ci --no-audit --no-fund
