@@ -35,12 +35,12 @@ class Lease {
     if (token !== LOCKS_TOKEN) throw new TypeError('leases come from Locks.acquire/tryAcquire');
     this.#native = nativeLease;
     // The callback captures only the controller and the key, never this
-    // object, so an abandoned lease can still be garbage-collected.
+    // object or the native lease, so an abandoned lease can still be
+    // garbage-collected (then its renewal stops and it expires).
     const controller = this.#controller;
     const key = nativeLease.key;
-    nativeLease.watchLost(() => {
-      const why = nativeLease.boundReached() ? 'held longer than maxHold' : undefined;
-      controller.abort(lostError(key, why));
+    nativeLease.watchLost((byBound) => {
+      controller.abort(lostError(key, byBound ? 'held longer than maxHold' : undefined));
     }, maxHoldMs);
   }
 

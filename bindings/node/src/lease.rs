@@ -1,7 +1,6 @@
 //! `NativeLease`: a held lease, its lost-lease notification and its
 //! optional bound on the total holding time.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -22,8 +21,6 @@ pub(crate) struct LeaseSlot {
     guard: Mutex<Option<LeaseGuard>>,
     /// Ends the lost-lease watcher when the lease is released.
     stop_watch: CancellationToken,
-    /// Set when the hold bound (`maxHold`) ended the lease.
-    bound_reached: AtomicBool,
 }
 
 impl LeaseSlot {
@@ -33,7 +30,6 @@ impl LeaseSlot {
             token: guard.token(),
             guard: Mutex::new(Some(guard)),
             stop_watch: CancellationToken::new(),
-            bound_reached: AtomicBool::new(false),
         })
     }
 
@@ -108,21 +104,22 @@ impl NativeLease {
         released.map_err(js)
     }
 
-    /// Calls `on_lost` once, from the JS thread, when the lease is lost or
-    /// `max_hold_ms` has passed (then the lease is released first). The
+    /// Calls `on_lost(by_bound)` once, from the JS thread, when the lease is
+    /// lost or `max_hold_ms` has passed (then the lease is released first
+    /// and `by_bound` is true). The
     /// callback is weak: it never keeps the process alive, and the watcher
     /// holds the lease only weakly, so an abandoned lease is dropped.
     #[napi]
     pub fn watch_lost(
         &self,
-        on_lost: Function<(), ()>,
+        on_lost: Function<bool, ()>,
         max_hold_ms: Option<f64>,
     ) -> napi::Result<()> {
         let Some(lost) = lock(&self.slot.guard).as_ref().map(LeaseGuard::lost) else {
             return Ok(());
         };
         let notify = on_lost
-            .build_threadsafe_function::<()>()
+            .build_threadsafe_function::<bool>()
             .callee_handled::<false>()
             .weak::<true>()
             .build()?;
@@ -133,21 +130,18 @@ impl NativeLease {
             .filter(|ms| ms.is_finite())
             .map(|ms| Duration::from_secs_f64(ms.max(0.0) / 1000.0));
         napi::bindgen_prelude::spawn(async move {
-            tokio::select! {
+            let by_bound = tokio::select! {
                 biased;
                 _ = stop.cancelled() => return,
-                _ = lost => {}
-                _ = sleep_or_never(bound) => end_by_bound(&slot, &shared).await,
-            }
-            notify.call((), ThreadsafeFunctionCallMode::NonBlocking);
+                _ = lost => false,
+                _ = sleep_or_never(bound) => {
+                    end_by_bound(&slot, &shared).await;
+                    true
+                }
+            };
+            notify.call(by_bound, ThreadsafeFunctionCallMode::NonBlocking);
         });
         Ok(())
-    }
-
-    /// Whether the hold bound ended this lease.
-    #[napi]
-    pub fn bound_reached(&self) -> bool {
-        self.slot.bound_reached.load(Ordering::Acquire)
     }
 }
 
@@ -161,7 +155,6 @@ async fn sleep_or_never(bound: Option<Duration>) {
 /// The hold bound passed: stop renewing and hand the lease back.
 async fn end_by_bound(slot: &Weak<LeaseSlot>, shared: &Weak<Shared>) {
     let Some(slot) = slot.upgrade() else { return };
-    slot.bound_reached.store(true, Ordering::Release);
     // Best effort: if the store is down the lease expires after its ttl.
     let _ = slot.release().await;
     if let Some(shared) = shared.upgrade() {
