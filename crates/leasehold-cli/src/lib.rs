@@ -4,6 +4,7 @@
 
 mod admin;
 mod bench;
+mod connections;
 mod demo;
 mod exit;
 mod redacted_stderr;

@@ -23,7 +23,7 @@ pub enum Error {
     },
 
     /// `try_acquire` found a live holder. Try again later.
-    #[error("lock {key:?} is held by {holder} for up to {remaining:?} more")]
+    #[error("lock {key:?} is held by {holder} for up to {} more", Millis(*remaining))]
     Busy {
         /// The contested key.
         key: String,
@@ -34,7 +34,7 @@ pub enum Error {
     },
 
     /// The lock was not acquired within the caller's wait bound.
-    #[error("lock {key:?} was not acquired within {waited:?}{}",
+    #[error("lock {key:?} was not acquired within {}{}", Millis(*waited),
         if *held_here { " (a guard of this same process holds it: release or drop that guard)" } else { "" })]
     Timeout {
         /// The contested key.
@@ -93,6 +93,34 @@ impl Error {
             | Error::LeaseLost { .. }
             | Error::Backend { .. } => false,
         }
+    }
+
+    /// Whether this is [`Error::LeaseLost`]: the lease ended before the
+    /// operation could use it, so the work done under it must be abandoned
+    /// (roll back; do not write). Matches a lost lease without naming the
+    /// variant's fields, also through your own error type:
+    ///
+    /// ```
+    /// #[derive(Debug, thiserror::Error)]
+    /// enum AppError {
+    ///     #[error(transparent)]
+    ///     Lock(#[from] leasehold::Error),
+    ///     #[error("bad order: {0}")]
+    ///     BadOrder(String),
+    /// }
+    ///
+    /// impl AppError {
+    ///     fn is_lease_lost(&self) -> bool {
+    ///         matches!(self, AppError::Lock(e) if e.is_lease_lost())
+    ///     }
+    /// }
+    ///
+    /// let lost = AppError::from(leasehold::Error::LeaseLost { key: "orders:42".into() });
+    /// assert!(lost.is_lease_lost());
+    /// assert!(!AppError::BadOrder("empty".into()).is_lease_lost());
+    /// ```
+    pub fn is_lease_lost(&self) -> bool {
+        matches!(self, Error::LeaseLost { .. })
     }
 
     /// Builds an [`Error::InvalidInput`].
@@ -173,6 +201,58 @@ fn chain(e: &(dyn std::error::Error + 'static)) -> String {
     text
 }
 
+/// Shows a measured duration to the millisecond (`5.002s`, `250ms`):
+/// nanoseconds of a timer's overshoot are noise in a message. Durations
+/// under a millisecond keep their precision, so they never print as `0ms`.
+struct Millis(Duration);
+
+impl std::fmt::Display for Millis {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let d = self.0;
+        if d < Duration::from_millis(1) {
+            return write!(f, "{d:?}");
+        }
+        // Round to the nearest millisecond (half up), then print like
+        // Duration's Debug does: seconds with up to 3 decimals, else ms.
+        let ms = (d.as_nanos() + 500_000) / 1_000_000;
+        let (secs, frac) = (ms / 1000, ms % 1000);
+        if secs == 0 {
+            write!(f, "{ms}ms")
+        } else if frac == 0 {
+            write!(f, "{secs}s")
+        } else {
+            let frac = format!("{frac:03}");
+            write!(f, "{secs}.{}s", frac.trim_end_matches('0'))
+        }
+    }
+}
+
+/// A SQL error from your own queries, in the function that also calls
+/// leasehold (for example around `PostgresBackend::check_in`),
+/// classified by the rules the SQL stores use: a transient failure
+/// (connection lost, pool timeout, serialization failure, deadlock,
+/// SQLite busy) is [`Error::Unavailable`], anything else [`Error::Backend`].
+/// So `?` works on both in a function returning [`Result`], and
+/// [`Error::is_retryable`] and [`Error::is_lease_lost`] still tell the cases
+/// apart.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+impl From<sqlx::Error> for Error {
+    fn from(e: sqlx::Error) -> Self {
+        #[cfg(feature = "sqlite")]
+        if let sqlx::Error::Database(db) = &e {
+            if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
+                return crate::backends::sqlite::classify(e);
+            }
+        }
+        // PostgreSQL's rules when compiled in; errors that are not a
+        // database's own (I/O, pool) are classified alike by both.
+        #[cfg(feature = "postgres")]
+        return crate::backends::postgres::classify(e);
+        #[cfg(not(feature = "postgres"))]
+        return crate::backends::sqlite::classify(e);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,6 +320,42 @@ mod tests {
             .unwrap()
             .downcast_ref::<std::io::Error>()
             .is_some());
+    }
+
+    #[test]
+    fn measured_durations_show_milliseconds() {
+        let timeout = |waited| Error::Timeout {
+            key: "k".into(),
+            waited,
+            held_here: false,
+        };
+        assert_eq!(
+            timeout(Duration::from_nanos(5_001_659_909)).to_string(),
+            r#"lock "k" was not acquired within 5.002s"#
+        );
+        let busy = Error::Busy {
+            key: "k".into(),
+            holder: "h:1".into(),
+            remaining: Duration::from_nanos(29_999_600_000),
+        };
+        assert_eq!(
+            busy.to_string(),
+            r#"lock "k" is held by h:1 for up to 30s more"#
+        );
+        let shown = |d| Millis(d).to_string();
+        assert_eq!(shown(Duration::from_micros(250_400)), "250ms");
+        assert_eq!(shown(Duration::from_millis(1_500)), "1.5s");
+        assert_eq!(shown(Duration::from_millis(61_020)), "61.02s");
+        assert_eq!(shown(Duration::from_micros(999_600)), "1s");
+        assert_eq!(shown(Duration::from_micros(300)), "300µs");
+        assert_eq!(shown(Duration::ZERO), "0ns");
+    }
+
+    #[test]
+    fn lease_lost_is_recognised() {
+        assert!(Error::LeaseLost { key: "k".into() }.is_lease_lost());
+        assert!(!Error::unavailable("down").is_lease_lost());
+        assert!(!Error::Cancelled { key: "k".into() }.is_lease_lost());
     }
 
     #[test]

@@ -28,6 +28,27 @@ use crate::time::{renew_interval, trusted_for, Backoff, LeaseClock};
 /// should race against `lost()` and pass [`token`](Self::token) to the
 /// resource it writes (see the crate docs on fencing).
 ///
+/// # When each signal fires
+/// The store never tells a holder that its lease was broken; the guard
+/// finds out when it next talks to the store. A renewal is sent ttl/3 after
+/// the last successful request was sent (transient failures are retried
+/// until `valid_until`). [`lost`](Self::lost) resolves, and
+/// [`is_lost`](Self::is_lost) and [`check`](Self::check) report the loss:
+///
+/// | what happened | when the guard notices |
+/// |---|---|
+/// | `force_release`, or the lease expired at the store and another process took the key | at the next renewal, when the store answers that the lease is gone: up to ttl/3 (plus a round trip) after the break |
+/// | the store is unreachable or answers only with transient errors | at `valid_until`: `is_lost()` and `check()` compare the clock on every call, so they flip at that instant; `lost()` resolves when the renewal task sees the deadline pass (timer precision; after a suspend, within a second of resuming) |
+/// | renewal fails with a permanent store error | then |
+/// | renewal disabled ([`AcquireOptions::with_auto_renew`](crate::AcquireOptions::with_auto_renew)`(false)`) | at `valid_until` |
+/// | [`release`](Self::release) or drop | never: the signal is for losing a lease, not for giving it up |
+///
+/// So after a force-release, `is_lost()` stays `false` until that next
+/// renewal. Checks that must not wait for it are made by the resource
+/// itself: a fenced write (`WHERE fence <= token`) or, on PostgreSQL,
+/// `PostgresBackend::check_in` inside the writing transaction refuse a
+/// broken lease at once.
+///
 /// # Suspend and resume
 /// Deadlines are measured on a clock that keeps running while the machine
 /// is suspended or its VM frozen (on Linux, `CLOCK_BOOTTIME`): a holder that
@@ -160,14 +181,17 @@ impl LeaseGuard {
         self.state.clock.to_local(self.state.valid_until())
     }
 
-    /// Whether the lease is lost: the signal fired, or `valid_until` passed.
+    /// Whether the lease is lost: the signal fired, or `valid_until` passed
+    /// (see [When each signal fires](Self#when-each-signal-fires)).
     pub fn is_lost(&self) -> bool {
         self.state.lost.is_cancelled() || self.state.clock.now() >= self.state.valid_until()
     }
 
     /// Resolves when the lease is lost (renewal failed until `valid_until`, or
-    /// the store reported the lease gone). Never resolves while renewals
-    /// succeed, and does not resolve because of [`release`](Self::release).
+    /// the store reported the lease gone at a renewal; see
+    /// [When each signal fires](Self#when-each-signal-fires)). Never
+    /// resolves while renewals succeed, and does not resolve because of
+    /// [`release`](Self::release).
     ///
     /// The future does not borrow the guard, so it can be raced against the
     /// guarded work in `tokio::select!` or moved into another task.

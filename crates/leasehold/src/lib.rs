@@ -30,7 +30,8 @@
 //!
 //! // Somebody else trying now is told who holds it and for how long.
 //! match locks.try_acquire("nightly-report").await {
-//!     Err(Error::Busy { holder, remaining, .. }) => println!("busy: {holder}, {remaining:?} left"),
+//!     // lock "nightly-report" is held by HOST:PID for up to 30s more
+//!     Err(busy @ Error::Busy { .. }) => println!("{busy}"),
 //!     other => unreachable!("{other:?}"),
 //! }
 //!
@@ -78,18 +79,49 @@
 //! |---|---|---|---|
 //! | `memory://` | in-process ([`backends::memory`]) | always | in-process channel |
 //! | `sqlite://PATH` | SQLite file, across processes on one host | `sqlite` (default) | Unix datagrams in a wake directory |
-//! | `postgres://...`, `postgresql://...` | PostgreSQL lease table ([`backends::postgres`]), across hosts | `postgres` | `LISTEN/NOTIFY`, one connection per backend |
-//! | `redis://host[:port][/db]` | Redis, Lua scripts, fence keys never deleted; use AOF | `redis` | one pub/sub connection per store |
+//! | `postgres://...`, `postgresql://...` | PostgreSQL lease table ([`backends::postgres`]), across hosts | `postgres` | `LISTEN/NOTIFY`, one connection per process and URL |
+//! | `redis://host[:port][/db]` | Redis, Lua scripts, fence keys never deleted; use AOF | `redis` | one pub/sub connection per process and server |
 //! | `mongodb://HOST/DB` | MongoDB collection ([`backends::mongodb`]), expiry on the server's clock as estimated from `hello` | `mongodb` | a change stream (polling where the server has none) |
 //!
 //! # Features
 //!
 //! | feature | what it adds |
 //! |---|---|
-//! | `sqlite` (default) | the SQLite store |
-//! | `redis` | the Redis store |
-//! | `http` | [`http::LeaseLayer`], tower middleware: `409 Conflict` with `Retry-After` while a resource is locked, or a bounded wait; the fencing token in the request extensions |
+//! | `sqlite` (default) | the SQLite store ([`backends::sqlite`]); re-exports [`sqlx`] |
+//! | `postgres` | the PostgreSQL store ([`backends::postgres`]), [`rowlock`] (row locks and optimistic retries in your own transactions); re-exports [`sqlx`] |
+//! | `redis` | the Redis store ([`backends::redis`]); re-exports [`redis`](mod@redis) |
+//! | `mongodb` | the MongoDB store ([`backends::mongodb`]); re-exports [`mongodb`](mod@mongodb); needs Rust 1.88 |
+//! | `http` | [`http::LeaseLayer`], tower middleware: `409 Conflict` with `Retry-After` while a resource is locked, or a bounded wait; the fencing token in the request extensions; [`http::PathKey`] for keys from a route's path parameters |
 //! | `conformance` | the shared test suite for stores |
+//!
+//! # The drivers, re-exported
+//!
+//! Each store is built on one driver, re-exported under its own name behind
+//! the store's feature: `leasehold::sqlx` (sqlx 0.8, with `runtime-tokio`
+//! and the `sqlite`/`postgres` features that are on), `leasehold::redis`
+//! (redis 1.8) and `leasehold::mongodb` (mongodb 3). Use them to build the
+//! pool, connection manager or client you hand to a store's `from_*`
+//! constructor, so its types are the ones leasehold was built with:
+//!
+//! ```no_run
+//! # #[cfg(feature = "postgres")]
+//! # async fn f() -> leasehold::Result<()> {
+//! use leasehold::backends::postgres::{PostgresBackend, PostgresOptions};
+//! use leasehold::sqlx::postgres::PgPoolOptions;
+//!
+//! let pool = PgPoolOptions::new()
+//!     .max_connections(10)
+//!     .connect("postgres://app@db.internal/app")
+//!     .await?; // a sqlx::Error converts into leasehold::Error
+//! let backend = PostgresBackend::from_pool(pool, PostgresOptions::new()).await?;
+//! let locks = leasehold::Locks::new(backend);
+//! # drop(locks); Ok(()) }
+//! ```
+//!
+//! A direct dependency on the same driver works as well, as long as it is
+//! the same major version (sqlx `0.8`, redis `1`, mongodb `3`): Cargo then
+//! builds one copy and the types match. Features you enable on your own
+//! dependency (say sqlx's `chrono`) apply to leasehold's copy too.
 //!
 //! Any type implementing [`Backend`] (a handful of atomic operations, see its
 //! `# Contract`) works with [`Locks::new`]; the `conformance` module
@@ -114,6 +146,8 @@ pub mod redact;
 mod renewal;
 #[cfg(feature = "postgres")]
 pub mod rowlock;
+#[cfg(any(feature = "postgres", feature = "redis"))]
+mod shared;
 pub mod time;
 
 pub use backend::{
@@ -126,3 +160,66 @@ pub use key::{validate_prefix, Key, MAX_KEY_BYTES};
 pub use lock::{AcquireOptions, Locks};
 pub use notify::{Subscription, WakeHub};
 pub use redact::{redact_secrets, redact_url};
+
+#[cfg(feature = "mongodb")]
+pub use mongodb;
+#[cfg(feature = "redis")]
+pub use redis;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub use sqlx;
+
+/// Every code block of README.md and docs/*.md, compiled (and run unless
+/// marked `no_run`) as doctests, so the documentation cannot drift from the
+/// code: `cargo test --doc -p leasehold --all-features` (part of
+/// `scripts/test.sh`). Blocks in other languages are tagged (`sh`, `sql`,
+/// `toml`, `text`, ...), which rustdoc skips. A page whose blocks need a
+/// store's feature is compiled only with it.
+#[cfg(doctest)]
+mod markdown {
+    #[doc = include_str!("../../../README.md")]
+    struct Readme;
+
+    #[doc = include_str!("../../../docs/architecture.md")]
+    struct Architecture;
+
+    #[doc = include_str!("../../../docs/performance.md")]
+    struct Performance;
+
+    #[cfg(feature = "postgres")]
+    #[doc = include_str!("../../../docs/postgres.md")]
+    struct Postgres;
+
+    #[cfg(feature = "redis")]
+    #[doc = include_str!("../../../docs/redis.md")]
+    struct Redis;
+
+    #[cfg(feature = "mongodb")]
+    #[doc = include_str!("../../../docs/mongodb.md")]
+    struct Mongodb;
+
+    #[cfg(all(feature = "http", feature = "sqlite"))]
+    #[doc = include_str!("../../../docs/http.md")]
+    struct Http;
+}
+
+#[cfg(test)]
+mod tests {
+    /// A page added to docs/ must be added to the `markdown` doctests too.
+    #[test]
+    fn every_markdown_page_is_a_doctest() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let lib = include_str!("lib.rs");
+        let mut pages = vec!["README.md".to_owned()];
+        for entry in std::fs::read_dir(root.join("docs")).expect("docs/ exists") {
+            let name = entry.expect("docs/ is readable").file_name();
+            let name = name.to_string_lossy();
+            if name.ends_with(".md") {
+                pages.push(format!("docs/{name}"));
+            }
+        }
+        for page in pages {
+            let include = format!("include_str!(\"../../../{page}\")");
+            assert!(lib.contains(&include), "{page} is not in mod markdown");
+        }
+    }
+}

@@ -9,12 +9,19 @@
 //! | `postgres://user@host:port/db`, `postgresql://...` | PostgreSQL, table `leasehold_locks` | `postgres` |
 //! | `redis://[user:pass@]host[:port][/db]`, `redis+unix:///path` | Redis | `redis` |
 //!
+//! Every URL accepts `listen=off`: waiters then hold no listening
+//! connection and poll instead, waking at the holder's expiry or after a
+//! backoff of up to 250 ms (see docs/performance.md for what a hand-off
+//! costs each way).
+//!
 //! SQLite accepts `?synchronous=full` (default) or `?synchronous=normal`.
 //! PostgreSQL URLs take sqlx's parameters (`sslmode`, `application_name`,
-//! ...) and leasehold's `pooler=transaction` (behind PgBouncer in transaction
-//! mode) and `listen_url=postgres://...` (a separate `LISTEN` connection);
-//! a server that does not answer fails with [`Error::Unavailable`] within
-//! 5 s. For another table, build a
+//! ...), leasehold's `pooler=transaction` (behind PgBouncer in transaction
+//! mode) and `listen_url=postgres://...` (a separate `LISTEN` connection),
+//! and the connection budget's `max_connections=N` (data connections,
+//! default 1), `idle_timeout=5s` and `acquire_timeout=5s`; a server that
+//! does not answer fails with [`Error::Unavailable`] within 5 s. For
+//! another table, build a
 //! [`PostgresBackend`](crate::backends::postgres::PostgresBackend) yourself.
 //! Redis accepts `?prefix=NAME` (the key prefix, default `leasehold`); other
 //! query parameters go to the `redis` crate (e.g. `protocol=resp3`).
@@ -51,6 +58,46 @@ pub async fn open_backend(url: &str) -> Result<Arc<dyn Backend>> {
 }
 
 async fn open_any(url: &str) -> Result<Arc<dyn Backend>> {
+    let (url, listen) = split_listen(url)?;
+    let backend = open_store(&url).await?;
+    Ok(if listen {
+        backend
+    } else {
+        Arc::new(crate::backends::polling::PollingOnly::new(backend))
+    })
+}
+
+/// Takes `listen=on|off` out of the URL's query string: whether waiters
+/// keep a listening connection (default) or poll with the holder's
+/// remaining ttl and a backoff.
+fn split_listen(url: &str) -> Result<(String, bool)> {
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok((url.to_owned(), true));
+    };
+    let mut listen = true;
+    let mut rest = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("listen", "on")) => listen = true,
+            Some(("listen", "off")) => listen = false,
+            Some(("listen", other)) => {
+                return Err(Error::invalid(
+                    "store url",
+                    format!("listen must be on or off, got {other:?}"),
+                ))
+            }
+            _ => rest.push(pair),
+        }
+    }
+    let url = if rest.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", rest.join("&"))
+    };
+    Ok((url, listen))
+}
+
+async fn open_store(url: &str) -> Result<Arc<dyn Backend>> {
     let Some((scheme, rest)) = url.split_once("://") else {
         return Err(Error::invalid(
             "store url",
@@ -212,6 +259,22 @@ mod tests {
         assert!(problem("postgres://u@h:notaport/db")
             .await
             .starts_with("invalid store url: not a PostgreSQL URL"));
+    }
+
+    #[tokio::test]
+    async fn listen_option_is_checked_and_taken_out() {
+        assert_eq!(
+            split_listen("redis://h?listen=off&prefix=a").unwrap(),
+            ("redis://h?prefix=a".to_owned(), false)
+        );
+        assert_eq!(
+            split_listen("memory://").unwrap(),
+            ("memory://".to_owned(), true)
+        );
+        assert!(problem("memory://?listen=maybe")
+            .await
+            .contains("listen must be on or off, got \"maybe\""));
+        assert!(open_backend("memory://?listen=off").await.is_ok());
     }
 
     #[tokio::test]

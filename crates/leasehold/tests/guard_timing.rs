@@ -133,8 +133,12 @@ async fn lost_fires_at_the_next_renewal_after_a_force_release() {
     let acquired_at = Instant::now();
     let guard = locks.acquire_with("k", &ttl(3)).await.unwrap();
     assert!(locks.force_release("k").await.unwrap());
+    // The store does not tell the holder: nothing flips until the renewal.
+    sleep(Duration::from_millis(999)).await;
+    assert!(!guard.is_lost());
     guard.lost().await;
     assert_eq!(Instant::now(), acquired_at + Duration::from_secs(1));
+    assert!(guard.is_lost());
 }
 
 #[tokio::test(start_paused = true)]

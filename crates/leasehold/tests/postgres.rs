@@ -119,9 +119,11 @@ async fn bad_options_are_rejected_before_io() {
         }
         other => panic!("expected InvalidInput, got {other:?}"),
     }
-    let one = PostgresOptions::new().with_max_connections(1);
+    // The listener is a connection of its own: one data connection is fine,
+    // none is not.
+    let none = PostgresOptions::new().with_max_connections(0);
     assert!(matches!(
-        PostgresBackend::connect_with(&down, one.clone()).await,
+        PostgresBackend::connect_with(&down, none).await,
         Err(Error::InvalidInput {
             what: "max_connections",
             ..
@@ -138,7 +140,7 @@ async fn bad_options_are_rejected_before_io() {
             ..
         })
     ));
-    let bad_listen = one.with_listen_url("mysql://x");
+    let bad_listen = PostgresOptions::new().with_listen_url("mysql://x");
     assert!(matches!(
         PostgresBackend::connect_with(&down, bad_listen).await,
         Err(Error::InvalidInput {

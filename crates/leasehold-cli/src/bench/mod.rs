@@ -77,6 +77,9 @@ pub struct Report {
     pub store: String,
     pub quick: bool,
     pub scenarios: Scenarios,
+    /// The most connections the run held on the store's server.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connections: Option<crate::connections::Peak>,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -119,7 +122,11 @@ pub async fn bench(store_url: &str, args: BenchArgs) -> Result<u8, CliError> {
     };
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
 
+    let run = format!("bench-{:08x}", rand::random::<u32>());
+    let (store_url, app) = crate::connections::tag(store_url, &run);
+    let store_url = store_url.as_str();
     let (store, locks) = raw::open(store_url).await?;
+    let sampler = crate::connections::start(store_url, app.as_deref()).await;
     let progress = if args.json {
         ProgressBar::hidden()
     } else {
@@ -172,6 +179,7 @@ pub async fn bench(store_url: &str, args: BenchArgs) -> Result<u8, CliError> {
         progress.inc(1);
     }
     progress.finish_and_clear();
+    report.connections = sampler.map(crate::connections::Sampler::finish);
 
     if let Some(path) = &args.plot {
         plot::write_svg(path, &samples)?;
@@ -267,6 +275,9 @@ fn print_table(report: &Report) {
         for p in &sc.points {
             println!("  {:>3} workers {:>10.0} acq/s", p.workers, p.per_second);
         }
+    }
+    if let Some(c) = &report.connections {
+        println!("\nconnections: peak {} ({})", c.peak, c.counted);
     }
     if let Some(r) = &s.renewal {
         println!(

@@ -209,7 +209,9 @@ pub async fn torture(store: &str, args: TortureArgs) -> Result<u8, CliError> {
     let keys: Vec<String> = (0..args.keys)
         .map(|i| format!("torture-{run_id}:k{i}"))
         .collect();
-    let locks = Locks::open(store).await?;
+    // Tagged so the connection sampler can tell the run's connections apart.
+    let (tagged, app) = crate::connections::tag(store, &run_id);
+    let locks = Locks::open(&tagged).await?;
 
     let fencing = !args.no_fencing;
     let (server, in_store, resource_spec) = match args.resource {
@@ -234,9 +236,10 @@ pub async fn torture(store: &str, args: TortureArgs) -> Result<u8, CliError> {
         None => None,
     };
     let worker_store = match &proxy {
-        Some((p, endpoint)) => stores::via(store, endpoint, &p.addr().to_string()),
-        None => store.to_owned(),
+        Some((p, endpoint)) => stores::via(&tagged, endpoint, &p.addr().to_string()),
+        None => tagged.clone(),
     };
+    let sampler = crate::connections::start(&tagged, app.as_deref()).await;
 
     // Only now: a run refused above leaves nothing behind.
     let dir = std::env::temp_dir().join(format!("leasehold-torture-{run_id}"));
@@ -281,6 +284,7 @@ pub async fn torture(store: &str, args: TortureArgs) -> Result<u8, CliError> {
             .await,
     );
     drop(proxy);
+    let connections = sampler.map(crate::connections::Sampler::finish);
 
     // Every lease must be gone once the last one could have expired.
     tokio::time::sleep(args.ttl + Duration::from_millis(200)).await;
@@ -332,6 +336,7 @@ pub async fn torture(store: &str, args: TortureArgs) -> Result<u8, CliError> {
         },
         fencing,
         faults: requested.iter().map(|f| f.to_string()).collect(),
+        connections,
         notes,
     };
     if args.json {

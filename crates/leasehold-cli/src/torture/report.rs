@@ -16,6 +16,8 @@ pub struct Setup {
     pub resource: &'static str,
     pub fencing: bool,
     pub faults: Vec<String>,
+    /// The most connections the run's processes held on the store's server.
+    pub connections: Option<crate::connections::Peak>,
     /// Fault kinds asked for that do not apply to this store, and why;
     /// workers that did not end cleanly.
     pub notes: Vec<String>,
@@ -45,6 +47,9 @@ pub fn print_table(setup: &Setup, r: &Report) {
             setup.faults.join(",")
         }
     );
+    if let Some(c) = &setup.connections {
+        println!("connections: peak {} ({})", c.peak, c.counted);
+    }
     for note in &setup.notes {
         println!("note: {note}");
     }

@@ -8,6 +8,9 @@
 //! 1. **The key.** A closure derives the lock key from the request
 //!    (`Some("users".into())`, `Some(format!("order:{id}"))`), or returns
 //!    `None` to let the request through without a lock (safe methods, say).
+//!    The closure runs before the handler's extractors, so it sees the path,
+//!    not parsed path parameters: [`PathKey`] builds a key from the path by
+//!    the route's own pattern (`/accounts/{id}` → `account:{id}`).
 //!    A derived key that is not a valid [`Key`](crate::Key) is answered
 //!    `400 Bad Request`: keys usually embed request data.
 //! 2. **The lock.** [`Mode::Reject`] tries once; [`Mode::Wait`] waits up to
@@ -82,11 +85,13 @@
 
 mod body;
 mod layer;
+mod path_key;
 pub mod problem;
 mod service;
 
 pub use body::LockBody;
 pub use layer::{KeyFn, LeaseLayer, LeaseLayerBuilder, Mode, NoKey, DEFAULT_STORE_TIMEOUT};
+pub use path_key::PathKey;
 pub use service::LeaseService;
 
 /// The fencing token of the lease a request runs under, put into the request

@@ -61,8 +61,8 @@ pub struct BenchStore {
 }
 
 impl BenchStore {
-    /// A new, independent client of the store (its own connection), as
-    /// another process would have.
+    /// A new client of the store (its own data connection; the process's
+    /// listener is shared).
     pub async fn client(&self) -> Result<Locks, CliError> {
         match &self.shared {
             Some(locks) => Ok(locks.clone()),

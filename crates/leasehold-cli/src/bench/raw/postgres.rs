@@ -28,8 +28,15 @@ pub async fn open(url: &str) -> Result<Measured, CliError> {
     if options.pooler() == Pooler::Transaction {
         return open_pooled(url, options.listen_url()).await;
     }
-    let backend = PostgresBackend::connect(url).await?;
+    let backend = PostgresBackend::connect_with(url, baseline_options()).await?;
     baselines(backend, None).await
+}
+
+/// The baselines share the backend's pool and one of them keeps a session,
+/// so it gets more than the lock client's default of one connection (a
+/// `max_connections` in the URL still wins).
+fn baseline_options() -> PostgresOptions {
+    PostgresOptions::new().with_max_connections(4)
 }
 
 /// leasehold through the pooler, measured against leasehold (and the other
@@ -47,7 +54,7 @@ async fn open_pooled(url: &str, direct: Option<&str>) -> Result<Measured, CliErr
             handoff_peers: Vec::new(),
         });
     };
-    let direct = PostgresBackend::connect(direct).await?;
+    let direct = PostgresBackend::connect_with(direct, baseline_options()).await?;
     baselines(direct, Some(pooled)).await
 }
 

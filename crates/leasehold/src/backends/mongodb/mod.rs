@@ -20,6 +20,10 @@
 //! below the lower bound, so neither a wrong client clock nor the
 //! measurement error can make two holders.
 //!
+//! **Connection budget.** See [`MongoBackend::connect`]: by default at most
+//! 2 pooled connections per server (one of them held by the change stream
+//! while something waits) plus the driver's monitoring.
+//!
 //! Writes use `w: majority` by default and reads `readConcern: majority`:
 //! a grant or holder that a failover could roll back would let two
 //! processes hold the key, or the fence go backwards.
@@ -57,6 +61,13 @@ use watch::Watcher;
 const DEFAULT_DATABASE: &str = "leasehold";
 /// Fail fast when the server is down: the driver's default is 30 s.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Pool size per server unless the URL sets `maxPoolSize` (the driver's
+/// default is 10): the change stream's waiting read holds one connection,
+/// the lock operations, one short write each, share the other.
+pub const DEFAULT_MAX_POOL_SIZE: u32 = 2;
+/// How long an unused pooled connection stays open unless the URL sets
+/// `maxIdleTimeMS` (the driver keeps them forever).
+pub const DEFAULT_MAX_IDLE_TIME: Duration = Duration::from_secs(5);
 
 /// Lock store in a MongoDB collection. Clones share the connection pool,
 /// the clock estimate and the change stream.
@@ -80,6 +91,13 @@ struct Inner {
 impl MongoBackend {
     /// Connects to the server at `url` (`mongodb://host:port/db?options`;
     /// database `leasehold` if the URL names none) with default options.
+    ///
+    /// The driver's pool gets lock-client defaults unless the URL sets them:
+    /// `maxPoolSize` [`DEFAULT_MAX_POOL_SIZE`], `minPoolSize` 0,
+    /// `maxIdleTimeMS` [`DEFAULT_MAX_IDLE_TIME`]. A process then holds at
+    /// most `maxPoolSize` connections per server plus the driver's
+    /// monitoring connections (one per server, two on servers that stream
+    /// their status).
     ///
     /// # Errors
     /// [`Error::InvalidInput`] for a malformed URL; [`Error::Unavailable`] if
@@ -119,6 +137,12 @@ impl MongoBackend {
         client_options
             .app_name
             .get_or_insert_with(|| "leasehold".to_owned());
+        client_options
+            .max_pool_size
+            .get_or_insert(DEFAULT_MAX_POOL_SIZE);
+        client_options
+            .max_idle_time
+            .get_or_insert(DEFAULT_MAX_IDLE_TIME);
         let db_name = client_options
             .default_database
             .clone()

@@ -11,6 +11,10 @@
 //! `Locks::acquire_with`), and polls if it is not there by then or an
 //! attempt has failed.
 //!
+//! One listener serves every backend on the same listen URL in the process
+//! (see `shared.rs`). Failed connection attempts back off from 1 s to 30 s,
+//! one attempt each.
+//!
 //! Releases announced while the connection is down are lost, so every
 //! waiter is woken each time `LISTEN` is back in place: not before (a waiter
 //! woken earlier could retry, find the key still held, and then miss the
@@ -18,7 +22,10 @@
 
 use std::time::Duration;
 
-use sqlx::postgres::{PgListener, PgPool};
+use std::str::FromStr;
+
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgListener, PgPool, PgPoolOptions};
+use sqlx::Connection;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::timeout;
@@ -161,10 +168,43 @@ impl Listener {
     }
 }
 
-async fn connect(source: &ListenSource) -> Result<PgListener, sqlx::Error> {
+/// How long the listening connection may take to open before the listener
+/// asks the server directly whether it refuses connections: sqlx's pool
+/// retries a refusal (`too many clients`) in silence, several times a
+/// second, until its timeout.
+const SUSPECT_AFTER: Duration = Duration::from_millis(250);
+
+/// Connects and listens. After a failed attempt (`retrying`), a URL source
+/// first makes one direct attempt, so a server that refuses connections
+/// sees one per backoff period, not the pool's retries.
+async fn connect(source: &ListenSource, retrying: bool) -> Result<PgListener, sqlx::Error> {
     let mut listener = match source {
         ListenSource::Pool(pool) => PgListener::connect_with(pool).await?,
-        ListenSource::Url(url) => PgListener::connect(url).await?,
+        ListenSource::Url(url) => {
+            let options = PgConnectOptions::from_str(url)?;
+            if retrying {
+                PgConnection::connect_with(&options).await?.close().await?;
+            }
+            // A pool of one that is never reaped: the listening session.
+            let pool = PgPoolOptions::new()
+                .max_connections(1)
+                .min_connections(0)
+                .idle_timeout(None)
+                .max_lifetime(None)
+                .acquire_timeout(CONNECT_TIMEOUT)
+                .connect_lazy_with(options.clone());
+            let listen = PgListener::connect_with(&pool);
+            tokio::pin!(listen);
+            tokio::select! {
+                biased;
+                listener = &mut listen => listener?,
+                () = tokio::time::sleep(SUSPECT_AFTER) => {
+                    // Slow: maybe refusals retried in silence. Ask once.
+                    PgConnection::connect_with(&options).await?.close().await?;
+                    listen.await?
+                }
+            }
+        }
         ListenSource::None => return Err(sqlx::Error::PoolClosed),
     };
     listener.listen(CHANNEL).await?;
@@ -175,8 +215,14 @@ async fn connect(source: &ListenSource) -> Result<PgListener, sqlx::Error> {
 async fn listen(source: ListenSource, hub: WakeHub, link: watch::Sender<Link>) {
     let fresh = || Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
     let mut backoff = fresh();
+    // After failed attempts (the server refuses or is down) the listener
+    // backs off from 1 s to 30 s: many processes must not keep a full
+    // server busy refusing them.
+    let refused = || Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
+    let mut after_failure = refused();
+    let mut failed = false;
     loop {
-        match timeout(CONNECT_TIMEOUT, connect(&source)).await {
+        match timeout(CONNECT_TIMEOUT, connect(&source, failed)).await {
             Ok(Ok(mut listener)) => {
                 // Waiters that came while the first connection was being
                 // made retry right after subscribing anyway; after an
@@ -186,6 +232,8 @@ async fn listen(source: ListenSource, hub: WakeHub, link: watch::Sender<Link>) {
                     tracing::info!(woken, "LISTEN back in place; waking all waiters");
                 }
                 backoff = fresh();
+                after_failure = refused();
+                failed = false;
                 match forward(&mut listener, &hub).await {
                     Ended::PoolClosed => {
                         tracing::debug!("pool closed; LISTEN task ends, waiters will poll");
@@ -202,11 +250,22 @@ async fn listen(source: ListenSource, hub: WakeHub, link: watch::Sender<Link>) {
                 link.send_replace(Link::Down);
                 return;
             }
-            Ok(Err(e)) => tracing::warn!(error = %e, "cannot LISTEN for releases; waiters poll"),
-            Err(_) => tracing::warn!("LISTEN connection not made within 10s; waiters poll"),
+            Ok(Err(e)) => {
+                failed = true;
+                tracing::warn!(error = %e, "cannot LISTEN for releases; waiters poll");
+            }
+            Err(_) => {
+                failed = true;
+                tracing::warn!("LISTEN connection not made within 10s; waiters poll");
+            }
         }
         link.send_replace(Link::Down);
-        tokio::time::sleep(backoff.next_delay()).await;
+        let delay = if failed {
+            after_failure.next_delay()
+        } else {
+            backoff.next_delay()
+        };
+        tokio::time::sleep(delay).await;
     }
 }
 

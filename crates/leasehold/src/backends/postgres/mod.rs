@@ -14,10 +14,19 @@
 //! application's role may not create tables.
 //!
 //! **Waiting.** Releases `pg_notify` on the channel [`CHANNEL`] in the same
-//! statement. Each backend (and so each [`Locks`](crate::Locks) built on it)
-//! keeps one `LISTEN` connection, opened by the first waiter and shared by
-//! all of them. It needs a session: behind PgBouncer in transaction mode,
-//! point it at the server directly with [`PostgresOptions::with_listen_url`].
+//! statement. One `LISTEN` connection per URL per process, opened by the
+//! first waiter, is shared by every backend (and so every
+//! [`Locks`](crate::Locks)) connected to that URL. It needs a session:
+//! behind PgBouncer in transaction mode, point it at the server directly
+//! with [`PostgresOptions::with_listen_url`].
+//!
+//! **Connection budget.** A process holds at most
+//! [`max_connections`](PostgresOptions::with_max_connections) data
+//! connections (default 1, none while unused) plus that one listener: 2 per
+//! process by default. When the server refuses a connection (`too many
+//! clients`), an operation fails with a retryable [`Error::Unavailable`]
+//! naming it within about a quarter of a second, and the listener retries
+//! with a backoff of up to 30 s while waiters poll.
 //!
 //! **Behind a transaction-mode pooler** (PgBouncer `pool_mode =
 //! transaction`): say so with `?pooler=transaction` in the URL (or
@@ -31,6 +40,7 @@
 //! your transaction, that a lease is still held, and keeps it from being
 //! taken over until that transaction ends.
 
+mod checkout;
 mod exec;
 mod listen;
 mod options;
@@ -41,9 +51,8 @@ mod store_url;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
-use sqlx::{FromRow, Postgres, Row};
+use sqlx::{FromRow, Row};
 
 use crate::backend::{
     duration_to_millis, millis_to_duration, token_from_i64, Acquire, AcquireRequest, Backend,
@@ -52,9 +61,10 @@ use crate::backend::{
 use crate::error::{Error, Result};
 use crate::key::Key;
 use crate::notify::Subscription;
+use checkout::Checkout;
 use exec::Param;
 use listen::{ListenSource, Listener};
-pub use options::PostgresOptions;
+pub use options::{PostgresOptions, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS};
 pub use pooler::Pooler;
 use sql::Statements;
 pub use sql::{quote_table_name, CHANNEL, DEFAULT_TABLE};
@@ -69,11 +79,14 @@ pub struct PostgresBackend {
 
 #[derive(Debug)]
 struct Inner {
-    pool: PgPool,
+    data: Checkout,
     sql: Statements,
-    listener: Listener,
+    listener: Arc<Listener>,
     pooler: Pooler,
 }
+
+/// The listeners of this process, one per listen URL.
+static LISTENERS: crate::shared::Registry<Listener> = crate::shared::Registry::new();
 
 impl PostgresBackend {
     /// Connects to `url` with default [`PostgresOptions`].
@@ -89,12 +102,14 @@ impl PostgresBackend {
 
     /// Connects a new pool to `url` (`postgres://user@host:port/db?...`) and
     /// runs the migration unless disabled. The URL's `pooler` and
-    /// `listen_url` options override `options` (see [`parse_store_url`]).
+    /// `listen_url` options override `options` (see [`parse_store_url`]),
+    /// and so do `max_connections=N`, `idle_timeout=5s` and
+    /// `acquire_timeout=5s`.
     ///
     /// # Errors
     /// [`Error::InvalidInput`] (before any I/O) for a URL or listen URL sqlx
-    /// cannot parse, a bad `pooler` option, a bad table name, a pool of fewer than 2 connections
-    /// without a listen URL, or a zero acquire timeout; [`Error::Unavailable`] if no
+    /// cannot parse, a bad `pooler` option, a bad table name, a pool of no
+    /// connections, or a zero acquire timeout; [`Error::Unavailable`] if no
     /// connection is made within the acquire timeout (server down), naming
     /// the cause such as a refused connection (finding it out takes at most
     /// 2 s more);
@@ -113,13 +128,24 @@ impl PostgresBackend {
     }
 
     async fn connect_to(url: &str, options: PostgresOptions) -> Result<Self> {
-        let (connect, options) = parse_store_url(url, options)?;
+        let (url, options) = options.split_url_options(url)?;
+        let (connect, mut options) = parse_store_url(&url, options)?;
+        if options.max_connections == 0 {
+            return Err(Error::invalid("max_connections", "must be at least 1"));
+        }
+        // The listener is a connection of its own, not one of the pool's
+        // (behind a transaction pooler there is none without a listen URL).
+        if options.pooler != Pooler::Transaction {
+            options.listen_url.get_or_insert(url);
+        }
         let sql = validate(&options, options.max_connections)?;
         if options.acquire_timeout.is_zero() {
             return Err(Error::invalid("acquire_timeout", "must be more than 0s"));
         }
         let pool = match PgPoolOptions::new()
             .max_connections(options.max_connections)
+            .min_connections(0)
+            .idle_timeout(Some(options.idle_timeout))
             .acquire_timeout(options.acquire_timeout)
             .connect_with(connect.clone())
             .await
@@ -134,6 +160,11 @@ impl PostgresBackend {
     /// Uses your own pool, so leases and your data share connections and
     /// [`check_in`](Self::check_in) can run in your transactions. Runs the
     /// migration unless disabled.
+    ///
+    /// `pool` is a sqlx 0.8 `PgPool`: build it with the re-export
+    /// [`leasehold::sqlx`](crate::sqlx), or with your own dependency on
+    /// `sqlx = { version = "0.8", features = ["runtime-tokio", "postgres"] }`
+    /// (the same major version, so the types match).
     ///
     /// # Errors
     /// [`Error::InvalidInput`] (before any I/O) for a bad table name, a bad
@@ -155,25 +186,32 @@ impl PostgresBackend {
             migrate(&pool, options.pooler, &options.table, &sql.migrate).await?;
         }
         // Data connections never LISTEN behind a transaction pooler: the
-        // server connection would keep listening for its next client.
-        let source = match (options.listen_url, options.pooler) {
-            (Some(url), _) => ListenSource::Url(url),
-            (None, Pooler::Transaction) => ListenSource::None,
-            (None, _) => ListenSource::Pool(pool.clone()),
+        // server connection would keep listening for its next client. A
+        // listen URL's listener is shared by the process.
+        let listener = match (options.listen_url, options.pooler) {
+            (Some(url), _) => {
+                LISTENERS.get_or_insert_with(&url, || Listener::new(ListenSource::Url(url.clone())))
+            }
+            (None, Pooler::Transaction) => Arc::new(Listener::new(ListenSource::None)),
+            (None, _) => Arc::new(Listener::new(ListenSource::Pool(pool.clone()))),
         };
         Ok(PostgresBackend {
             inner: Arc::new(Inner {
-                pool,
+                data: Checkout::new(pool),
                 sql,
-                listener: Listener::new(source),
+                listener,
                 pooler: options.pooler,
             }),
         })
     }
 
     /// The pool, for your own queries (fenced writes, [`check_in`](Self::check_in)).
+    /// Made by [`connect`](Self::connect) it is sized for the lock operations
+    /// (1 connection by default): a transaction you hold on it makes them
+    /// wait, so raise [`PostgresOptions::with_max_connections`] or use
+    /// [`from_pool`](Self::from_pool) for your own work.
     pub fn pool(&self) -> &PgPool {
-        &self.inner.pool
+        self.inner.data.pool()
     }
 
     /// The idempotent `CREATE TABLE IF NOT EXISTS` for this backend's table.
@@ -203,13 +241,25 @@ impl PostgresBackend {
     /// too. Do not release the guard before committing (that would wait for
     /// this very transaction).
     ///
-    /// ```ignore
-    /// let mut tx = backend.pool().begin().await?;
-    /// backend.check_in(&mut tx, guard.lease()).await?;
-    /// sqlx::query("UPDATE accounts SET balance = balance - 10 WHERE id = 1")
-    ///     .execute(&mut *tx).await?;
-    /// tx.commit().await?;
+    /// ```no_run
+    /// use leasehold::backends::postgres::PostgresBackend;
+    /// use leasehold::{sqlx, LeaseGuard};
+    ///
+    /// // A `sqlx::Error` converts into `leasehold::Error`, so `?` works on
+    /// // both; in your own error type, match a lost lease with
+    /// // `Error::is_lease_lost()`.
+    /// async fn debit(backend: &PostgresBackend, guard: &LeaseGuard) -> leasehold::Result<()> {
+    ///     let mut tx = backend.pool().begin().await?;
+    ///     backend.check_in(&mut tx, guard.lease()).await?; // Err(LeaseLost): tx rolls back on drop
+    ///     sqlx::query("UPDATE accounts SET balance = balance - 10 WHERE id = 1")
+    ///         .execute(&mut *tx)
+    ///         .await?;
+    ///     tx.commit().await?;
+    ///     Ok(())
+    /// }
     /// ```
+    ///
+    /// `examples/postgres_fenced_write.rs` runs this against a stale holder.
     ///
     /// # Errors
     /// [`Error::LeaseLost`] if the lease expired, was released, broken or
@@ -352,8 +402,8 @@ fn info_from_row(row: &PgRow) -> Result<LeaseInfo> {
 
 impl PostgresBackend {
     /// A pool connection for one statement.
-    async fn connection(&self) -> Result<PoolConnection<Postgres>> {
-        self.inner.pool.acquire().await.map_err(classify)
+    async fn connection(&self) -> Result<checkout::DataConn> {
+        self.inner.data.get().await
     }
 
     /// Runs one of the store's statements on a pool connection.

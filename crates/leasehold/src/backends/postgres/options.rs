@@ -25,9 +25,17 @@ pub struct PostgresOptions {
     pub(super) migrate: bool,
     pub(super) listen_url: Option<String>,
     pub(super) max_connections: u32,
+    pub(super) idle_timeout: Duration,
     pub(super) acquire_timeout: Duration,
     pub(super) pooler: Pooler,
 }
+
+/// Data connections of a backend made by `connect`: a lock client issues
+/// one short statement at a time, so one connection serves a process; the
+/// listener is one more (see [`PostgresOptions::with_max_connections`]).
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 1;
+/// How long an unused data connection stays open.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// By hand: the listen URL's password stays out of `{:?}`.
 impl std::fmt::Debug for PostgresOptions {
@@ -40,6 +48,7 @@ impl std::fmt::Debug for PostgresOptions {
                 &self.listen_url.as_deref().map(crate::redact::redact_url),
             )
             .field("max_connections", &self.max_connections)
+            .field("idle_timeout", &self.idle_timeout)
             .field("acquire_timeout", &self.acquire_timeout)
             .finish()
     }
@@ -51,7 +60,8 @@ impl Default for PostgresOptions {
             table: DEFAULT_TABLE.to_owned(),
             migrate: true,
             listen_url: None,
-            max_connections: 10,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
             acquire_timeout: Duration::from_secs(5),
             pooler: Pooler::None,
         }
@@ -60,7 +70,7 @@ impl Default for PostgresOptions {
 
 impl PostgresOptions {
     /// Defaults: table `leasehold_locks`, migrate on connect, no pooler,
-    /// `LISTEN` on a pool connection, 10 connections, 5 s to get a connection.
+    /// 1 data connection closed after 5 s unused, 5 s to get a connection.
     pub fn new() -> Self {
         Self::default()
     }
@@ -97,18 +107,36 @@ impl PostgresOptions {
         self
     }
 
-    /// Pool size for [`PostgresBackend::connect_with`] (default 10; at least
-    /// 2 unless a listen URL is set or the pooler is
-    /// [`Pooler::Transaction`]: the `LISTEN` connection, once a waiter
-    /// starts it, is one of them).
+    /// Data connections of [`PostgresBackend::connect_with`]'s pool
+    /// (default 1, at least 1; URL option `max_connections=N`). None is
+    /// kept while unused (see [`with_idle_timeout`](Self::with_idle_timeout)),
+    /// and waiting never holds one.
+    ///
+    /// A process's budget on one server is this plus one listening
+    /// connection, opened by the first waiter and shared by every backend on
+    /// the same URL in the process: 2 by default. Raise it if you run your
+    /// own transactions on [`PostgresBackend::pool`] (they hold a connection
+    /// the lock operations then wait for), or hand in your own pool with
+    /// [`PostgresBackend::from_pool`].
     pub fn with_max_connections(mut self, max: u32) -> Self {
         self.max_connections = max;
         self
     }
 
+    /// How long a data connection may sit unused before it is closed
+    /// (default 5 s; URL option `idle_timeout=5s`, in `ms` or `s`). The
+    /// pool's housekeeping runs at this interval, so a connection goes
+    /// between one and two timeouts after its last use.
+    pub fn with_idle_timeout(mut self, timeout: Duration) -> Self {
+        self.idle_timeout = timeout;
+        self
+    }
+
     /// How long [`PostgresBackend::connect_with`]'s pool waits for a
     /// connection, including connecting to a server that is down, before
-    /// failing with [`Error::Unavailable`] (default 5 s).
+    /// failing with [`Error::Unavailable`] (default 5 s; URL option
+    /// `acquire_timeout=5s`). A server that refuses connections (`too many
+    /// clients`, down) fails an operation sooner: see [`PostgresBackend`].
     pub fn with_acquire_timeout(mut self, timeout: Duration) -> Self {
         self.acquire_timeout = timeout;
         self
@@ -128,11 +156,94 @@ impl PostgresOptions {
     pub fn listen_url(&self) -> Option<&str> {
         self.listen_url.as_deref()
     }
+
+    /// Takes this store's own options out of `url`'s query string
+    /// (`max_connections`, `idle_timeout`, `acquire_timeout`) and applies
+    /// them; the rest of the URL stays for [`parse_store_url`](super::parse_store_url).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a malformed value.
+    pub(super) fn split_url_options(mut self, url: &str) -> crate::Result<(String, Self)> {
+        let Some((base, query)) = url.split_once('?') else {
+            return Ok((url.to_owned(), self));
+        };
+        let mut rest = Vec::new();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            match pair.split_once('=') {
+                Some(("max_connections", v)) => {
+                    self.max_connections = v.parse().map_err(|_| {
+                        crate::Error::invalid(
+                            "max_connections",
+                            format!("must be a whole number, got {v:?}"),
+                        )
+                    })?;
+                }
+                Some(("idle_timeout", v)) => self.idle_timeout = url_duration("idle_timeout", v)?,
+                Some(("acquire_timeout", v)) => {
+                    self.acquire_timeout = url_duration("acquire_timeout", v)?;
+                }
+                _ => rest.push(pair),
+            }
+        }
+        let url = if rest.is_empty() {
+            base.to_owned()
+        } else {
+            format!("{base}?{}", rest.join("&"))
+        };
+        Ok((url, self))
+    }
+}
+
+/// A URL option's duration: whole milliseconds (`500ms`) or seconds (`5s`).
+fn url_duration(what: &'static str, value: &str) -> crate::Result<Duration> {
+    let parsed = if let Some(ms) = value.strip_suffix("ms") {
+        ms.parse().ok().map(Duration::from_millis)
+    } else if let Some(s) = value.strip_suffix('s') {
+        s.parse().ok().map(Duration::from_secs)
+    } else {
+        None
+    };
+    parsed.ok_or_else(|| {
+        crate::Error::invalid(
+            what,
+            format!("must be whole milliseconds or seconds like 500ms or 5s, got {value:?}"),
+        )
+    })
 }
 
 #[cfg(test)]
 mod tests {
-    use super::PostgresOptions;
+    use super::*;
+
+    #[test]
+    fn url_options_are_taken_out_of_the_url() {
+        let (url, o) = PostgresOptions::new()
+            .split_url_options(
+                "postgres://u@h/db?sslmode=disable&max_connections=3&idle_timeout=500ms&acquire_timeout=2s",
+            )
+            .unwrap();
+        assert_eq!(url, "postgres://u@h/db?sslmode=disable");
+        assert_eq!(o.max_connections, 3);
+        assert_eq!(o.idle_timeout, Duration::from_millis(500));
+        assert_eq!(o.acquire_timeout, Duration::from_secs(2));
+        let (url, o) = PostgresOptions::new()
+            .split_url_options("postgres://u@h/db")
+            .unwrap();
+        assert_eq!(url, "postgres://u@h/db");
+        assert_eq!(o.max_connections, DEFAULT_MAX_CONNECTIONS);
+    }
+
+    #[test]
+    fn bad_url_options_are_named() {
+        for (url, message) in [
+            ("postgres://h/db?max_connections=many", "invalid max_connections: must be a whole number, got \"many\""),
+            ("postgres://h/db?idle_timeout=5", "invalid idle_timeout: must be whole milliseconds or seconds like 500ms or 5s, got \"5\""),
+            ("postgres://h/db?acquire_timeout=1.5s", "invalid acquire_timeout: must be whole milliseconds or seconds like 500ms or 5s, got \"1.5s\""),
+        ] {
+            let e = PostgresOptions::new().split_url_options(url).unwrap_err();
+            assert_eq!(e.to_string(), message);
+        }
+    }
 
     #[test]
     fn debug_output_hides_the_listen_url_password() {

@@ -8,8 +8,14 @@
 //! the server's clock decides expiry.
 //!
 //! Lock and fence keys share a hash tag, so each script touches one cluster
-//! slot (see `keys.rs` for the layout). Waiters of one backend share a single
-//! pub/sub connection, opened on the first wait and reopened if it drops.
+//! slot (see `keys.rs` for the layout). Waiters share a single pub/sub
+//! connection per server and prefix in the process (every backend on the
+//! same URL), opened on the first wait and reopened if it drops.
+//!
+//! **Connection budget.** A backend holds one multiplexed connection for its
+//! commands (concurrent operations pipeline on it) and the process one
+//! pub/sub connection per server and prefix once something waits: 2 per
+//! process for one `Locks`.
 //!
 //! **Persistence.** The fence counter is only as durable as Redis's data.
 //! Without AOF a restart reloads an older snapshot (or nothing), and tokens
@@ -135,8 +141,11 @@ struct Inner {
     ns: Namespace,
     options: RedisOptions,
     scripts: Scripts,
-    subscriber: OnceLock<Subscriber>,
+    subscriber: OnceLock<Arc<Subscriber>>,
 }
+
+/// The subscribers of this process, one per server and channel.
+static SUBSCRIBERS: crate::shared::Registry<Subscriber> = crate::shared::Registry::new();
 
 impl fmt::Debug for RedisBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -474,11 +483,11 @@ impl Backend for RedisBackend {
         Box::pin(async move {
             let inner = &self.inner;
             let subscriber = inner.subscriber.get_or_init(|| {
-                Subscriber::start(
-                    inner.client.clone(),
-                    inner.ns.channel(),
-                    inner.options.connect_timeout,
-                )
+                let channel = inner.ns.channel();
+                let server = format!("{:?} {channel}", inner.client.get_connection_info());
+                SUBSCRIBERS.get_or_insert_with(&server, || {
+                    Subscriber::start(inner.client.clone(), channel, inner.options.connect_timeout)
+                })
             });
             // Register first, then make sure the channel is subscribed: a
             // release after this returns is then always delivered. Only the

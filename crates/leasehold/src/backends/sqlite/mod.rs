@@ -236,7 +236,7 @@ fn is_locked(e: &sqlx::Error) -> bool {
 
 /// Transient failures (busy, locked, I/O, pool exhaustion) are retryable;
 /// everything else is a permanent store error.
-fn classify(e: sqlx::Error) -> Error {
+pub(crate) fn classify(e: sqlx::Error) -> Error {
     use sqlx::Error as E;
     let transient = match &e {
         E::Io(_) | E::PoolTimedOut | E::PoolClosed | E::WorkerCrashed => true,

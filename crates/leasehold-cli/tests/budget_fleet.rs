@@ -1,0 +1,267 @@
+//! A fleet of 48 lock-client processes (`leasehold torture --workers 48`,
+//! one `Locks` each, waiting on one key) stays within a server's connection
+//! limit: no operation sees "too many clients" or "pool timed out", and
+//! another client can connect throughout. One test per store; each is
+//! heavy (48 processes for a few seconds), so it runs once per suite.
+//!
+//! PostgreSQL: a private cluster with `max_connections = 100` (the
+//! default), probed by a non-superuser role as an application would be.
+//! Redis: a private `redis-server` with `maxclients 100`. MongoDB: the
+//! test server in `LEASEHOLD_TEST_MONGODB`, whose connection count is
+//! reported and held to the documented budget.
+
+#[path = "../../leasehold/tests/support/private_pg.rs"]
+mod private_pg;
+mod torture_common;
+
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use leasehold::conformance::server_url;
+use private_pg::Cluster;
+use torture_common::{torture, Run};
+
+const WORKERS: &str = "48";
+
+/// The fleet's run: no faults, short, many waiters on one key. Its history
+/// goes to `history` so every worker's errors can be read.
+fn fleet(store: &str, history: &std::path::Path) -> Run {
+    torture(
+        store,
+        &[
+            "--workers",
+            WORKERS,
+            "--faults",
+            "none",
+            "--duration",
+            "4s",
+            "--ttl",
+            "1s",
+            "--history",
+            history.to_str().unwrap(),
+        ],
+    )
+}
+
+/// The run passed, every worker acquired through its store without a
+/// connection error, and the harness counted its connections.
+fn assert_clean(run: &Run, history: &std::path::Path) -> u64 {
+    assert_eq!(run.code, 0, "{}", run.output);
+    assert_eq!(run.report["verdict"], "pass", "{}", run.output);
+    assert_eq!(run.n("/acquire_unknown"), 0, "{}", run.output);
+    // Leases went round (the count depends on the store's speed).
+    assert!(run.n("/acquisitions") > 0, "{}", run.output);
+    let events = std::fs::read_to_string(history).unwrap();
+    for refusal in [
+        "too many clients",
+        "pool timed out",
+        "max number of clients",
+    ] {
+        assert!(
+            !events.contains(refusal) && !run.output.contains(refusal),
+            "{refusal:?} seen: {}",
+            run.output
+        );
+    }
+    let peak = run
+        .setup
+        .pointer("/connections/peak")
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or_else(|| panic!("no connection count: {}", run.output));
+    eprintln!(
+        "peak connections: {peak} ({})",
+        run.setup["connections"]["counted"]
+    );
+    peak
+}
+
+/// Connects a fresh client every 100 ms until stopped; counts failures.
+struct Probe {
+    stop: Arc<AtomicBool>,
+    failures: Arc<AtomicU64>,
+    attempts: Arc<AtomicU64>,
+    thread: thread::JoinHandle<Vec<String>>,
+}
+
+impl Probe {
+    fn start(connect: impl Fn() -> Result<(), String> + Send + 'static) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let failures = Arc::new(AtomicU64::new(0));
+        let attempts = Arc::new(AtomicU64::new(0));
+        let (s, f, a) = (stop.clone(), failures.clone(), attempts.clone());
+        let thread = thread::spawn(move || {
+            let mut errors = Vec::new();
+            while !s.load(Ordering::Relaxed) {
+                a.fetch_add(1, Ordering::Relaxed);
+                if let Err(e) = connect() {
+                    f.fetch_add(1, Ordering::Relaxed);
+                    errors.push(e);
+                }
+                thread::sleep(Duration::from_millis(100));
+            }
+            errors
+        });
+        Probe {
+            stop,
+            failures,
+            attempts,
+            thread,
+        }
+    }
+
+    fn finish(self) -> (u64, u64, Vec<String>) {
+        self.stop.store(true, Ordering::Relaxed);
+        let errors = self.thread.join().unwrap();
+        (
+            self.attempts.load(Ordering::Relaxed),
+            self.failures.load(Ordering::Relaxed),
+            errors,
+        )
+    }
+}
+
+fn psql(cluster: &Cluster, user: &str, sql: &str) -> Result<String, String> {
+    let out = Command::new("psql")
+        .args([
+            "-w",
+            "-X",
+            "-q",
+            "-tA",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &cluster.port().to_string(),
+            "-U",
+            user,
+            "-d",
+            "postgres",
+            "-c",
+            sql,
+        ])
+        .output()
+        .map_err(|e| format!("psql: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_owned())
+    }
+}
+
+#[test]
+fn forty_eight_processes_within_postgres_max_connections_100() {
+    let Some(cluster) = Cluster::start_private(&["max_connections=100"]) else {
+        return;
+    };
+    let cluster = Arc::new(cluster);
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("history.jsonl");
+    let probed = cluster.clone();
+    // The application connects as the workers do (user postgres, as on
+    // the test server). An ordinary role could not: PostgreSQL keeps 3 of
+    // the 100 slots for superusers, and 49 processes at 2 connections each
+    // plus the harness's sampler leave it none (see docs/performance.md).
+    let probe = Probe::start(move || psql(&probed, "postgres", "SELECT 1").map(drop));
+    let run = fleet(&cluster.url(), &history);
+    let (attempts, failures, errors) = probe.finish();
+    let peak = assert_clean(&run, &history);
+    assert!(attempts >= 10, "the probe ran {attempts} times");
+    assert_eq!(failures, 0, "the application was refused: {errors:?}");
+    // 48 workers and the harness, each 1 data connection + 1 listener.
+    assert!(
+        peak <= 2 * 49,
+        "peak {peak} over the budget of 2 per process"
+    );
+}
+
+/// A private redis-server with `maxclients 100` on a free port.
+struct Redis {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn redis_cli(port: u16, args: &[&str]) -> Result<String, String> {
+    let out = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    if out.status.success() && !text.starts_with("ERR") {
+        Ok(text)
+    } else {
+        Err(format!("{text} {}", String::from_utf8_lossy(&out.stderr)))
+    }
+}
+
+#[test]
+fn forty_eight_processes_within_redis_maxclients_100() {
+    let port = free_port();
+    let Ok(child) = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--maxclients", "100", "--save", "", "--appendonly", "no"])
+        .stdout(Stdio::null())
+        .spawn()
+    else {
+        eprintln!("skipping: redis-server not found");
+        return;
+    };
+    let redis = Redis { child, port };
+    let mut up = false;
+    for _ in 0..50 {
+        if redis_cli(redis.port, &["PING"]).is_ok() {
+            up = true;
+            break;
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    assert!(up, "private redis-server did not start");
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("history.jsonl");
+    let probe = Probe::start(move || redis_cli(port, &["PING"]).map(drop));
+    let run = fleet(&format!("redis://127.0.0.1:{port}"), &history);
+    let (attempts, failures, errors) = probe.finish();
+    let peak = assert_clean(&run, &history);
+    assert!(attempts >= 10, "the probe ran {attempts} times");
+    assert_eq!(failures, 0, "another client was refused: {errors:?}");
+    // 48 workers and the harness, each 1 command connection + 1 pub/sub,
+    // plus the sampler (counted server-wide) and the probe.
+    assert!(
+        peak <= 2 * 49 + 2,
+        "peak {peak} over the budget of 2 per process"
+    );
+}
+
+#[test]
+fn forty_eight_processes_on_mongodb_count_their_connections() {
+    let Some(url) = server_url("LEASEHOLD_TEST_MONGODB") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("history.jsonl");
+    let run = fleet(&url, &history);
+    let peak = assert_clean(&run, &history);
+    // Per process: a pool of 2 and the driver's monitoring (1 or 2), for
+    // 48 workers and the harness; the sampler's own are counted too.
+    assert!(
+        peak <= 4 * 49 + 3,
+        "peak {peak} over the budget of 4 per process"
+    );
+}
