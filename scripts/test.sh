@@ -18,12 +18,13 @@ bash scripts/examples.sh || examples=$?
 # registry, build the native addon (debug: faster to build than release;
 # napi passes --target, so it builds into target/x86_64-unknown-linux-gnu),
 # then node's test runner over every store exported above.
+# (Chained with &&: `set -e` does not apply inside a `( ... ) ||` subshell.)
 node_package=0
 (
-  cd bindings/node
-  npm ci --no-audit --no-fund
-  npm run build:debug
-  npm test
+  cd bindings/node &&
+    npm ci --no-audit --no-fund &&
+    npm run build:debug &&
+    npm test
 ) || node_package=$?
 cargo nextest run --workspace --all-features --no-fail-fast "$@"
 if [ "$examples" != 0 ]; then
