@@ -7,14 +7,31 @@ cd "$(dirname "$0")/.."
 source scripts/test-services.sh
 trap leasehold_stop_services EXIT
 # Doc tests first (they include every code block of README.md and
-# docs/*.md), then the runnable examples on each store, so the run ends
-# with nextest's summary of everything else.
+# docs/*.md), then the runnable examples on each store and the Node.js
+# package, so the run ends with nextest's summary of everything else.
 cargo test --workspace --all-features --doc --quiet
-# A failing example still lets the other tests run; the script fails after.
+# A failing example or npm test still lets the other tests run; the script
+# fails after.
 examples=0
 bash scripts/examples.sh || examples=$?
+# The npm package (bindings/node): install its dev tools from the npm
+# registry, build the native addon (debug: faster to build than release;
+# napi passes --target, so it builds into target/x86_64-unknown-linux-gnu),
+# then node's test runner over every store exported above.
+# (Chained with &&: `set -e` does not apply inside a `( ... ) ||` subshell.)
+node_package=0
+(
+  cd bindings/node &&
+    npm ci --no-audit --no-fund &&
+    npm run build:debug &&
+    npm test
+) || node_package=$?
 cargo nextest run --workspace --all-features --no-fail-fast "$@"
 if [ "$examples" != 0 ]; then
   echo "scripts/examples.sh failed (exit $examples): see its output above" >&2
   exit "$examples"
+fi
+if [ "$node_package" != 0 ]; then
+  echo "bindings/node (npm ci, build or npm test) failed (exit $node_package): see its output above" >&2
+  exit "$node_package"
 fi

@@ -1,0 +1,5 @@
+// ES module entry: the same classes as the CommonJS entry.
+import leasehold from './index.js';
+
+export const { Locks, Lease } = leasehold;
+export default leasehold;

@@ -1,0 +1,18 @@
+//! The native half of the npm package `leasehold`: the Rust library's
+//! [`leasehold::Locks`] exposed to Node.js through napi-rs.
+//!
+//! Everything async runs on napi-rs's tokio runtime, so lease renewal keeps
+//! going while the JS event loop is blocked. The JS wrapper (`index.js`)
+//! turns the errors built in [`errors`] into `Error`s with a `code`, parses
+//! durations, and wires `AbortSignal`s to [`locks::NativeLocks::cancel`].
+//!
+//! Nothing here keeps Node alive on its own: the only JS callback held from
+//! native threads (the lost-lease notification) is a weak threadsafe
+//! function, so a process with nothing pending exits by itself.
+
+mod errors;
+mod lease;
+mod locks;
+
+pub use lease::NativeLease;
+pub use locks::{LeaseInfo, NativeLocks};

@@ -1,0 +1,219 @@
+//! `NativeLocks`: one store handle, the leases it granted (so `close()` can
+//! release them) and the cancellation tokens of pending waits.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use leasehold::{AcquireOptions, Error, Locks};
+use napi::bindgen_prelude::BigInt;
+use napi_derive::napi;
+use tokio_util::sync::CancellationToken;
+
+use crate::errors::{js, to_js, Contention};
+use crate::lease::{LeaseSlot, NativeLease};
+
+/// How long a timed-out acquire spends finding out who holds the key.
+const HOLDER_LOOKUP: Duration = Duration::from_secs(1);
+
+/// What one `Locks` object shares with the leases it granted.
+pub(crate) struct Shared {
+    pub locks: Locks,
+    /// Cancelled by `close()`: parent of every wait's cancellation token.
+    pub closed: CancellationToken,
+    cancels: Mutex<HashMap<u32, CancellationToken>>,
+    next_cancel: AtomicU32,
+    /// Leases not yet released, for `close()`. Weak: a lease whose JS
+    /// object was garbage-collected is dropped (renewal stops, it expires).
+    pub held: Mutex<Vec<Weak<LeaseSlot>>>,
+}
+
+impl Shared {
+    pub fn forget(&self, slot: &Arc<LeaseSlot>) {
+        let target = Arc::downgrade(slot);
+        lock(&self.held).retain(|s| s.strong_count() > 0 && !s.ptr_eq(&target));
+    }
+}
+
+/// Poison-tolerant lock: a panic elsewhere must not take the handle down.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A lease as `inspect`/`list` report it.
+#[napi(object, object_from_js = false)]
+pub struct LeaseInfo {
+    /// The key.
+    pub key: String,
+    /// The holder's label (`host:pid`).
+    pub holder: String,
+    /// The holder's fencing token.
+    pub token: BigInt,
+    /// The longest the lease can still last, by the store's clock.
+    pub expires_in_ms: f64,
+}
+
+impl From<leasehold::LeaseInfo> for LeaseInfo {
+    fn from(info: leasehold::LeaseInfo) -> Self {
+        LeaseInfo {
+            key: info.key.to_string(),
+            holder: info.holder,
+            token: BigInt::from(info.token),
+            expires_in_ms: info.remaining.as_secs_f64() * 1000.0,
+        }
+    }
+}
+
+/// Milliseconds from JS: non-negative; infinity means "no bound".
+fn millis(ms: f64) -> Duration {
+    if ms.is_finite() {
+        Duration::from_secs_f64(ms.max(0.0) / 1000.0)
+    } else {
+        Duration::MAX
+    }
+}
+
+/// The native store handle behind the JS `Locks` class.
+#[napi]
+pub struct NativeLocks {
+    shared: Arc<Shared>,
+}
+
+#[napi]
+impl NativeLocks {
+    /// Opens the store named by `url` (the CLI's URLs).
+    #[napi(factory)]
+    pub async fn open(url: String) -> napi::Result<NativeLocks> {
+        let locks = Locks::open(&url).await.map_err(js)?;
+        Ok(NativeLocks {
+            shared: Arc::new(Shared {
+                locks,
+                closed: CancellationToken::new(),
+                cancels: Mutex::default(),
+                next_cancel: AtomicU32::new(1),
+                held: Mutex::default(),
+            }),
+        })
+    }
+
+    /// A cancellation handle for one acquire; `cancel(id)` ends its wait.
+    #[napi]
+    pub fn new_cancel(&self) -> u32 {
+        let id = self.shared.next_cancel.fetch_add(1, Ordering::Relaxed);
+        lock(&self.shared.cancels).insert(id, self.shared.closed.child_token());
+        id
+    }
+
+    /// Cancels the wait registered as `id` (no-op once it finished).
+    #[napi]
+    pub fn cancel(&self, id: u32) {
+        if let Some(token) = lock(&self.shared.cancels).get(&id) {
+            token.cancel();
+        }
+    }
+
+    /// Acquires `key`: tries once when `wait_ms` is 0, else waits up to
+    /// `wait_ms` (infinity: no bound).
+    #[napi]
+    pub async fn acquire(
+        &self,
+        key: String,
+        ttl_ms: f64,
+        wait_ms: f64,
+        cancel_id: Option<u32>,
+    ) -> napi::Result<NativeLease> {
+        let shared = self.shared.clone();
+        // Kept registered while waiting, so `cancel(id)` finds it.
+        let cancel = cancel_id
+            .and_then(|id| lock(&shared.cancels).get(&id).cloned())
+            .unwrap_or_else(|| shared.closed.child_token());
+        if shared.closed.is_cancelled() {
+            return Err(js(closed()));
+        }
+        let options = AcquireOptions::new()
+            .with_ttl(millis(ttl_ms))
+            .with_wait(millis(wait_ms))
+            .with_cancel(cancel);
+        let acquired = shared.locks.acquire_with(&key, &options).await;
+        if let Some(id) = cancel_id {
+            lock(&shared.cancels).remove(&id);
+        }
+        let guard = match acquired {
+            Ok(guard) => guard,
+            Err(e @ Error::Timeout { .. }) => {
+                let holder = holder_of(&shared.locks, &key).await;
+                return Err(to_js(e, holder));
+            }
+            Err(e) => return Err(js(e)),
+        };
+        if shared.closed.is_cancelled() {
+            // close() ran while the store granted it: hand it straight back.
+            let _ = guard.release().await;
+            return Err(js(closed()));
+        }
+        let slot = LeaseSlot::new(guard);
+        lock(&shared.held).push(Arc::downgrade(&slot));
+        Ok(NativeLease::new(slot, shared))
+    }
+
+    /// The current lease of `key`, if any.
+    #[napi]
+    pub async fn inspect(&self, key: String) -> napi::Result<Option<LeaseInfo>> {
+        self.open_or_closed()?;
+        let info = self.shared.locks.inspect(&key).await.map_err(js)?;
+        Ok(info.map(LeaseInfo::from))
+    }
+
+    /// Every live lease whose key starts with `prefix`.
+    #[napi]
+    pub async fn list(&self, prefix: String) -> napi::Result<Vec<LeaseInfo>> {
+        self.open_or_closed()?;
+        let infos = self.shared.locks.list(&prefix).await.map_err(js)?;
+        Ok(infos.into_iter().map(LeaseInfo::from).collect())
+    }
+
+    /// Breaks whoever holds `key`; true if there was a lease.
+    #[napi]
+    pub async fn force_release(&self, key: String) -> napi::Result<bool> {
+        self.open_or_closed()?;
+        self.shared.locks.force_release(&key).await.map_err(js)
+    }
+
+    /// Ends every wait and releases every lease this handle holds.
+    #[napi]
+    pub async fn close(&self) -> napi::Result<()> {
+        self.shared.closed.cancel();
+        lock(&self.shared.cancels).clear();
+        let held = std::mem::take(&mut *lock(&self.shared.held));
+        for slot in held.iter().filter_map(Weak::upgrade) {
+            // Best effort: a lease that cannot be released expires by itself.
+            let _ = slot.release().await;
+        }
+        Ok(())
+    }
+
+    fn open_or_closed(&self) -> napi::Result<()> {
+        if self.shared.closed.is_cancelled() {
+            Err(js(closed()))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+fn closed() -> Error {
+    Error::invalid("call", "this Locks was closed")
+}
+
+/// Who holds `key` now, looked up after a timeout (best effort, bounded).
+async fn holder_of(locks: &Locks, key: &str) -> Option<Contention> {
+    let info = tokio::time::timeout(HOLDER_LOOKUP, locks.inspect(key))
+        .await
+        .ok()?
+        .ok()??;
+    Some(Contention {
+        holder: info.holder,
+        remaining: info.remaining,
+    })
+}

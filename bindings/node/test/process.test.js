@@ -1,0 +1,87 @@
+'use strict';
+// The process exits by itself (no native handle keeps it alive), and the
+// package loads through both `require` and `import`. Each case runs in a
+// child process of its own: the test runner would hide a hang.
+
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const { spawnSync } = require('node:child_process');
+const path = require('node:path');
+
+const PACKAGE = path.resolve(__dirname, '..');
+// Generous: a hang is what this catches, not slowness.
+const LIMIT_MS = 20_000;
+
+function run(args, script) {
+  const started = Date.now();
+  const child = spawnSync(process.execPath, [...args, script], { cwd: PACKAGE, timeout: LIMIT_MS, encoding: 'utf8' });
+  return { ...child, elapsed: Date.now() - started };
+}
+
+function assertExitsCleanly(child, expectedOutput) {
+  assert.equal(child.error, undefined, `did not exit within ${LIMIT_MS} ms`);
+  assert.equal(child.signal, null);
+  assert.equal(child.stderr, '');
+  assert.equal(child.status, 0);
+  assert.equal(child.stdout.trim(), expectedOutput);
+}
+
+test('exits by itself when nothing is held or pending, without close()', () => {
+  const child = run(['-e'], `
+    const { Locks } = require('leasehold');
+    (async () => {
+      const locks = await Locks.open('memory://');
+      const lease = await locks.acquire('k', { ttl: '30s', wait: '1s' });
+      await lease.release();
+      console.log('released');
+    })();`);
+  assertExitsCleanly(child, 'released');
+});
+
+test('exits by itself while a lease is still held, without close()', () => {
+  const child = run(['-e'], `
+    const { Locks } = require('leasehold');
+    (async () => {
+      const locks = await Locks.open('memory://');
+      const lease = await locks.acquire('k', { ttl: '30s' });
+      console.log('holding', lease.isLost());
+    })();`);
+  assertExitsCleanly(child, 'holding false');
+  assert.ok(child.elapsed < 15_000, 'did not wait for the 30 s ttl');
+});
+
+test('exits by itself after close(), leases still held', () => {
+  const child = run(['-e'], `
+    const { Locks } = require('leasehold');
+    (async () => {
+      const locks = await Locks.open('memory://');
+      const lease = await locks.acquire('k', { ttl: '30s' });
+      lease.signal.addEventListener('abort', () => console.log('never: a close is not a loss'));
+      await locks.close();
+      console.log('closed', lease.isLost());
+    })();`);
+  assertExitsCleanly(child, 'closed true');
+});
+
+test('a lost lease in a process without handlers neither crashes nor hangs it', () => {
+  const child = run(['-e'], `
+    const { Locks } = require('leasehold');
+    (async () => {
+      const locks = await Locks.open('memory://');
+      const lease = await locks.acquire('k', { ttl: 300 });
+      await locks.forceRelease('k');
+      await new Promise((resolve) => setTimeout(resolve, 1500));
+      console.log('lost', lease.isLost(), lease.signal.aborted, lease.signal.reason.code);
+    })();`);
+  assertExitsCleanly(child, 'lost true true LEASEHOLD_LOST');
+});
+
+test('loads with require and with import', () => {
+  const cjs = run(['-e'], `console.log(typeof require('leasehold').Locks.open)`);
+  assertExitsCleanly(cjs, 'function');
+  const esm = run(['--input-type=module', '-e'], `
+    import { Locks } from 'leasehold';
+    import leasehold from 'leasehold';
+    console.log(typeof Locks.open, leasehold.Locks === Locks);`);
+  assertExitsCleanly(esm, 'function true');
+});
