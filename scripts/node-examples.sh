@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Runs the Node.js examples (examples/node/*) end to end, as their READMEs
+# say, and checks the exit code and the key lines of what each prints.
+# Needs the package built (cd bindings/node && npm run build:debug) and the
+# LEASEHOLD_TEST_* URLs that scripts/test-services.sh exports: the SQLite run
+# always happens; the MongoDB and PostgreSQL runs are skipped with a notice
+# when their server is missing, unless LEASEHOLD_REQUIRE_SERVERS=1.
+#   bash scripts/node-examples.sh      (scripts/test.sh runs it)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+examples=examples/node
+started=$SECONDS
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+for example in express-users mongo-lock pm2-inventory; do
+  (cd "$examples/$example" && npm ci --no-audit --no-fund --loglevel=error)
+done
+echo "node examples: npm ci of 3 examples took $((SECONDS - started)) s"
+
+# run LABEL DIR NPM_SCRIPT [VAR=VALUE...]: runs `npm run NPM_SCRIPT` in the
+# example's folder with the variables set, showing and keeping its output.
+run() {
+  local label=$1 dir=$2 script=$3
+  shift 3
+  local t=$SECONDS
+  echo "== node example $label"
+  local status=0
+  (cd "$examples/$dir" && env "$@" npm run --silent "$script") 2>&1 | tee "$out/$label" || status=${PIPESTATUS[0]}
+  if [ "$status" != 0 ]; then
+    echo "node examples: $label failed (exit $status)" >&2
+    return 1
+  fi
+  echo "== node example $label: $((SECONDS - t)) s"
+}
+
+# expect LABEL REGEX...: each extended regex matches a whole line of the output.
+expect() {
+  local label=$1 pattern
+  shift
+  for pattern in "$@"; do
+    if ! grep -Eq "^($pattern)\$" "$out/$label"; then
+      echo "node examples: $label printed no line matching: $pattern" >&2
+      return 1
+    fi
+  done
+}
+
+# The store URL in LEASEHOLD_TEST_$1, or empty (and a notice) if none.
+store_url() {
+  local name="LEASEHOLD_TEST_$1"
+  if [ -n "${!name:-}" ]; then
+    echo "${!name}"
+  elif [ "${LEASEHOLD_REQUIRE_SERVERS:-0}" = 1 ]; then
+    echo "node examples: $name is not set and LEASEHOLD_REQUIRE_SERVERS=1" >&2
+    return 1
+  else
+    echo "node examples: $name is not set; skipping the examples on that store" >&2
+  fi
+}
+
+express_users_lines=(
+  'reject mode \(wait 0\): 20 concurrent creates -> [0-9]+ x 201, [0-9]+ x 409 locked \(each with Retry-After and a problem\+json body\)'
+  'wait mode \(wait 30s\): 20 concurrent creates -> 20 x 201'
+  'same username 10 times at once: 1 x 201, 9 x 409 username taken'
+  'stored: [0-9]+ users, counter [0-9]+, no duplicate usernames, tokens increase with ids'
+  'all checks passed'
+)
+
+run express-users-sqlite express-users demo LOCKS_URL= DATA_URL=
+expect express-users-sqlite 'express-users demo: locks on sqlite, users in memory' "${express_users_lines[@]}"
+
+mongodb=$(store_url MONGODB)
+if [ -n "$mongodb" ]; then
+  run express-users-mongodb express-users demo "LOCKS_URL=$mongodb" "DATA_URL=$mongodb"
+  expect express-users-mongodb 'express-users demo: locks on mongodb, users on MongoDB .*' "${express_users_lines[@]}"
+
+  run mongo-lock mongo-lock start "MONGODB_URL=$mongodb"
+  expect mongo-lock \
+    '1\. 3 workers x 5 jobs under withLock.*: 15 jobs, tokens [0-9]+\.\.[0-9]+, every fenced write accepted' \
+    '2\. worker [0-9]+ killed \(SIGKILL\) holding token [0-9]+; lock taken over after [0-9]+ ms \(ttl 1000 ms\) with token [0-9]+' \
+    '3\. worker [0-9]+ paused .* matched nothing: refused; its withLock rejected with LEASEHOLD_LOST' \
+    'report [0-9a-f]+: 16 writes, tokens strictly increasing .*' \
+    'all checks passed'
+fi
+
+postgres=$(store_url POSTGRES)
+if [ -n "$postgres" ]; then
+  run pm2-inventory pm2-inventory start "DATABASE_URL=$postgres"
+  expect pm2-inventory \
+    'none +200 +[0-9]+ .* RACE' \
+    'lease +200 .* correct' \
+    'row-lock +200 .* correct' \
+    'optimistic +200 .* correct' \
+    'pm2 kill: the PM2 daemon and all 4 shop workers are gone'
+fi
+echo "node examples: all passed in $((SECONDS - started)) s"
