@@ -26,6 +26,7 @@ node_package=0
     npm run build:debug &&
     npm test
 ) || node_package=$?
+[ "$node_package" != 0 ] || bash scripts/node-examples.sh || node_package=$?
 cargo nextest run --workspace --all-features --no-fail-fast "$@"
 if [ "$examples" != 0 ]; then
   echo "scripts/examples.sh failed (exit $examples): see its output above" >&2

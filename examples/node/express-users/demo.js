@@ -56,12 +56,16 @@ async function main() {
   // The default store is a SQLite file, here a throw-away one.
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'express-users-demo-'));
   const locksUrl = process.env.LOCKS_URL || `sqlite://${path.join(tmp, 'locks.db')}`;
-  const locks = await Locks.open(locksUrl);
-  const data = await openData(`express_users_demo_${runId}`);
-  const baseline = await openData(`express_users_demo_${runId}_nolock`);
-  const shared = { locks, data, lockKey: `collection:users:${runId}` };
   const servers = [];
+  const stores = [];
+  let locks;
   try {
+    locks = await Locks.open(locksUrl);
+    const data = await openData(`express_users_demo_${runId}`);
+    stores.push(data);
+    const baseline = await openData(`express_users_demo_${runId}_nolock`);
+    stores.push(baseline);
+    const shared = { locks, data, lockKey: `collection:users:${runId}` };
     console.log(`express-users demo: locks on ${locksUrl.split('://')[0]}, ${data.describe()}`);
 
     // 1. Reject mode: one create holds the lock, the others are told to retry.
@@ -125,11 +129,11 @@ async function main() {
     );
   } finally {
     for (const server of servers) server.stop();
-    for (const store of [data, baseline]) {
+    for (const store of stores) {
       await store.drop?.();
       await store.close();
     }
-    await locks.close();
+    await locks?.close();
     fs.rmSync(tmp, { recursive: true, force: true });
   }
   if (failures.length > 0) {

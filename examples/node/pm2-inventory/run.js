@@ -132,7 +132,7 @@ async function main() {
     }
     printTable(rows);
     const served = Math.min(...rows.map((r) => r.workers));
-    console.log(`every strategy was served by ${served} or more of the ${pids.length - 1} PM2 workers`);
+    console.log(`each strategy's orders were answered by at least ${served} of the ${pids.length - 1} PM2 workers`);
   } catch (error) {
     console.error(error.message);
     failed = true;
