@@ -14,7 +14,7 @@ const net = require('node:net');
 const os = require('node:os');
 const path = require('node:path');
 const { Pool } = require('pg');
-const { createSchema } = require('./schema');
+const { TABLE, createSchema } = require('./schema');
 const { runStrategy, printTable, violates, isSafe } = require('./load');
 
 const STRATEGIES = ['none', 'lease', 'row-lock', 'optimistic'];
@@ -86,8 +86,13 @@ class Pm2 {
       .join('\n');
   }
 
-  /** `pm2 kill`, then checks that every process it had is gone. */
-  async kill(pids) {
+  /** `pm2 kill` (once), then checks that every process it had is gone. */
+  kill(pids) {
+    this.killed ??= this.#kill(pids);
+    return this.killed;
+  }
+
+  async #kill(pids) {
     try {
       this.run('kill');
     } catch (error) {
@@ -109,15 +114,21 @@ async function main() {
   const port = await freePort();
   const pm2 = new Pm2({ DATABASE_URL: databaseUrl, PORT: String(port) });
   const base = `http://127.0.0.1:${port}`;
-  // Ctrl-C reaches this process, not the detached PM2 daemon: stop it too.
+  let pids = [];
+  const rows = [];
+  let failed = false;
+  // Ctrl-C reaches this process, not the detached PM2 daemon: stop it too,
+  // remove this run's products, and exit; the run below is abandoned.
+  let interrupted = false;
   for (const signal of ['SIGINT', 'SIGTERM']) {
     process.once(signal, () => {
-      pm2.kill(pids).finally(() => process.exit(130));
+      interrupted = true;
+      Promise.allSettled([
+        pm2.kill(pids),
+        pool.query(`DELETE FROM ${TABLE} WHERE id LIKE $1`, [`%-${runId}`]),
+      ]).finally(() => process.exit(130));
     });
   }
-  let pids = [];
-  let rows = [];
-  let failed = false;
   try {
     pm2.run('start', 'ecosystem.config.js');
     pids = [pm2.daemonPid(), ...pm2.workerPids()];
@@ -134,18 +145,19 @@ async function main() {
     const served = Math.min(...rows.map((r) => r.workers));
     console.log(`each strategy's orders were answered by at least ${served} of the ${pids.length - 1} PM2 workers`);
   } catch (error) {
+    if (interrupted) return;
     console.error(error.message);
     failed = true;
-  } finally {
-    const left = await pm2.kill(pids);
-    if (left.length > 0) {
-      console.error(`FAILED: still running after pm2 kill: ${left.join(' ')}`);
-      failed = true;
-    } else {
-      console.log(`pm2 kill: the PM2 daemon and all ${pids.length - 1} shop workers are gone`);
-    }
-    await pool.end();
   }
+  if (interrupted) return;
+  const left = await pm2.kill(pids);
+  if (left.length > 0) {
+    console.error(`FAILED: still running after pm2 kill: ${left.join(' ')}`);
+    failed = true;
+  } else {
+    console.log(`pm2 kill: the PM2 daemon and all ${pids.length - 1} shop workers are gone`);
+  }
+  await pool.end();
   const broken = rows.filter((r) => isSafe(r.strategy) && violates(r)).map((r) => r.strategy);
   if (broken.length > 0) {
     console.error(`FAILED: safe strategies oversold or lost updates: ${broken.join(', ')}`);
