@@ -10,9 +10,10 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use leasehold::backend::{Acquire, AcquireRequest};
 use leasehold::backends::redis::{RedisBackend, RedisOptions};
 use leasehold::conformance::server_url;
-use leasehold::{Acquire, AcquireRequest, Backend, Error, Key, Lease, Locks};
+use leasehold::{Backend, Error, Key, Lease, Locks};
 use redis::aio::MultiplexedConnection;
 
 fn random_prefix() -> String {

@@ -33,8 +33,7 @@ pub async fn fenced_update_one(
     token: u64,
     set: Document,
 ) -> Result<bool> {
-    let token = i64::try_from(token)
-        .map_err(|_| Error::invalid("token", format!("must fit in i64, got {token}")))?;
+    let token = crate::backend::token_to_i64(token)?;
     check_set(&set, "fence")?;
     let mut set = set;
     set.insert("fence", token);
