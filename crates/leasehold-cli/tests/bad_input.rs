@@ -66,7 +66,11 @@ fn stores() -> Vec<Store> {
             name: "mongodb",
             bad_urls: vec![
                 ("mongodb://a:b:c:d".into(), 64, "invalid store url"),
-                ("mongodb://127.0.0.1:1".into(), 69, "store unavailable (mongodb)"),
+                (
+                    "mongodb://127.0.0.1:1".into(),
+                    69,
+                    "store unavailable (mongodb)",
+                ),
             ],
             url,
             _dir: None,
@@ -92,7 +96,11 @@ fn stores() -> Vec<Store> {
                     69,
                     "refused to switch database",
                 ),
-                ("redis://127.0.0.1:1".into(), 69, "store unavailable (redis)"),
+                (
+                    "redis://127.0.0.1:1".into(),
+                    69,
+                    "store unavailable (redis)",
+                ),
                 ("redis://127.0.0.1:99999".into(), 64, "invalid store url"),
                 (format!("rediss://{hostport}"), 64, "TLS"),
                 (

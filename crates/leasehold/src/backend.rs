@@ -409,14 +409,24 @@ mod tests {
 
         let recording = std::sync::Arc::new(Recording::default());
         let locks = Locks::new(recording.clone());
-        for ttl in [Duration::ZERO, Duration::from_millis(99), Duration::from_secs(86_401)] {
+        for ttl in [
+            Duration::ZERO,
+            Duration::from_millis(99),
+            Duration::from_secs(86_401),
+        ] {
             let options = AcquireOptions::new().with_ttl(ttl);
             let refused = locks.acquire_with("k", &options).await;
-            assert!(matches!(refused, Err(Error::InvalidInput { what: "ttl", .. })));
+            assert!(matches!(
+                refused,
+                Err(Error::InvalidInput { what: "ttl", .. })
+            ));
         }
         for prefix in ["x\u{7}", &"p".repeat(257)] {
             let refused = locks.list(prefix).await;
-            assert!(matches!(refused, Err(Error::InvalidInput { what: "prefix", .. })));
+            assert!(matches!(
+                refused,
+                Err(Error::InvalidInput { what: "prefix", .. })
+            ));
         }
         for bad in ["", "a\nb"] {
             assert!(locks.inspect(bad).await.is_err());
@@ -429,6 +439,9 @@ mod tests {
         let guard = locks.try_acquire("k").await.unwrap();
         assert_eq!(guard.lease().ttl(), crate::time::DEFAULT_TTL);
         guard.release().await.unwrap();
-        assert_eq!(*recording.0.lock().unwrap(), ["list", "try_acquire", "release"]);
+        assert_eq!(
+            *recording.0.lock().unwrap(),
+            ["list", "try_acquire", "release"]
+        );
     }
 }

@@ -89,14 +89,17 @@ where
             .find_one(doc! { "_id": id.clone() })
             .await
             .map_err(classify)?
-            .ok_or_else(|| Error::backend(format!("no document with _id {id}")))?;
+            .ok_or_else(|| {
+                Error::backend(format!("no document with _id {id}")).in_store(super::errors::STORE)
+            })?;
         let version = match current.get("version") {
             Some(Bson::Int64(v)) => Bson::Int64(*v),
             Some(Bson::Int32(v)) => Bson::Int32(*v),
             _ => {
-                return Err(Error::backend(format!(
-                    "document {id} has no integer version"
-                )))
+                return Err(
+                    Error::backend(format!("document {id} has no integer version"))
+                        .in_store(super::errors::STORE),
+                )
             }
         };
         let wanted = (change.lock().unwrap_or_else(|p| p.into_inner()))(&current);
