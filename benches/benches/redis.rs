@@ -20,8 +20,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use leasehold::backend::{Acquire, AcquireRequest};
 use leasehold::backends::redis::{RedisBackend, RedisOptions};
-use leasehold::{Acquire, AcquireOptions, AcquireRequest, Backend, Key, Locks};
+use leasehold::{AcquireOptions, Backend, Key, Locks};
 use redis::aio::MultiplexedConnection;
 use rslock::LockManager;
 

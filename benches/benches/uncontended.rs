@@ -12,9 +12,23 @@
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use leasehold::backends::sqlite::{SqliteBackend, ACQUIRE, RELEASE};
-use leasehold::{Acquire, AcquireRequest, Backend, Key, Locks, OwnerId};
+use leasehold::backend::{Acquire, AcquireRequest};
+use leasehold::backends::sqlite::SqliteBackend;
+use leasehold::{Backend, Key, Locks, OwnerId};
 use sqlx::SqlitePool;
+
+/// The library's acquire, written out: parameters key, owner hex, holder
+/// label, ttl ms; returns the new fence when granted.
+const ACQUIRE: &str = "INSERT INTO leasehold_locks (key, fence, owner, holder, expires_at_ms) \
+    VALUES (?1, 1, ?2, ?3, CAST(unixepoch('subsec') * 1000 AS INTEGER) + ?4) \
+    ON CONFLICT (key) DO UPDATE SET fence = fence + 1, owner = excluded.owner, \
+    holder = excluded.holder, expires_at_ms = excluded.expires_at_ms \
+    WHERE owner IS NULL OR expires_at_ms <= CAST(unixepoch('subsec') * 1000 AS INTEGER) \
+    RETURNING fence";
+
+/// The library's release, written out: parameters key, owner hex, fence.
+const RELEASE: &str = "UPDATE leasehold_locks SET owner = NULL, holder = NULL, \
+    expires_at_ms = NULL WHERE key = ?1 AND owner = ?2 AND fence = ?3";
 
 /// The library's two statements, by hand.
 async fn raw_pair(pool: &SqlitePool) {

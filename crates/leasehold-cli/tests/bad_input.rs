@@ -35,7 +35,7 @@ fn stores() -> Vec<Store> {
             (
                 "sqlite:///proc/no/such/dir/locks.db".into(),
                 69,
-                "store unavailable",
+                "store unavailable (sqlite)",
             ),
         ],
         _dir: Some(dir),
@@ -49,7 +49,7 @@ fn stores() -> Vec<Store> {
                 (
                     "postgres://postgres@127.0.0.1:1/test".into(),
                     69,
-                    "store unavailable",
+                    "store unavailable (postgres)",
                 ),
                 (
                     format!("{base}/leasehold_no_such_database"),
@@ -66,7 +66,11 @@ fn stores() -> Vec<Store> {
             name: "mongodb",
             bad_urls: vec![
                 ("mongodb://a:b:c:d".into(), 64, "invalid store url"),
-                ("mongodb://127.0.0.1:1".into(), 69, "store unavailable"),
+                (
+                    "mongodb://127.0.0.1:1".into(),
+                    69,
+                    "store unavailable (mongodb)",
+                ),
             ],
             url,
             _dir: None,
@@ -92,7 +96,11 @@ fn stores() -> Vec<Store> {
                     69,
                     "refused to switch database",
                 ),
-                ("redis://127.0.0.1:1".into(), 69, "store unavailable"),
+                (
+                    "redis://127.0.0.1:1".into(),
+                    69,
+                    "store unavailable (redis)",
+                ),
                 ("redis://127.0.0.1:99999".into(), 64, "invalid store url"),
                 (format!("rediss://{hostport}"), 64, "TLS"),
                 (

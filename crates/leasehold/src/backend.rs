@@ -1,5 +1,34 @@
-//! The store interface: a few atomic operations that every backend implements
-//! exactly, and the values they exchange with the core.
+//! For writing a store: the [`Backend`] trait (a few atomic operations that
+//! every backend implements exactly), the values it exchanges with the core,
+//! and the tools the built-in stores share.
+//!
+//! Applications need little of this module: [`Locks`](crate::Locks) takes
+//! any `Backend`, and what its methods return ([`Lease`], [`LeaseInfo`],
+//! [`OwnerId`]) is also at the crate root. A store's author needs all of it:
+//!
+//! - the trait and its values: [`Backend`], [`AcquireRequest`] (with
+//!   [`TRY_ONCE_LOCK_WAIT`]), [`Acquire`], [`Busy`], [`Lease`],
+//!   [`LeaseInfo`], [`OwnerId`], [`BoxFuture`];
+//! - waking waiters: a [`Subscription`] per waiter, fed by one [`WakeHub`];
+//! - values in the forms stores keep: [`duration_to_millis`],
+//!   [`millis_to_duration`], [`token_to_i64`], [`token_from_i64`];
+//! - reading a record back: [`RecordDecoder`] checks every field and
+//!   reports a damaged record alike on every store ([`CorruptRecord`]);
+//! - errors: [`Error::unavailable`](crate::Error::unavailable),
+//!   [`Error::backend`](crate::Error::backend) and
+//!   [`Error::in_store`](crate::Error::in_store) (see the trait's
+//!   `# Contract`).
+//!
+//! The conformance suite (module `conformance`, feature `conformance`)
+//! checks a store against the contract.
+
+mod record;
+
+pub use crate::notify::{Subscription, WakeHub};
+pub use record::{
+    duration_to_millis, millis_to_duration, token_from_i64, token_to_i64, CorruptRecord,
+    RecordDecoder,
+};
 
 use std::fmt;
 use std::future::Future;
@@ -8,9 +37,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::key::Key;
-use crate::notify::Subscription;
 use crate::time::validate_ttl;
 
 /// A boxed, sendable future: what every [`Backend`] method returns, so the
@@ -41,8 +69,12 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 ///   query by pasting a key into its text.
 /// - **Errors are classified:** transient failures (connection refused,
 ///   timeouts, lock contention inside the store) become
-///   [`Error::Unavailable`]; everything else [`Error::Backend`]. A backend
-///   never panics on a store failure.
+///   [`Error::Unavailable`](crate::Error::Unavailable); everything else
+///   [`Error::Backend`](crate::Error::Backend); both name the store
+///   ([`Error::in_store`](crate::Error::in_store)). A record read back is
+///   checked with a [`RecordDecoder`], so a damaged one is reported alike
+///   on every store.
+///   A backend never panics on a store failure.
 /// - **Waking is optional but preferred.** `subscribe` returns a
 ///   [`Subscription`] that fires after a release of the key; a backend that
 ///   cannot notify returns [`Subscription::never`] and waiters fall back to
@@ -156,7 +188,8 @@ impl AcquireRequest {
     /// control characters are replaced and it is cut to 256 bytes.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] if `ttl` is outside 100 ms ..= 24 h.
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput) if `ttl` is
+    /// outside 100 ms ..= 24 h.
     pub fn new(key: Key, ttl: Duration, holder: &str) -> Result<Self> {
         Ok(AcquireRequest {
             key,
@@ -299,28 +332,6 @@ pub struct LeaseInfo {
     pub remaining: Duration,
 }
 
-/// Converts a store's signed millisecond count into a duration, treating
-/// negative values (already expired) as zero.
-pub fn millis_to_duration(ms: i64) -> Duration {
-    Duration::from_millis(ms.max(0) as u64)
-}
-
-/// Converts a duration to whole milliseconds for a store, rounding up so a
-/// lease is never shorter than asked.
-pub fn duration_to_millis(d: Duration) -> i64 {
-    let ms = d.as_nanos().div_ceil(1_000_000);
-    i64::try_from(ms).unwrap_or(i64::MAX)
-}
-
-/// Checks a token read back from a store that keeps it as a signed integer.
-///
-/// # Errors
-/// [`Error::Backend`] for a negative value: the fence record is corrupt.
-pub fn token_from_i64(token: i64) -> Result<u64> {
-    u64::try_from(token)
-        .map_err(|_| Error::backend(format!("corrupt fence counter {token} in the store")))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -347,10 +358,90 @@ mod tests {
         assert_eq!(r.granted(7).token(), 7);
     }
 
-    #[test]
-    fn millisecond_conversions() {
-        assert_eq!(millis_to_duration(-5), Duration::ZERO);
-        assert_eq!(duration_to_millis(Duration::from_micros(1500)), 2);
-        assert!(token_from_i64(-1).is_err());
+    /// A backend that records every call and answers like an empty store.
+    #[derive(Debug, Default)]
+    struct Recording(std::sync::Mutex<Vec<&'static str>>);
+
+    impl Recording {
+        fn called(&self, op: &'static str) {
+            self.0.lock().unwrap().push(op);
+        }
+    }
+
+    impl Backend for std::sync::Arc<Recording> {
+        fn try_acquire<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
+            self.called("try_acquire");
+            Box::pin(async move { Ok(Acquire::Granted(req.granted(1))) })
+        }
+        fn renew<'a>(&'a self, _: &'a Lease, _: Duration) -> BoxFuture<'a, Result<bool>> {
+            self.called("renew");
+            Box::pin(async { Ok(true) })
+        }
+        fn release<'a>(&'a self, _: &'a Lease) -> BoxFuture<'a, Result<()>> {
+            self.called("release");
+            Box::pin(async { Ok(()) })
+        }
+        fn inspect<'a>(&'a self, _: &'a Key) -> BoxFuture<'a, Result<Option<LeaseInfo>>> {
+            self.called("inspect");
+            Box::pin(async { Ok(None) })
+        }
+        fn list<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<Vec<LeaseInfo>>> {
+            self.called("list");
+            Box::pin(async { Ok(Vec::new()) })
+        }
+        fn force_release<'a>(&'a self, _: &'a Key) -> BoxFuture<'a, Result<bool>> {
+            self.called("force_release");
+            Box::pin(async { Ok(false) })
+        }
+        fn subscribe<'a>(&'a self, _: &'a Key) -> BoxFuture<'a, Result<Subscription>> {
+            self.called("subscribe");
+            Box::pin(async { Ok(Subscription::never()) })
+        }
+    }
+
+    /// Backends do no validation of their own (the contract): the core
+    /// rejects a bad ttl, key or list prefix before any backend call, and
+    /// a lease (whose ttl renewals reuse) exists only with a checked ttl.
+    #[tokio::test]
+    async fn locks_validate_before_reaching_the_backend() {
+        use crate::error::Error;
+        use crate::lock::{AcquireOptions, Locks};
+
+        let recording = std::sync::Arc::new(Recording::default());
+        let locks = Locks::new(recording.clone());
+        for ttl in [
+            Duration::ZERO,
+            Duration::from_millis(99),
+            Duration::from_secs(86_401),
+        ] {
+            let options = AcquireOptions::new().with_ttl(ttl);
+            let refused = locks.acquire_with("k", &options).await;
+            assert!(matches!(
+                refused,
+                Err(Error::InvalidInput { what: "ttl", .. })
+            ));
+        }
+        for prefix in ["x\u{7}", &"p".repeat(257)] {
+            let refused = locks.list(prefix).await;
+            assert!(matches!(
+                refused,
+                Err(Error::InvalidInput { what: "prefix", .. })
+            ));
+        }
+        for bad in ["", "a\nb"] {
+            assert!(locks.inspect(bad).await.is_err());
+            assert!(locks.force_release(bad).await.is_err());
+            assert!(locks.try_acquire(bad).await.is_err());
+        }
+        assert_eq!(*recording.0.lock().unwrap(), Vec::<&str>::new());
+        // The same calls with good input do reach it.
+        locks.list("x").await.unwrap();
+        let guard = locks.try_acquire("k").await.unwrap();
+        assert_eq!(guard.lease().ttl(), crate::time::DEFAULT_TTL);
+        guard.release().await.unwrap();
+        assert_eq!(
+            *recording.0.lock().unwrap(),
+            ["list", "try_acquire", "release"]
+        );
     }
 }

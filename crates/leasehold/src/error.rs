@@ -20,6 +20,10 @@ pub enum Error {
         what: &'static str,
         /// What was wrong with it and what is allowed.
         problem: String,
+        /// The parser's own error, when one found the problem (a driver's
+        /// URL parser, say); its text is part of `problem` too.
+        #[source]
+        source: Option<BoxError>,
     },
 
     /// `try_acquire` found a live holder. Try again later.
@@ -63,8 +67,11 @@ pub enum Error {
 
     /// The store could not be reached or answered with a transient failure
     /// (connection refused, timeout, database locked). Retrying may succeed.
-    #[error("store unavailable: {source}")]
+    #[error("store unavailable{}: {source}", StoreName(*store))]
     Unavailable {
+        /// The store the error came from (`"postgres"`, `"redis"`, ...), when
+        /// known; see [`Error::store`].
+        store: Option<&'static str>,
         /// The driver's error.
         #[source]
         source: BoxError,
@@ -72,8 +79,11 @@ pub enum Error {
 
     /// The store answered with an error that retrying will not fix
     /// (permissions, corrupt data, a schema it does not understand).
-    #[error("store error: {source}")]
+    #[error("store error{}: {source}", StoreName(*store))]
     Backend {
+        /// The store the error came from (`"postgres"`, `"redis"`, ...), when
+        /// known; see [`Error::store`].
+        store: Option<&'static str>,
         /// The driver's error.
         #[source]
         source: BoxError,
@@ -128,12 +138,36 @@ impl Error {
         Error::InvalidInput {
             what,
             problem: problem.into(),
+            source: None,
+        }
+    }
+
+    /// Builds an [`Error::InvalidInput`] for a problem a parser found: the
+    /// problem reads `"{context}: {source}"`, and `source` stays reachable
+    /// through [`std::error::Error::source`] (to downcast it, say).
+    ///
+    /// ```
+    /// let e = leasehold::Error::invalid_from("store url", "not a URL", "relative URL without a base");
+    /// assert_eq!(e.to_string(), "invalid store url: not a URL: relative URL without a base");
+    /// assert!(std::error::Error::source(&e).is_some());
+    /// ```
+    pub fn invalid_from(
+        what: &'static str,
+        context: impl std::fmt::Display,
+        source: impl Into<BoxError>,
+    ) -> Self {
+        let source = source.into();
+        Error::InvalidInput {
+            what,
+            problem: format!("{context}: {source}"),
+            source: Some(source),
         }
     }
 
     /// Wraps a driver error that retrying may fix.
     pub fn unavailable(source: impl Into<BoxError>) -> Self {
         Error::Unavailable {
+            store: None,
             source: source.into(),
         }
     }
@@ -141,7 +175,34 @@ impl Error {
     /// Wraps a driver error that retrying will not fix.
     pub fn backend(source: impl Into<BoxError>) -> Self {
         Error::Backend {
+            store: None,
             source: source.into(),
+        }
+    }
+
+    /// This error naming `store` (`"postgres"`, `"redis"`, ...) as the one
+    /// it came from, if it is a store error ([`Error::Unavailable`] or
+    /// [`Error::Backend`]) that names none yet; other errors are returned
+    /// as they are. Stores call it on every error they classify.
+    ///
+    /// ```
+    /// let e = leasehold::Error::unavailable("connection refused").in_store("redis");
+    /// assert_eq!(e.store(), Some("redis"));
+    /// assert_eq!(e.to_string(), "store unavailable (redis): connection refused");
+    /// ```
+    pub fn in_store(mut self, name: &'static str) -> Self {
+        if let Error::Unavailable { store, .. } | Error::Backend { store, .. } = &mut self {
+            store.get_or_insert(name);
+        }
+        self
+    }
+
+    /// The store a store error came from (`"sqlite"`, `"postgres"`,
+    /// `"redis"`, `"mongodb"`, or a custom backend's name), if it says.
+    pub fn store(&self) -> Option<&'static str> {
+        match self {
+            Error::Unavailable { store, .. } | Error::Backend { store, .. } => *store,
+            _ => None,
         }
     }
 
@@ -161,14 +222,21 @@ impl Error {
             }
         };
         match self {
-            Error::InvalidInput { what, problem } => Error::InvalidInput {
+            Error::InvalidInput {
+                what,
+                problem,
+                source,
+            } => Error::InvalidInput {
                 what,
                 problem: redact_secrets(&problem, url),
+                source: source.map(redact_source),
             },
-            Error::Unavailable { source } => Error::Unavailable {
+            Error::Unavailable { store, source } => Error::Unavailable {
+                store,
                 source: redact_source(source),
             },
-            Error::Backend { source } => Error::Backend {
+            Error::Backend { store, source } => Error::Backend {
+                store,
                 source: redact_source(source),
             },
             other => other,
@@ -199,6 +267,18 @@ fn chain(e: &(dyn std::error::Error + 'static)) -> String {
         source = s.source();
     }
     text
+}
+
+/// ` (postgres)` after "store unavailable" when the store is known.
+struct StoreName(Option<&'static str>);
+
+impl std::fmt::Display for StoreName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(store) => write!(f, " ({store})"),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Shows a measured duration to the millisecond (`5.002s`, `250ms`):
@@ -296,6 +376,7 @@ mod tests {
         let url = "postgres://app:hunter22@db/orders";
         let echoing = [
             Error::invalid("store url", format!("{url} is bad")),
+            Error::invalid_from("store url", "cannot parse", Echo(url.to_owned())),
             Error::unavailable(Echo(url.to_owned())),
             Error::backend(Echo("hunter22".to_owned())),
         ];
@@ -308,6 +389,41 @@ mod tests {
             assert!(!text.contains("hunter22"), "{text}");
             assert!(text.contains("***"), "{text}");
         }
+    }
+
+    #[test]
+    fn store_errors_name_their_store_through_redaction() {
+        let e = Error::backend("no such table")
+            .in_store("sqlite")
+            .without_secrets_of("sqlite:///x.db")
+            // The first store named wins: a wrapper cannot rename it.
+            .in_store("custom");
+        assert_eq!(e.store(), Some("sqlite"));
+        assert_eq!(e.to_string(), "store error (sqlite): no such table");
+        assert_eq!(
+            Error::unavailable("refused").to_string(),
+            "store unavailable: refused"
+        );
+        assert_eq!(
+            Error::invalid("key", "empty").in_store("redis").store(),
+            None
+        );
+    }
+
+    #[test]
+    fn a_parse_error_stays_the_source_of_invalid_input() {
+        use std::error::Error as _;
+        let parse = "x:y".parse::<u16>().unwrap_err();
+        let e = Error::invalid_from("store url", "bad port", parse.clone());
+        assert_eq!(
+            e.to_string(),
+            format!("invalid store url: bad port: {parse}")
+        );
+        let source = e
+            .without_secrets_of("redis://:hunter22@h")
+            .source()
+            .map(|s| s.downcast_ref::<std::num::ParseIntError>().cloned());
+        assert_eq!(source, Some(Some(parse)), "kept whole: nothing to redact");
     }
 
     #[test]

@@ -123,12 +123,23 @@
 //! builds one copy and the types match. Features you enable on your own
 //! dependency (say sqlx's `chrono`) apply to leasehold's copy too.
 //!
-//! Any type implementing [`Backend`] (a handful of atomic operations, see its
-//! `# Contract`) works with [`Locks::new`]; the `conformance` module
-//! (feature `conformance`) checks it.
+//! # Using a store, and writing one
+//!
+//! The crate root is the API for applications: [`Locks`],
+//! [`AcquireOptions`], [`LeaseGuard`], [`Key`], [`Error`], and the types
+//! their methods name ([`Backend`] for [`Locks::new`], [`Lease`],
+//! [`LeaseInfo`], [`OwnerId`]). The stores are in [`backends`].
+//!
+//! Writing a store of your own takes the module [`backend`]: the
+//! [`Backend`] trait (a handful of atomic operations, see its
+//! `# Contract`), the request and answer types it exchanges with the core,
+//! release notifications ([`backend::WakeHub`]), and the conversions and
+//! record checks the built-in stores share. Any such type works with
+//! [`Locks::new`]; the `conformance` module (feature `conformance`) checks
+//! it.
 #![cfg_attr(docsrs, feature(doc_auto_cfg))]
 
-mod backend;
+pub mod backend;
 pub mod backends;
 #[cfg(feature = "conformance")]
 pub mod conformance;
@@ -151,15 +162,13 @@ pub mod rowlock;
 mod shared;
 pub mod time;
 
-pub use backend::{
-    duration_to_millis, millis_to_duration, token_from_i64, Acquire, AcquireRequest, Backend,
-    BoxFuture, Busy, Lease, LeaseInfo, OwnerId, TRY_ONCE_LOCK_WAIT,
-};
+// The user API. What only a store's implementation names lives in
+// `backend` alone (the rule is in docs/architecture.md).
+pub use backend::{Backend, Lease, LeaseInfo, OwnerId};
 pub use error::{BoxError, Error, Result};
 pub use guard::LeaseGuard;
 pub use key::{validate_prefix, Key, MAX_KEY_BYTES};
 pub use lock::{AcquireOptions, Locks, STORE_ANSWER_GRACE};
-pub use notify::{Subscription, WakeHub};
 pub use redact::{redact_secrets, redact_url};
 
 #[cfg(feature = "mongodb")]

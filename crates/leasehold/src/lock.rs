@@ -239,7 +239,7 @@ impl Locks {
     ///
     /// The call returns within its wait bound plus one round trip: a store
     /// waits for a record that another transaction has locked only until
-    /// the bound (at least [`TRY_ONCE_LOCK_WAIT`](crate::TRY_ONCE_LOCK_WAIT))
+    /// the bound (at least [`TRY_ONCE_LOCK_WAIT`](crate::backend::TRY_ONCE_LOCK_WAIT))
     /// and then counts the key busy, and an attempt the store has not
     /// answered [`STORE_ANSWER_GRACE`] after the bound is given up
     /// ([`Error::Unavailable`]; a grant that attempt still brings is

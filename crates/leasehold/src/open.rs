@@ -167,7 +167,7 @@ async fn open_sqlite(rest: &str) -> Result<Arc<dyn Backend>> {
 /// # Errors
 /// [`Error::InvalidInput`] for an empty path or an unknown option.
 #[cfg(feature = "sqlite")]
-pub fn parse_sqlite(rest: &str) -> Result<(&str, crate::backends::sqlite::SqliteOptions)> {
+fn parse_sqlite(rest: &str) -> Result<(&str, crate::backends::sqlite::SqliteOptions)> {
     let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
     if path.is_empty() {
         return Err(Error::invalid(
@@ -178,8 +178,8 @@ pub fn parse_sqlite(rest: &str) -> Result<(&str, crate::backends::sqlite::Sqlite
     let mut options = crate::backends::sqlite::SqliteOptions::default();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         match pair.split_once('=') {
-            Some(("synchronous", "full")) => options = options.synchronous_full(true),
-            Some(("synchronous", "normal")) => options = options.synchronous_full(false),
+            Some(("synchronous", "full")) => options = options.with_synchronous_full(true),
+            Some(("synchronous", "normal")) => options = options.with_synchronous_full(false),
             _ => {
                 return Err(Error::invalid(
                     "store url",

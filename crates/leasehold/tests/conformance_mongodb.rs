@@ -6,10 +6,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use leasehold::backend::{Acquire, AcquireRequest};
 use leasehold::backends::mongodb::{helpers, MongoBackend, MongoOptions};
 use leasehold::conformance::{server_url, TestStore};
 use leasehold::occ::{RetryError, RetryPolicy};
-use leasehold::{Acquire, AcquireRequest, Backend, Error, Key};
+use leasehold::{Backend, Error, Key};
 use mongodb::bson::{doc, Document};
 
 fn url() -> Option<String> {

@@ -8,11 +8,9 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use leasehold::backend::{Acquire, AcquireRequest, BoxFuture, Subscription};
 use leasehold::backends::memory::MemoryBackend;
-use leasehold::{
-    Acquire, AcquireOptions, AcquireRequest, Backend, BoxFuture, Error, Key, Lease, LeaseInfo,
-    Locks, Subscription, STORE_ANSWER_GRACE,
-};
+use leasehold::{AcquireOptions, Backend, Error, Key, Lease, LeaseInfo, Locks, STORE_ANSWER_GRACE};
 use tokio::time::{sleep, timeout, Instant};
 
 /// The memory store with switches that make single calls slow or stuck.

@@ -5,12 +5,10 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use leasehold::backend::{Acquire, AcquireRequest, BoxFuture, Subscription};
 use leasehold::backends::memory::MemoryBackend;
 use leasehold::time::trusted_for;
-use leasehold::{
-    Acquire, AcquireOptions, AcquireRequest, Backend, BoxFuture, Error, Key, Lease, LeaseInfo,
-    Locks, Subscription,
-};
+use leasehold::{AcquireOptions, Backend, Error, Key, Lease, LeaseInfo, Locks};
 use tokio::time::{sleep, Instant};
 use tokio_util::sync::CancellationToken;
 

@@ -11,11 +11,12 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use leasehold::backend::{Acquire, AcquireRequest};
 use leasehold::backends::postgres::{parse_store_url, Pooler, PostgresBackend, PostgresOptions};
 use leasehold::conformance::server_url;
 use leasehold::occ::{Attempt, RetryPolicy};
 use leasehold::rowlock::{retry_transaction, with_locked_rows, Isolation, RowLockOptions};
-use leasehold::{Acquire, AcquireRequest, Backend, Error, Key, Lease, Locks};
+use leasehold::{Backend, Error, Key, Lease, Locks};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::Row;
 

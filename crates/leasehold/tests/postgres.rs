@@ -11,13 +11,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use leasehold::backend::{Acquire, AcquireRequest};
 use leasehold::backends::postgres::{PostgresBackend, PostgresOptions};
 use leasehold::conformance::server_url;
 use leasehold::occ::{Attempt, RetryError, RetryPolicy};
 use leasehold::rowlock::{
     retry_transaction, with_locked_rows, Isolation, LockMode, RowLockOptions,
 };
-use leasehold::{Acquire, AcquireRequest, Backend, Error, Key, Lease, Locks};
+use leasehold::{Backend, Error, Key, Lease, Locks};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::Row;
 use tokio::time::{sleep, timeout, Instant};

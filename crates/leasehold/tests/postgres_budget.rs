@@ -12,9 +12,10 @@ mod private_pg;
 
 use std::time::Duration;
 
+use leasehold::backend::{Acquire, AcquireRequest};
 use leasehold::backends::postgres::{PostgresBackend, PostgresOptions};
 use leasehold::conformance::server_url;
-use leasehold::{Acquire, AcquireOptions, AcquireRequest, Backend, Error, Key, Locks};
+use leasehold::{AcquireOptions, Backend, Error, Key, Locks};
 use private_pg::Cluster;
 use sqlx::{Connection, PgConnection};
 use tokio::time::{sleep, Instant};

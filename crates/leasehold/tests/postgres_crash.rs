@@ -12,8 +12,9 @@ mod private_pg;
 
 use std::time::Duration;
 
+use leasehold::backend::{Acquire, AcquireRequest};
 use leasehold::backends::postgres::PostgresBackend;
-use leasehold::{Acquire, AcquireRequest, Backend, Key, Lease};
+use leasehold::{Backend, Key, Lease};
 use private_pg::{find_bin_dir, is_gone, Cluster};
 use tokio::time::{sleep, Instant};
 

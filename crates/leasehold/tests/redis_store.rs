@@ -10,9 +10,10 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use leasehold::backend::{Acquire, AcquireRequest};
 use leasehold::backends::redis::{RedisBackend, RedisOptions};
 use leasehold::conformance::server_url;
-use leasehold::{Acquire, AcquireRequest, Backend, Error, Key, Lease, Locks};
+use leasehold::{Backend, Error, Key, Lease, Locks};
 use redis::aio::MultiplexedConnection;
 
 fn random_prefix() -> String {
@@ -105,12 +106,14 @@ async fn renew_never_resurrects_and_refuses_a_zero_ttl() {
     };
     let k = key("k");
     let live = grant(&backend, &k, Duration::from_secs(30)).await;
+    // The core only renews with a lease's own ttl, checked when the lease
+    // was asked for; a caller of the backend itself that passes 0 is
+    // refused by the script (PEXPIRE with 0 or a negative ttl would delete
+    // the key), as is any ttl it is sent.
     match backend.renew(&live, Duration::ZERO).await {
-        Err(Error::InvalidInput { what: "ttl", .. }) => {}
+        Err(e @ Error::Backend { .. }) => assert!(e.to_string().contains("ttl must be positive")),
         other => panic!("renew with ttl 0 must be refused, got {other:?}"),
     }
-    // The script refuses too, for callers that bypass the Rust check:
-    // PEXPIRE with 0 or a negative ttl would delete the key.
     let renew_lua = redis::Script::new(include_str!("../src/backends/redis/renew.lua"));
     for ttl in ["0", "-5"] {
         let refused = renew_lua

@@ -13,9 +13,10 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use blackhole::BlackholeProxy;
+use leasehold::backend::{Acquire, AcquireRequest};
 use leasehold::backends::postgres::{PostgresBackend, PostgresOptions};
 use leasehold::conformance::server_url;
-use leasehold::{Acquire, AcquireOptions, AcquireRequest, Backend, Error, Key, Locks};
+use leasehold::{AcquireOptions, Backend, Error, Key, Locks};
 use sqlx::postgres::PgConnectOptions;
 use tokio::time::{sleep, timeout, Instant};
 

@@ -447,9 +447,8 @@ mod counting {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use leasehold::{
-        Acquire, AcquireRequest, Backend, BoxFuture, Key, Lease, LeaseInfo, Subscription,
-    };
+    use leasehold::backend::{Acquire, AcquireRequest, BoxFuture, Subscription};
+    use leasehold::{Backend, Key, Lease, LeaseInfo};
 
     #[derive(Debug)]
     pub struct Counting {

@@ -7,9 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::{
-    Acquire, AcquireRequest, Backend, BoxFuture, Key, Lease, LeaseInfo, Result, Subscription,
-};
+use leasehold::backend::{Acquire, AcquireRequest, BoxFuture, Subscription};
+use leasehold::{Backend, Key, Lease, LeaseInfo, Result};
 
 use super::clock::mono_ns;
 use super::history::{Kind, Op};

@@ -10,9 +10,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::{
-    Acquire, AcquireOptions, AcquireRequest, Backend, Error, Key, Lease, Locks, OwnerId,
-};
+use leasehold::backend::{Acquire, AcquireRequest};
+use leasehold::{AcquireOptions, Backend, Error, Key, Lease, Locks, OwnerId};
 use proptest::prelude::*;
 
 pub const CLIENTS: usize = 3;

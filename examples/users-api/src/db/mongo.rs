@@ -7,9 +7,9 @@
 
 use std::time::Duration;
 
+use leasehold::backend::BoxFuture;
 use leasehold::backends::mongodb::helpers::run_transaction;
 use leasehold::occ::RetryPolicy;
-use leasehold::BoxFuture;
 use mongodb::bson::{doc, from_document, Document};
 use mongodb::options::{ClientOptions, ReturnDocument};
 use mongodb::{Client, ClientSession, Collection};

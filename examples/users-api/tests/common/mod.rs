@@ -7,10 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use leasehold::{
-    Acquire, AcquireRequest, Backend, BoxFuture, Error, Key, Lease, LeaseInfo, Locks, Result,
-    Subscription,
-};
+use leasehold::backend::{Acquire, AcquireRequest, BoxFuture, Subscription};
+use leasehold::{Backend, Error, Key, Lease, LeaseInfo, Locks, Result};
 use reqwest::{header, StatusCode};
 use tokio::task::JoinHandle;
 

@@ -10,7 +10,8 @@ mod sqlite;
 
 use std::time::Duration;
 
-use leasehold::{BoxFuture, Locks};
+use leasehold::backend::BoxFuture;
+use leasehold::Locks;
 
 use crate::exit::CliError;
 

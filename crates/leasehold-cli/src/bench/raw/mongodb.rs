@@ -2,8 +2,9 @@
 //! then an owner-checked `updateOne`), on the library's own collection
 //! handle, so only the library's work differs.
 
+use leasehold::backend::BoxFuture;
 use leasehold::backends::mongodb::MongoBackend;
-use leasehold::{BoxFuture, Locks, OwnerId};
+use leasehold::{Locks, OwnerId};
 use mongodb::bson::{doc, Bson, DateTime, Document};
 use mongodb::options::ReturnDocument;
 use mongodb::Collection;

@@ -12,8 +12,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use leasehold::backend::BoxFuture;
 use leasehold::backends::postgres::{parse_store_url, Pooler, PostgresBackend, PostgresOptions};
-use leasehold::{BoxFuture, LeaseGuard, Locks, OwnerId};
+use leasehold::{LeaseGuard, Locks, OwnerId};
 use sqlx::pool::PoolConnection;
 use sqlx::{PgPool, Postgres};
 use tokio::sync::Mutex;
@@ -67,8 +68,8 @@ async fn baselines(
     let pool = backend.pool().clone();
     let statements = TwoStatements {
         pool: pool.clone(),
-        acquire: backend.acquire_sql().to_owned(),
-        release: backend.release_sql().to_owned(),
+        acquire: ACQUIRE.to_owned(),
+        release: RELEASE.to_owned(),
     };
     // Advisory locks belong to a session: keep one connection for them.
     let session = pool.acquire().await.map_err(baseline_error)?;
@@ -137,6 +138,31 @@ impl Baseline for DirectLeasehold {
     }
 }
 
+/// The library's acquire on its default table, written out: parameters key,
+/// owner hex, holder label, ttl ms, row-lock wait ms as text; returns the
+/// new fence, or the holder and its remaining ms.
+const ACQUIRE: &str = "WITH granted AS ( \
+    INSERT INTO \"leasehold_locks\" AS l (key, fence, owner, holder, expires_at) \
+    SELECT $1, 1, $2, $3, clock_timestamp() + $4 * interval '1 millisecond' \
+    FROM (SELECT set_config('lock_timeout', $5, true)) AS bounded \
+    ON CONFLICT (key) DO UPDATE SET fence = l.fence + 1, owner = excluded.owner, \
+      holder = excluded.holder, \
+      expires_at = clock_timestamp() + $4 * interval '1 millisecond' \
+    WHERE l.owner IS NULL OR l.expires_at <= clock_timestamp() \
+    RETURNING l.fence) \
+  SELECT fence, NULL::text AS holder, NULL::bigint AS remaining_ms FROM granted \
+  UNION ALL \
+  SELECT NULL::bigint, holder, \
+    ceil(extract(epoch FROM (expires_at - clock_timestamp())) * 1000)::bigint \
+    FROM \"leasehold_locks\" \
+   WHERE key = $1 AND owner IS NOT NULL AND NOT EXISTS (SELECT FROM granted)";
+
+/// The library's release, written out: parameters key, owner hex, fence.
+const RELEASE: &str = "WITH freed AS ( \
+    UPDATE \"leasehold_locks\" SET owner = NULL, holder = NULL, expires_at = NULL \
+    WHERE key = $1 AND owner = $2 AND fence = $3 RETURNING key) \
+  SELECT pg_notify('leasehold_release', key) FROM freed";
+
 struct TwoStatements {
     pool: PgPool,
     acquire: String,
@@ -159,7 +185,12 @@ impl Baseline for TwoStatements {
                     .bind(30_000i64)
                     // The longest wait for another transaction's row lock, as
                     // the library's try-once attempt binds it.
-                    .bind(leasehold::duration_to_millis(leasehold::TRY_ONCE_LOCK_WAIT).to_string())
+                    .bind(
+                        leasehold::backend::duration_to_millis(
+                            leasehold::backend::TRY_ONCE_LOCK_WAIT,
+                        )
+                        .to_string(),
+                    )
                     .fetch_optional(&self.pool)
                     .await
                     .map_err(baseline_error)?;

@@ -5,7 +5,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use leasehold::{BoxFuture, Locks, OwnerId};
+use leasehold::backend::BoxFuture;
+use leasehold::{Locks, OwnerId};
 use redis::aio::MultiplexedConnection;
 use rslock::LockManager;
 use tokio::sync::Mutex;

@@ -10,7 +10,7 @@ mod sqlite;
 
 use std::time::Duration;
 
-use leasehold::BoxFuture;
+use leasehold::backend::BoxFuture;
 
 use super::Strategy;
 use crate::exit::CliError;

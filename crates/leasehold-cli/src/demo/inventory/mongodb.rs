@@ -7,9 +7,9 @@
 
 use std::time::Duration;
 
+use leasehold::backend::BoxFuture;
 use leasehold::backends::mongodb::helpers::{fenced_update_one, run_transaction};
 use leasehold::occ::{RetryError, RetryPolicy};
-use leasehold::BoxFuture;
 use mongodb::bson::{doc, Document};
 use mongodb::options::{ClientOptions, ReturnDocument, WriteConcern};
 use mongodb::{Client, Collection};

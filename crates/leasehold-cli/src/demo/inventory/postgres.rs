@@ -11,9 +11,9 @@
 
 use std::time::Duration;
 
+use leasehold::backend::BoxFuture;
 use leasehold::backends::postgres::{parse_store_url, Pooler, PostgresOptions};
 use leasehold::rowlock::{with_locked_rows, LockMode, RowLockOptions};
-use leasehold::BoxFuture;
 use sqlx::postgres::{PgArguments, PgPool, PgPoolOptions, PgQueryResult, PgRow};
 use sqlx::query::Query;
 use sqlx::{Postgres, Row};

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use leasehold::BoxFuture;
+use leasehold::backend::BoxFuture;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, Script};
 

@@ -3,7 +3,7 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use leasehold::BoxFuture;
+use leasehold::backend::BoxFuture;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 use sqlx::Row;
 

@@ -25,7 +25,7 @@ mod postgres;
 mod sqlite;
 
 use anyhow::Result;
-use leasehold::BoxFuture;
+use leasehold::backend::BoxFuture;
 
 use super::history::{Decision, ResourceOp};
 use crate::exit::CliError;

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use anyhow::Result;
 
+use leasehold::backend::BoxFuture;
 use leasehold::backends::postgres::{parse_store_url, Pooler, PostgresOptions};
-use leasehold::BoxFuture;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 

@@ -3,8 +3,8 @@
 //! table written in the same transaction as each decision.
 
 use anyhow::Result;
+use leasehold::backend::BoxFuture;
 use leasehold::backends::sqlite::SqliteBackend;
-use leasehold::BoxFuture;
 use sqlx::SqlitePool;
 
 use super::{Answer, FencedResource, InStore, LogRow};

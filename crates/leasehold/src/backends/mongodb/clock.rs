@@ -196,9 +196,10 @@ async fn take_sample(db: &Database, skew_us: i64) -> Result<Sample> {
         let local_ms = match reply.get("localTime") {
             Some(Bson::DateTime(t)) => t.timestamp_millis(),
             _ => {
-                return Err(Error::backend(
+                let e = Error::backend(
                     "the server's hello reply has no localTime; leasehold cannot judge expiry on its clock",
-                ))
+                );
+                return Err(e.in_store(super::errors::STORE));
             }
         };
         let half_rtt_us = i64::try_from(rtt.as_micros() / 2).unwrap_or(i64::MAX / 4);
@@ -215,7 +216,7 @@ async fn take_sample(db: &Database, skew_us: i64) -> Result<Sample> {
             best = Some(sample);
         }
     }
-    best.ok_or_else(|| Error::backend("no clock sample taken"))
+    best.ok_or_else(|| Error::backend("no clock sample taken").in_store(super::errors::STORE))
 }
 
 #[cfg(test)]

@@ -4,6 +4,9 @@ use mongodb::error::ErrorKind;
 
 use crate::error::Error;
 
+/// The name errors carry ([`Error::store`]).
+pub(super) const STORE: &str = "mongodb";
+
 /// The server's error code of a command or write error, if any.
 pub(crate) fn server_code(e: &mongodb::error::Error) -> Option<i32> {
     match e.kind.as_ref() {
@@ -40,4 +43,5 @@ pub(crate) fn classify(e: mongodb::error::Error) -> Error {
     } else {
         Error::backend(e)
     }
+    .in_store(STORE)
 }

@@ -33,8 +33,7 @@ pub async fn fenced_update_one(
     token: u64,
     set: Document,
 ) -> Result<bool> {
-    let token = i64::try_from(token)
-        .map_err(|_| Error::invalid("token", format!("must fit in i64, got {token}")))?;
+    let token = crate::backend::token_to_i64(token)?;
     check_set(&set, "fence")?;
     let mut set = set;
     set.insert("fence", token);
@@ -90,14 +89,17 @@ where
             .find_one(doc! { "_id": id.clone() })
             .await
             .map_err(classify)?
-            .ok_or_else(|| Error::backend(format!("no document with _id {id}")))?;
+            .ok_or_else(|| {
+                Error::backend(format!("no document with _id {id}")).in_store(super::errors::STORE)
+            })?;
         let version = match current.get("version") {
             Some(Bson::Int64(v)) => Bson::Int64(*v),
             Some(Bson::Int32(v)) => Bson::Int32(*v),
             _ => {
-                return Err(Error::backend(format!(
-                    "document {id} has no integer version"
-                )))
+                return Err(
+                    Error::backend(format!("document {id} has no integer version"))
+                        .in_store(super::errors::STORE),
+                )
             }
         };
         let wanted = (change.lock().unwrap_or_else(|p| p.into_inner()))(&current);

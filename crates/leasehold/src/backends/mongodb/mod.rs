@@ -127,7 +127,7 @@ impl MongoBackend {
         options.validate()?;
         let mut client_options = ClientOptions::parse(url)
             .await
-            .map_err(|e| Error::invalid("store url", e.to_string()))?;
+            .map_err(|e| Error::invalid_from("store url", "not a MongoDB URL", e))?;
         client_options
             .server_selection_timeout
             .get_or_insert(CONNECT_TIMEOUT);
@@ -298,7 +298,7 @@ impl Backend for MongoBackend {
             let filter = doc! {
                 "_id": lease.key().as_str(),
                 "owner": lease.owner().to_string(),
-                "fence": token_as_i64(lease),
+                "fence": token_as_i64(lease)?,
                 "expiresAt": { "$gt": date(now.upper) },
             };
             let update = doc! { "$set": {
@@ -320,7 +320,7 @@ impl Backend for MongoBackend {
             let filter = doc! {
                 "_id": lease.key().as_str(),
                 "owner": lease.owner().to_string(),
-                "fence": token_as_i64(lease),
+                "fence": token_as_i64(lease)?,
             };
             let done = self
                 .inner

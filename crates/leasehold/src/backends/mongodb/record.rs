@@ -5,9 +5,9 @@ use std::time::Duration;
 use mongodb::bson::{doc, Bson, DateTime, Document};
 
 use super::clock::ServerNow;
-use crate::backend::{millis_to_duration, token_from_i64, Lease, LeaseInfo};
-use crate::error::{Error, Result};
-use crate::key::Key;
+use super::errors::STORE;
+use crate::backend::{millis_to_duration, token_to_i64, Lease, LeaseInfo, RecordDecoder};
+use crate::error::Result;
 
 /// The holder and remaining time of a document's lease, if it is live.
 /// Remaining is counted to the lower bound of "now", so it is the longest
@@ -16,10 +16,18 @@ pub(super) fn live(d: &Document, now: ServerNow) -> Option<(String, Duration)> {
     d.get_str("owner").ok()?;
     let expires = d.get_datetime("expiresAt").ok()?.timestamp_millis();
     (expires > now.lower).then(|| {
-        let ttl = d.get("ttlMs").and_then(as_i64).unwrap_or(i64::MAX);
         let holder = d.get_str("holder").unwrap_or_default().to_owned();
-        (holder, millis_to_duration((expires - now.lower).min(ttl)))
+        (
+            holder,
+            millis_to_duration((expires - now.lower).min(ttl_ms(d))),
+        )
     })
+}
+
+/// The ttl the lease was granted or last renewed with; unbounded if the
+/// document does not say.
+fn ttl_ms(d: &Document) -> i64 {
+    d.get("ttlMs").and_then(as_i64).unwrap_or(i64::MAX)
 }
 
 /// An integer field as stored by any client (Int32 or Int64).
@@ -31,29 +39,63 @@ pub(super) fn as_i64(b: &Bson) -> Option<i64> {
     }
 }
 
-pub(super) fn fence_of(d: &Document) -> Result<u64> {
-    let fence = d
-        .get("fence")
+/// The decoder for `d`'s record, named by its `_id`.
+fn decoder(d: &Document) -> Result<RecordDecoder<'_>> {
+    match d.get("_id") {
+        Some(Bson::String(key)) => Ok(RecordDecoder::new(STORE, key)),
+        other => {
+            Err(RecordDecoder::new(STORE, &format!("{other:?}")).corrupt("the _id is not a string"))
+        }
+    }
+}
+
+fn fence_field(d: &Document, record: &RecordDecoder<'_>) -> Result<i64> {
+    d.get("fence")
         .and_then(as_i64)
-        .ok_or_else(|| Error::backend("lease document without an integer fence"))?;
-    token_from_i64(fence)
+        .ok_or_else(|| record.corrupt("the fence is missing or not an integer"))
 }
 
+/// The fence of a lease document (with its `_id`), checked.
+pub(super) fn fence_of(d: &Document) -> Result<u64> {
+    let record = decoder(d)?;
+    record.token(fence_field(d, &record)?)
+}
+
+/// The live lease of a document, every field checked; `None` if it is
+/// free or expired.
 pub(super) fn info_of(d: &Document, now: ServerNow) -> Result<Option<LeaseInfo>> {
-    let Some((holder, remaining)) = live(d, now) else {
-        return Ok(None);
+    let record = decoder(d)?;
+    let owner = match d.get("owner") {
+        None | Some(Bson::Null) => return Ok(None),
+        Some(Bson::String(owner)) => owner,
+        Some(other) => {
+            return Err(record.corrupt(format!("the owner is a {:?}", other.element_type())))
+        }
     };
-    Ok(Some(LeaseInfo {
-        key: Key::new(d.get_str("_id").map_err(Error::backend)?)?,
+    let expires = match d.get("expiresAt") {
+        Some(Bson::DateTime(at)) => at.timestamp_millis(),
+        _ => return Err(record.corrupt("a held lease without an expiresAt date")),
+    };
+    let left = expires.saturating_sub(now.lower);
+    if left <= 0 {
+        return Ok(None);
+    }
+    // The whole time to expiry must be plausible, not only the part the
+    // ttl cap below lets through: past it the key would never come free.
+    record.remaining(left)?;
+    let holder = d.get_str("holder").ok().map(str::to_owned);
+    let fence = fence_field(d, &record)?;
+    Ok(Some(record.lease_info(
+        owner,
         holder,
-        token: fence_of(d)?,
-        remaining,
-    }))
+        fence,
+        left.min(ttl_ms(d)),
+    )?))
 }
 
-pub(super) fn token_as_i64(lease: &Lease) -> i64 {
-    // Tokens come from the store's Int64 fence, so they fit.
-    i64::try_from(lease.token()).unwrap_or(i64::MAX)
+/// A lease's token as the document's Int64 fence.
+pub(super) fn token_as_i64(lease: &Lease) -> Result<i64> {
+    token_to_i64(lease.token())
 }
 
 /// A BSON date from milliseconds since the epoch.

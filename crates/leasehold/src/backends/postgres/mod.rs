@@ -55,12 +55,11 @@ use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRo
 use sqlx::{FromRow, Row};
 
 use crate::backend::{
-    duration_to_millis, millis_to_duration, token_from_i64, Acquire, AcquireRequest, Backend,
-    BoxFuture, Busy, Lease, LeaseInfo,
+    duration_to_millis, millis_to_duration, token_to_i64, Acquire, AcquireRequest, Backend,
+    BoxFuture, Busy, Lease, LeaseInfo, RecordDecoder, Subscription,
 };
 use crate::error::{Error, Result};
 use crate::key::Key;
-use crate::notify::Subscription;
 use crate::renewal::renew_attempt_timeout;
 use checkout::Checkout;
 use exec::Param;
@@ -70,6 +69,9 @@ pub use pooler::Pooler;
 use sql::Statements;
 pub use sql::{quote_table_name, CHANNEL, DEFAULT_TABLE};
 pub use store_url::parse_store_url;
+
+/// The name errors carry ([`Error::store`]).
+const STORE: &str = "postgres";
 
 /// Lock store in a PostgreSQL table. Clones share the pool and the `LISTEN`
 /// connection.
@@ -220,20 +222,6 @@ impl PostgresBackend {
         &self.inner.sql.migrate
     }
 
-    /// The acquire statement (parameters: key, owner hex, holder label, ttl
-    /// in ms, and the longest wait for another transaction's row lock in
-    /// ms as text, e.g. `'50'`; returns the new fence, or the holder and its
-    /// remaining ms; fails with SQLSTATE 55P03 when the row stayed locked),
-    /// for audits and for benchmarks that issue it by hand.
-    pub fn acquire_sql(&self) -> &str {
-        &self.inner.sql.acquire
-    }
-
-    /// The release statement (parameters: key, owner hex, fence).
-    pub fn release_sql(&self) -> &str {
-        &self.inner.sql.release
-    }
-
     /// Inside the caller's transaction, checks that `lease` still holds its
     /// key (owner, token, and expiry by the server's clock) and locks the
     /// lease row `FOR SHARE`: until the transaction ends, nobody can acquire,
@@ -300,7 +288,7 @@ async fn connect_failure(connect: &PgConnectOptions) -> Error {
     match tokio::time::timeout(PROBE_TIMEOUT, PgConnection::connect_with(connect)).await {
         Ok(Err(e)) => classify(e),
         // Unreachable in time too, or back up just now: the pool's verdict.
-        _ => Error::unavailable(sqlx::Error::PoolTimedOut),
+        _ => Error::unavailable(sqlx::Error::PoolTimedOut).in_store(STORE),
     }
 }
 
@@ -387,7 +375,7 @@ fn is_lock_not_available(e: &sqlx::Error) -> bool {
 /// pool) [`Error::Unavailable`]; everything else [`Error::Backend`].
 pub(crate) fn classify(e: sqlx::Error) -> Error {
     let e = match pooler::explain(e) {
-        Ok(explained) => return Error::backend(explained),
+        Ok(explained) => return Error::backend(explained).in_store(STORE),
         Err(e) => e,
     };
     if is_transient_pg_error(&e) || matches!(e, sqlx::Error::PoolClosed) {
@@ -395,23 +383,24 @@ pub(crate) fn classify(e: sqlx::Error) -> Error {
     } else {
         Error::backend(e)
     }
+    .in_store(STORE)
 }
 
 fn token_as_i64(lease: &Lease) -> Result<i64> {
-    i64::try_from(lease.token())
-        .map_err(|_| Error::invalid("token", format!("{} is out of range", lease.token())))
+    token_to_i64(lease.token())
 }
 
+/// A row of the inspect or list statement (key, owner, holder, fence,
+/// remaining ms), every field checked.
 fn info_from_row(row: &PgRow) -> Result<LeaseInfo> {
-    Ok(LeaseInfo {
-        key: Key::new(row.try_get::<String, _>(0).map_err(Error::backend)?)?,
-        holder: row
-            .try_get::<Option<String>, _>(1)
-            .map_err(Error::backend)?
-            .unwrap_or_default(),
-        token: token_from_i64(row.try_get(2).map_err(Error::backend)?)?,
-        remaining: millis_to_duration(row.try_get(3).map_err(Error::backend)?),
-    })
+    let key: String = row.try_get(0).map_err(classify)?;
+    let record = RecordDecoder::new(STORE, &key);
+    record.lease_info(
+        &row.try_get::<String, _>(1).map_err(classify)?,
+        row.try_get(2).map_err(classify)?,
+        row.try_get(3).map_err(classify)?,
+        row.try_get(4).map_err(classify)?,
+    )
 }
 
 impl PostgresBackend {
@@ -458,9 +447,12 @@ impl Backend for PostgresBackend {
             let row = row
                 .map(|row| <(Option<i64>, Option<String>, Option<i64>)>::from_row(&row))
                 .transpose()
-                .map_err(Error::backend)?;
+                .map_err(classify)?;
             Ok(match row {
-                Some((Some(fence), _, _)) => Acquire::Granted(req.granted(token_from_i64(fence)?)),
+                Some((Some(fence), _, _)) => {
+                    let record = RecordDecoder::new(STORE, req.key().as_str());
+                    Acquire::Granted(req.granted(record.token(fence)?))
+                }
                 Some((None, holder, remaining)) => Acquire::Busy(Busy {
                     holder: holder.unwrap_or_default(),
                     remaining: millis_to_duration(remaining.unwrap_or(0)),
@@ -550,7 +542,7 @@ impl Backend for PostgresBackend {
                 .await?;
             let Some(row) = row else { return Ok(false) };
             self.inner.listener.wake_local(key);
-            row.try_get::<bool, _>(0).map_err(Error::backend)
+            row.try_get::<bool, _>(0).map_err(classify)
         })
     }
 

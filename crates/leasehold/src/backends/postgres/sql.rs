@@ -146,12 +146,12 @@ impl Statements {
                  SELECT pg_notify('{CHANNEL}', key) FROM freed"
             ),
             inspect: format!(
-                "SELECT key, holder, fence, {rem} FROM {table} WHERE key = $1 AND {live}",
+                "SELECT key, owner, holder, fence, {rem} FROM {table} WHERE key = $1 AND {live}",
                 rem = remaining_ms!()
             ),
             // starts_with, not LIKE: '%' and '_' in a prefix are plain text.
             list: format!(
-                "SELECT key, holder, fence, {rem} FROM {table} \
+                "SELECT key, owner, holder, fence, {rem} FROM {table} \
                  WHERE starts_with(key, $1) AND {live} ORDER BY key",
                 rem = remaining_ms!()
             ),

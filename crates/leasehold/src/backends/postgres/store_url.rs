@@ -62,7 +62,7 @@ pub fn parse_store_url(
         format!("{base}?{}", kept.join("&"))
     };
     let mut connect = PgConnectOptions::from_str(&sqlx_url)
-        .map_err(|e| Error::invalid("store url", format!("not a PostgreSQL URL: {e}")))?;
+        .map_err(|e| Error::invalid_from("store url", "not a PostgreSQL URL", e))?;
     if options.pooler == Pooler::Transaction {
         connect = connect.extra_float_digits(None);
     }
@@ -76,7 +76,7 @@ pub fn parse_store_url(
 pub(super) fn parse_listen_url(url: &str) -> Result<PgConnectOptions> {
     check_scheme("listen url", url)?;
     PgConnectOptions::from_str(url)
-        .map_err(|e| Error::invalid("listen url", format!("not a PostgreSQL URL: {e}")))
+        .map_err(|e| Error::invalid_from("listen url", "not a PostgreSQL URL", e))
 }
 
 fn check_scheme(what: &'static str, url: &str) -> Result<()> {

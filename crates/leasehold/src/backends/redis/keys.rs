@@ -15,6 +15,7 @@
 //!   exactly the wanted keys. A length prefix would put the length, unknown
 //!   for a prefix query, in front of the text to match.
 
+use crate::backend::RecordDecoder;
 use crate::error::{Error, Result};
 use crate::key::Key;
 
@@ -73,13 +74,20 @@ impl Namespace {
         )
     }
 
-    /// The lock key a Redis key name stands for, if it is one of ours.
-    pub(super) fn key_of_lock(&self, name: &str) -> Option<Key> {
+    /// The lock key a Redis key name stands for, if the name is one of
+    /// ours; a corrupt record if it is in our namespace but this store
+    /// never writes it.
+    pub(super) fn key_of_lock(&self, name: &str) -> Option<Result<Key>> {
         let encoded = name
             .strip_prefix(self.prefix.as_str())?
             .strip_prefix(":lock:{")?
             .strip_suffix('}')?;
-        Key::new(decode(encoded)?).ok()
+        Some(match decode(encoded) {
+            Some(key) => RecordDecoder::new(super::STORE, &key).key(),
+            None => {
+                Err(RecordDecoder::new(super::STORE, name).corrupt("a bad %-escape in the name"))
+            }
+        })
     }
 }
 
@@ -175,10 +183,17 @@ mod tests {
         assert_ne!(ns("a:lock").lock(&key("x")), ns("a").lock(&key("lock:x")));
         assert_ne!(ns("a").lock(&key("x")), ns("a").fence(&key("x")));
         assert_eq!(
-            ns("a:").key_of_lock(&ns("a:").lock(&key("b:c"))),
+            ns("a:")
+                .key_of_lock(&ns("a:").lock(&key("b:c")))
+                .map(Result::unwrap),
             Some(key("b:c"))
         );
-        assert_eq!(ns("a:b").key_of_lock(&ns("a:").lock(&key("b:c"))), None);
+        assert!(ns("a:b").key_of_lock(&ns("a:").lock(&key("b:c"))).is_none());
+        // Ours, but no key this store writes: corrupt, not skipped.
+        for name in ["a::lock:{}", "a::lock:{x%41}", "a::lock:{\n}"] {
+            let e = ns("a:").key_of_lock(name).expect("ours").unwrap_err();
+            assert_eq!(e.store(), Some("redis"), "{name}: {e}");
+        }
     }
 
     #[test]
@@ -192,7 +207,11 @@ mod tests {
                 Some(k),
                 "tag is the key"
             );
-            assert_eq!(n.key_of_lock(&lock), Some(key(k)), "{k:?} round-trips");
+            assert_eq!(
+                n.key_of_lock(&lock).map(Result::unwrap),
+                Some(key(k)),
+                "{k:?} round-trips"
+            );
         }
         // Distinct keys never share a name, even where encodings look alike.
         assert_ne!(n.lock(&key("%7B")), n.lock(&key("{")));

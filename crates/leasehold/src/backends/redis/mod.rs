@@ -25,6 +25,7 @@
 //! checks on connect and warns when AOF is off or keys may be evicted.
 
 mod keys;
+mod options;
 mod wake;
 
 use std::fmt;
@@ -36,84 +37,16 @@ use redis::{Client, RedisError, Script};
 
 use crate::backend::{
     duration_to_millis, millis_to_duration, Acquire, AcquireRequest, Backend, BoxFuture, Busy,
-    Lease, LeaseInfo,
+    Lease, LeaseInfo, RecordDecoder, Subscription,
 };
 use crate::error::{Error, Result};
 use crate::key::Key;
-use crate::notify::Subscription;
-use crate::time::validate_ttl;
 use keys::Namespace;
+pub use options::RedisOptions;
 use wake::Subscriber;
 
-/// How to connect and where to keep the records.
-#[derive(Debug, Clone)]
-pub struct RedisOptions {
-    prefix: String,
-    connect_timeout: Duration,
-    response_timeout: Duration,
-    check_persistence: bool,
-}
-
-impl Default for RedisOptions {
-    fn default() -> Self {
-        RedisOptions {
-            prefix: "leasehold".to_owned(),
-            connect_timeout: Duration::from_secs(2),
-            response_timeout: Duration::from_secs(5),
-            check_persistence: true,
-        }
-    }
-}
-
-impl RedisOptions {
-    /// Defaults: prefix `leasehold`, connect timeout 2 s, response timeout
-    /// 5 s, persistence check on.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// The first part of every Redis key and channel this store uses
-    /// (default `leasehold`): 1 to 64 bytes, no braces, no control
-    /// characters (checked when connecting, before any I/O). Stores with
-    /// different prefixes on one server never see each other's locks.
-    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-
-    /// How long one attempt to open a connection may take (default 2 s).
-    /// [`RedisBackend::connect`] makes up to three attempts.
-    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// How long a command may wait for its reply (default 5 s); past it the
-    /// call fails with [`Error::Unavailable`].
-    pub fn with_response_timeout(mut self, timeout: Duration) -> Self {
-        self.response_timeout = timeout;
-        self
-    }
-
-    /// Whether to read `appendonly`, `appendfsync` and `maxmemory-policy`
-    /// on connect and warn about settings that weaken fencing (default on).
-    pub fn with_persistence_check(mut self, check: bool) -> Self {
-        self.check_persistence = check;
-        self
-    }
-
-    fn validate(&self) -> Result<Namespace> {
-        for (what, t) in [
-            ("redis connect timeout", self.connect_timeout),
-            ("redis response timeout", self.response_timeout),
-        ] {
-            if t.is_zero() {
-                return Err(Error::invalid(what, "must be more than zero"));
-            }
-        }
-        Namespace::new(&self.prefix)
-    }
-}
+/// The name errors carry ([`Error::store`]).
+const STORE: &str = "redis";
 
 const SCRIPTS: [&str; 4] = [
     include_str!("acquire.lua"),
@@ -195,7 +128,8 @@ impl RedisBackend {
                  RedisBackend::from_manager",
             ));
         }
-        let client = Client::open(url).map_err(|e| Error::invalid("store url", e.to_string()))?;
+        let client = Client::open(url)
+            .map_err(|e| Error::invalid_from("store url", "not a Redis URL", e))?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(options.connect_timeout))
             .set_response_timeout(Some(options.response_timeout))
@@ -374,24 +308,44 @@ fn classify(e: RedisError) -> Error {
     } else {
         Error::backend(e)
     }
+    .in_store(STORE)
 }
 
-fn holder_of(value: &str) -> String {
-    value.get(33..).unwrap_or_default().to_owned()
+/// A live lease from its lock key's value (`<owner hex>:<holder label>`),
+/// remaining ms and fence text, every field checked.
+fn info_of(key: Key, value: &str, pttl: i64, fence: &str) -> Result<LeaseInfo> {
+    let record = RecordDecoder::new(STORE, key.as_str());
+    let Some((owner, holder)) = value.split_at_checked(32) else {
+        return Err(record.corrupt(format!("lock value {value:?} has no owner")));
+    };
+    let Some(holder) = holder.strip_prefix(':') else {
+        return Err(record.corrupt(format!("lock value {value:?} has no ':' after the owner")));
+    };
+    record.owner(owner)?;
+    let (token, remaining) = (record.token_text(fence)?, record.remaining(pttl)?);
+    Ok(LeaseInfo {
+        key,
+        holder: holder.to_owned(),
+        token,
+        remaining,
+    })
 }
 
 impl Backend for RedisBackend {
     fn try_acquire<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
         Box::pin(async move {
             let (owner, ttl) = (req.owner().to_string(), duration_to_millis(req.ttl()));
-            let (token, holder, pttl): (u64, String, i64) = self
+            let (token, holder, pttl): (i64, String, i64) = self
                 .run(
                     &self.inner.scripts.acquire,
                     req.key(),
                     &[&owner, &ttl.to_string(), req.holder()],
                 )
                 .await?;
-            Ok(if token > 0 {
+            // A grant returns the incremented fence, so a negative one is a
+            // corrupt fence key.
+            Ok(if token != 0 {
+                let token = RecordDecoder::new(STORE, req.key().as_str()).token(token)?;
                 Acquire::Granted(req.granted(token))
             } else {
                 Acquire::Busy(Busy {
@@ -404,7 +358,6 @@ impl Backend for RedisBackend {
 
     fn renew<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
         Box::pin(async move {
-            validate_ttl(ttl)?;
             let (owner, ttl) = (lease.owner().to_string(), duration_to_millis(ttl));
             let args: [&str; 3] = [&owner, &lease.token().to_string(), &ttl.to_string()];
             let renewed: i64 = self
@@ -439,7 +392,6 @@ impl Backend for RedisBackend {
 
     fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<LeaseInfo>>> {
         Box::pin(async move {
-            crate::key::validate_prefix(prefix)?;
             // SCAN, not KEYS (which blocks the server) and not an index set
             // (it would sit in another cluster slot than the lock keys, so no
             // script could update both, and expiry would leave stale entries).
@@ -458,7 +410,11 @@ impl Backend for RedisBackend {
                     .query_async(&mut self.conn())
                     .await
                     .map_err(classify)?;
-                found.extend(names.iter().filter_map(|n| self.inner.ns.key_of_lock(n)));
+                for name in &names {
+                    if let Some(key) = self.inner.ns.key_of_lock(name) {
+                        found.insert(key?);
+                    }
+                }
                 if next == 0 {
                     break;
                 }
@@ -539,21 +495,22 @@ impl RedisBackend {
             let lock = self.inner.ns.lock(key);
             read.get(&lock).pttl(&lock).get(self.inner.ns.fence(key));
         }
-        let rows: Vec<(Option<String>, i64, Option<u64>)> =
+        let rows: Vec<(Option<String>, i64, Option<String>)> =
             read.query_async(&mut self.conn()).await.map_err(classify)?;
-        Ok(keys
-            .into_iter()
+        keys.into_iter()
             .zip(rows)
             .filter_map(|(key, row)| match row {
-                // PTTL -2: gone by now; -1 cannot happen for keys we wrote.
-                (Some(value), pttl, Some(token)) if pttl >= 0 => Some(LeaseInfo {
-                    key,
-                    holder: holder_of(&value),
-                    token,
-                    remaining: millis_to_duration(pttl),
+                // PTTL -2: gone by now. A lock key without a ttl (-1) or
+                // without a fence was not written by this store.
+                (Some(value), pttl, fence) if pttl != -2 => Some(match (pttl, fence) {
+                    (-1, _) => Err(RecordDecoder::new(STORE, key.as_str())
+                        .corrupt("the lock key has no expiry")),
+                    (_, None) => Err(RecordDecoder::new(STORE, key.as_str())
+                        .corrupt("a held lock without a fence key")),
+                    (pttl, Some(fence)) => info_of(key, &value, pttl, &fence),
                 }),
                 _ => None,
             })
-            .collect())
+            .collect()
     }
 }

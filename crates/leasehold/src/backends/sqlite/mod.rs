@@ -8,6 +8,7 @@
 //! every process on the host. Waiters in other processes are woken through a
 //! wake directory of Unix datagram sockets (see `wake.rs`).
 
+mod options;
 mod wake;
 
 use std::path::{Path, PathBuf};
@@ -23,13 +24,16 @@ use sqlx::sqlite::{
 use sqlx::Row;
 
 use crate::backend::{
-    duration_to_millis, millis_to_duration, token_from_i64, Acquire, AcquireRequest, Backend,
-    BoxFuture, Busy, Lease, LeaseInfo,
+    duration_to_millis, millis_to_duration, token_to_i64, Acquire, AcquireRequest, Backend,
+    BoxFuture, Busy, Lease, LeaseInfo, RecordDecoder, Subscription,
 };
 use crate::error::{Error, Result};
 use crate::key::Key;
-use crate::notify::Subscription;
+pub use options::SqliteOptions;
 use wake::{SharedWakeDir, WakeDir};
+
+/// The name errors carry ([`Error::store`]).
+const STORE: &str = "sqlite";
 
 /// The store's clock in milliseconds since the Unix epoch.
 macro_rules! now_ms {
@@ -39,7 +43,7 @@ macro_rules! now_ms {
 }
 
 /// Creates the lease table; safe to run any number of times.
-pub const MIGRATION: &str = "CREATE TABLE IF NOT EXISTS leasehold_locks (
+const MIGRATION: &str = "CREATE TABLE IF NOT EXISTS leasehold_locks (
     key TEXT PRIMARY KEY NOT NULL,
     fence INTEGER NOT NULL,
     owner TEXT,
@@ -49,7 +53,7 @@ pub const MIGRATION: &str = "CREATE TABLE IF NOT EXISTS leasehold_locks (
 
 /// Grants the lease if the key is new, free or expired; returns the new
 /// fence. Parameters: key, owner, holder, ttl in ms.
-pub const ACQUIRE: &str = concat!(
+const ACQUIRE: &str = concat!(
     "INSERT INTO leasehold_locks (key, fence, owner, holder, expires_at_ms) VALUES (?1, 1, ?2, ?3, ",
     now_ms!(),
     " + ?4) ON CONFLICT (key) DO UPDATE SET fence = fence + 1, owner = excluded.owner, \
@@ -60,7 +64,7 @@ pub const ACQUIRE: &str = concat!(
 );
 
 /// Frees the key if owner and fence match. Parameters: key, owner, fence.
-pub const RELEASE: &str =
+const RELEASE: &str =
     "UPDATE leasehold_locks SET owner = NULL, holder = NULL, expires_at_ms = NULL \
      WHERE key = ?1 AND owner = ?2 AND fence = ?3";
 
@@ -78,14 +82,14 @@ const RENEW: &str = concat!(
 );
 
 const INSPECT: &str = concat!(
-    "SELECT key, holder, fence, expires_at_ms - ",
+    "SELECT key, owner, holder, fence, expires_at_ms - ",
     now_ms!(),
     " FROM leasehold_locks WHERE key = ?1 AND owner IS NOT NULL AND expires_at_ms > ",
     now_ms!()
 );
 
 const LIST: &str = concat!(
-    "SELECT key, holder, fence, expires_at_ms - ",
+    "SELECT key, owner, holder, fence, expires_at_ms - ",
     now_ms!(),
     " FROM leasehold_locks WHERE substr(key, 1, length(?1)) = ?1 \
      AND owner IS NOT NULL AND expires_at_ms > ",
@@ -101,42 +105,6 @@ const WAS_LIVE: &str = concat!(
 
 const FORCE_RELEASE: &str = "UPDATE leasehold_locks SET owner = NULL, holder = NULL, \
      expires_at_ms = NULL, fence = fence + 1 WHERE key = ?1";
-
-/// Durability of each commit; see [`SqliteOptions::synchronous_full`].
-#[derive(Debug, Clone)]
-pub struct SqliteOptions {
-    synchronous_full: bool,
-    busy_timeout: Duration,
-}
-
-impl Default for SqliteOptions {
-    fn default() -> Self {
-        SqliteOptions {
-            synchronous_full: true,
-            busy_timeout: Duration::from_secs(5),
-        }
-    }
-}
-
-impl SqliteOptions {
-    /// `synchronous=FULL` (the default) syncs every commit to disk, so the
-    /// fence counter survives a power loss. `false` uses `NORMAL`: faster,
-    /// still safe against process crashes, but a power loss may roll back the
-    /// last commits and with them the fence.
-    pub fn synchronous_full(mut self, full: bool) -> Self {
-        self.synchronous_full = full;
-        self
-    }
-
-    /// How long a statement waits for another process's write lock before
-    /// failing with a retryable error (default 5 s). An acquisition waits
-    /// only as long as its caller's wait bound instead
-    /// ([`AcquireRequest::lock_wait`]) and then reports the key busy.
-    pub fn busy_timeout(mut self, timeout: Duration) -> Self {
-        self.busy_timeout = timeout;
-        self
-    }
-}
 
 /// Lock store in an SQLite database file.
 #[derive(Debug, Clone)]
@@ -169,23 +137,23 @@ impl SqliteBackend {
             return Err(Error::invalid("sqlite path", "must not be empty"));
         }
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(Error::unavailable)?;
+            std::fs::create_dir_all(parent).map_err(|e| Error::unavailable(e).in_store(STORE))?;
         }
         let connect = SqliteConnectOptions::from_str("sqlite://")
-            .map_err(Error::backend)?
+            .map_err(|e| Error::backend(e).in_store(STORE))?
             .filename(path)
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(if options.synchronous_full {
+            .synchronous(if options.synchronous_full() {
                 SqliteSynchronous::Full
             } else {
                 SqliteSynchronous::Normal
             })
-            .busy_timeout(options.busy_timeout);
+            .busy_timeout(options.busy_timeout());
         // Switching a new file to WAL needs the database to itself and fails
         // at once ("database is locked", without the busy handler) while
         // another process is doing the same: retry within the busy timeout.
-        let deadline = tokio::time::Instant::now() + options.busy_timeout;
+        let deadline = tokio::time::Instant::now() + options.busy_timeout();
         let pool = loop {
             match connect_and_migrate(connect.clone(), &options).await {
                 Err(e) if is_locked(&e) && tokio::time::Instant::now() < deadline => {
@@ -199,7 +167,7 @@ impl SqliteBackend {
             pool,
             path: path.to_owned(),
             wake: Arc::new(WakeDir::for_database(path)),
-            busy_timeout: options.busy_timeout,
+            busy_timeout: options.busy_timeout(),
         })
     }
 
@@ -223,7 +191,7 @@ async fn connect_and_migrate(
     // where SQLite's busy handler sleeps in growing steps.
     let pool = SqlitePoolOptions::new()
         .max_connections(1)
-        .acquire_timeout(options.busy_timeout + Duration::from_secs(5))
+        .acquire_timeout(options.busy_timeout() + Duration::from_secs(5))
         .connect_with(connect)
         .await?;
     sqlx::query(MIGRATION).execute(&pool).await?;
@@ -260,17 +228,23 @@ pub(crate) fn classify(e: sqlx::Error) -> Error {
     } else {
         Error::backend(e)
     }
+    .in_store(STORE)
 }
 
+/// A row of INSPECT or LIST, every field checked: a column of the wrong
+/// type (SQLite does not enforce them) is a corrupt record too.
 fn info_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<LeaseInfo> {
-    Ok(LeaseInfo {
-        // Only this crate writes the table, so a bad key means corruption.
-        key: Key::new(row.get::<String, _>(0))
-            .map_err(|e| Error::backend(format!("corrupt key in the lease table: {e}")))?,
-        holder: row.get::<Option<String>, _>(1).unwrap_or_default(),
-        token: token_from_i64(row.get(2))?,
-        remaining: millis_to_duration(row.get(3)),
-    })
+    let key: String = row
+        .try_get(0)
+        .map_err(|e| RecordDecoder::new(STORE, "?").corrupt(format!("unreadable key: {e}")))?;
+    let record = RecordDecoder::new(STORE, &key);
+    let wrong_type = |e: sqlx::Error| record.corrupt(e.to_string());
+    record.lease_info(
+        &row.try_get::<String, _>(1).map_err(wrong_type)?,
+        row.try_get(2).map_err(wrong_type)?,
+        row.try_get(3).map_err(wrong_type)?,
+        row.try_get(4).map_err(wrong_type)?,
+    )
 }
 
 /// The holder reported when another connection kept the database's write
@@ -370,7 +344,8 @@ async fn acquire_statements(conn: &mut SqliteConnection, req: &AcquireRequest) -
         Err(e) => return Err(classify(e)),
     };
     if let Some(fence) = granted {
-        return Ok(Acquire::Granted(req.granted(token_from_i64(fence)?)));
+        let token = RecordDecoder::new(STORE, req.key().as_str()).token(fence)?;
+        return Ok(Acquire::Granted(req.granted(token)));
     }
     // Who holds it is for the waiter's schedule only; if the holder
     // left in between, report zero remaining so it retries at once.
@@ -404,7 +379,7 @@ impl Backend for SqliteBackend {
             let done = sqlx::query(RENEW)
                 .bind(lease.key().as_str())
                 .bind(lease.owner().to_string())
-                .bind(lease.token() as i64)
+                .bind(token_to_i64(lease.token())?)
                 .bind(duration_to_millis(ttl))
                 .execute(&self.pool)
                 .await
@@ -418,7 +393,7 @@ impl Backend for SqliteBackend {
             let done = sqlx::query(RELEASE)
                 .bind(lease.key().as_str())
                 .bind(lease.owner().to_string())
-                .bind(lease.token() as i64)
+                .bind(token_to_i64(lease.token())?)
                 .execute(&self.pool)
                 .await
                 .map_err(classify)?;

@@ -1,0 +1,107 @@
+//! [`RedisOptions`]: how a [`RedisBackend`](super::RedisBackend) connects
+//! and where it keeps its records.
+
+use std::time::Duration;
+
+use super::keys::Namespace;
+use crate::error::{Error, Result};
+
+/// How to connect and where to keep the records.
+///
+/// ```
+/// use std::time::Duration;
+/// use leasehold::backends::redis::RedisOptions;
+/// let options = RedisOptions::new()
+///     .with_prefix("app:locks")
+///     .with_response_timeout(Duration::from_secs(2));
+/// assert_eq!(options.prefix(), "app:locks");
+/// ```
+#[derive(Debug, Clone)]
+pub struct RedisOptions {
+    prefix: String,
+    pub(super) connect_timeout: Duration,
+    pub(super) response_timeout: Duration,
+    pub(super) check_persistence: bool,
+}
+
+impl Default for RedisOptions {
+    fn default() -> Self {
+        RedisOptions {
+            prefix: "leasehold".to_owned(),
+            connect_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(5),
+            check_persistence: true,
+        }
+    }
+}
+
+impl RedisOptions {
+    /// Defaults: prefix `leasehold`, connect timeout 2 s, response timeout
+    /// 5 s, persistence check on.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The first part of every Redis key and channel this store uses
+    /// (default `leasehold`): 1 to 64 bytes, no braces, no control
+    /// characters (checked when connecting, before any I/O). Stores with
+    /// different prefixes on one server never see each other's locks.
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// How long one attempt to open a connection may take (default 2 s).
+    /// [`RedisBackend::connect`](super::RedisBackend::connect) makes up to three attempts.
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long a command may wait for its reply (default 5 s); past it the
+    /// call fails with [`Error::Unavailable`](crate::Error::Unavailable).
+    pub fn with_response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Whether to read `appendonly`, `appendfsync` and `maxmemory-policy`
+    /// on connect and warn about settings that weaken fencing (default on).
+    pub fn with_persistence_check(mut self, check: bool) -> Self {
+        self.check_persistence = check;
+        self
+    }
+
+    /// The key and channel prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// How long one attempt to open a connection may take.
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// How long a command may wait for its reply.
+    pub fn response_timeout(&self) -> Duration {
+        self.response_timeout
+    }
+
+    /// Whether persistence settings are checked on connect.
+    pub fn persistence_check(&self) -> bool {
+        self.check_persistence
+    }
+
+    /// Checks the options before any I/O; the namespace of the prefix.
+    pub(super) fn validate(&self) -> Result<Namespace> {
+        for (what, t) in [
+            ("redis connect timeout", self.connect_timeout),
+            ("redis response timeout", self.response_timeout),
+        ] {
+            if t.is_zero() {
+                return Err(Error::invalid(what, "must be more than zero"));
+            }
+        }
+        Namespace::new(&self.prefix)
+    }
+}

@@ -1,0 +1,67 @@
+//! [`SqliteOptions`]: how a [`SqliteBackend`](super::SqliteBackend) opens
+//! its database file.
+
+use std::time::Duration;
+
+/// How to open an SQLite store.
+///
+/// ```
+/// use std::time::Duration;
+/// use leasehold::backends::sqlite::SqliteOptions;
+/// let options = SqliteOptions::new()
+///     .with_synchronous_full(false)
+///     .with_busy_timeout(Duration::from_secs(2));
+/// assert!(!options.synchronous_full());
+/// assert_eq!(options.busy_timeout(), Duration::from_secs(2));
+/// ```
+#[derive(Debug, Clone)]
+pub struct SqliteOptions {
+    synchronous_full: bool,
+    busy_timeout: Duration,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        SqliteOptions {
+            synchronous_full: true,
+            busy_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl SqliteOptions {
+    /// Defaults: `synchronous=FULL`, busy timeout 5 s.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// `synchronous=FULL` (the default) syncs every commit to disk, so the
+    /// fence counter survives a power loss. `false` uses `NORMAL`: faster,
+    /// still safe against process crashes, but a power loss may roll back the
+    /// last commits and with them the fence. URL option
+    /// `?synchronous=full|normal`.
+    pub fn with_synchronous_full(mut self, full: bool) -> Self {
+        self.synchronous_full = full;
+        self
+    }
+
+    /// How long a statement waits for another process's write lock before
+    /// failing with a retryable error (default 5 s). An acquisition waits
+    /// only as long as its caller's wait bound instead
+    /// ([`AcquireRequest::lock_wait`](crate::backend::AcquireRequest::lock_wait))
+    /// and then reports the key busy.
+    pub fn with_busy_timeout(mut self, timeout: Duration) -> Self {
+        self.busy_timeout = timeout;
+        self
+    }
+
+    /// Whether every commit is synced to disk (`synchronous=FULL`).
+    pub fn synchronous_full(&self) -> bool {
+        self.synchronous_full
+    }
+
+    /// How long a statement waits for another process's write lock.
+    pub fn busy_timeout(&self) -> Duration {
+        self.busy_timeout
+    }
+}

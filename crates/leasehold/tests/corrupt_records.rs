@@ -1,0 +1,252 @@
+//! A lease record damaged by hand (a negative fence, an owner that is not
+//! hex, an expiry past any ttl, a key no caller could pass) is reported the
+//! same way by every store: `Error::Backend` naming the store, with a
+//! `CorruptRecord` source. Each test writes such records with the store's
+//! own driver, then reads them through the backend.
+//!
+//! Network stores read `LEASEHOLD_TEST_POSTGRES`, `LEASEHOLD_TEST_REDIS`
+//! and `LEASEHOLD_TEST_MONGODB` (skipped when unset, unless
+//! `LEASEHOLD_REQUIRE_SERVERS=1`).
+#![cfg(feature = "conformance")]
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use leasehold::backend::{Acquire, AcquireRequest, CorruptRecord};
+use leasehold::{Backend, Error, Key, Result};
+
+/// A well-formed owner id, as stores keep it.
+const OWNER: &str = "0123456789abcdef0123456789abcdef";
+
+fn key(k: &str) -> Key {
+    Key::new(k).unwrap()
+}
+
+/// Checks that `result` is the corrupt-record error of `store`, whose
+/// problem mentions `expected`.
+fn assert_corrupt<T: std::fmt::Debug>(result: Result<T>, store: &str, expected: &str) {
+    let e = result.expect_err("a corrupt record must not read as a lease");
+    assert!(matches!(e, Error::Backend { .. }), "{e:?}");
+    assert!(!e.is_retryable());
+    assert_eq!(e.store(), Some(store), "{e}");
+    let corrupt = std::error::Error::source(&e)
+        .and_then(|s| s.downcast_ref::<CorruptRecord>())
+        .unwrap_or_else(|| panic!("no CorruptRecord source: {e:?}"));
+    assert!(
+        corrupt.problem().contains(expected),
+        "{:?} lacks {expected:?}",
+        corrupt.problem()
+    );
+    assert!(e
+        .to_string()
+        .starts_with(&format!("store error ({store}): corrupt lease record")));
+}
+
+/// Every corruption every store can hold, read through `backend` after
+/// `plant` wrote them under `p` (a fresh prefix): the keys are
+/// `{p}fence`, `{p}owner`, `{p}expiry`, and `{p}ctl\n`; `{p}grant` has an
+/// expired record whose fence is negative.
+async fn check_reads(backend: &dyn Backend, store: &str, p: &str, owner_problem: &str) {
+    let fence = backend.inspect(&key(&format!("{p}fence"))).await;
+    assert_corrupt(fence, store, "fence");
+    let owner = backend.inspect(&key(&format!("{p}owner"))).await;
+    assert_corrupt(owner, store, owner_problem);
+    let expiry = backend.inspect(&key(&format!("{p}expiry"))).await;
+    assert_corrupt(expiry, store, "past any lease");
+    let listed = backend.list(&format!("{p}ctl")).await;
+    assert_corrupt(listed, store, "the key must not contain control characters");
+    let req = AcquireRequest::new(key(&format!("{p}grant")), Duration::from_secs(5), "t").unwrap();
+    let granted = backend.try_acquire(&req).await;
+    assert_corrupt(
+        granted.map(|a| matches!(a, Acquire::Granted(_))),
+        store,
+        "is negative",
+    );
+    // Sound records beside them still read.
+    assert!(backend
+        .inspect(&key(&format!("{p}absent")))
+        .await
+        .unwrap()
+        .is_none());
+}
+
+fn prefix() -> String {
+    format!("corrupt{:08x}:", rand::random::<u32>())
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn sqlite_reports_corrupt_records() {
+    use leasehold::backends::sqlite::SqliteBackend;
+
+    let dir = tempfile::tempdir().unwrap();
+    let backend = SqliteBackend::open(dir.path().join("locks.db"))
+        .await
+        .unwrap();
+    let p = prefix();
+    let later = "CAST(unixepoch('subsec') * 1000 AS INTEGER) + 60000";
+    for (k, fence, owner, expiry) in [
+        (format!("{p}fence"), "-3", OWNER, later),
+        (format!("{p}owner"), "1", "not-hex", later),
+        (format!("{p}expiry"), "1", OWNER, "9000000000000000"),
+        (format!("{p}ctl\n"), "1", OWNER, later),
+        (format!("{p}grant"), "-3", OWNER, "0"),
+    ] {
+        sqlx::query(&format!(
+            "INSERT INTO leasehold_locks VALUES (?1, {fence}, ?2, 'h', {expiry})"
+        ))
+        .bind(k)
+        .bind(owner)
+        .execute(backend.pool())
+        .await
+        .unwrap();
+    }
+    check_reads(&backend, "sqlite", &p, "owner \"not-hex\"").await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn postgres_reports_corrupt_records() {
+    use leasehold::backends::postgres::{PostgresBackend, PostgresOptions};
+
+    let Some(url) = leasehold::conformance::server_url("LEASEHOLD_TEST_POSTGRES") else {
+        return;
+    };
+    let table = format!("corrupt_{:016x}", rand::random::<u64>());
+    let options = PostgresOptions::new().with_table(&table);
+    let backend = PostgresBackend::connect_with(&url, options).await.unwrap();
+    let p = prefix();
+    let later = "clock_timestamp() + interval '1 minute'";
+    for (k, fence, owner, expiry) in [
+        (format!("{p}fence"), "-3", OWNER, later),
+        (format!("{p}owner"), "1", "not-hex", later),
+        (
+            format!("{p}expiry"),
+            "1",
+            OWNER,
+            "clock_timestamp() + interval '100 years'",
+        ),
+        (format!("{p}ctl\n"), "1", OWNER, later),
+        (
+            format!("{p}grant"),
+            "-3",
+            OWNER,
+            "clock_timestamp() - interval '1 minute'",
+        ),
+    ] {
+        sqlx::query(&format!(
+            "INSERT INTO \"{table}\" VALUES ($1, {fence}, $2, 'h', {expiry})"
+        ))
+        .bind(k)
+        .bind(owner)
+        .execute(backend.pool())
+        .await
+        .unwrap();
+    }
+    check_reads(&backend, "postgres", &p, "owner \"not-hex\"").await;
+    sqlx::query(&format!("DROP TABLE \"{table}\""))
+        .execute(backend.pool())
+        .await
+        .unwrap();
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn redis_reports_corrupt_records() {
+    use leasehold::backends::redis::{RedisBackend, RedisOptions};
+
+    let Some(url) = leasehold::conformance::server_url("LEASEHOLD_TEST_REDIS") else {
+        return;
+    };
+    let ns = format!("leasehold-corrupt-{:016x}", rand::random::<u64>());
+    let options = RedisOptions::new()
+        .with_prefix(&ns)
+        .with_persistence_check(false);
+    let backend = RedisBackend::connect_with(&url, options).await.unwrap();
+    let mut conn = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let p = prefix();
+    let lease = format!("{OWNER}:h");
+    for (k, fence, value, pttl) in [
+        (format!("{p}fence"), "-3", lease.as_str(), 60_000_i64),
+        (format!("{p}owner"), "1", "short:h", 60_000_i64),
+        (
+            format!("{p}expiry"),
+            "1",
+            lease.as_str(),
+            9_000_000_000_000_i64,
+        ),
+        (format!("{p}ctl\n"), "1", lease.as_str(), 60_000_i64),
+    ] {
+        // A key no caller could pass cannot be a `Key`: write its names by
+        // the store's layout (keys.rs) with the text spliced in.
+        let (lock, fence_key) = match Key::new(k.clone()) {
+            Ok(k) => (backend.lock_key(&k), backend.fence_key(&k)),
+            Err(_) => (format!("{ns}:lock:{{{k}}}"), format!("{ns}:fence:{{{k}}}")),
+        };
+        redis::cmd("SET")
+            .arg(&lock)
+            .arg(value)
+            .arg("PX")
+            .arg(pttl)
+            .exec_async(&mut conn)
+            .await
+            .unwrap();
+        redis::cmd("SET")
+            .arg(&fence_key)
+            .arg(fence)
+            .exec_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    // A grant over a negative fence: INCR makes it -2.
+    let grant = key(&format!("{p}grant"));
+    redis::cmd("SET")
+        .arg(backend.fence_key(&grant))
+        .arg(-3)
+        .exec_async(&mut conn)
+        .await
+        .unwrap();
+    check_reads(&backend, "redis", &p, "has no owner").await;
+    let mut cleanup = redis::cmd("EVAL");
+    cleanup
+        .arg("for _, k in ipairs(redis.call('KEYS', ARGV[1])) do redis.call('DEL', k) end")
+        .arg(0)
+        .arg(format!("{ns}:*"));
+    cleanup.exec_async(&mut conn).await.unwrap();
+}
+
+#[cfg(feature = "mongodb")]
+#[tokio::test]
+async fn mongodb_reports_corrupt_records() {
+    use leasehold::backends::mongodb::{MongoBackend, MongoOptions};
+    use mongodb::bson::{doc, DateTime};
+
+    let Some(url) = leasehold::conformance::server_url("LEASEHOLD_TEST_MONGODB") else {
+        return;
+    };
+    let options =
+        MongoOptions::new().with_collection(format!("corrupt_{:016x}", rand::random::<u64>()));
+    let backend = MongoBackend::connect_with(&url, options).await.unwrap();
+    let p = prefix();
+    let now = DateTime::now().timestamp_millis();
+    let later = DateTime::from_millis(now + 60_000);
+    let docs = [
+        doc! { "_id": format!("{p}fence"), "fence": -3_i64, "owner": OWNER, "holder": "h",
+        "expiresAt": later, "ttlMs": 60_000_i64 },
+        doc! { "_id": format!("{p}owner"), "fence": 1_i64, "owner": 42_i32, "holder": "h",
+        "expiresAt": later, "ttlMs": 60_000_i64 },
+        doc! { "_id": format!("{p}expiry"), "fence": 1_i64, "owner": OWNER, "holder": "h",
+        "expiresAt": DateTime::from_millis(now + 100 * 365 * 86_400_000), "ttlMs": 60_000_i64 },
+        doc! { "_id": format!("{p}ctl\n"), "fence": 1_i64, "owner": OWNER, "holder": "h",
+        "expiresAt": later, "ttlMs": 60_000_i64 },
+        doc! { "_id": format!("{p}grant"), "fence": -3_i64, "owner": OWNER, "holder": "h",
+        "expiresAt": DateTime::from_millis(now - 60_000), "ttlMs": 60_000_i64 },
+    ];
+    backend.collection().insert_many(docs).await.unwrap();
+    check_reads(&backend, "mongodb", &p, "the owner is a Int32").await;
+    backend.collection().drop().await.unwrap();
+}
