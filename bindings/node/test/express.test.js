@@ -6,7 +6,9 @@
 
 const test = require('node:test');
 const assert = require('node:assert/strict');
+const fs = require('node:fs');
 const http = require('node:http');
+const os = require('node:os');
 const { spawnSync } = require('node:child_process');
 const path = require('node:path');
 const { setTimeout: sleep } = require('node:timers/promises');
@@ -89,10 +91,12 @@ for (const store of stores()) {
         const held = await other.inspect(req.params.key);
         res.json({ token: String(req.lease.token), heldDuringHandler: held?.token === req.lease.token });
       });
-      app.post('/wait/:key', lockRoute(locks, { key: keyFromPath, ttl: '10s', wait: '700ms' }), (req, res) => {
+      const waited = (req, res) => {
         seen.push({ key: req.params.key, waited: true });
         res.json({ token: String(req.lease.token) });
-      });
+      };
+      app.post('/wait/:key', lockRoute(locks, { key: keyFromPath, ttl: '10s', wait: '700ms' }), waited);
+      app.post('/wait-long/:key', lockRoute(locks, { key: keyFromPath, ttl: '10s', wait: '10s' }), waited);
       app.post('/slow/:key', lockRoute(locks, { key: keyFromPath, ttl: '10s', wait: '20s' }), async (req, res) => {
         seen.push({ key: req.params.key, slow: true });
         await gates.get(req.params.key).opened;
@@ -155,7 +159,7 @@ for (const store of stores()) {
       const key = uniqueKey('wait');
       const held = await other.tryAcquire(key, { ttl: '10s' });
       const started = Date.now();
-      const replying = post(`${server.base}/wait/${key}`);
+      const replying = post(`${server.base}/wait-long/${key}`);
       await sleep(200);
       await held.release();
       const reply = await replying;
@@ -254,6 +258,29 @@ for (const store of stores().filter((s) => !['memory', 'sqlite'].includes(s.name
     }
   });
 }
+
+// SQLite has no server to lose; a database file overwritten under the open
+// store is a store failing for good: 503 without Retry-After.
+test('lockRoute on sqlite: a destroyed database file gives 503 problem+json, not retryable', async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'leasehold-node-down-'));
+  const locks = await Locks.open(`sqlite://${path.join(dir, 'locks.db')}`);
+  const app = express();
+  app.post('/run/:key', lockRoute(locks, { key: (req) => req.params.key }), (req, res) => res.end('ran'));
+  const server = await serve(app);
+  try {
+    const key = uniqueKey('sqlite-down');
+    assert.equal((await post(`${server.base}/run/${key}`)).status, 200, 'served while the store is whole');
+    for (const file of fs.readdirSync(dir)) fs.writeFileSync(path.join(dir, file), Buffer.alloc(8192, 7));
+    const reply = await post(`${server.base}/run/${key}`);
+    assertProblem(reply, { status: 503, type: problemTypes.storeUnavailable, key });
+    assert.equal(reply.headers.get('retry-after'), null);
+    assert.equal(reply.body.retryAfterMs, undefined);
+  } finally {
+    await server.close();
+    await locks.close();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+});
 
 test('lockRoute rejects bad options when it is called, before any request', async () => {
   const locks = await Locks.open('memory://');
