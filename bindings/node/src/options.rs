@@ -14,8 +14,12 @@ use crate::errors::js;
 /// and `wait_ms` a wait bound of at most 24 h (0: do not wait).
 #[napi]
 pub fn check_route_options(ttl_ms: f64, wait_ms: f64) -> napi::Result<()> {
-    let ttl = Duration::try_from_secs_f64(ttl_ms / 1000.0)
-        .map_err(|_| js(Error::invalid("ttl", format!("must be milliseconds, got {ttl_ms}"))))?;
+    let ttl = Duration::try_from_secs_f64(ttl_ms / 1000.0).map_err(|_| {
+        js(Error::invalid(
+            "ttl",
+            format!("must be milliseconds, got {ttl_ms}"),
+        ))
+    })?;
     validate_ttl(ttl).map_err(js)?;
     let wait = Duration::try_from_secs_f64(wait_ms / 1000.0).ok();
     if wait.is_none_or(|wait| wait > MAX_TTL) {
