@@ -120,6 +120,9 @@ function lockRoute(locks, options) {
     if (typeof key !== 'string') {
       return next(invalidInput(`invalid key: the key function returned a ${typeof key}, expected a string, null or undefined`));
     }
+    // An async key function can outlast the client: then its 'close' has
+    // already been emitted, and nobody is left to answer.
+    if (res.destroyed) return undefined;
     // A client that disconnects while waiting stops the wait.
     const gone = new AbortController();
     const onGone = () => gone.abort();

@@ -102,6 +102,10 @@ for (const store of stores()) {
         await gates.get(req.params.key).opened;
         res.end('done');
       });
+      app.post('/slow-key/:key', lockRoute(locks, { key: async (req) => { await sleep(300); return req.params.key; } }), (req, res) => {
+        seen.push({ key: req.params.key, slowKey: true });
+        res.end('done');
+      });
       app.post('/throw/:key', lockRoute(locks, { key: keyFromPath }), (req) => {
         throw new Error(`handler failed under ${req.lease.token}`);
       });
@@ -214,6 +218,14 @@ for (const store of stores()) {
       assert.equal(await other.inspect(key), null, 'the abandoned wait did not take the key');
       assert.equal(seen.filter((s) => s.key === key).length, before, 'the handler never ran');
       gates.get(key).open();
+    });
+
+    test('a client gone before an async key function settled: no lock is taken', async () => {
+      const key = uniqueKey('gone-before-key');
+      await postThenDisconnect(`${server.base}/slow-key/${key}`, sleep(50));
+      await sleep(600);
+      assert.equal(await other.inspect(key), null, 'nothing holds the key');
+      assert.equal(seen.filter((s) => s.key === key).length, 0, 'the handler never ran');
     });
 
     test('a key function that throws goes to next(error): 500, no lock, no handler', async () => {
