@@ -15,15 +15,16 @@ cargo test --workspace --all-features --doc --quiet
 examples=0
 bash scripts/examples.sh || examples=$?
 # The npm package (bindings/node): install its dev tools from the npm
-# registry, build the native addon (debug: faster to build than release;
-# napi passes --target, so it builds into target/x86_64-unknown-linux-gnu),
-# then node's test runner over every store exported above.
+# registry, build the native addon (debug: faster to build than release)
+# with the packages and features of the cargo commands around it, so it
+# reuses their target/debug and compiles only the addon crate itself, then
+# node's test runner over every store exported above.
 # (Chained with &&: `set -e` does not apply inside a `( ... ) ||` subshell.)
 node_package=0
 (
   cd bindings/node &&
     npm ci --no-audit --no-fund &&
-    npm run build:debug &&
+    npm run build:debug -- --workspace --all-features &&
     npm test
 ) || node_package=$?
 [ "$node_package" != 0 ] || bash scripts/node-examples.sh || node_package=$?

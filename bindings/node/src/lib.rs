@@ -13,6 +13,8 @@
 mod errors;
 mod lease;
 mod locks;
+mod options;
 
 pub use lease::NativeLease;
 pub use locks::{LeaseInfo, NativeLocks};
+pub use options::check_route_options;

@@ -1,0 +1,158 @@
+'use strict';
+// `require('leasehold/express')`: `lockRoute(locks, { key, ttl, wait })`, a
+// plain `(req, res, next)` middleware that runs a route under a lease lock.
+// It needs no Express at run time, so Connect-style frameworks work too.
+
+const { Locks } = require('./index.js');
+const { toMillis } = require('./lib/duration');
+const { invalidInput, nativeSync } = require('./lib/errors');
+const problem = require('./lib/problem');
+const { checkRouteOptions } = require('./native.js');
+
+const DEFAULT_TTL_MS = 30_000;
+const OPTION_NAMES = new Set(['key', 'ttl', 'wait']);
+// How long a finished response waits for the release before it is sent
+// anyway (the lease then expires after its ttl): the Rust layer's default
+// store timeout.
+const RELEASE_BOUND_MS = 5000;
+
+/** Checks the options once, when the route is declared, not per request. */
+function routeOptions(locks, options) {
+  if (!(locks instanceof Locks)) throw invalidInput('invalid locks: expected a Locks from Locks.open(url)');
+  if (options === null || typeof options !== 'object') {
+    throw invalidInput('invalid options: expected { key: (req) => string, ttl, wait }');
+  }
+  for (const name of Object.keys(options)) {
+    if (!OPTION_NAMES.has(name)) throw invalidInput(`invalid option ${JSON.stringify(name)}: lockRoute takes key, ttl and wait`);
+  }
+  if (typeof options.key !== 'function') throw invalidInput('invalid key: expected a function (req) => string');
+  const ttlMs = toMillis(options.ttl ?? DEFAULT_TTL_MS, 'ttl');
+  const waitMs = toMillis(options.wait ?? 0, 'wait');
+  nativeSync(() => checkRouteOptions(ttlMs, waitMs));
+  return { keyOf: options.key, ttlMs, waitMs };
+}
+
+/** The problem answer for an acquire that failed, or null if there is none. */
+function problemFor(error, key) {
+  switch (error?.code) {
+    case 'LEASEHOLD_BUSY':
+    case 'LEASEHOLD_TIMEOUT':
+      // A timeout's holder lookup can miss (the key was freed meanwhile):
+      // then the shortest hint, as the Rust layer gives.
+      return problem.locked(key, error.retryAfterMs ?? 0);
+    case 'LEASEHOLD_UNAVAILABLE':
+      return problem.storeUnavailable(key, error.retryable);
+    case 'LEASEHOLD_INVALID_INPUT':
+      // The options were checked up front, so it is the derived key.
+      return problem.invalidKey(key, error.message);
+    default:
+      return null;
+  }
+}
+
+/** Resolves when `promise` settles or after `ms`, whichever comes first. */
+function settledWithin(promise, ms) {
+  return new Promise((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    timer.unref();
+    promise.finally(() => {
+      clearTimeout(timer);
+      resolve();
+    });
+  });
+}
+
+/**
+ * Holds the lease until the response ends or the client disconnects,
+ * whichever comes first. The release runs before the response's last bytes
+ * go out (as in express-session, by wrapping `res.end`): a client that has
+ * its answer finds the lock free for its next request.
+ */
+function releaseWithResponse(res, lease) {
+  let released;
+  const release = () => {
+    released ??= lease.release().catch(() => {
+      // The store failed: the lease expires after its ttl, and the next
+      // request on this key hears about the outage as a 503.
+    });
+    return released;
+  };
+  res.once('close', release);
+  const end = res.end;
+  let ending = false;
+  res.end = function endAfterRelease(...args) {
+    if (!ending) {
+      ending = true;
+      settledWithin(release(), RELEASE_BOUND_MS).then(() => {
+        res.end = end;
+        end.apply(res, args);
+      });
+    }
+    return res;
+  };
+}
+
+/**
+ * A middleware that runs the rest of the route under a lease on
+ * `options.key(req)` (null or undefined: no lock for this request).
+ *
+ * - busy (after waiting up to `wait`, default 0): 409, `Retry-After` and a
+ *   problem+json body; the route does not run
+ * - store down: 503 problem+json; a derived key that is not valid: 400
+ * - otherwise `req.lease` is the Lease (its `token` for fenced writes) and
+ *   it is released when the response ends, the client disconnects, or the
+ *   handler's error ends in an error response
+ * - a key function that throws goes to `next(error)`
+ *
+ * Throws LEASEHOLD_INVALID_INPUT at once for bad options.
+ */
+function lockRoute(locks, options) {
+  const { keyOf, ttlMs, waitMs } = routeOptions(locks, options);
+
+  async function lockThenContinue(req, res, next) {
+    let key;
+    try {
+      key = await keyOf(req);
+    } catch (error) {
+      return next(error);
+    }
+    if (key === undefined || key === null) return next();
+    if (typeof key !== 'string') {
+      return next(invalidInput(`invalid key: the key function returned a ${typeof key}, expected a string, null or undefined`));
+    }
+    // An async key function can outlast the client: then its 'close' has
+    // already been emitted, and nobody is left to answer.
+    if (res.destroyed) return undefined;
+    // A client that disconnects while waiting stops the wait.
+    const gone = new AbortController();
+    const onGone = () => gone.abort();
+    res.once('close', onGone);
+    let lease;
+    try {
+      lease = await locks.acquire(key, { ttl: ttlMs, wait: waitMs, signal: gone.signal });
+    } catch (error) {
+      if (gone.signal.aborted) return undefined; // nobody left to answer
+      const answer = problemFor(error, key);
+      if (answer) return problem.send(res, answer);
+      return next(error);
+    } finally {
+      res.removeListener('close', onGone);
+    }
+    if (gone.signal.aborted) {
+      // The client left just as the store granted it.
+      await lease.release().catch(() => {});
+      return undefined;
+    }
+    req.lease = lease;
+    releaseWithResponse(res, lease);
+    return next();
+  }
+
+  // The promise is for frameworks that await middleware (Express 5); every
+  // failure inside is already answered or passed to `next`.
+  return function leaseholdLockRoute(req, res, next) {
+    return lockThenContinue(req, res, next);
+  };
+}
+
+module.exports = { lockRoute, problemTypes: problem.TYPES, PROBLEM_CONTENT_TYPE: problem.CONTENT_TYPE };

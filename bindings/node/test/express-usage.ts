@@ -1,0 +1,28 @@
+// Type-checked (never run) usage of `leasehold/express` with Express's own
+// types: the middleware fits a route, and `req.lease` is typed in handlers.
+import express, { type Request } from 'express';
+import type { IncomingMessage } from 'node:http';
+import { Locks, type Lease } from 'leasehold';
+import { lockRoute, problemTypes, type LockRouteProblem } from 'leasehold/express';
+
+export async function expressUsage(): Promise<void> {
+  const locks = await Locks.open('memory://');
+  const app = express();
+  app.post('/users', lockRoute(locks, { key: () => 'users', ttl: '30s', wait: 0 }), (req, res) => {
+    const lease: Lease | undefined = req.lease;
+    res.json({ token: String(lease?.token) });
+  });
+  // Untyped parameters see framework fields; annotated ones get their types.
+  app.post('/orders/:id', lockRoute(locks, { key: (req) => `order:${req.params.id}`, wait: '2s' }), (_req, res) => {
+    res.end();
+  });
+  app.put('/accounts/:id', lockRoute(locks, { key: (req: Request) => `account:${req.params.id}` }), (_req, res) => {
+    res.end();
+  });
+  // Plain Node requests, and async keys that skip the lock.
+  const plain = lockRoute(locks, { key: async (req: IncomingMessage) => (req.method === 'GET' ? null : req.url) });
+  void plain;
+  const locked: string = problemTypes.locked;
+  const body = { status: 409 } as LockRouteProblem;
+  console.log(locked, body.retryAfterMs);
+}
