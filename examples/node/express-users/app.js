@@ -4,7 +4,7 @@
 // `isLocked` flag that two requests can both read as free.
 
 const express = require('express');
-const { lockRoute } = require('./lock-route-standin'); // becomes: require('leasehold/express')
+const { lockRoute } = require('leasehold/express');
 
 /** JSON for a user: tokens are bigints, exact as numbers below 2^53. */
 const userJson = (user) => ({ ...user, created_token: Number(user.created_token) });
