@@ -7,9 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::{
-    Acquire, AcquireRequest, Backend, BoxFuture, Key, Lease, LeaseInfo, Result, Subscription,
-};
+use leasehold::backends::decorator::Decorator;
+use leasehold::{Acquire, AcquireRequest, Backend, BoxFuture, Lease, Result};
 
 use super::clock::mono_ns;
 use super::history::{Kind, Op};
@@ -69,7 +68,11 @@ impl WorkerStore {
     }
 }
 
-impl Backend for WorkerStore {
+impl Decorator for WorkerStore {
+    fn inner(&self) -> &dyn Backend {
+        self.inner.as_ref()
+    }
+
     fn try_acquire<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
         self.last_attempt.store(mono_ns(), Ordering::SeqCst);
         self.inner.try_acquire(req)
@@ -89,25 +92,5 @@ impl Backend for WorkerStore {
             }
             outcome
         })
-    }
-
-    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
-        self.inner.release(lease)
-    }
-
-    fn inspect<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<LeaseInfo>>> {
-        self.inner.inspect(key)
-    }
-
-    fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<LeaseInfo>>> {
-        self.inner.list(prefix)
-    }
-
-    fn force_release<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool>> {
-        self.inner.force_release(key)
-    }
-
-    fn subscribe<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Subscription>> {
-        self.inner.subscribe(key)
     }
 }
