@@ -33,7 +33,7 @@ impl Database {
         let pooler = server_url("LEASEHOLD_TEST_PGBOUNCER")?;
         let server = server_url("LEASEHOLD_TEST_POSTGRES")?;
         let name = format!("leasehold_cli_{:016x}", rand::thread_rng().gen::<u64>());
-        sql(&server, &format!("CREATE DATABASE {name}"));
+        pg_exec(&server, &format!("CREATE DATABASE {name}"));
         let direct = with_database(&server, &name);
         let polling_url = format!("{}?pooler=transaction", with_database(&pooler, &name));
         let url = format!("{polling_url}&listen_url={direct}");
@@ -63,26 +63,12 @@ impl Drop for Database {
         // Best effort: a failing test should report its own failure. FORCE
         // closes the pooler's server connections to it.
         let _ = std::panic::catch_unwind(|| {
-            sql(
+            pg_exec(
                 &self.server,
                 &format!("DROP DATABASE {} WITH (FORCE)", self.name),
             )
         });
     }
-}
-
-/// Runs one statement on a direct connection of its own.
-fn sql(url: &str, statement: &str) {
-    use sqlx::Connection;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
-        sqlx::raw_sql(statement).execute(&mut conn).await.unwrap();
-        conn.close().await.unwrap();
-    });
 }
 
 process_tests!(Database::create());

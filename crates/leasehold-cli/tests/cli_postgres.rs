@@ -25,7 +25,7 @@ impl Schema {
     fn create() -> Option<Schema> {
         let base = server_url("LEASEHOLD_TEST_POSTGRES")?;
         let name = format!("leasehold_cli_{:016x}", rand::thread_rng().gen::<u64>());
-        sql(&base, &format!("CREATE SCHEMA {name}"));
+        pg_exec(&base, &format!("CREATE SCHEMA {name}"));
         let separator = if base.contains('?') { '&' } else { '?' };
         let url = format!("{base}{separator}options[search_path]={name}");
         Some(Schema { base, name, url })
@@ -42,23 +42,9 @@ impl Drop for Schema {
     fn drop(&mut self) {
         // Best effort: a failing test should report its own failure.
         let _ = std::panic::catch_unwind(|| {
-            sql(&self.base, &format!("DROP SCHEMA {} CASCADE", self.name))
+            pg_exec(&self.base, &format!("DROP SCHEMA {} CASCADE", self.name))
         });
     }
-}
-
-/// Runs one statement on a connection of its own.
-fn sql(url: &str, statement: &str) {
-    use sqlx::Connection;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
-        sqlx::raw_sql(statement).execute(&mut conn).await.unwrap();
-        conn.close().await.unwrap();
-    });
 }
 
 process_tests!(Schema::create());
@@ -162,7 +148,7 @@ fn a_grant_that_arrives_expired_never_starts_the_command() {
     // Another transaction holds the row for longer than the next ttl.
     let base = schema.url.clone();
     let row_lock = std::thread::spawn(move || {
-        sql(
+        pg_exec(
             &base,
             "BEGIN; SELECT * FROM leasehold_locks WHERE key = 'k' FOR UPDATE; \
              SELECT pg_sleep(1.5); COMMIT;",

@@ -187,16 +187,8 @@ fn demo_runs_on_the_default_store_of_a_fresh_machine() {
     let out = run(std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
         .env_remove("LEASEHOLD_STORE")
         .env("XDG_STATE_HOME", state.path().join("fresh"))
-        .args([
-            "demo",
-            "--workers",
-            "2",
-            "--orders",
-            "20",
-            "--stock",
-            "10",
-            "--json",
-        ]));
+        .args(SHORT_DEMO)
+        .arg("--json"));
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(state.path().join("fresh/leasehold/locks.db").exists());
 }
