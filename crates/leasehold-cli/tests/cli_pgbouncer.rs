@@ -12,7 +12,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use leasehold::conformance::server_url;
+use leasehold::conformance::{server_url, with_database};
 use rand::Rng;
 
 /// A database of its own for one test, dropped at the end: session settings
@@ -44,12 +44,6 @@ impl Database {
             polling_url,
         })
     }
-}
-
-/// `url` (`postgres://user@host:port/db`, no query) with another database.
-fn with_database(url: &str, name: &str) -> String {
-    let (base, _) = url.rsplit_once('/').expect("a database in the URL");
-    format!("{base}/{name}")
 }
 
 impl AsRef<str> for Database {

@@ -66,6 +66,22 @@ pub fn server_url(var: &str) -> Option<String> {
     }
 }
 
+/// `url` (`scheme://[credentials@]hosts[/database][?query]`) naming
+/// `database` instead: tests that need a database of their own (and use
+/// fixed key or table names) do not meet on one server.
+pub fn with_database(url: &str, database: &str) -> String {
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    let host = match base.split_once("://") {
+        Some((scheme, rest)) => format!("{scheme}://{}", rest.split('/').next().unwrap_or(rest)),
+        None => base.trim_end_matches('/').to_owned(),
+    };
+    if query.is_empty() {
+        format!("{host}/{database}")
+    } else {
+        format!("{host}/{database}?{query}")
+    }
+}
+
 /// Makes one `#[tokio::test]` per conformance property, each calling
 /// `$factory().await` (an `async fn() -> Option<TestStore>`; `None` skips):
 /// the protocol properties, then those of each group named after `;`
@@ -161,4 +177,27 @@ async fn is_busy(store: &TestStore, key: &Key) -> bool {
             .expect("store answers"),
         Acquire::Busy(_)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_database;
+
+    #[test]
+    fn with_database_replaces_or_adds_the_path_and_keeps_the_rest() {
+        for (url, expected) in [
+            (
+                "mongodb://127.0.0.1:1/?directConnection=true",
+                "mongodb://127.0.0.1:1/t?directConnection=true",
+            ),
+            ("mongodb://u:p@a:1,b:2", "mongodb://u:p@a:1,b:2/t"),
+            (
+                "postgres://postgres@h:5432/test",
+                "postgres://postgres@h:5432/t",
+            ),
+            ("postgres://h/db/?x=1", "postgres://h/t?x=1"),
+        ] {
+            assert_eq!(with_database(url, "t"), expected, "{url}");
+        }
+    }
 }

@@ -94,15 +94,5 @@ pub async fn first_non_409(client: &reqwest::Client, url: &str) -> StatusCode {
 pub fn mongodb_url() -> Option<String> {
     let url = leasehold::conformance::server_url("LEASEHOLD_TEST_MONGODB")?;
     let db = format!("users_api_{:016x}", rand::random::<u64>());
-    let (base, query) = url.split_once('?').unwrap_or((&url, ""));
-    // Keep scheme, credentials and hosts; replace any database already named.
-    let host = match base.split_once("://") {
-        Some((scheme, rest)) => format!("{scheme}://{}", rest.split('/').next().unwrap_or(rest)),
-        None => base.to_owned(),
-    };
-    Some(if query.is_empty() {
-        format!("{host}/{db}")
-    } else {
-        format!("{host}/{db}?{query}")
-    })
+    Some(leasehold::conformance::with_database(&url, &db))
 }
