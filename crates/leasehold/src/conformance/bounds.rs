@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::{sleep, timeout, Instant};
 
-use super::{grant, key, prefix, request, TestStore, LONG, ROUND_TRIP_SLACK};
+use super::{grant, held, key, prefix, request, TestStore, LONG, ROUND_TRIP_SLACK};
 use crate::backend::Acquire;
 use crate::error::Error;
 use crate::lock::AcquireOptions;
@@ -74,12 +74,7 @@ pub async fn a_grant_after_a_block_is_live(store: &TestStore) {
         started.elapsed() >= blocked_for - Duration::from_millis(100),
         "the grant waited for the block"
     );
-    let live = store
-        .backend
-        .inspect(&k)
-        .await
-        .unwrap()
-        .expect("granted already expired at the store");
+    let live = held(store, &k, "the grant was born expired at the store").await;
     assert_eq!(live.token, lease.token());
     unblocking.await.unwrap();
     store.backend.release(&lease).await.unwrap();
@@ -92,7 +87,7 @@ pub async fn a_grant_after_a_block_is_live(store: &TestStore) {
         .await
         .unwrap();
     assert!(!guard.is_lost(), "a guard is never born lost");
-    let live = store.backend.inspect(&k).await.unwrap().expect("held");
+    let live = held(store, &k, "the guard's lease is not at the store").await;
     assert_eq!(live.token, guard.token());
     unblocking.await.unwrap();
     guard.release().await.unwrap();

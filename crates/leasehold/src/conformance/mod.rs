@@ -37,7 +37,7 @@ mod store;
 
 use std::time::Duration;
 
-use crate::backend::{Acquire, AcquireRequest, Backend, Lease};
+use crate::backend::{Acquire, AcquireRequest, Backend, Lease, LeaseInfo};
 use crate::key::Key;
 
 pub use bounds::{a_blocked_store_bounds_waits_and_try_once_calls, a_grant_after_a_block_is_live};
@@ -166,6 +166,13 @@ async fn grant_on(backend: &dyn Backend, key: &Key, ttl: Duration) -> Lease {
 
 async fn grant(store: &TestStore, key: &Key, ttl: Duration) -> Lease {
     grant_on(store.backend.as_ref(), key, ttl).await
+}
+
+/// What the store reports for `key`, which must be held; `why` says what
+/// finding it free would mean.
+async fn held(store: &TestStore, key: &Key, why: &str) -> LeaseInfo {
+    let info = store.backend.inspect(key).await.expect("store answers");
+    info.unwrap_or_else(|| panic!("{key:?} is free: {why}"))
 }
 
 async fn is_busy(store: &TestStore, key: &Key) -> bool {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::time::{sleep, timeout, Instant};
 
-use super::{grant, is_busy, key, prefix, request, TestStore, LONG, SHORT};
+use super::{grant, held, is_busy, key, prefix, request, TestStore, LONG, SHORT};
 use crate::backend::{Acquire, Backend, Lease};
 use crate::error::Error;
 use crate::key::Key;
@@ -51,12 +51,7 @@ pub async fn renew_extends(store: &TestStore) {
         .await
         .unwrap());
     sleep(Duration::from_millis(800)).await;
-    let info = store
-        .backend
-        .inspect(&k)
-        .await
-        .unwrap()
-        .expect("still held past the first ttl");
+    let info = held(store, &k, "the renewal did not extend the lease").await;
     assert_eq!(info.token, lease.token());
     assert!(info.remaining > Duration::from_secs(2), "{info:?}");
     assert!(is_busy(store, &k).await);
@@ -91,12 +86,7 @@ pub async fn non_owner_cannot_renew_or_release(store: &TestStore) {
             "forged renew accepted"
         );
         store.backend.release(forged).await.unwrap();
-        let info = store
-            .backend
-            .inspect(&k)
-            .await
-            .unwrap()
-            .expect("forged release freed the key");
+        let info = held(store, &k, "a forged release freed it").await;
         assert_eq!(info.token, lease.token());
     }
 }
@@ -225,12 +215,7 @@ pub async fn release_is_idempotent(store: &TestStore) {
     store.backend.release(&old).await.unwrap();
     let current = grant(store, &k, LONG).await;
     store.backend.release(&old).await.unwrap();
-    let info = store
-        .backend
-        .inspect(&k)
-        .await
-        .unwrap()
-        .expect("still held by the new owner");
+    let info = held(store, &k, "an old lease's release freed the new owner's").await;
     assert_eq!(info.token, current.token());
 }
 
@@ -329,7 +314,7 @@ pub async fn hostile_keys_are_plain_strings(store: &TestStore) {
     for h in hostile {
         let k = key(format!("{p}{h}"));
         let lease = grant(store, &k, LONG).await;
-        let info = store.backend.inspect(&k).await.unwrap().expect("held");
+        let info = held(store, &k, "the hostile key was not stored as given").await;
         assert_eq!(info.key, k);
         assert!(is_busy(store, &k).await);
         store.backend.release(&lease).await.unwrap();
