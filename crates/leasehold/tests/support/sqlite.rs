@@ -1,13 +1,14 @@
 //! SQLite fixtures: a connection of its own that holds the database's
 //! write lock, as another process's writer does.
+#![allow(dead_code)] // each test crate uses its own subset
 
 use std::path::Path;
 
 use leasehold::sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
 use leasehold::sqlx::{self, Connection};
 
-/// Opens a second connection to the database at `path` and takes its
-/// write lock (`BEGIN IMMEDIATE`); `COMMIT` on it ends the lock.
+/// Opens another connection with `options` and takes the database's
+/// write lock (`BEGIN IMMEDIATE`); [`commit`] ends the lock.
 pub async fn busy_writer(options: SqliteConnectOptions) -> SqliteConnection {
     let mut writer = SqliteConnection::connect_with(&options).await.unwrap();
     sqlx::query("BEGIN IMMEDIATE")
