@@ -20,12 +20,12 @@ use rand::Rng;
 /// schema per test (as in cli_postgres.rs) would not keep tests apart. The
 /// pooler routes any database name to the server's database of that name.
 struct Database {
-    server: String,
-    name: String,
     /// Through the pooler, with LISTEN on a direct connection.
     url: String,
     /// Through the pooler, without a listen URL: waiters poll.
     polling_url: String,
+    /// FORCE closes the pooler's server connections to it.
+    _drop: PgCleanup,
 }
 
 impl Database {
@@ -37,11 +37,11 @@ impl Database {
         let direct = with_database(&server, &name);
         let polling_url = format!("{}?pooler=transaction", with_database(&pooler, &name));
         let url = format!("{polling_url}&listen_url={direct}");
+        let statement = format!("DROP DATABASE {name} WITH (FORCE)");
         Some(Database {
-            server,
-            name,
             url,
             polling_url,
+            _drop: PgCleanup { server, statement },
         })
     }
 }
@@ -49,19 +49,6 @@ impl Database {
 impl AsRef<str> for Database {
     fn as_ref(&self) -> &str {
         &self.url
-    }
-}
-
-impl Drop for Database {
-    fn drop(&mut self) {
-        // Best effort: a failing test should report its own failure. FORCE
-        // closes the pooler's server connections to it.
-        let _ = std::panic::catch_unwind(|| {
-            pg_exec(
-                &self.server,
-                &format!("DROP DATABASE {} WITH (FORCE)", self.name),
-            )
-        });
     }
 }
 

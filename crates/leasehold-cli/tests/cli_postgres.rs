@@ -16,9 +16,8 @@ use rand::Rng;
 /// created there: tests (and other runs on the same server) use the same key
 /// names without meeting.
 struct Schema {
-    base: String,
-    name: String,
     url: String,
+    _drop: PgCleanup,
 }
 
 impl Schema {
@@ -28,22 +27,18 @@ impl Schema {
         pg_exec(&base, &format!("CREATE SCHEMA {name}"));
         let separator = if base.contains('?') { '&' } else { '?' };
         let url = format!("{base}{separator}options[search_path]={name}");
-        Some(Schema { base, name, url })
+        let statement = format!("DROP SCHEMA {name} CASCADE");
+        let server = base;
+        Some(Schema {
+            url,
+            _drop: PgCleanup { server, statement },
+        })
     }
 }
 
 impl AsRef<str> for Schema {
     fn as_ref(&self) -> &str {
         &self.url
-    }
-}
-
-impl Drop for Schema {
-    fn drop(&mut self) {
-        // Best effort: a failing test should report its own failure.
-        let _ = std::panic::catch_unwind(|| {
-            pg_exec(&self.base, &format!("DROP SCHEMA {} CASCADE", self.name))
-        });
     }
 }
 

@@ -29,6 +29,19 @@ pub fn pg_exec(url: &str, statement: &str) {
     });
 }
 
+/// Runs a PostgreSQL statement when dropped (best effort: a failing test
+/// should report its own failure): drops what a test made on the server.
+pub struct PgCleanup {
+    pub server: String,
+    pub statement: String,
+}
+
+impl Drop for PgCleanup {
+    fn drop(&mut self) {
+        let _ = std::panic::catch_unwind(|| pg_exec(&self.server, &self.statement));
+    }
+}
+
 /// `demo` arguments for a short run: two workers, twenty orders.
 pub const SHORT_DEMO: [&str; 7] = ["demo", "--workers", "2", "--orders", "20", "--stock", "10"];
 
