@@ -15,38 +15,27 @@ use rand::Rng;
 /// `search_path` to it, so the lease table and the demo's product table are
 /// created there: tests (and other runs on the same server) use the same key
 /// names without meeting.
-struct Schema {
-    url: String,
-    _drop: PgCleanup,
+fn schema() -> Option<StoreUrl> {
+    let base = server_url("LEASEHOLD_TEST_POSTGRES")?;
+    let name = format!("leasehold_cli_{:016x}", rand::thread_rng().gen::<u64>());
+    pg_exec(&base, &format!("CREATE SCHEMA {name}"));
+    let separator = if base.contains('?') { '&' } else { '?' };
+    let url = format!("{base}{separator}options[search_path]={name}");
+    let statement = format!("DROP SCHEMA {name} CASCADE");
+    Some(StoreUrl::new(
+        url,
+        PgCleanup {
+            server: base,
+            statement,
+        },
+    ))
 }
 
-impl Schema {
-    fn create() -> Option<Schema> {
-        let base = server_url("LEASEHOLD_TEST_POSTGRES")?;
-        let name = format!("leasehold_cli_{:016x}", rand::thread_rng().gen::<u64>());
-        pg_exec(&base, &format!("CREATE SCHEMA {name}"));
-        let separator = if base.contains('?') { '&' } else { '?' };
-        let url = format!("{base}{separator}options[search_path]={name}");
-        let statement = format!("DROP SCHEMA {name} CASCADE");
-        let server = base;
-        Some(Schema {
-            url,
-            _drop: PgCleanup { server, statement },
-        })
-    }
-}
-
-impl AsRef<str> for Schema {
-    fn as_ref(&self) -> &str {
-        &self.url
-    }
-}
-
-process_tests!(Schema::create());
+process_tests!(schema());
 
 #[test]
 fn status_list_and_force_release_of_a_running_holder() {
-    let Some(schema) = Schema::create() else {
+    let Some(schema) = schema() else {
         return;
     };
     let store = &schema.url;
@@ -120,7 +109,7 @@ fn a_store_that_is_down_exits_69_within_ten_seconds() {
 
 #[test]
 fn demo_shows_the_race_and_three_safe_strategies() {
-    let Some(schema) = Schema::create() else {
+    let Some(schema) = schema() else {
         return;
     };
     let out = run(leasehold(&schema.url).args(["demo", "--workers", "4", "--json"]));
@@ -133,7 +122,7 @@ fn demo_shows_the_race_and_three_safe_strategies() {
 /// may only ever run while its lease is live.
 #[test]
 fn a_grant_that_arrives_expired_never_starts_the_command() {
-    let Some(schema) = Schema::create() else {
+    let Some(schema) = schema() else {
         return;
     };
     let store = &schema.url;

@@ -7,27 +7,13 @@ use std::time::Duration;
 use common::*;
 use leasehold::Locks;
 
-/// A SQLite file in a temp dir that lives as long as the value.
-struct SqliteStore {
-    _dir: tempfile::TempDir,
-    url: String,
+/// A SQLite file in a temp dir that lives as long as the URL.
+fn sqlite_in_temp_dir() -> Option<StoreUrl> {
+    let dir = tempfile::tempdir().unwrap();
+    Some(StoreUrl::new(sqlite_store(dir.path()), dir))
 }
 
-impl SqliteStore {
-    fn new() -> Option<Self> {
-        let dir = tempfile::tempdir().unwrap();
-        let url = sqlite_store(dir.path());
-        Some(SqliteStore { _dir: dir, url })
-    }
-}
-
-impl AsRef<str> for SqliteStore {
-    fn as_ref(&self) -> &str {
-        &self.url
-    }
-}
-
-process_tests!(SqliteStore::new());
+process_tests!(sqlite_in_temp_dir());
 
 #[test]
 fn bad_input_exits_64_naming_the_problem_and_the_store_keeps_working() {

@@ -29,6 +29,28 @@ pub fn pg_exec(url: &str, statement: &str) {
     });
 }
 
+/// A store URL for one test, with what must live as long as it (a temp
+/// dir, a [`PgCleanup`]).
+pub struct StoreUrl {
+    pub url: String,
+    _keep: Box<dyn std::any::Any>,
+}
+
+impl StoreUrl {
+    pub fn new(url: String, keep: impl std::any::Any) -> Self {
+        StoreUrl {
+            url,
+            _keep: Box::new(keep),
+        }
+    }
+}
+
+impl AsRef<str> for StoreUrl {
+    fn as_ref(&self) -> &str {
+        &self.url
+    }
+}
+
 /// Runs a PostgreSQL statement when dropped (best effort: a failing test
 /// should report its own failure): drops what a test made on the server.
 pub struct PgCleanup {
