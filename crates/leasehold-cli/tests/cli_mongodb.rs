@@ -12,18 +12,7 @@ use common::*;
 fn store() -> Option<String> {
     let url = leasehold::conformance::server_url("LEASEHOLD_TEST_MONGODB")?;
     let db = format!("cli_{:016x}", rand::random::<u64>());
-    let (base, query) = url.split_once('?').unwrap_or((&url, ""));
-    let base = base.trim_end_matches('/');
-    // A URL that names a database already: replace it.
-    let host = match base.split_once("://") {
-        Some((scheme, rest)) => format!("{scheme}://{}", rest.split('/').next().unwrap_or(rest)),
-        None => base.to_owned(),
-    };
-    Some(if query.is_empty() {
-        format!("{host}/{db}")
-    } else {
-        format!("{host}/{db}?{query}")
-    })
+    Some(leasehold::conformance::with_database(&url, &db))
 }
 
 process_tests!(store());

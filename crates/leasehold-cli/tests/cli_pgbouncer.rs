@@ -12,7 +12,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use leasehold::conformance::server_url;
+use leasehold::conformance::{server_url, with_database};
 use rand::Rng;
 
 /// A database of its own for one test, dropped at the end: session settings
@@ -20,12 +20,12 @@ use rand::Rng;
 /// schema per test (as in cli_postgres.rs) would not keep tests apart. The
 /// pooler routes any database name to the server's database of that name.
 struct Database {
-    server: String,
-    name: String,
     /// Through the pooler, with LISTEN on a direct connection.
     url: String,
     /// Through the pooler, without a listen URL: waiters poll.
     polling_url: String,
+    /// FORCE closes the pooler's server connections to it.
+    _drop: PgCleanup,
 }
 
 impl Database {
@@ -33,56 +33,23 @@ impl Database {
         let pooler = server_url("LEASEHOLD_TEST_PGBOUNCER")?;
         let server = server_url("LEASEHOLD_TEST_POSTGRES")?;
         let name = format!("leasehold_cli_{:016x}", rand::thread_rng().gen::<u64>());
-        sql(&server, &format!("CREATE DATABASE {name}"));
+        pg_exec(&server, &format!("CREATE DATABASE {name}"));
         let direct = with_database(&server, &name);
         let polling_url = format!("{}?pooler=transaction", with_database(&pooler, &name));
         let url = format!("{polling_url}&listen_url={direct}");
+        let statement = format!("DROP DATABASE {name} WITH (FORCE)");
         Some(Database {
-            server,
-            name,
             url,
             polling_url,
+            _drop: PgCleanup { server, statement },
         })
     }
-}
-
-/// `url` (`postgres://user@host:port/db`, no query) with another database.
-fn with_database(url: &str, name: &str) -> String {
-    let (base, _) = url.rsplit_once('/').expect("a database in the URL");
-    format!("{base}/{name}")
 }
 
 impl AsRef<str> for Database {
     fn as_ref(&self) -> &str {
         &self.url
     }
-}
-
-impl Drop for Database {
-    fn drop(&mut self) {
-        // Best effort: a failing test should report its own failure. FORCE
-        // closes the pooler's server connections to it.
-        let _ = std::panic::catch_unwind(|| {
-            sql(
-                &self.server,
-                &format!("DROP DATABASE {} WITH (FORCE)", self.name),
-            )
-        });
-    }
-}
-
-/// Runs one statement on a direct connection of its own.
-fn sql(url: &str, statement: &str) {
-    use sqlx::Connection;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
-        sqlx::raw_sql(statement).execute(&mut conn).await.unwrap();
-        conn.close().await.unwrap();
-    });
 }
 
 process_tests!(Database::create());

@@ -15,57 +15,27 @@ use rand::Rng;
 /// `search_path` to it, so the lease table and the demo's product table are
 /// created there: tests (and other runs on the same server) use the same key
 /// names without meeting.
-struct Schema {
-    base: String,
-    name: String,
-    url: String,
+fn schema() -> Option<StoreUrl> {
+    let base = server_url("LEASEHOLD_TEST_POSTGRES")?;
+    let name = format!("leasehold_cli_{:016x}", rand::thread_rng().gen::<u64>());
+    pg_exec(&base, &format!("CREATE SCHEMA {name}"));
+    let separator = if base.contains('?') { '&' } else { '?' };
+    let url = format!("{base}{separator}options[search_path]={name}");
+    let statement = format!("DROP SCHEMA {name} CASCADE");
+    Some(StoreUrl::new(
+        url,
+        PgCleanup {
+            server: base,
+            statement,
+        },
+    ))
 }
 
-impl Schema {
-    fn create() -> Option<Schema> {
-        let base = server_url("LEASEHOLD_TEST_POSTGRES")?;
-        let name = format!("leasehold_cli_{:016x}", rand::thread_rng().gen::<u64>());
-        sql(&base, &format!("CREATE SCHEMA {name}"));
-        let separator = if base.contains('?') { '&' } else { '?' };
-        let url = format!("{base}{separator}options[search_path]={name}");
-        Some(Schema { base, name, url })
-    }
-}
-
-impl AsRef<str> for Schema {
-    fn as_ref(&self) -> &str {
-        &self.url
-    }
-}
-
-impl Drop for Schema {
-    fn drop(&mut self) {
-        // Best effort: a failing test should report its own failure.
-        let _ = std::panic::catch_unwind(|| {
-            sql(&self.base, &format!("DROP SCHEMA {} CASCADE", self.name))
-        });
-    }
-}
-
-/// Runs one statement on a connection of its own.
-fn sql(url: &str, statement: &str) {
-    use sqlx::Connection;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
-        sqlx::raw_sql(statement).execute(&mut conn).await.unwrap();
-        conn.close().await.unwrap();
-    });
-}
-
-process_tests!(Schema::create());
+process_tests!(schema());
 
 #[test]
 fn status_list_and_force_release_of_a_running_holder() {
-    let Some(schema) = Schema::create() else {
+    let Some(schema) = schema() else {
         return;
     };
     let store = &schema.url;
@@ -139,7 +109,7 @@ fn a_store_that_is_down_exits_69_within_ten_seconds() {
 
 #[test]
 fn demo_shows_the_race_and_three_safe_strategies() {
-    let Some(schema) = Schema::create() else {
+    let Some(schema) = schema() else {
         return;
     };
     let out = run(leasehold(&schema.url).args(["demo", "--workers", "4", "--json"]));
@@ -152,7 +122,7 @@ fn demo_shows_the_race_and_three_safe_strategies() {
 /// may only ever run while its lease is live.
 #[test]
 fn a_grant_that_arrives_expired_never_starts_the_command() {
-    let Some(schema) = Schema::create() else {
+    let Some(schema) = schema() else {
         return;
     };
     let store = &schema.url;
@@ -162,7 +132,7 @@ fn a_grant_that_arrives_expired_never_starts_the_command() {
     // Another transaction holds the row for longer than the next ttl.
     let base = schema.url.clone();
     let row_lock = std::thread::spawn(move || {
-        sql(
+        pg_exec(
             &base,
             "BEGIN; SELECT * FROM leasehold_locks WHERE key = 'k' FOR UPDATE; \
              SELECT pg_sleep(1.5); COMMIT;",

@@ -7,27 +7,13 @@ use std::time::Duration;
 use common::*;
 use leasehold::Locks;
 
-/// A SQLite file in a temp dir that lives as long as the value.
-struct SqliteStore {
-    _dir: tempfile::TempDir,
-    url: String,
+/// A SQLite file in a temp dir that lives as long as the URL.
+fn sqlite_in_temp_dir() -> Option<StoreUrl> {
+    let dir = tempfile::tempdir().unwrap();
+    Some(StoreUrl::new(sqlite_store(dir.path()), dir))
 }
 
-impl SqliteStore {
-    fn new() -> Option<Self> {
-        let dir = tempfile::tempdir().unwrap();
-        let url = sqlite_store(dir.path());
-        Some(SqliteStore { _dir: dir, url })
-    }
-}
-
-impl AsRef<str> for SqliteStore {
-    fn as_ref(&self) -> &str {
-        &self.url
-    }
-}
-
-process_tests!(SqliteStore::new());
+process_tests!(sqlite_in_temp_dir());
 
 #[test]
 fn bad_input_exits_64_naming_the_problem_and_the_store_keeps_working() {
@@ -187,16 +173,8 @@ fn demo_runs_on_the_default_store_of_a_fresh_machine() {
     let out = run(std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
         .env_remove("LEASEHOLD_STORE")
         .env("XDG_STATE_HOME", state.path().join("fresh"))
-        .args([
-            "demo",
-            "--workers",
-            "2",
-            "--orders",
-            "20",
-            "--stock",
-            "10",
-            "--json",
-        ]));
+        .args(SHORT_DEMO)
+        .arg("--json"));
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(state.path().join("fresh/leasehold/locks.db").exists());
 }

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{stderr, stdout};
+use common::{pg_exec, stderr, stdout, SHORT_DEMO};
 use leasehold::conformance::server_url;
 use rand::Rng;
 
@@ -172,17 +172,7 @@ fn check_every_command(store: &str, password: &Password, unreachable: &str) {
 
     let demo = run_watched(
         store,
-        &[
-            "demo",
-            "--strategy",
-            "lease",
-            "--workers",
-            "2",
-            "--orders",
-            "20",
-            "--stock",
-            "10",
-        ],
+        &[&SHORT_DEMO[..], &["--strategy", "lease"]].concat(),
         secret,
     );
     assert!(
@@ -317,20 +307,6 @@ fn assert_workers_got_the_store(what: &str, run: &Watched) {
     );
 }
 
-/// Runs one statement on a connection of its own.
-fn pg(url: &str, statement: &str) {
-    use sqlx::Connection;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
-        sqlx::raw_sql(statement).execute(&mut conn).await.unwrap();
-        conn.close().await.unwrap();
-    });
-}
-
 #[test]
 fn postgres_password_stays_out_of_output_and_argv() {
     let Some(base) = server_url("LEASEHOLD_TEST_POSTGRES") else {
@@ -340,7 +316,7 @@ fn postgres_password_stays_out_of_output_and_argv() {
     let name = format!("leasehold_cred_{:016x}", rand::thread_rng().gen::<u64>());
     // The shared server trusts local connections: the password is accepted
     // without being checked, which is all this test needs.
-    pg(
+    pg_exec(
         &base,
         &format!(
             "CREATE ROLE {name} LOGIN PASSWORD '{}'; CREATE SCHEMA {name} AUTHORIZATION {name}",
@@ -351,7 +327,7 @@ fn postgres_password_stays_out_of_output_and_argv() {
     impl Drop for Cleanup {
         fn drop(&mut self) {
             let _ = std::panic::catch_unwind(|| {
-                pg(
+                pg_exec(
                     &self.0,
                     &format!("DROP SCHEMA {0} CASCADE; DROP ROLE {0}", self.1),
                 )

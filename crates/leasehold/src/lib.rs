@@ -93,6 +93,7 @@
 //! | `mongodb` | the MongoDB store ([`backends::mongodb`]); re-exports [`mongodb`](mod@mongodb); needs Rust 1.88 |
 //! | `http` | [`http::LeaseLayer`], tower middleware: `409 Conflict` with `Retry-After` while a resource is locked, or a bounded wait; the fencing token in the request extensions; [`http::PathKey`] for keys from a route's path parameters |
 //! | `conformance` | the shared test suite for stores |
+//! | `testing` | [`testing::Faulty`], a store wrapper that fails, hangs or answers late on command, for tests of code built on leasehold |
 //!
 //! # The drivers, re-exported
 //!
@@ -160,6 +161,8 @@ mod renewal;
 pub mod rowlock;
 #[cfg(any(feature = "postgres", feature = "redis"))]
 mod shared;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod time;
 
 // The user API. What only a store's implementation names lives in

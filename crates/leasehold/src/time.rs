@@ -313,11 +313,9 @@ mod tests {
             .unwrap();
     }
 
-    /// A holder whose machine slept through its lease sees the loss at
-    /// once (`is_lost`) and gets the signal within one check, instead of
-    /// trusting the lease for up to a whole ttl of monotonic time.
-    #[tokio::test(start_paused = true)]
-    async fn a_resumed_holder_sees_its_lease_lost_at_once() {
+    /// A guard with a 30 s ttl, 2 s into its lease, on a lease clock whose
+    /// suspensions the test makes.
+    async fn held_on_a_manual_clock() -> (Arc<ManualSuspendClock>, crate::LeaseGuard) {
         let manual = Arc::new(ManualSuspendClock::default());
         let locks = crate::Locks::new(crate::backends::memory::MemoryBackend::new())
             .with_lease_clock(LeaseClock::with_suspend_clock(manual.clone()));
@@ -327,6 +325,15 @@ mod tests {
             .await
             .unwrap();
         tokio::time::sleep(Duration::from_secs(2)).await;
+        (manual, guard)
+    }
+
+    /// A holder whose machine slept through its lease sees the loss at
+    /// once (`is_lost`) and gets the signal within one check, instead of
+    /// trusting the lease for up to a whole ttl of monotonic time.
+    #[tokio::test(start_paused = true)]
+    async fn a_resumed_holder_sees_its_lease_lost_at_once() {
+        let (manual, guard) = held_on_a_manual_clock().await;
         assert!(!guard.is_lost());
         let before = guard.valid_until();
 
@@ -347,15 +354,7 @@ mod tests {
     /// renewal forward: the lease survives.
     #[tokio::test(start_paused = true)]
     async fn a_short_suspend_brings_the_renewal_forward() {
-        let manual = Arc::new(ManualSuspendClock::default());
-        let locks = crate::Locks::new(crate::backends::memory::MemoryBackend::new())
-            .with_lease_clock(LeaseClock::with_suspend_clock(manual.clone()));
-        let ttl = Duration::from_secs(30);
-        let guard = locks
-            .acquire_with("k", &crate::AcquireOptions::new().with_ttl(ttl))
-            .await
-            .unwrap();
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        let (manual, guard) = held_on_a_manual_clock().await;
         let before = guard.valid_until();
         // 12 s asleep: past the renewal time (10 s), within the lease.
         manual.suspend_for(Duration::from_secs(12));

@@ -1,4 +1,5 @@
-//! The shared conformance suite on the in-memory reference store.
+//! The shared conformance suite on the in-memory reference store, woken and
+//! polling.
 #![cfg(feature = "conformance")]
 
 use std::sync::Arc;
@@ -7,7 +8,17 @@ use leasehold::backends::memory::MemoryBackend;
 use leasehold::conformance::TestStore;
 
 async fn store() -> Option<TestStore> {
-    Some(TestStore::new(Arc::new(MemoryBackend::new())))
+    // A clone shares the store: the only other client memory can have.
+    let backend = MemoryBackend::new();
+    Some(TestStore::new(Arc::new(backend.clone())).with_second_client(Arc::new(backend)))
 }
 
 leasehold::conformance_tests!(store);
+
+mod polling {
+    async fn store() -> Option<leasehold::conformance::TestStore> {
+        Some(super::store().await?.polling_only())
+    }
+
+    leasehold::conformance_tests!(store);
+}

@@ -2,18 +2,37 @@
 //! transaction pooling mode (`LEASEHOLD_TEST_PGBOUNCER`, started by
 //! scripts/services/pgbouncer.sh), twice: woken by a `LISTEN` connection
 //! past the pooler (`?listen_url=` the server in `LEASEHOLD_TEST_POSTGRES`),
-//! and polling (no listen URL).
+//! and polling (no listen URL). Row locks that block a key are taken on
+//! the server directly.
 #![cfg(all(feature = "conformance", feature = "postgres"))]
+
+#[path = "support/common.rs"]
+mod common;
+#[path = "support/postgres.rs"]
+mod postgres;
 
 use std::sync::Arc;
 
 use leasehold::backends::postgres::PostgresBackend;
 use leasehold::conformance::{server_url, TestStore};
 
-async fn connect(url: String) -> PostgresBackend {
-    PostgresBackend::connect(&url)
-        .await
-        .expect("connect through LEASEHOLD_TEST_PGBOUNCER")
+/// Two clients through the pooler at `url`, blocked through the server.
+async fn store_at(url: String) -> Option<TestStore> {
+    let server = postgres::url()?;
+    let connect = || async {
+        let backend = PostgresBackend::connect(&url)
+            .await
+            .expect("connect through LEASEHOLD_TEST_PGBOUNCER");
+        Arc::new(backend)
+    };
+    Some(
+        TestStore::new(connect().await)
+            .with_second_client(connect().await)
+            .with_blocker(move |key| {
+                let server = server.clone();
+                async move { postgres::row_lock(&server, "leasehold_locks", key.as_str()).await }
+            }),
+    )
 }
 
 mod listening {
@@ -22,11 +41,10 @@ mod listening {
     async fn store() -> Option<TestStore> {
         let pooler = server_url("LEASEHOLD_TEST_PGBOUNCER")?;
         let server = server_url("LEASEHOLD_TEST_POSTGRES")?;
-        let backend = connect(format!("{pooler}?pooler=transaction&listen_url={server}")).await;
-        Some(TestStore::new(Arc::new(backend)))
+        store_at(format!("{pooler}?pooler=transaction&listen_url={server}")).await
     }
 
-    leasehold::conformance_tests!(store);
+    leasehold::conformance_tests!(store; blocking);
 }
 
 mod polling {
@@ -34,9 +52,9 @@ mod polling {
 
     async fn store() -> Option<TestStore> {
         let pooler = server_url("LEASEHOLD_TEST_PGBOUNCER")?;
-        let backend = connect(format!("{pooler}?pooler=transaction")).await;
-        Some(TestStore::new(Arc::new(backend)).without_notifications())
+        let store = store_at(format!("{pooler}?pooler=transaction")).await?;
+        Some(store.without_notifications())
     }
 
-    leasehold::conformance_tests!(store);
+    leasehold::conformance_tests!(store; blocking);
 }

@@ -4,92 +4,17 @@
 //! lose the lease, and a dropped guard's release is not overtaken by the
 //! next acquisition through the same handle.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::backend::{Acquire, AcquireRequest, BoxFuture, Subscription};
-use leasehold::backends::memory::MemoryBackend;
-use leasehold::{AcquireOptions, Backend, Error, Key, Lease, LeaseInfo, Locks, STORE_ANSWER_GRACE};
+use leasehold::testing::{Fault, Faulty, Op};
+use leasehold::{AcquireOptions, Error, Locks, STORE_ANSWER_GRACE};
 use tokio::time::{sleep, timeout, Instant};
 
-/// The memory store with switches that make single calls slow or stuck.
-#[derive(Debug, Default)]
-struct Misbehaving {
-    inner: MemoryBackend,
-    /// The next this-many acquisitions take `acquire_delay_ms` first.
-    slow_acquires: AtomicU32,
-    acquire_delay_ms: AtomicU64,
-    /// The next this-many renewals never answer.
-    stuck_renewals: AtomicU32,
-    renew_calls: AtomicU32,
-    /// Every release takes this long before it reaches the store.
-    release_delay_ms: AtomicU64,
-}
-
-/// Takes one from `counter` if it is above zero.
-fn take_one(counter: &AtomicU32) -> bool {
-    counter
-        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-        .is_ok()
-}
-
-impl Backend for Misbehaving {
-    fn try_acquire<'a>(
-        &'a self,
-        req: &'a AcquireRequest,
-    ) -> BoxFuture<'a, leasehold::Result<Acquire>> {
-        Box::pin(async move {
-            if take_one(&self.slow_acquires) {
-                let ms = self.acquire_delay_ms.load(Ordering::SeqCst);
-                sleep(Duration::from_millis(ms)).await;
-            }
-            self.inner.try_acquire(req).await
-        })
-    }
-    fn renew<'a>(
-        &'a self,
-        lease: &'a Lease,
-        ttl: Duration,
-    ) -> BoxFuture<'a, leasehold::Result<bool>> {
-        self.renew_calls.fetch_add(1, Ordering::SeqCst);
-        if take_one(&self.stuck_renewals) {
-            return Box::pin(std::future::pending());
-        }
-        self.inner.renew(lease, ttl)
-    }
-    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, leasehold::Result<()>> {
-        Box::pin(async move {
-            let ms = self.release_delay_ms.load(Ordering::SeqCst);
-            sleep(Duration::from_millis(ms)).await;
-            self.inner.release(lease).await
-        })
-    }
-    fn inspect<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, leasehold::Result<Option<LeaseInfo>>> {
-        self.inner.inspect(key)
-    }
-    fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, leasehold::Result<Vec<LeaseInfo>>> {
-        self.inner.list(prefix)
-    }
-    fn force_release<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, leasehold::Result<bool>> {
-        self.inner.force_release(key)
-    }
-    fn subscribe<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, leasehold::Result<Subscription>> {
-        self.inner.subscribe(key)
-    }
-}
-
-fn setup() -> (Arc<Misbehaving>, Locks) {
-    let store = Arc::new(Misbehaving::default());
-    let locks = Locks::from_arc(store.clone());
+/// The memory store with faults to switch on, and a handle on it.
+fn setup() -> (Faulty, Locks) {
+    let store = Faulty::default();
+    let locks = Locks::new(store.clone());
     (store, locks)
-}
-
-fn slow_next_acquires(store: &Misbehaving, count: u32, delay: Duration) {
-    store
-        .acquire_delay_ms
-        .store(delay.as_millis() as u64, Ordering::SeqCst);
-    store.slow_acquires.store(count, Ordering::SeqCst);
 }
 
 #[tokio::test(start_paused = true)]
@@ -97,7 +22,11 @@ async fn a_grant_that_arrives_after_its_lease_ended_is_given_back_and_retried() 
     let (store, locks) = setup();
     let ttl = Duration::from_secs(1);
     // The first answer takes longer than the whole ttl.
-    slow_next_acquires(&store, 1, Duration::from_millis(1_500));
+    store.set_next(
+        Op::TryAcquire,
+        1,
+        Fault::Delay(Duration::from_millis(1_500)),
+    );
     let options = AcquireOptions::new()
         .with_ttl(ttl)
         .with_wait(Duration::from_secs(10));
@@ -116,7 +45,7 @@ async fn a_try_once_grant_that_arrives_dead_is_busy_not_a_lost_guard() {
     // Slower than the shortest ttl, well within the core's backstop.
     let ttl = Duration::from_millis(100);
     assert!(ttl * 5 < STORE_ANSWER_GRACE);
-    slow_next_acquires(&store, 1, ttl * 5);
+    store.set_next(Op::TryAcquire, 1, Fault::Delay(ttl * 5));
     let options = AcquireOptions::new().with_ttl(ttl);
     match locks.acquire_with("k", &options).await {
         Err(Error::Busy { .. }) => {}
@@ -129,7 +58,7 @@ async fn a_try_once_grant_that_arrives_dead_is_busy_not_a_lost_guard() {
 async fn an_unanswered_attempt_ends_one_grace_after_the_wait_bound() {
     let (store, locks) = setup();
     // Stuck far beyond any bound (but still answering, later, with a grant).
-    slow_next_acquires(&store, 2, Duration::from_secs(20));
+    store.set_next(Op::TryAcquire, 2, Fault::Delay(Duration::from_secs(20)));
     let started = Instant::now();
     let outcome = timeout(Duration::from_secs(15), locks.try_acquire("k"))
         .await
@@ -165,10 +94,10 @@ async fn a_stuck_renewal_request_is_retried_within_the_lease() {
     let options = AcquireOptions::new().with_ttl(Duration::from_secs(3));
     let guard = locks.acquire_with("k", &options).await.unwrap();
     // The first renewal (at 1 s) never answers; the next request does.
-    store.stuck_renewals.store(1, Ordering::SeqCst);
+    store.set_next(Op::Renew, 1, Fault::Hang);
     sleep(Duration::from_secs(30)).await;
     assert!(!guard.is_lost(), "one black-holed request lost the lease");
-    assert!(store.renew_calls.load(Ordering::SeqCst) >= 2);
+    assert!(store.calls(Op::Renew) >= 2);
     assert_eq!(locks.inspect("k").await.unwrap().unwrap().token, 1);
 }
 
@@ -176,7 +105,7 @@ async fn a_stuck_renewal_request_is_retried_within_the_lease() {
 async fn try_acquire_after_a_drop_waits_for_the_drops_release() {
     let (store, locks) = setup();
     // The release a drop starts takes a round trip to land.
-    store.release_delay_ms.store(20, Ordering::SeqCst);
+    store.set(Op::Release, Fault::Delay(Duration::from_millis(20)));
     let guard = locks.try_acquire("k").await.unwrap();
     drop(guard);
     let next = locks

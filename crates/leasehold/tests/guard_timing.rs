@@ -1,70 +1,24 @@
 //! Renewal, the lost-lease signal and waiting, on paused tokio time: every
 //! instant below is exact, and no test really sleeps.
 
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::backend::{Acquire, AcquireRequest, BoxFuture, Subscription};
-use leasehold::backends::memory::MemoryBackend;
+use leasehold::backend::{Acquire, AcquireRequest};
+use leasehold::testing::{Fault, Faulty, Op};
 use leasehold::time::trusted_for;
-use leasehold::{AcquireOptions, Backend, Error, Key, Lease, LeaseInfo, Locks};
+use leasehold::{AcquireOptions, Backend, Error, Key, Locks};
 use tokio::time::{sleep, Instant};
 use tokio_util::sync::CancellationToken;
 
-/// How the wrapped store answers renewals.
-const HEALTHY: u8 = 0;
-const DOWN: u8 = 1;
-const HANGS: u8 = 2;
-
-/// The memory store with a switch that breaks renewals, to drive the
-/// guard's failure paths.
-#[derive(Debug, Default)]
-struct Flaky {
-    inner: MemoryBackend,
-    renewals: AtomicU8,
-    renew_calls: std::sync::atomic::AtomicU32,
+/// The renewal failure the guard tests switch on.
+fn down() -> Fault {
+    Fault::Unavailable("connection refused".into())
 }
 
-impl Backend for Flaky {
-    fn try_acquire<'a>(
-        &'a self,
-        req: &'a AcquireRequest,
-    ) -> BoxFuture<'a, leasehold::Result<Acquire>> {
-        self.inner.try_acquire(req)
-    }
-    fn renew<'a>(
-        &'a self,
-        lease: &'a Lease,
-        ttl: Duration,
-    ) -> BoxFuture<'a, leasehold::Result<bool>> {
-        self.renew_calls.fetch_add(1, Ordering::SeqCst);
-        match self.renewals.load(Ordering::SeqCst) {
-            DOWN => Box::pin(async { Err(Error::unavailable("connection refused")) }),
-            HANGS => Box::pin(std::future::pending()),
-            _ => self.inner.renew(lease, ttl),
-        }
-    }
-    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, leasehold::Result<()>> {
-        self.inner.release(lease)
-    }
-    fn inspect<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, leasehold::Result<Option<LeaseInfo>>> {
-        self.inner.inspect(key)
-    }
-    fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, leasehold::Result<Vec<LeaseInfo>>> {
-        self.inner.list(prefix)
-    }
-    fn force_release<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, leasehold::Result<bool>> {
-        self.inner.force_release(key)
-    }
-    fn subscribe<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, leasehold::Result<Subscription>> {
-        self.inner.subscribe(key)
-    }
-}
-
-fn setup() -> (Arc<Flaky>, Locks) {
-    let store = Arc::new(Flaky::default());
-    let locks = Locks::from_arc(store.clone());
+/// The memory store with faults to switch on, and a handle on it.
+fn setup() -> (Faulty, Locks) {
+    let store = Faulty::default();
+    let locks = Locks::new(store.clone());
     (store, locks)
 }
 
@@ -80,7 +34,7 @@ async fn renews_in_the_background_for_many_ttls() {
     assert!(!guard.is_lost());
     assert!(guard.valid_until() > Instant::now());
     // One renewal per ttl/3 = 1 s.
-    let calls = store.renew_calls.load(Ordering::SeqCst);
+    let calls = store.calls(Op::Renew);
     assert!((59..=61).contains(&calls), "{calls} renewals in 60 s");
     assert!(matches!(
         locks.try_acquire("k").await,
@@ -97,7 +51,7 @@ async fn lost_fires_exactly_at_valid_until_when_the_store_is_down() {
         guard.valid_until(),
         acquired_at + trusted_for(Duration::from_secs(3))
     );
-    store.renewals.store(DOWN, Ordering::SeqCst);
+    store.set(Op::Renew, down());
     guard.lost().await;
     let fired = Instant::now();
     assert_eq!(fired, acquired_at + trusted_for(Duration::from_secs(3)));
@@ -106,10 +60,10 @@ async fn lost_fires_exactly_at_valid_until_when_the_store_is_down() {
     assert!(guard.is_lost());
     assert!(matches!(guard.check(), Err(Error::LeaseLost { .. })));
     // Renewal has stopped for good.
-    let calls = store.renew_calls.load(Ordering::SeqCst);
-    store.renewals.store(HEALTHY, Ordering::SeqCst);
+    let calls = store.calls(Op::Renew);
+    store.clear(Op::Renew);
     sleep(Duration::from_secs(30)).await;
-    assert_eq!(store.renew_calls.load(Ordering::SeqCst), calls);
+    assert_eq!(store.calls(Op::Renew), calls);
 }
 
 #[tokio::test(start_paused = true)]
@@ -117,7 +71,7 @@ async fn lost_fires_at_valid_until_when_a_renewal_hangs() {
     let (store, locks) = setup();
     let acquired_at = Instant::now();
     let guard = locks.acquire_with("k", &ttl(6)).await.unwrap();
-    store.renewals.store(HANGS, Ordering::SeqCst);
+    store.set(Op::Renew, Fault::Hang);
     guard.lost().await;
     assert_eq!(
         Instant::now(),
@@ -144,9 +98,9 @@ async fn a_transient_failure_is_retried_and_the_lease_kept() {
     let (store, locks) = setup();
     let guard = locks.acquire_with("k", &ttl(3)).await.unwrap();
     sleep(Duration::from_millis(900)).await;
-    store.renewals.store(DOWN, Ordering::SeqCst);
+    store.set(Op::Renew, down());
     sleep(Duration::from_millis(800)).await; // a few failed attempts
-    store.renewals.store(HEALTHY, Ordering::SeqCst);
+    store.clear(Op::Renew);
     sleep(Duration::from_secs(10)).await;
     assert!(!guard.is_lost());
 }
@@ -164,7 +118,7 @@ async fn without_auto_renew_the_lease_lasts_one_ttl() {
         Instant::now(),
         acquired_at + trusted_for(Duration::from_secs(3))
     );
-    assert_eq!(store.renew_calls.load(Ordering::SeqCst), 0);
+    assert_eq!(store.calls(Op::Renew), 0);
 }
 
 #[tokio::test(start_paused = true)]

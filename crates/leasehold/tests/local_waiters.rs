@@ -42,6 +42,22 @@ async fn an_expired_guard_does_not_block_its_own_process() {
     assert!(next.token() > expired.token());
 }
 
+/// The error of a 200 ms wait for `k`, which must not be granted.
+async fn timed_out(locks: &Locks) -> Error {
+    locks
+        .acquire("k", Duration::from_millis(200))
+        .await
+        .unwrap_err()
+}
+
+/// Whether a `Timeout` says a guard of this process holds the key.
+fn held_here(e: &Error) -> bool {
+    match e {
+        Error::Timeout { held_here, .. } => *held_here,
+        other => panic!("expected Timeout, got {other:?}"),
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_timeout_behind_a_guard_of_this_process_says_so() {
     let backend = std::sync::Arc::new(MemoryBackend::new());
@@ -49,41 +65,16 @@ async fn a_timeout_behind_a_guard_of_this_process_says_so() {
     let elsewhere = Locks::from_arc(backend);
     let guard = here.acquire("k", Duration::from_secs(1)).await.unwrap();
 
-    let e = here
-        .acquire("k", Duration::from_millis(200))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(
-            e,
-            Error::Timeout {
-                held_here: true,
-                ..
-            }
-        ),
-        "{e:?}"
-    );
+    let e = timed_out(&here).await;
+    assert!(held_here(&e), "{e:?}");
     assert!(
         e.to_string()
             .contains("a guard of this same process holds it"),
         "{e}"
     );
-
     // Another handle (as another process) is not behind this process.
-    let e = elsewhere
-        .acquire("k", Duration::from_millis(200))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(
-            e,
-            Error::Timeout {
-                held_here: false,
-                ..
-            }
-        ),
-        "{e:?}"
-    );
+    let e = timed_out(&elsewhere).await;
+    assert!(!held_here(&e), "{e:?}");
     drop(guard);
 }
 

@@ -6,6 +6,10 @@
 //! `LEASEHOLD_REQUIRE_SERVERS=1`).
 #![cfg(any(feature = "sqlite", feature = "postgres"))]
 
+#[cfg(feature = "sqlite")]
+#[path = "support/sqlite.rs"]
+mod sqlite;
+
 use leasehold::sqlx;
 use leasehold::Error;
 
@@ -22,16 +26,12 @@ async fn a_sqlite_busy_error_is_unavailable_and_a_syntax_error_is_permanent() {
         .filename(dir.path().join("data.db"))
         .create_if_missing(true)
         .busy_timeout(std::time::Duration::ZERO);
-    let mut writer = SqliteConnection::connect_with(&options).await.unwrap();
     let mut other = SqliteConnection::connect_with(&options).await.unwrap();
     sqlx::query("CREATE TABLE t (x INTEGER)")
-        .execute(&mut writer)
+        .execute(&mut other)
         .await
         .unwrap();
-    sqlx::query("BEGIN IMMEDIATE")
-        .execute(&mut writer)
-        .await
-        .unwrap();
+    let _writer = sqlite::busy_writer(options).await;
 
     let busy = sqlx::query("INSERT INTO t VALUES (1)")
         .execute(&mut other)

@@ -13,6 +13,7 @@ use axum::routing::post;
 use axum::Router;
 use http::Request;
 use leasehold::http::{LeaseLayer, Mode};
+use leasehold::testing::{Fault, Op};
 use leasehold::Locks;
 use reqwest::{header, StatusCode};
 use tokio::io::AsyncWriteExt;
@@ -96,7 +97,7 @@ async fn held(locks: &Locks) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panicking_handler_leaves_the_lock_free() {
     let dir = tempfile::tempdir().unwrap();
-    let locks = common::sqlite_store(&dir).await.locks();
+    let locks = common::locks(&common::sqlite_store(&dir).await);
     // The ttl is far longer than the test: only a release frees the lock.
     let lease = layer(locks.clone(), Duration::from_secs(600), Mode::Reject);
     let caught = routes()
@@ -125,7 +126,7 @@ async fn a_panicking_handler_leaves_the_lock_free() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_disconnects_mid_handler_leaves_the_lock_free() {
     let dir = tempfile::tempdir().unwrap();
-    let locks = common::sqlite_store(&dir).await.locks();
+    let locks = common::locks(&common::sqlite_store(&dir).await);
     let mut routes = routes();
     let lease = layer(locks.clone(), Duration::from_secs(600), Mode::Reject);
     let (base, _server) = common::serve(routes.router.layer(lease)).await;
@@ -141,7 +142,7 @@ async fn a_client_that_disconnects_mid_handler_leaves_the_lock_free() {
 async fn a_client_that_disconnects_while_waiting_stops_waiting() {
     let dir = tempfile::tempdir().unwrap();
     let store = common::sqlite_store(&dir).await;
-    let locks = store.locks();
+    let locks = common::locks(&store);
     let routes = routes();
     let lease = layer(
         locks.clone(),
@@ -151,10 +152,10 @@ async fn a_client_that_disconnects_while_waiting_stops_waiting() {
     let (base, _server) = common::serve(routes.router.layer(lease)).await;
 
     let holder = locks.try_acquire(KEY).await.unwrap();
-    let subscribed = store.subscribes.load(Ordering::SeqCst);
+    let subscribed = store.calls(Op::Subscribe);
     let waiter = raw_post(&base, "/ok").await;
     // The request is waiting once it subscribed to release notifications.
-    while store.subscribes.load(Ordering::SeqCst) == subscribed {
+    while store.calls(Op::Subscribe) == subscribed {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     drop(waiter);
@@ -163,11 +164,11 @@ async fn a_client_that_disconnects_while_waiting_stops_waiting() {
     // and call the handler. Seeing the disconnect takes the server
     // microseconds; the second is slack for a loaded machine.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let attempts = store.acquires.load(Ordering::SeqCst);
+    let attempts = store.calls(Op::TryAcquire);
     holder.release().await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
-        store.acquires.load(Ordering::SeqCst),
+        store.calls(Op::TryAcquire),
         attempts,
         "no attempt after the disconnect"
     );
@@ -181,11 +182,11 @@ async fn store_outages_are_503_problems_and_never_hang() {
     let store = common::sqlite_store(&dir).await;
     let routes = routes();
     for mode in [Mode::Reject, Mode::Wait(Duration::from_secs(1))] {
-        let lease = layer(store.locks(), Duration::from_secs(10), mode);
+        let lease = layer(common::locks(&store), Duration::from_secs(10), mode);
         let (base, _server) = common::serve(routes.router.clone().layer(lease)).await;
         let client = common::client();
-        for outage in [Faulty::fail as fn(&Faulty), Faulty::hang] {
-            outage(&store);
+        for outage in [Fault::Unavailable("injected outage".into()), Fault::Hang] {
+            store.set_all(outage);
             let response = client.post(format!("{base}/ok")).send().await.unwrap();
             assert_eq!(response.headers()[header::RETRY_AFTER], "1");
             let doc = common::problem(response, StatusCode::SERVICE_UNAVAILABLE).await;
@@ -201,12 +202,10 @@ async fn store_outages_are_503_problems_and_never_hang() {
     assert_eq!(routes.ok_calls.load(Ordering::SeqCst), 2);
 }
 
-use common::Faulty;
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handler_slower_than_the_ttl_keeps_its_lease() {
     let dir = tempfile::tempdir().unwrap();
-    let locks = common::sqlite_store(&dir).await.locks();
+    let locks = common::locks(&common::sqlite_store(&dir).await);
     let mut routes = routes();
     let ttl = Duration::from_millis(300);
     let (base, _server) = common::serve(routes.router.layer(layer(locks, ttl, Mode::Reject))).await;

@@ -27,7 +27,7 @@ struct Api {
 /// The app with locks and data on SQLite files in a fresh directory.
 async fn start(mode: Option<Mode>, step_delay: Duration) -> Api {
     let dir = tempfile::tempdir().unwrap();
-    let locks = common::sqlite_store(&dir).await.locks();
+    let locks = common::locks(&common::sqlite_store(&dir).await);
     let users = SqliteUsers::open(&dir.path().join("users.db"))
         .await
         .unwrap();

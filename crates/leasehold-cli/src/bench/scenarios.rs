@@ -447,8 +447,9 @@ mod counting {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use leasehold::backend::{Acquire, AcquireRequest, BoxFuture, Subscription};
-    use leasehold::{Backend, Key, Lease, LeaseInfo};
+    use leasehold::backend::BoxFuture;
+    use leasehold::backends::decorator::Decorator;
+    use leasehold::{Backend, Lease};
 
     #[derive(Debug)]
     pub struct Counting {
@@ -468,12 +469,9 @@ mod counting {
         }
     }
 
-    impl Backend for Counting {
-        fn try_acquire<'a>(
-            &'a self,
-            r: &'a AcquireRequest,
-        ) -> BoxFuture<'a, leasehold::Result<Acquire>> {
-            self.inner.try_acquire(r)
+    impl Decorator for Counting {
+        fn inner(&self) -> &dyn Backend {
+            self.inner.as_ref()
         }
         fn renew<'a>(
             &'a self,
@@ -482,24 +480,6 @@ mod counting {
         ) -> BoxFuture<'a, leasehold::Result<bool>> {
             self.renewals.fetch_add(1, Ordering::Relaxed);
             self.inner.renew(l, t)
-        }
-        fn release<'a>(&'a self, l: &'a Lease) -> BoxFuture<'a, leasehold::Result<()>> {
-            self.inner.release(l)
-        }
-        fn inspect<'a>(
-            &'a self,
-            k: &'a Key,
-        ) -> BoxFuture<'a, leasehold::Result<Option<LeaseInfo>>> {
-            self.inner.inspect(k)
-        }
-        fn list<'a>(&'a self, p: &'a str) -> BoxFuture<'a, leasehold::Result<Vec<LeaseInfo>>> {
-            self.inner.list(p)
-        }
-        fn force_release<'a>(&'a self, k: &'a Key) -> BoxFuture<'a, leasehold::Result<bool>> {
-            self.inner.force_release(k)
-        }
-        fn subscribe<'a>(&'a self, k: &'a Key) -> BoxFuture<'a, leasehold::Result<Subscription>> {
-            self.inner.subscribe(k)
         }
     }
 }

@@ -7,8 +7,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::backend::{Acquire, AcquireRequest, BoxFuture, Subscription};
-use leasehold::{Backend, Key, Lease, LeaseInfo, Result};
+use leasehold::backend::{Acquire, AcquireRequest, BoxFuture};
+use leasehold::backends::decorator::Decorator;
+use leasehold::{Backend, Lease, Result};
 
 use super::clock::mono_ns;
 use super::history::{Kind, Op};
@@ -68,7 +69,11 @@ impl WorkerStore {
     }
 }
 
-impl Backend for WorkerStore {
+impl Decorator for WorkerStore {
+    fn inner(&self) -> &dyn Backend {
+        self.inner.as_ref()
+    }
+
     fn try_acquire<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
         self.last_attempt.store(mono_ns(), Ordering::SeqCst);
         self.inner.try_acquire(req)
@@ -88,25 +93,5 @@ impl Backend for WorkerStore {
             }
             outcome
         })
-    }
-
-    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
-        self.inner.release(lease)
-    }
-
-    fn inspect<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<LeaseInfo>>> {
-        self.inner.inspect(key)
-    }
-
-    fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<LeaseInfo>>> {
-        self.inner.list(prefix)
-    }
-
-    fn force_release<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool>> {
-        self.inner.force_release(key)
-    }
-
-    fn subscribe<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Subscription>> {
-        self.inner.subscribe(key)
     }
 }

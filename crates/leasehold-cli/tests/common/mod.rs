@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
 /// The built binary.
@@ -14,6 +14,58 @@ pub fn leasehold(store: &str) -> Command {
         .env_remove("RUST_LOG");
     cmd
 }
+
+/// Runs one PostgreSQL statement on a connection of its own.
+pub fn pg_exec(url: &str, statement: &str) {
+    use sqlx::Connection;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+        sqlx::raw_sql(statement).execute(&mut conn).await.unwrap();
+        conn.close().await.unwrap();
+    });
+}
+
+/// A store URL for one test, with what must live as long as it (a temp
+/// dir, a [`PgCleanup`]).
+pub struct StoreUrl {
+    pub url: String,
+    _keep: Box<dyn std::any::Any>,
+}
+
+impl StoreUrl {
+    pub fn new(url: String, keep: impl std::any::Any) -> Self {
+        StoreUrl {
+            url,
+            _keep: Box::new(keep),
+        }
+    }
+}
+
+impl AsRef<str> for StoreUrl {
+    fn as_ref(&self) -> &str {
+        &self.url
+    }
+}
+
+/// Runs a PostgreSQL statement when dropped (best effort: a failing test
+/// should report its own failure): drops what a test made on the server.
+pub struct PgCleanup {
+    pub server: String,
+    pub statement: String,
+}
+
+impl Drop for PgCleanup {
+    fn drop(&mut self) {
+        let _ = std::panic::catch_unwind(|| pg_exec(&self.server, &self.statement));
+    }
+}
+
+/// `demo` arguments for a short run: two workers, twenty orders.
+pub const SHORT_DEMO: [&str; 7] = ["demo", "--workers", "2", "--orders", "20", "--stock", "10"];
 
 /// A SQLite store URL in `dir`.
 pub fn sqlite_store(dir: &Path) -> String {
@@ -127,26 +179,30 @@ pub fn counter_under_many_processes(store: &str, dir: &Path, processes: usize, r
     );
 }
 
-/// A holder killed with SIGKILL is taken over within ttl + 1 s.
-pub fn kill9_takeover(store: &str, dir: &Path) {
-    let pidfile = dir.join("kill9-child.pid");
-    let mut holder = leasehold(store)
-        .args(["run", "kill9", "--ttl", "1s", "--", "sh", "-c"])
+/// Starts `leasehold run KEY --ttl 1s EXTRA -- sh -c ...` whose command
+/// writes its pid to `pidfile` and sleeps; returns once it holds `key` and
+/// its command runs, with the lease's token.
+fn spawn_holder(store: &str, key: &str, extra: &[&str], pidfile: &Path) -> (Child, u64) {
+    let holder = leasehold(store)
+        .args(["run", key, "--ttl", "1s"])
+        .args(extra)
+        .args(["--", "sh", "-c"])
         .arg(format!("echo $$ > {}; exec sleep 30", pidfile.display()))
         .spawn()
         .unwrap();
-    assert!(wait_until(Duration::from_secs(10), || status(
-        store, "kill9"
-    )["held"]
+    assert!(wait_until(Duration::from_secs(10), || status(store, key)
+        ["held"]
         == true));
-    assert!(wait_until(Duration::from_secs(5), || read_pid(&pidfile).is_some()));
-    let first = status(store, "kill9")["token"].as_u64().unwrap();
-    holder.kill().unwrap(); // SIGKILL
-    let killed_at = Instant::now();
-    holder.wait().unwrap();
+    assert!(wait_until(Duration::from_secs(5), || read_pid(pidfile).is_some()));
+    let token = status(store, key)["token"].as_u64().unwrap();
+    (holder, token)
+}
+
+/// Runs the next holder of `key` (waiting up to 10 s); returns its token.
+fn next_holder_token(store: &str, key: &str) -> u64 {
     let out = run(leasehold(store).args([
         "run",
-        "kill9",
+        key,
         "--wait",
         "10s",
         "--",
@@ -154,9 +210,19 @@ pub fn kill9_takeover(store: &str, dir: &Path) {
         "-c",
         "echo $LEASEHOLD_TOKEN",
     ]));
-    let took = killed_at.elapsed();
     assert!(out.status.success(), "{}", stderr(&out));
-    let second: u64 = stdout(&out).trim().parse().unwrap();
+    stdout(&out).trim().parse().unwrap()
+}
+
+/// A holder killed with SIGKILL is taken over within ttl + 1 s.
+pub fn kill9_takeover(store: &str, dir: &Path) {
+    let pidfile = dir.join("kill9-child.pid");
+    let (mut holder, first) = spawn_holder(store, "kill9", &[], &pidfile);
+    holder.kill().unwrap(); // SIGKILL
+    let killed_at = Instant::now();
+    holder.wait().unwrap();
+    let second = next_holder_token(store, "kill9");
+    let took = killed_at.elapsed();
     assert!(second > first);
     assert!(
         took <= Duration::from_secs(2),
@@ -176,42 +242,12 @@ pub fn kill9_takeover(store: &str, dir: &Path) {
 /// command and exits 70.
 pub fn sigstop_loses_lease(store: &str, dir: &Path) {
     let pidfile = dir.join("paused-child.pid");
-    let mut holder = leasehold(store)
-        .args([
-            "run",
-            "paused",
-            "--ttl",
-            "1s",
-            "--kill-after",
-            "500ms",
-            "--",
-            "sh",
-            "-c",
-        ])
-        .arg(format!("echo $$ > {}; exec sleep 30", pidfile.display()))
-        .spawn()
-        .unwrap();
-    assert!(wait_until(Duration::from_secs(10), || status(
-        store, "paused"
-    )["held"]
-        == true));
-    assert!(wait_until(Duration::from_secs(5), || read_pid(&pidfile).is_some()));
+    let extra = ["--kill-after", "500ms"];
+    let (mut holder, first) = spawn_holder(store, "paused", &extra, &pidfile);
     let child = read_pid(&pidfile).unwrap();
-    let first = status(store, "paused")["token"].as_u64().unwrap();
     let holder_pid = holder.id() as i32;
     signal(holder_pid, "STOP");
-    let out = run(leasehold(store).args([
-        "run",
-        "paused",
-        "--wait",
-        "10s",
-        "--",
-        "sh",
-        "-c",
-        "echo $LEASEHOLD_TOKEN",
-    ]));
-    assert!(out.status.success(), "{}", stderr(&out));
-    let second: u64 = stdout(&out).trim().parse().unwrap();
+    let second = next_holder_token(store, "paused");
     assert!(
         second > first,
         "the next holder's token {second} must exceed {first}"

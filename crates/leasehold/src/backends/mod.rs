@@ -1,6 +1,7 @@
 //! The stores. Each is a small adapter of the [`Backend`](crate::Backend)
 //! operations; all logic shared between stores lives in the core.
 
+pub mod decorator;
 pub mod memory;
 #[cfg(feature = "mongodb")]
 pub mod mongodb;

@@ -5,9 +5,9 @@
 //! available (a proxy that drops `LISTEN`, a Redis without pub/sub).
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use crate::backend::{Acquire, AcquireRequest, Backend, BoxFuture, Lease, LeaseInfo};
+use super::decorator::Decorator;
+use crate::backend::{Backend, BoxFuture};
 use crate::error::Result;
 use crate::key::Key;
 use crate::notify::Subscription;
@@ -26,24 +26,9 @@ impl PollingOnly {
     }
 }
 
-impl Backend for PollingOnly {
-    fn try_acquire<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
-        self.inner.try_acquire(req)
-    }
-    fn renew<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
-        self.inner.renew(lease, ttl)
-    }
-    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
-        self.inner.release(lease)
-    }
-    fn inspect<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<LeaseInfo>>> {
-        self.inner.inspect(key)
-    }
-    fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<LeaseInfo>>> {
-        self.inner.list(prefix)
-    }
-    fn force_release<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool>> {
-        self.inner.force_release(key)
+impl Decorator for PollingOnly {
+    fn inner(&self) -> &dyn Backend {
+        self.inner.as_ref()
     }
     fn subscribe<'a>(&'a self, _key: &'a Key) -> BoxFuture<'a, Result<Subscription>> {
         Box::pin(async { Ok(Subscription::never()) })

@@ -2,7 +2,7 @@
 //! behaviour over real HTTP is tested in `examples/users-api/tests`.
 
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,66 +11,9 @@ use tower::{Layer, Service, ServiceExt};
 
 use super::body::collect;
 use super::{problem, FencingToken, LeaseLayer, Mode};
-use crate::backend::{Acquire, AcquireRequest, Backend, BoxFuture, Lease, LeaseInfo};
 use crate::backends::memory::MemoryBackend;
-use crate::error::{Error, Result};
-use crate::key::Key;
 use crate::lock::Locks;
-use crate::notify::Subscription;
-
-const UP: u8 = 0;
-const FAILING: u8 = 1;
-const HANGING: u8 = 2;
-
-/// The memory store, with failures switched on from the test.
-#[derive(Debug, Default, Clone)]
-struct Faulty {
-    inner: MemoryBackend,
-    state: Arc<AtomicU8>,
-}
-
-impl Faulty {
-    fn set(&self, state: u8) {
-        self.state.store(state, Ordering::SeqCst);
-    }
-
-    fn run<'a, T: Send + 'a>(&'a self, op: BoxFuture<'a, Result<T>>) -> BoxFuture<'a, Result<T>> {
-        match self.state.load(Ordering::SeqCst) {
-            UP => op,
-            // A driver message that names the store, password included.
-            FAILING => Box::pin(async {
-                Err(Error::unavailable(
-                    "injected outage at postgres://app:hunter22@db",
-                ))
-            }),
-            _ => Box::pin(std::future::pending()),
-        }
-    }
-}
-
-impl Backend for Faulty {
-    fn try_acquire<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
-        self.run(self.inner.try_acquire(req))
-    }
-    fn renew<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
-        self.run(self.inner.renew(lease, ttl))
-    }
-    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
-        self.run(self.inner.release(lease))
-    }
-    fn inspect<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<LeaseInfo>>> {
-        self.run(self.inner.inspect(key))
-    }
-    fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<LeaseInfo>>> {
-        self.run(self.inner.list(prefix))
-    }
-    fn force_release<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool>> {
-        self.run(self.inner.force_release(key))
-    }
-    fn subscribe<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Subscription>> {
-        self.run(self.inner.subscribe(key))
-    }
-}
+use crate::testing::{Fault, Faulty};
 
 type Req = Request<String>;
 
@@ -212,13 +155,15 @@ async fn store_failure_and_silence_are_503_problems() {
     let calls = Arc::new(AtomicUsize::new(0));
     for mode in [Mode::Reject, Mode::Wait(Duration::from_secs(1))] {
         let svc = layer(&locks, mode).layer(counting(calls.clone()));
-        for state in [FAILING, HANGING] {
-            store.set(state);
+        // A driver message that names the store, password included.
+        let outage = Fault::Unavailable("injected outage at postgres://app:hunter22@db".into());
+        for state in [outage, Fault::Hang] {
+            store.set_all(state.clone());
             let response = svc.clone().oneshot(post("/k/a")).await.unwrap();
             assert_eq!(
                 response.status(),
                 StatusCode::SERVICE_UNAVAILABLE,
-                "{mode:?} {state}"
+                "{mode:?} {state:?}"
             );
             assert_eq!(response.headers()[header::RETRY_AFTER], "1");
             let doc = json(response).await;

@@ -2,13 +2,11 @@
 //! fails on demand, and problem+json checks.
 #![allow(dead_code)] // each test binary uses a different part
 
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use leasehold::backend::{Acquire, AcquireRequest, BoxFuture, Subscription};
-use leasehold::{Backend, Error, Key, Lease, LeaseInfo, Locks, Result};
+use leasehold::testing::Faulty;
+use leasehold::Locks;
 use reqwest::{header, StatusCode};
 use tokio::task::JoinHandle;
 
@@ -34,6 +32,11 @@ pub fn client() -> reqwest::Client {
 pub async fn sqlite_store(dir: &tempfile::TempDir) -> Faulty {
     let url = format!("sqlite://{}", dir.path().join("locks.db").display());
     Faulty::new(leasehold::open::open_backend(&url).await.unwrap())
+}
+
+/// A `Locks` handle on `store`.
+pub fn locks(store: &Faulty) -> Locks {
+    Locks::new(store.clone())
 }
 
 /// Checks that `response` is a problem document with `status` and the
@@ -84,87 +87,6 @@ pub async fn first_non_409(client: &reqwest::Client, url: &str) -> StatusCode {
     }
 }
 
-const UP: u8 = 0;
-const FAILING: u8 = 1;
-const HANGING: u8 = 2;
-
-/// A real store with an outage switch, and counters of what it was asked.
-#[derive(Debug, Clone)]
-pub struct Faulty {
-    inner: Arc<dyn Backend>,
-    state: Arc<AtomicU8>,
-    /// How many acquisition attempts reached the store.
-    pub acquires: Arc<AtomicUsize>,
-    /// How many waiters subscribed to release notifications.
-    pub subscribes: Arc<AtomicUsize>,
-}
-
-impl Faulty {
-    /// Wraps `inner`, up.
-    pub fn new(inner: Arc<dyn Backend>) -> Self {
-        Faulty {
-            inner,
-            state: Arc::default(),
-            acquires: Arc::default(),
-            subscribes: Arc::default(),
-        }
-    }
-
-    /// Every operation from now on fails with `Error::Unavailable`.
-    pub fn fail(&self) {
-        self.state.store(FAILING, Ordering::SeqCst);
-    }
-
-    /// Every operation from now on never answers.
-    pub fn hang(&self) {
-        self.state.store(HANGING, Ordering::SeqCst);
-    }
-
-    /// Back to normal.
-    pub fn recover(&self) {
-        self.state.store(UP, Ordering::SeqCst);
-    }
-
-    /// A `Locks` handle on this store.
-    pub fn locks(&self) -> Locks {
-        Locks::new(self.clone())
-    }
-
-    fn run<'a, T: Send + 'a>(&'a self, op: BoxFuture<'a, Result<T>>) -> BoxFuture<'a, Result<T>> {
-        match self.state.load(Ordering::SeqCst) {
-            UP => op,
-            FAILING => Box::pin(async { Err(Error::unavailable("injected outage")) }),
-            _ => Box::pin(std::future::pending()),
-        }
-    }
-}
-
-impl Backend for Faulty {
-    fn try_acquire<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
-        self.acquires.fetch_add(1, Ordering::SeqCst);
-        self.run(self.inner.try_acquire(req))
-    }
-    fn renew<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
-        self.run(self.inner.renew(lease, ttl))
-    }
-    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
-        self.run(self.inner.release(lease))
-    }
-    fn inspect<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<LeaseInfo>>> {
-        self.run(self.inner.inspect(key))
-    }
-    fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<LeaseInfo>>> {
-        self.run(self.inner.list(prefix))
-    }
-    fn force_release<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool>> {
-        self.run(self.inner.force_release(key))
-    }
-    fn subscribe<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Subscription>> {
-        self.subscribes.fetch_add(1, Ordering::SeqCst);
-        self.run(self.inner.subscribe(key))
-    }
-}
-
 /// The MongoDB test server's URL (`LEASEHOLD_TEST_MONGODB`) with a fresh
 /// database in its path, so tests running in parallel on one server (and
 /// their fixed usernames and lock keys) do not meet. `None` skips the test,
@@ -172,15 +94,5 @@ impl Backend for Faulty {
 pub fn mongodb_url() -> Option<String> {
     let url = leasehold::conformance::server_url("LEASEHOLD_TEST_MONGODB")?;
     let db = format!("users_api_{:016x}", rand::random::<u64>());
-    let (base, query) = url.split_once('?').unwrap_or((&url, ""));
-    // Keep scheme, credentials and hosts; replace any database already named.
-    let host = match base.split_once("://") {
-        Some((scheme, rest)) => format!("{scheme}://{}", rest.split('/').next().unwrap_or(rest)),
-        None => base.to_owned(),
-    };
-    Some(if query.is_empty() {
-        format!("{host}/{db}")
-    } else {
-        format!("{host}/{db}?{query}")
-    })
+    Some(leasehold::conformance::with_database(&url, &db))
 }

@@ -1,171 +1,15 @@
-//! The shared test suite every backend must pass (feature `conformance`).
-//!
-//! Each property is a function taking a [`TestStore`]; the
-//! [`conformance_tests!`](crate::conformance_tests) macro turns the list into
-//! one `#[tokio::test]` per property, so a failure names the property and
-//! the store. Differences between stores are [`Capabilities`], never a
-//! forked copy of a property. Every property works under its own random key
-//! prefix, so the suite runs in parallel against one server.
-//!
-//! ```ignore
-//! async fn store() -> Option<leasehold::conformance::TestStore> {
-//!     Some(leasehold::conformance::TestStore::new(Arc::new(MyBackend::connect().await?)))
-//! }
-//! leasehold::conformance_tests!(store);
-//! ```
+//! The lease protocol: the properties every store passes, whatever it
+//! offers beyond it.
 
-use std::any::Any;
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::{sleep, timeout, Instant};
 
-use crate::backend::{Acquire, AcquireRequest, Backend, Lease};
+use super::{grant, held, is_busy, key, prefix, request, TestStore, LONG, SHORT};
+use crate::backend::{Acquire, Backend, Lease};
 use crate::error::Error;
 use crate::key::Key;
-use crate::lock::{AcquireOptions, Locks};
-
-/// What a store can do beyond the required protocol.
-#[derive(Debug, Clone, Copy)]
-#[non_exhaustive]
-pub struct Capabilities {
-    /// Releases wake subscribed waiters (not only polling).
-    pub notifies: bool,
-}
-
-impl Default for Capabilities {
-    fn default() -> Self {
-        Capabilities { notifies: true }
-    }
-}
-
-/// A backend under test, with whatever must live as long as it (a temp dir,
-/// a server handle).
-pub struct TestStore {
-    /// The backend.
-    pub backend: Arc<dyn Backend>,
-    /// What it can do.
-    pub caps: Capabilities,
-    _keep: Option<Box<dyn Any + Send + Sync>>,
-}
-
-impl TestStore {
-    /// A store with default capabilities.
-    pub fn new(backend: Arc<dyn Backend>) -> Self {
-        TestStore {
-            backend,
-            caps: Capabilities::default(),
-            _keep: None,
-        }
-    }
-
-    /// Declares that the store cannot notify waiters.
-    pub fn without_notifications(mut self) -> Self {
-        self.caps.notifies = false;
-        self
-    }
-
-    /// Keeps `value` alive as long as the store (e.g. a `TempDir`).
-    pub fn keeping(mut self, value: impl Any + Send + Sync) -> Self {
-        self._keep = Some(Box::new(value));
-        self
-    }
-
-    fn locks(&self) -> Locks {
-        Locks::from_arc(self.backend.clone()).with_holder_label("conformance")
-    }
-}
-
-/// Reads the URL of a server for tests from `var`. Returns `None` (and says
-/// so on stderr) when it is unset, unless `LEASEHOLD_REQUIRE_SERVERS=1`, in
-/// which case a missing server fails the test.
-pub fn server_url(var: &str) -> Option<String> {
-    match std::env::var(var) {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            if std::env::var("LEASEHOLD_REQUIRE_SERVERS").as_deref() == Ok("1") {
-                panic!(
-                    "{var} is not set and LEASEHOLD_REQUIRE_SERVERS=1: this test needs its server"
-                );
-            }
-            eprintln!("skipping: {var} is not set (set it to run this test against a real server)");
-            None
-        }
-    }
-}
-
-/// Makes one `#[tokio::test]` per conformance property, each calling
-/// `$factory().await` (an `async fn() -> Option<TestStore>`; `None` skips).
-#[macro_export]
-macro_rules! conformance_tests {
-    ($factory:path) => {
-        $crate::conformance_tests!(@each $factory;
-            exclusion_under_race,
-            release_then_reacquire,
-            renew_extends,
-            renew_after_expiry_fails,
-            non_owner_cannot_renew_or_release,
-            tokens_strictly_increase,
-            expiry_frees,
-            busy_reports_holder_and_remaining_ttl,
-            inspect_and_list,
-            force_release_frees_and_bumps_fence,
-            release_is_idempotent,
-            invalid_input_rejected_before_io,
-            hostile_keys_are_plain_strings,
-            release_wakes_waiter_quickly,
-            waiter_never_exceeds_its_bound
-        );
-    };
-    (@each $factory:path; $($property:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $property() {
-                if let Some(store) = $factory().await {
-                    $crate::conformance::$property(&store).await;
-                }
-            }
-        )*
-    };
-}
-
-fn prefix() -> String {
-    format!("conformance:{:016x}:", rand::random::<u64>())
-}
-
-fn key(s: String) -> Key {
-    Key::new(s).expect("test keys are valid")
-}
-
-fn request(key: &Key, ttl: Duration) -> AcquireRequest {
-    AcquireRequest::new(key.clone(), ttl, "conformance").expect("valid ttl")
-}
-
-async fn grant(store: &TestStore, key: &Key, ttl: Duration) -> Lease {
-    match store
-        .backend
-        .try_acquire(&request(key, ttl))
-        .await
-        .expect("store answers")
-    {
-        Acquire::Granted(lease) => lease,
-        Acquire::Busy(b) => panic!("expected {key:?} to be free, but it is held by {b:?}"),
-    }
-}
-
-async fn is_busy(store: &TestStore, key: &Key) -> bool {
-    matches!(
-        store
-            .backend
-            .try_acquire(&request(key, Duration::from_secs(10)))
-            .await
-            .expect("store answers"),
-        Acquire::Busy(_)
-    )
-}
-
-const LONG: Duration = Duration::from_secs(30);
-const SHORT: Duration = Duration::from_millis(200);
+use crate::lock::AcquireOptions;
 
 /// Of many simultaneous contenders for one free key, exactly one wins.
 pub async fn exclusion_under_race(store: &TestStore) {
@@ -207,12 +51,7 @@ pub async fn renew_extends(store: &TestStore) {
         .await
         .unwrap());
     sleep(Duration::from_millis(800)).await;
-    let info = store
-        .backend
-        .inspect(&k)
-        .await
-        .unwrap()
-        .expect("still held past the first ttl");
+    let info = held(store, &k, "the renewal did not extend the lease").await;
     assert_eq!(info.token, lease.token());
     assert!(info.remaining > Duration::from_secs(2), "{info:?}");
     assert!(is_busy(store, &k).await);
@@ -247,12 +86,7 @@ pub async fn non_owner_cannot_renew_or_release(store: &TestStore) {
             "forged renew accepted"
         );
         store.backend.release(forged).await.unwrap();
-        let info = store
-            .backend
-            .inspect(&k)
-            .await
-            .unwrap()
-            .expect("forged release freed the key");
+        let info = held(store, &k, "a forged release freed it").await;
         assert_eq!(info.token, lease.token());
     }
 }
@@ -381,12 +215,7 @@ pub async fn release_is_idempotent(store: &TestStore) {
     store.backend.release(&old).await.unwrap();
     let current = grant(store, &k, LONG).await;
     store.backend.release(&old).await.unwrap();
-    let info = store
-        .backend
-        .inspect(&k)
-        .await
-        .unwrap()
-        .expect("still held by the new owner");
+    let info = held(store, &k, "an old lease's release freed the new owner's").await;
     assert_eq!(info.token, current.token());
 }
 
@@ -485,7 +314,7 @@ pub async fn hostile_keys_are_plain_strings(store: &TestStore) {
     for h in hostile {
         let k = key(format!("{p}{h}"));
         let lease = grant(store, &k, LONG).await;
-        let info = store.backend.inspect(&k).await.unwrap().expect("held");
+        let info = held(store, &k, "the hostile key was not stored as given").await;
         assert_eq!(info.key, k);
         assert!(is_busy(store, &k).await);
         store.backend.release(&lease).await.unwrap();
@@ -512,7 +341,7 @@ pub async fn hostile_keys_are_plain_strings(store: &TestStore) {
 /// A release wakes a waiting acquirer long before the holder's ttl ends.
 pub async fn release_wakes_waiter_quickly(store: &TestStore) {
     let k = key(format!("{}k", prefix()));
-    let holder = grant(store, &k, LONG).await;
+    let mut holder = grant(store, &k, LONG).await;
     if store.caps.notifies {
         let mut sub = store.backend.subscribe(&k).await.unwrap();
         assert!(
@@ -523,14 +352,19 @@ pub async fn release_wakes_waiter_quickly(store: &TestStore) {
         timeout(Duration::from_secs(5), sub.notified())
             .await
             .expect("release notification must arrive");
-        let holder = grant(store, &k, LONG).await;
-        waiter_takes_over_after_release(store, &k, holder).await;
-    } else {
-        waiter_takes_over_after_release(store, &k, holder).await;
+        holder = grant(store, &k, LONG).await;
     }
+    waiter_takes_over_after_release(store, store.backend.as_ref(), &k, holder).await;
 }
 
-async fn waiter_takes_over_after_release(store: &TestStore, k: &Key, holder: Lease) {
+/// A waiter through the core takes `k` soon after `releaser` lets
+/// `holder` go, long before the holder's ttl would have ended.
+pub(super) async fn waiter_takes_over_after_release(
+    store: &TestStore,
+    releaser: &dyn Backend,
+    k: &Key,
+    holder: Lease,
+) {
     let locks = store.locks();
     let key_name = k.as_str().to_owned();
     let waiter = tokio::spawn(async move {
@@ -539,7 +373,7 @@ async fn waiter_takes_over_after_release(store: &TestStore, k: &Key, holder: Lea
     });
     sleep(Duration::from_millis(300)).await;
     let released_at = Instant::now();
-    store.backend.release(&holder).await.unwrap();
+    releaser.release(&holder).await.unwrap();
     let (guard, acquired_at) = waiter.await.unwrap();
     let guard = guard.expect("waiter acquires after the release");
     assert!(guard.token() > holder.token());

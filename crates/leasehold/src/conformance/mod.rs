@@ -1,0 +1,210 @@
+//! The shared test suite every backend must pass (feature `conformance`).
+//!
+//! Each property is a function taking a [`TestStore`]; the
+//! [`conformance_tests!`](crate::conformance_tests) macro turns the list into
+//! one `#[tokio::test]` per property, so a failure names the property and
+//! the store. Differences between stores are [`Capabilities`] and the hooks
+//! a store's factory registers on its [`TestStore`], never a forked copy of
+//! a property. Every property works under its own random key prefix, so the
+//! suite runs in parallel against one server.
+//!
+//! ```ignore
+//! async fn store() -> Option<leasehold::conformance::TestStore> {
+//!     let url = leasehold::conformance::server_url("MY_STORE_URL")?;
+//!     Some(
+//!         TestStore::new(Arc::new(MyBackend::connect(&url).await.ok()?))
+//!             // Another client of the same store, as another process is.
+//!             .with_second_client(Arc::new(MyBackend::connect(&url).await.ok()?))
+//!             .with_url_at_port(|port| format!("my://127.0.0.1:{port}")),
+//!     )
+//! }
+//! // The protocol properties, plus those of the groups named after `;`.
+//! leasehold::conformance_tests!(store; unreachable);
+//! ```
+//!
+//! Groups beyond the protocol, for stores that have what they test:
+//! `options` (bad options rejected before I/O, registered with
+//! [`TestStore::with_bad_option`]), `unreachable` (a closed port is
+//! [`Error::Unavailable`](crate::Error::Unavailable), with
+//! [`TestStore::with_url_at_port`]) and `blocking` (a store that makes an
+//! acquisition wait on another transaction bounds that wait by the caller's,
+//! with [`TestStore::with_blocker`]).
+
+mod bounds;
+mod cross_client;
+mod protocol;
+mod store;
+
+use std::time::Duration;
+
+use crate::backend::{Acquire, AcquireRequest, Backend, Lease, LeaseInfo};
+use crate::key::Key;
+
+pub use bounds::{a_blocked_store_bounds_waits_and_try_once_calls, a_grant_after_a_block_is_live};
+pub use cross_client::{
+    a_closed_port_is_unavailable, another_clients_release_wakes_a_waiter,
+    bad_options_rejected_before_io,
+};
+pub use protocol::*;
+pub use store::{unblock, Capabilities, TestStore, Unblock};
+
+/// Reads the URL of a server for tests from `var`. Returns `None` (and says
+/// so on stderr) when it is unset, unless `LEASEHOLD_REQUIRE_SERVERS=1`, in
+/// which case a missing server fails the test.
+pub fn server_url(var: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            if std::env::var("LEASEHOLD_REQUIRE_SERVERS").as_deref() == Ok("1") {
+                panic!(
+                    "{var} is not set and LEASEHOLD_REQUIRE_SERVERS=1: this test needs its server"
+                );
+            }
+            eprintln!("skipping: {var} is not set (set it to run this test against a real server)");
+            None
+        }
+    }
+}
+
+/// `url` (`scheme://[credentials@]hosts[/database][?query]`) naming
+/// `database` instead: tests that need a database of their own (and use
+/// fixed key or table names) do not meet on one server.
+pub fn with_database(url: &str, database: &str) -> String {
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    let host = match base.split_once("://") {
+        Some((scheme, rest)) => format!("{scheme}://{}", rest.split('/').next().unwrap_or(rest)),
+        None => base.trim_end_matches('/').to_owned(),
+    };
+    if query.is_empty() {
+        format!("{host}/{database}")
+    } else {
+        format!("{host}/{database}?{query}")
+    }
+}
+
+/// Makes one `#[tokio::test]` per conformance property, each calling
+/// `$factory().await` (an `async fn() -> Option<TestStore>`; `None` skips):
+/// the protocol properties, then those of each group named after `;`
+/// (`options`, `unreachable`, `blocking`; see the [module docs](crate::conformance)).
+#[macro_export]
+macro_rules! conformance_tests {
+    (@group options $factory:path) => {
+        $crate::conformance_tests!(@each $factory; bad_options_rejected_before_io);
+    };
+    (@group unreachable $factory:path) => {
+        $crate::conformance_tests!(@each $factory; a_closed_port_is_unavailable);
+    };
+    (@group blocking $factory:path) => {
+        $crate::conformance_tests!(@each $factory;
+            a_blocked_store_bounds_waits_and_try_once_calls,
+            a_grant_after_a_block_is_live
+        );
+    };
+    (@each $factory:path; $($property:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $property() {
+                if let Some(store) = $factory().await {
+                    $crate::conformance::$property(&store).await;
+                }
+            }
+        )*
+    };
+    ($factory:path $(; $($group:ident),* $(,)?)?) => {
+        $crate::conformance_tests!(@each $factory;
+            exclusion_under_race,
+            release_then_reacquire,
+            renew_extends,
+            renew_after_expiry_fails,
+            non_owner_cannot_renew_or_release,
+            tokens_strictly_increase,
+            expiry_frees,
+            busy_reports_holder_and_remaining_ttl,
+            inspect_and_list,
+            force_release_frees_and_bumps_fence,
+            release_is_idempotent,
+            invalid_input_rejected_before_io,
+            hostile_keys_are_plain_strings,
+            release_wakes_waiter_quickly,
+            another_clients_release_wakes_a_waiter,
+            waiter_never_exceeds_its_bound
+        );
+        $($( $crate::conformance_tests!(@group $group $factory); )*)?
+    };
+}
+
+const LONG: Duration = Duration::from_secs(30);
+const SHORT: Duration = Duration::from_millis(200);
+
+/// Slack for "one round trip" on a loaded 2-core machine: a store that
+/// waited for a blocker instead of the caller's bound takes seconds.
+const ROUND_TRIP_SLACK: Duration = Duration::from_millis(700);
+
+fn prefix() -> String {
+    format!("conformance:{:016x}:", rand::random::<u64>())
+}
+
+fn key(s: String) -> Key {
+    Key::new(s).expect("test keys are valid")
+}
+
+fn request(key: &Key, ttl: Duration) -> AcquireRequest {
+    AcquireRequest::new(key.clone(), ttl, "conformance").expect("valid ttl")
+}
+
+/// Takes `key` on `backend`, which must find it free.
+async fn grant_on(backend: &dyn Backend, key: &Key, ttl: Duration) -> Lease {
+    match backend
+        .try_acquire(&request(key, ttl))
+        .await
+        .expect("store answers")
+    {
+        Acquire::Granted(lease) => lease,
+        Acquire::Busy(b) => panic!("expected {key:?} to be free, but it is held by {b:?}"),
+    }
+}
+
+async fn grant(store: &TestStore, key: &Key, ttl: Duration) -> Lease {
+    grant_on(store.backend.as_ref(), key, ttl).await
+}
+
+/// What the store reports for `key`, which must be held; `why` says what
+/// finding it free would mean.
+async fn held(store: &TestStore, key: &Key, why: &str) -> LeaseInfo {
+    let info = store.backend.inspect(key).await.expect("store answers");
+    info.unwrap_or_else(|| panic!("{key:?} is free: {why}"))
+}
+
+async fn is_busy(store: &TestStore, key: &Key) -> bool {
+    matches!(
+        store
+            .backend
+            .try_acquire(&request(key, Duration::from_secs(10)))
+            .await
+            .expect("store answers"),
+        Acquire::Busy(_)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_database;
+
+    #[test]
+    fn with_database_replaces_or_adds_the_path_and_keeps_the_rest() {
+        for (url, expected) in [
+            (
+                "mongodb://127.0.0.1:1/?directConnection=true",
+                "mongodb://127.0.0.1:1/t?directConnection=true",
+            ),
+            ("mongodb://u:p@a:1,b:2", "mongodb://u:p@a:1,b:2/t"),
+            (
+                "postgres://postgres@h:5432/test",
+                "postgres://postgres@h:5432/t",
+            ),
+            ("postgres://h/db/?x=1", "postgres://h/t?x=1"),
+        ] {
+            assert_eq!(with_database(url, "t"), expected, "{url}");
+        }
+    }
+}

@@ -1,0 +1,164 @@
+//! A backend under test and the hooks its factory registers for the
+//! properties that need more than the backend: another client, bad options,
+//! an unreachable address, a way to block the store.
+
+use std::any::Any;
+use std::future::Future;
+use std::sync::Arc;
+
+use crate::backend::{Backend, BoxFuture};
+use crate::backends::polling::PollingOnly;
+use crate::error::Result;
+use crate::key::Key;
+use crate::lock::Locks;
+
+/// What a store can do beyond the required protocol.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// Releases wake subscribed waiters (not only polling).
+    pub notifies: bool,
+}
+
+impl Default for Capabilities {
+    fn default() -> Self {
+        Capabilities { notifies: true }
+    }
+}
+
+/// Ends a block made by a [`TestStore::with_blocker`] hook.
+pub type Unblock = Box<dyn FnOnce() -> BoxFuture<'static, ()> + Send>;
+
+/// An [`Unblock`] that runs `end`.
+pub fn unblock<F>(end: impl FnOnce() -> F + Send + 'static) -> Unblock
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    Box::new(move || Box::pin(end()))
+}
+
+type Attempt = Box<dyn Fn() -> BoxFuture<'static, Result<()>> + Send + Sync>;
+type Blocker = Box<dyn Fn(Key) -> BoxFuture<'static, Unblock> + Send + Sync>;
+
+/// A backend under test, with whatever must live as long as it (a temp dir,
+/// a server handle) and the hooks of the properties beyond the protocol.
+pub struct TestStore {
+    /// The backend.
+    pub backend: Arc<dyn Backend>,
+    /// What it can do.
+    pub caps: Capabilities,
+    second: Option<Arc<dyn Backend>>,
+    pub(super) bad_options: Vec<(&'static str, Attempt)>,
+    url_at_port: Option<Box<dyn Fn(u16) -> String + Send + Sync>>,
+    blocker: Option<Blocker>,
+    _keep: Vec<Box<dyn Any + Send + Sync>>,
+}
+
+impl TestStore {
+    /// A store with default capabilities.
+    pub fn new(backend: Arc<dyn Backend>) -> Self {
+        TestStore {
+            backend,
+            caps: Capabilities::default(),
+            second: None,
+            bad_options: Vec::new(),
+            url_at_port: None,
+            blocker: None,
+            _keep: Vec::new(),
+        }
+    }
+
+    /// Declares that the store cannot notify waiters.
+    pub fn without_notifications(mut self) -> Self {
+        self.caps.notifies = false;
+        self
+    }
+
+    /// The same store, its waiters polling: the backend is wrapped in
+    /// [`PollingOnly`] (the second client is not, as another process's
+    /// would not be).
+    pub fn polling_only(mut self) -> Self {
+        self.backend = Arc::new(PollingOnly::new(self.backend));
+        self.without_notifications()
+    }
+
+    /// Keeps `value` alive as long as the store (e.g. a `TempDir`).
+    pub fn keeping(mut self, value: impl Any + Send + Sync) -> Self {
+        self._keep.push(Box::new(value));
+        self
+    }
+
+    /// Another client of the same store (its own connections, as another
+    /// process has): the cross-client properties take and release keys
+    /// through it and watch the backend under test.
+    pub fn with_second_client(mut self, backend: Arc<dyn Backend>) -> Self {
+        self.second = Some(backend);
+        self
+    }
+
+    /// Registers a way to open the store with an option that must be
+    /// rejected as [`Error::InvalidInput`](crate::Error::InvalidInput) for
+    /// `what` before any I/O (group `options`). Point `open` at an address
+    /// where nothing answers, so that only a check before I/O can answer in
+    /// time.
+    pub fn with_bad_option<F, T>(
+        mut self,
+        what: &'static str,
+        open: impl Fn() -> F + Send + Sync + 'static,
+    ) -> Self
+    where
+        F: Future<Output = Result<T>> + Send + 'static,
+    {
+        let attempt: Attempt = Box::new(move || {
+            let opening = open();
+            Box::pin(async move { opening.await.map(drop) })
+        });
+        self.bad_options.push((what, attempt));
+        self
+    }
+
+    /// How to name this store at `127.0.0.1:port`, as
+    /// [`Locks::open`] takes it (group `unreachable`).
+    pub fn with_url_at_port(mut self, url: impl Fn(u16) -> String + Send + Sync + 'static) -> Self {
+        self.url_at_port = Some(Box::new(url));
+        self
+    }
+
+    /// Registers how to block `key` at the store (group `blocking`): the
+    /// hook returns once an acquisition of the key would have to wait for
+    /// another transaction (a row lock, a database write lock), and gives
+    /// back what ends the block.
+    pub fn with_blocker<F>(mut self, block: impl Fn(Key) -> F + Send + Sync + 'static) -> Self
+    where
+        F: Future<Output = Unblock> + Send + 'static,
+    {
+        self.blocker = Some(Box::new(move |key| Box::pin(block(key))));
+        self
+    }
+
+    pub(super) fn locks(&self) -> Locks {
+        Locks::from_arc(self.backend.clone()).with_holder_label("conformance")
+    }
+
+    pub(super) fn second_client(&self) -> &dyn Backend {
+        self.second
+            .as_deref()
+            .expect("the store's factory names a second client (TestStore::with_second_client)")
+    }
+
+    pub(super) fn url_at_port(&self, port: u16) -> String {
+        let url = self
+            .url_at_port
+            .as_ref()
+            .expect("group `unreachable` needs TestStore::with_url_at_port");
+        url(port)
+    }
+
+    pub(super) async fn block(&self, key: &Key) -> Unblock {
+        let block = self
+            .blocker
+            .as_ref()
+            .expect("group `blocking` needs TestStore::with_blocker");
+        block(key.clone()).await
+    }
+}
