@@ -147,6 +147,7 @@ pub mod redact;
 mod renewal;
 #[cfg(feature = "postgres")]
 pub mod rowlock;
+pub mod scheme;
 #[cfg(any(feature = "postgres", feature = "redis"))]
 mod shared;
 pub mod time;

@@ -1,26 +1,65 @@
-//! SQLite: the library's two statements by hand, on the library's own connection.
+//! SQLite: the two statements a careful hand-written lock issues (the
+//! library's, written again here), on a connection set up as the library
+//! sets up its own, in a table of the baseline's own.
 use std::time::Duration;
 
-use leasehold::backends::sqlite::{SqliteBackend, ACQUIRE, RELEASE};
+use leasehold::scheme::StoreUrl;
 use leasehold::{BoxFuture, Locks, OwnerId};
 use sqlx::SqlitePool;
 
 use super::{baseline_error as driver, Baseline, Held, Measured};
 use crate::exit::CliError;
+use crate::sql::BusyTimeout;
 
-/// The library's two statements issued by hand on the very connection
-/// the library uses, so only the library's own work differs.
+/// The store's clock in milliseconds since the Unix epoch.
+macro_rules! now_ms {
+    () => {
+        "CAST(unixepoch('subsec') * 1000 AS INTEGER)"
+    };
+}
+
+const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS leasehold_bench_baseline (
+    key TEXT PRIMARY KEY NOT NULL,
+    fence INTEGER NOT NULL,
+    owner TEXT,
+    holder TEXT,
+    expires_at_ms INTEGER
+) WITHOUT ROWID";
+
+/// Takes the key if it is new, free or expired and returns the new fence.
+/// Parameters: key, owner, holder, ttl in ms.
+const ACQUIRE: &str = concat!(
+    "INSERT INTO leasehold_bench_baseline (key, fence, owner, holder, expires_at_ms) \
+     VALUES ($1, 1, $2, $3, ",
+    now_ms!(),
+    " + $4) ON CONFLICT (key) DO UPDATE SET fence = fence + 1, owner = excluded.owner, \
+     holder = excluded.holder, expires_at_ms = excluded.expires_at_ms \
+     WHERE owner IS NULL OR expires_at_ms <= ",
+    now_ms!(),
+    " RETURNING fence"
+);
+
+/// Frees the key if owner and fence still match. Parameters: key, owner, fence.
+const RELEASE: &str = "UPDATE leasehold_bench_baseline \
+     SET owner = NULL, holder = NULL, expires_at_ms = NULL \
+     WHERE key = $1 AND owner = $2 AND fence = $3";
+
 struct TwoStatements {
     pool: SqlitePool,
 }
 
-pub async fn open(url: &str) -> Result<Measured, CliError> {
-    let rest = url.strip_prefix("sqlite://").unwrap_or(url);
-    let (path, options) = leasehold::open::parse_sqlite(rest)?;
-    let backend = SqliteBackend::open_with(path, options).await?;
-    let pool = backend.pool().clone();
+pub async fn open(url: &str, parsed: &StoreUrl) -> Result<Measured, CliError> {
+    let locks = Locks::open(url).await?;
+    // The library's busy timeout: a statement waits as long for the file.
+    let pool = crate::sql::sqlite_pool(parsed, BusyTimeout(Duration::from_secs(5)))
+        .await
+        .map_err(driver)?;
+    sqlx::query(CREATE_TABLE)
+        .execute(&pool)
+        .await
+        .map_err(driver)?;
     Ok(Measured {
-        locks: Locks::new(backend),
+        locks,
         baselines: vec![Box::new(TwoStatements { pool })],
         handoff_peers: Vec::new(),
     })
@@ -38,7 +77,7 @@ impl Baseline for TwoStatements {
                 .bind(key)
                 .bind(&owner)
                 .bind("baseline")
-                .bind(Duration::from_secs(30).as_millis() as i64)
+                .bind(30_000i64)
                 .fetch_optional(&self.pool)
                 .await
                 .map_err(driver)?;

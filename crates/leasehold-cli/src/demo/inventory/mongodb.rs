@@ -9,12 +9,13 @@ use std::time::Duration;
 
 use leasehold::backends::mongodb::helpers::{fenced_update_one, run_transaction};
 use leasehold::occ::{RetryError, RetryPolicy};
+use leasehold::scheme::StoreUrl;
 use leasehold::BoxFuture;
 use mongodb::bson::{doc, Document};
 use mongodb::options::{ClientOptions, ReturnDocument, WriteConcern};
 use mongodb::{Client, Collection};
 
-use super::{store_error, Inventory, Stock};
+use super::{store_error, Check, Inventory, Stock};
 use crate::exit::{CliError, EX_UNAVAILABLE};
 
 pub struct MongoInventory {
@@ -23,8 +24,8 @@ pub struct MongoInventory {
 }
 
 impl MongoInventory {
-    pub async fn open(url: &str) -> Result<Self, CliError> {
-        let mut options = ClientOptions::parse(url)
+    pub async fn open(url: &StoreUrl) -> Result<Self, CliError> {
+        let mut options = ClientOptions::parse(url.driver_url())
             .await
             .map_err(|e| CliError::usage(format!("invalid store url: {e}")))?;
         options
@@ -92,41 +93,32 @@ impl Inventory for MongoInventory {
         })
     }
 
-    fn write_unchecked<'a>(
+    fn write<'a>(
         &'a self,
         product: &'a str,
         stock: i64,
-    ) -> BoxFuture<'a, Result<(), CliError>> {
-        Box::pin(async move {
-            self.changed(doc! { "_id": product }, doc! { "$set": { "stock": stock } })
-                .await
-                .map(drop)
-        })
-    }
-
-    fn write_fenced<'a>(
-        &'a self,
-        product: &'a str,
-        stock: i64,
-        token: u64,
+        check: Check,
     ) -> BoxFuture<'a, Result<bool, CliError>> {
         Box::pin(async move {
-            Ok(fenced_update_one(&self.products, product, token, doc! { "stock": stock }).await?)
-        })
-    }
-
-    fn write_versioned<'a>(
-        &'a self,
-        product: &'a str,
-        stock: i64,
-        version: i64,
-    ) -> BoxFuture<'a, Result<bool, CliError>> {
-        Box::pin(async move {
-            self.changed(
-                doc! { "_id": product, "version": version },
-                doc! { "$set": { "stock": stock }, "$inc": { "version": 1_i64 } },
-            )
-            .await
+            match check {
+                Check::None => {
+                    self.changed(doc! { "_id": product }, doc! { "$set": { "stock": stock } })
+                        .await
+                }
+                Check::Fence(token) => {
+                    Ok(
+                        fenced_update_one(&self.products, product, token, doc! { "stock": stock })
+                            .await?,
+                    )
+                }
+                Check::Version(version) => {
+                    self.changed(
+                        doc! { "_id": product, "version": version },
+                        doc! { "$set": { "stock": stock }, "$inc": { "version": 1_i64 } },
+                    )
+                    .await
+                }
+            }
         })
     }
 
