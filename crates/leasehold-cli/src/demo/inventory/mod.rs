@@ -79,9 +79,11 @@ fn offered(scheme: Scheme) -> Result<&'static [Strategy], CliError> {
         // Redis has no lock that spans a read, a pause and a write (a
         // script cannot wait for the payment); the lease is the way.
         Scheme::Redis => &[Strategy::None, Strategy::Lease, Strategy::Optimistic],
-        Scheme::Memory => return Err(CliError::usage(format!(
+        Scheme::Memory => {
+            return Err(CliError::usage(format!(
             "the demo runs worker processes, which cannot share a memory:// store; use {SUPPORTED}"
-        ))),
+        )))
+        }
         other => {
             return Err(CliError::usage(format!(
                 "the demo does not support store {:?}; use {SUPPORTED}",
