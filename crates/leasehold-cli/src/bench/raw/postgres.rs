@@ -191,15 +191,24 @@ impl Baseline for TwoStatements {
     fn try_acquire<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Held>, CliError>> {
         Box::pin(async move {
             let owner = OwnerId::random().to_string();
-            let row: Option<(Option<i64>, Option<String>, Option<i64>)> = sqlx::query_as(ACQUIRE)
-                .bind(key)
-                .bind(&owner)
-                .bind("baseline")
-                .bind(30_000i64)
-                .bind(LOCK_WAIT_MS)
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(baseline_error)?;
+            let row: Option<(Option<i64>, Option<String>, Option<i64>)> =
+                match sqlx::query_as(ACQUIRE)
+                    .bind(key)
+                    .bind(&owner)
+                    .bind("baseline")
+                    .bind(30_000i64)
+                    .bind(LOCK_WAIT_MS)
+                    .fetch_optional(&self.pool)
+                    .await
+                {
+                    Ok(row) => row,
+                    // The row stayed locked by another transaction (a
+                    // concurrent acquire or release) past the bound: busy.
+                    Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("55P03") => {
+                        return Ok(None)
+                    }
+                    Err(e) => return Err(baseline_error(e)),
+                };
             Ok(row.and_then(|(fence, _, _)| fence).map(|token| Held {
                 key: key.to_owned(),
                 owner,

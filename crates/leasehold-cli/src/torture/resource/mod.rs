@@ -113,6 +113,66 @@ pub async fn in_store(url: &str) -> Result<Box<dyn InStore>, CliError> {
     }
 }
 
+/// The resource a run set up, whichever variant.
+pub enum Resource {
+    Server(server::Server),
+    InStore(Box<dyn InStore>),
+}
+
+impl Resource {
+    /// Starts the server, or resets `keys` in the store's own tables.
+    pub async fn set_up(
+        kind: super::ResourceKind,
+        store: &str,
+        keys: &[String],
+        fencing: bool,
+    ) -> Result<Resource, CliError> {
+        Ok(match kind {
+            super::ResourceKind::Server => Resource::Server(
+                server::Server::start(fencing)
+                    .await
+                    .map_err(|e| CliError::new(crate::exit::EX_SOFTWARE, e.to_string()))?,
+            ),
+            super::ResourceKind::Store => {
+                let resource = in_store(store).await?;
+                resource.reset(keys).await.map_err(store_error)?;
+                Resource::InStore(resource)
+            }
+        })
+    }
+
+    /// How workers reach it (see [`connect`]).
+    pub fn spec(&self) -> String {
+        match self {
+            Resource::Server(server) => format!("tcp://{}", server.addr()),
+            Resource::InStore(_) => "store".to_owned(),
+        }
+    }
+
+    /// As the report names it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Resource::Server(_) => "server",
+            Resource::InStore(_) => "store",
+        }
+    }
+
+    /// Every decision about `keys`, in the order made.
+    pub async fn decisions(&self, keys: &[String]) -> Result<Vec<Decision>, CliError> {
+        match self {
+            Resource::Server(server) => Ok(server.decisions()),
+            Resource::InStore(resource) => resource.decisions(keys).await.map_err(store_error),
+        }
+    }
+}
+
+fn store_error(e: anyhow::Error) -> CliError {
+    CliError::new(
+        crate::exit::EX_UNAVAILABLE,
+        format!("torture resource in the store: {e:#}"),
+    )
+}
+
 /// How a worker reaches the resource, as passed on its command line:
 /// `tcp://ADDR` for the harness's server, `store` for the in-store variant.
 pub async fn connect(
