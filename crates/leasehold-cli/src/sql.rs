@@ -141,6 +141,15 @@ impl SqlDb {
         }))
     }
 
+    /// `pool`, a PostgreSQL pool with direct connections to the server.
+    pub fn from_postgres_pool(pool: PgPool) -> SqlDb {
+        SqlDb {
+            pool: Either::Postgres(pool),
+            dialect: &POSTGRES,
+            pooler: Pooler::None,
+        }
+    }
+
     /// The PostgreSQL pool and its pooler, for the library's row-lock
     /// helpers; `None` on SQLite.
     pub fn postgres(&self) -> Option<(&PgPool, Pooler)> {

@@ -382,46 +382,17 @@ mod tests {
 
     #[test]
     fn every_alias_names_its_store_and_location() {
+        let tcp = |default_port| Location::Tcp { default_port };
         for (url, scheme, location) in [
             ("memory://", Scheme::Memory, Location::InProcess),
             ("sqlite:///tmp/x.db", Scheme::Sqlite, Location::File),
-            (
-                "postgres://u@h/db",
-                Scheme::Postgres,
-                Location::Tcp { default_port: 5432 },
-            ),
-            (
-                "postgresql://u@h/db",
-                Scheme::Postgres,
-                Location::Tcp { default_port: 5432 },
-            ),
-            (
-                "redis://h",
-                Scheme::Redis,
-                Location::Tcp { default_port: 6379 },
-            ),
-            (
-                "rediss://h",
-                Scheme::Redis,
-                Location::Tcp { default_port: 6379 },
-            ),
-            (
-                "redis+unix:///tmp/r.sock",
-                Scheme::Redis,
-                Location::UnixSocket,
-            ),
-            (
-                "mongodb://h/db",
-                Scheme::Mongodb,
-                Location::Tcp {
-                    default_port: 27017,
-                },
-            ),
-            (
-                "mongodb+srv://cluster/db",
-                Scheme::Mongodb,
-                Location::Discovered,
-            ),
+            ("postgres://u@h/db", Scheme::Postgres, tcp(5432)),
+            ("postgresql://u@h/db", Scheme::Postgres, tcp(5432)),
+            ("redis://h", Scheme::Redis, tcp(6379)),
+            ("rediss://h", Scheme::Redis, tcp(6379)),
+            ("redis+unix:///r.sock", Scheme::Redis, Location::UnixSocket),
+            ("mongodb://h/db", Scheme::Mongodb, tcp(27017)),
+            ("mongodb+srv://c/db", Scheme::Mongodb, Location::Discovered),
         ] {
             if !scheme.is_compiled_in() {
                 assert!(

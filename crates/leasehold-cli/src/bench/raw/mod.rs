@@ -7,6 +7,7 @@ mod mongodb;
 mod postgres;
 mod redis;
 mod sqlite;
+mod statements;
 
 use std::time::Duration;
 
@@ -88,7 +89,7 @@ pub struct Measured {
 pub async fn open(url: &str) -> Result<(BenchStore, Locks), CliError> {
     let (scheme, parsed) = Scheme::parse(url)?;
     let measured = match scheme {
-        Scheme::Sqlite => sqlite::open(url, &parsed).await?,
+        Scheme::Sqlite => sqlite::open(url).await?,
         Scheme::Postgres => postgres::open(url).await?,
         Scheme::Redis => redis::open(url, &parsed).await?,
         #[cfg(feature = "mongodb")]

@@ -14,14 +14,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold::backends::postgres::{parse_store_url, Pooler, PostgresBackend, PostgresOptions};
-use leasehold::{BoxFuture, LeaseGuard, Locks, OwnerId};
+use leasehold::{BoxFuture, LeaseGuard, Locks};
 use sqlx::pool::PoolConnection;
 use sqlx::{PgPool, Postgres};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
+use super::statements::TwoStatements;
 use super::{baseline_error, Baseline, HandoffPeer, Held, Measured};
 use crate::exit::CliError;
+use crate::sql::SqlDb;
 
 const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS leasehold_bench_baseline (
     key TEXT COLLATE \"C\" PRIMARY KEY,
@@ -111,7 +113,13 @@ async fn baselines(
         .execute(&pool)
         .await
         .map_err(baseline_error)?;
-    let statements = TwoStatements { pool: pool.clone() };
+    let statements = TwoStatements {
+        name: "two postgres statements by hand",
+        db: SqlDb::from_postgres_pool(pool.clone()),
+        acquire: ACQUIRE,
+        release: RELEASE,
+        lock_wait: Some(LOCK_WAIT_MS),
+    };
     // Advisory locks belong to a session: keep one connection for them.
     let session = pool.acquire().await.map_err(baseline_error)?;
     let mut baselines: Vec<Box<dyn Baseline>> = vec![
@@ -174,58 +182,6 @@ impl Baseline for DirectLeasehold {
             if let Some(guard) = self.held.lock().await.remove(&held.key) {
                 guard.release().await.map_err(baseline_error)?;
             }
-            Ok(())
-        })
-    }
-}
-
-struct TwoStatements {
-    pool: PgPool,
-}
-
-impl Baseline for TwoStatements {
-    fn name(&self) -> &'static str {
-        "two postgres statements by hand"
-    }
-
-    fn try_acquire<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Held>, CliError>> {
-        Box::pin(async move {
-            let owner = OwnerId::random().to_string();
-            let row: Option<(Option<i64>, Option<String>, Option<i64>)> =
-                match sqlx::query_as(ACQUIRE)
-                    .bind(key)
-                    .bind(&owner)
-                    .bind("baseline")
-                    .bind(30_000i64)
-                    .bind(LOCK_WAIT_MS)
-                    .fetch_optional(&self.pool)
-                    .await
-                {
-                    Ok(row) => row,
-                    // The row stayed locked by another transaction (a
-                    // concurrent acquire or release) past the bound: busy.
-                    Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("55P03") => {
-                        return Ok(None)
-                    }
-                    Err(e) => return Err(baseline_error(e)),
-                };
-            Ok(row.and_then(|(fence, _, _)| fence).map(|token| Held {
-                key: key.to_owned(),
-                owner,
-                token,
-            }))
-        })
-    }
-
-    fn release(&self, held: Held) -> BoxFuture<'_, Result<(), CliError>> {
-        Box::pin(async move {
-            sqlx::query(RELEASE)
-                .bind(&held.key)
-                .bind(&held.owner)
-                .bind(held.token)
-                .fetch_all(&self.pool)
-                .await
-                .map_err(baseline_error)?;
             Ok(())
         })
     }

@@ -3,13 +3,12 @@
 //! sets up its own, in a table of the baseline's own.
 use std::time::Duration;
 
-use leasehold::scheme::StoreUrl;
-use leasehold::{BoxFuture, Locks, OwnerId};
-use sqlx::SqlitePool;
+use leasehold::Locks;
 
-use super::{baseline_error as driver, Baseline, Held, Measured};
+use super::statements::TwoStatements;
+use super::{baseline_error as driver, Measured};
 use crate::exit::CliError;
-use crate::sql::BusyTimeout;
+use crate::sql::{BusyTimeout, SqlDb};
 
 /// The store's clock in milliseconds since the Unix epoch.
 macro_rules! now_ms {
@@ -44,61 +43,23 @@ const RELEASE: &str = "UPDATE leasehold_bench_baseline \
      SET owner = NULL, holder = NULL, expires_at_ms = NULL \
      WHERE key = $1 AND owner = $2 AND fence = $3";
 
-struct TwoStatements {
-    pool: SqlitePool,
-}
-
-pub async fn open(url: &str, parsed: &StoreUrl) -> Result<Measured, CliError> {
+pub async fn open(url: &str) -> Result<Measured, CliError> {
     let locks = Locks::open(url).await?;
     // The library's busy timeout: a statement waits as long for the file.
-    let pool = crate::sql::sqlite_pool(parsed, BusyTimeout(Duration::from_secs(5)))
-        .await
-        .map_err(driver)?;
-    sqlx::query(CREATE_TABLE)
-        .execute(&pool)
-        .await
-        .map_err(driver)?;
+    let busy = BusyTimeout(Duration::from_secs(5));
+    let db = SqlDb::open(url, "baseline", busy)
+        .await?
+        .ok_or_else(|| CliError::usage("the SQLite baseline needs an sqlite:// URL"))?;
+    db.execute(CREATE_TABLE, &[]).await.map_err(driver)?;
     Ok(Measured {
         locks,
-        baselines: vec![Box::new(TwoStatements { pool })],
+        baselines: vec![Box::new(TwoStatements {
+            name: "two sqlite statements by hand",
+            db,
+            acquire: ACQUIRE,
+            release: RELEASE,
+            lock_wait: None,
+        })],
         handoff_peers: Vec::new(),
     })
-}
-
-impl Baseline for TwoStatements {
-    fn name(&self) -> &'static str {
-        "two sqlite statements by hand"
-    }
-
-    fn try_acquire<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Held>, CliError>> {
-        Box::pin(async move {
-            let owner = OwnerId::random().to_string();
-            let fence: Option<i64> = sqlx::query_scalar(ACQUIRE)
-                .bind(key)
-                .bind(&owner)
-                .bind("baseline")
-                .bind(30_000i64)
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(driver)?;
-            Ok(fence.map(|token| Held {
-                key: key.to_owned(),
-                owner,
-                token,
-            }))
-        })
-    }
-
-    fn release(&self, held: Held) -> BoxFuture<'_, Result<(), CliError>> {
-        Box::pin(async move {
-            sqlx::query(RELEASE)
-                .bind(&held.key)
-                .bind(&held.owner)
-                .bind(held.token)
-                .execute(&self.pool)
-                .await
-                .map_err(driver)?;
-            Ok(())
-        })
-    }
 }
