@@ -31,7 +31,7 @@ pub struct Dialect {
     begin_write: &'static str,
     /// Appended to a `SELECT` inside [`begin_write`](Self::begin_write)'s
     /// transaction to lock what it read until the end.
-    pub for_update: &'static str,
+    for_update: &'static str,
     /// An integer primary key the database numbers in insertion order.
     pub serial_key: &'static str,
     /// After a table's column list.
@@ -211,6 +211,7 @@ impl SqlDb {
                 Either::Postgres(pool) => Either::Postgres(pool.begin().await?),
             },
             persistent: self.persistent(),
+            dialect: self.dialect,
         })
     }
 
@@ -224,6 +225,7 @@ impl SqlDb {
                 Either::Postgres(pool) => Either::Postgres(pool.begin_with(begin).await?),
             },
             persistent: self.persistent(),
+            dialect: self.dialect,
         })
     }
 
@@ -251,6 +253,7 @@ impl SqlDb {
 pub struct SqlTx {
     tx: Either<Transaction<'static, Sqlite>, Transaction<'static, Postgres>>,
     persistent: bool,
+    dialect: &'static Dialect,
 }
 
 impl SqlTx {
@@ -280,13 +283,29 @@ impl SqlTx {
             .collect())
     }
 
-    /// Runs `sql`; returns its row, if any.
+    /// Runs `sql`; returns its first row, if any.
     pub async fn fetch_optional<T: SqlRow>(
         &mut self,
         sql: &str,
         args: &[Arg<'_>],
     ) -> sqlx::Result<Option<T>> {
         Ok(self.fetch_all(sql, args).await?.into_iter().next())
+    }
+
+    /// Runs `sql`; returns its first row.
+    pub async fn fetch_one<T: SqlRow>(&mut self, sql: &str, args: &[Arg<'_>]) -> sqlx::Result<T> {
+        self.fetch_optional(sql, args)
+            .await?
+            .ok_or(sqlx::Error::RowNotFound)
+    }
+
+    /// Runs `select` (one integer column of one row, `$1` bound to `id`)
+    /// and locks what it read until the transaction ends (see
+    /// [`SqlDb::begin_write`]).
+    pub async fn select_for_update(&mut self, select: &str, id: &str) -> sqlx::Result<i64> {
+        let sql = format!("{select}{}", self.dialect.for_update);
+        let (value,) = self.fetch_one(&sql, &[Arg::Text(id)]).await?;
+        Ok(value)
     }
 
     pub async fn commit(self) -> sqlx::Result<()> {

@@ -48,16 +48,12 @@ impl SqlInventory {
     /// SQLite: the write lock taken before the read, held to the commit.
     async fn buy_in_write_transaction(&self, product: &str, pay: Duration) -> sqlx::Result<bool> {
         let mut tx = self.db.begin_write().await?;
-        let (stock,): (i64,) = tx
-            .fetch_optional(
-                &format!(
-                    "SELECT stock FROM leasehold_demo_products WHERE id = $1{}",
-                    self.db.dialect.for_update
-                ),
-                &[Arg::Text(product)],
+        let stock = tx
+            .select_for_update(
+                "SELECT stock FROM leasehold_demo_products WHERE id = $1",
+                product,
             )
-            .await?
-            .ok_or(sqlx::Error::RowNotFound)?;
+            .await?;
         if stock <= 0 {
             tx.commit().await?;
             return Ok(false);

@@ -133,16 +133,12 @@ impl FencedResource for Conn {
         Box::pin(async move {
             let token = i64::try_from(token)?;
             let mut tx = self.db.begin_write().await?;
-            let (highest,): (i64,) = tx
-                .fetch_optional(
-                    &format!(
-                        "SELECT fence FROM leasehold_torture_resource WHERE key = $1{}",
-                        self.db.dialect.for_update
-                    ),
-                    &[Arg::Text(key)],
+            let highest = tx
+                .select_for_update(
+                    "SELECT fence FROM leasehold_torture_resource WHERE key = $1",
+                    key,
                 )
-                .await?
-                .ok_or(sqlx::Error::RowNotFound)?;
+                .await?;
             let update = match op {
                 ResourceOp::Read => READ,
                 ResourceOp::Write => WRITE,
