@@ -129,6 +129,13 @@ struct Plan {
     notes: Vec<String>,
 }
 
+impl Plan {
+    /// The fault kinds asked for, by name.
+    fn requested(&self) -> Vec<&'static str> {
+        self.families.iter().map(|f| f.name()).collect()
+    }
+}
+
 fn plan(store: &str, args: &TortureArgs) -> Result<Plan, CliError> {
     if args.duration.is_zero() {
         return Err(CliError::usage("invalid duration: must be more than 0"));
@@ -218,7 +225,6 @@ pub async fn torture(store: &str, args: TortureArgs) -> Result<u8, CliError> {
     let decisions = resource.decisions(&run.keys).await?;
     let mut faults = ran.faults;
     checker::mark_proxy_hits(&events, &mut faults, args.ttl);
-    let requested: Vec<&'static str> = plan.families.iter().map(|f| f.name()).collect();
     let report = checker::check(&checker::Input {
         events: &events,
         decisions: &decisions,
@@ -227,15 +233,12 @@ pub async fn torture(store: &str, args: TortureArgs) -> Result<u8, CliError> {
         retry: RETRY,
         lost_slack: lost_slack(args.ttl),
         held_after_end,
-        requested: &requested,
+        requested: &plan.requested(),
     });
     if let Some(path) = &args.history {
         history::write_merged(path, &events, &decisions, &faults)?;
     }
-    let mut notes = plan.notes;
-    let planned_notes = notes.len();
-    notes.extend(ran.notes);
-    keep_or_remove_logs(&run.dir, &report, &mut notes, planned_notes);
+    let notes = final_notes(&plan, ran.notes, &run.dir, &report);
     let setup = report::Setup {
         store: leasehold::redact_url(store),
         workers: args.workers,
@@ -245,7 +248,7 @@ pub async fn torture(store: &str, args: TortureArgs) -> Result<u8, CliError> {
         seed: run.seed,
         resource: resource.name(),
         fencing: !args.no_fencing,
-        faults: requested.iter().map(|f| f.to_string()).collect(),
+        faults: plan.requested().iter().map(|f| f.to_string()).collect(),
         connections,
         notes,
     };
@@ -386,15 +389,18 @@ fn read_events(dir: &Path) -> Result<Vec<Event>, CliError> {
     Ok(events)
 }
 
-/// Keeps the worker logs of a run that did not pass cleanly (and says
-/// where); removes them otherwise.
-fn keep_or_remove_logs(
+/// The plan's notes, then the workers' (those that did not end cleanly);
+/// the worker logs are kept, and said where, unless the run passed cleanly.
+fn final_notes(
+    plan: &Plan,
+    workers: Vec<String>,
     dir: &Path,
     report: &checker::Report,
-    notes: &mut Vec<String>,
-    planned: usize,
-) {
-    if report.verdict != Verdict::Pass || notes.len() > planned {
+) -> Vec<String> {
+    let mut notes = plan.notes.clone();
+    let clean = workers.is_empty();
+    notes.extend(workers);
+    if report.verdict != Verdict::Pass || !clean {
         notes.push(format!(
             "worker logs and histories kept in {}",
             dir.display()
@@ -402,6 +408,7 @@ fn keep_or_remove_logs(
     } else {
         let _ = std::fs::remove_dir_all(dir);
     }
+    notes
 }
 
 /// Live leases under `prefix`, retrying while the store comes back from a
