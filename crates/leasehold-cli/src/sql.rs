@@ -335,7 +335,7 @@ where
 
 /// One connection, as the library's SQLite store keeps: SQLite admits one
 /// writer at a time, and queueing on the pool is fair.
-pub async fn sqlite_pool(url: &StoreUrl, busy: BusyTimeout) -> sqlx::Result<SqlitePool> {
+async fn sqlite_pool(url: &StoreUrl, busy: BusyTimeout) -> sqlx::Result<SqlitePool> {
     let path = url.path().unwrap_or_default();
     // The default store lives in a state directory that may not exist yet
     // on a fresh machine.

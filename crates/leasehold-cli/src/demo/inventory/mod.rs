@@ -52,12 +52,19 @@ pub trait Inventory: Send + Sync {
 
     /// The store's pessimistic strategy: lock the record, read, pay, write,
     /// commit. Returns whether an item was sold (false: sold out). Only
-    /// called for stores whose [`strategies`] include `RowLock`.
+    /// called for stores whose [`strategies`] include `RowLock`; the others
+    /// (Redis) keep this refusal.
     fn buy_row_locked<'a>(
         &'a self,
-        product: &'a str,
-        pay: Duration,
-    ) -> BoxFuture<'a, Result<bool, CliError>>;
+        _product: &'a str,
+        _pay: Duration,
+    ) -> BoxFuture<'a, Result<bool, CliError>> {
+        Box::pin(async {
+            Err(CliError::usage(
+                "strategy row-lock is not available on this store",
+            ))
+        })
+    }
 }
 
 /// The stores the demo names when refusing a URL.

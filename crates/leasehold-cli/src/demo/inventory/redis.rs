@@ -156,17 +156,4 @@ impl Inventory for RedisInventory {
             }
         })
     }
-
-    fn buy_row_locked<'a>(
-        &'a self,
-        _product: &'a str,
-        _pay: Duration,
-    ) -> BoxFuture<'a, Result<bool, CliError>> {
-        // Unreachable: `strategies` leaves row-lock out for Redis.
-        Box::pin(async {
-            Err(CliError::usage(
-                "strategy row-lock is not available on redis",
-            ))
-        })
-    }
 }
