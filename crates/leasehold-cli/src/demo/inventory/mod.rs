@@ -34,31 +34,25 @@ pub enum Check {
     Version(i64),
 }
 
+/// What a store answers, later.
+pub type Answer<'a, T> = BoxFuture<'a, Result<T, CliError>>;
+
 /// One store's product record and the writes each strategy makes.
 pub trait Inventory: Send + Sync {
     /// Puts the product back to `stock` items (version and fence to 0).
-    fn reset<'a>(&'a self, product: &'a str, stock: i64) -> BoxFuture<'a, Result<(), CliError>>;
+    fn reset<'a>(&'a self, product: &'a str, stock: i64) -> Answer<'a, ()>;
 
     /// Reads stock and version.
-    fn read<'a>(&'a self, product: &'a str) -> BoxFuture<'a, Result<Stock, CliError>>;
+    fn read<'a>(&'a self, product: &'a str) -> Answer<'a, Stock>;
 
     /// Writes the stock if `check` passes; returns whether it did.
-    fn write<'a>(
-        &'a self,
-        product: &'a str,
-        stock: i64,
-        check: Check,
-    ) -> BoxFuture<'a, Result<bool, CliError>>;
+    fn write<'a>(&'a self, product: &'a str, stock: i64, check: Check) -> Answer<'a, bool>;
 
     /// The store's pessimistic strategy: lock the record, read, pay, write,
     /// commit. Returns whether an item was sold (false: sold out). Only
     /// called for stores whose [`strategies`] include `RowLock`; the others
     /// (Redis) keep this refusal.
-    fn buy_row_locked<'a>(
-        &'a self,
-        _product: &'a str,
-        _pay: Duration,
-    ) -> BoxFuture<'a, Result<bool, CliError>> {
+    fn buy_row_locked<'a>(&'a self, _product: &'a str, _pay: Duration) -> Answer<'a, bool> {
         Box::pin(async {
             Err(CliError::usage(
                 "strategy row-lock is not available on this store",

@@ -10,12 +10,11 @@ use std::time::Duration;
 use leasehold::backends::mongodb::helpers::{fenced_update_one, run_transaction};
 use leasehold::occ::{RetryError, RetryPolicy};
 use leasehold::scheme::StoreUrl;
-use leasehold::BoxFuture;
 use mongodb::bson::{doc, Document};
 use mongodb::options::{ClientOptions, ReturnDocument, WriteConcern};
 use mongodb::{Client, Collection};
 
-use super::{store_error, Check, Inventory, Stock};
+use super::{store_error, Answer, Check, Inventory, Stock};
 use crate::exit::{CliError, EX_UNAVAILABLE};
 
 pub struct MongoInventory {
@@ -67,7 +66,7 @@ fn stock_of(d: &Document) -> Result<Stock, CliError> {
 }
 
 impl Inventory for MongoInventory {
-    fn reset<'a>(&'a self, product: &'a str, stock: i64) -> BoxFuture<'a, Result<(), CliError>> {
+    fn reset<'a>(&'a self, product: &'a str, stock: i64) -> Answer<'a, ()> {
         Box::pin(async move {
             self.products
                 .replace_one(
@@ -81,7 +80,7 @@ impl Inventory for MongoInventory {
         })
     }
 
-    fn read<'a>(&'a self, product: &'a str) -> BoxFuture<'a, Result<Stock, CliError>> {
+    fn read<'a>(&'a self, product: &'a str) -> Answer<'a, Stock> {
         Box::pin(async move {
             let d = self
                 .products
@@ -93,12 +92,7 @@ impl Inventory for MongoInventory {
         })
     }
 
-    fn write<'a>(
-        &'a self,
-        product: &'a str,
-        stock: i64,
-        check: Check,
-    ) -> BoxFuture<'a, Result<bool, CliError>> {
+    fn write<'a>(&'a self, product: &'a str, stock: i64, check: Check) -> Answer<'a, bool> {
         Box::pin(async move {
             match check {
                 Check::None => {
@@ -122,11 +116,7 @@ impl Inventory for MongoInventory {
         })
     }
 
-    fn buy_row_locked<'a>(
-        &'a self,
-        product: &'a str,
-        pay: Duration,
-    ) -> BoxFuture<'a, Result<bool, CliError>> {
+    fn buy_row_locked<'a>(&'a self, product: &'a str, pay: Duration) -> Answer<'a, bool> {
         Box::pin(async move {
             // Conflicts fail fast at the first write, so many quick retries.
             let policy =

@@ -5,11 +5,10 @@
 use std::time::Duration;
 
 use leasehold::scheme::StoreUrl;
-use leasehold::BoxFuture;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, Script};
 
-use super::{store_error, Check, Inventory, Stock};
+use super::{store_error, Answer, Check, Inventory, Stock};
 use crate::exit::CliError;
 
 /// Refuses a write from a token older than the last one written.
@@ -93,7 +92,7 @@ impl RedisInventory {
 }
 
 impl Inventory for RedisInventory {
-    fn reset<'a>(&'a self, product: &'a str, stock: i64) -> BoxFuture<'a, Result<(), CliError>> {
+    fn reset<'a>(&'a self, product: &'a str, stock: i64) -> Answer<'a, ()> {
         Box::pin(async move {
             redis::cmd("HSET")
                 .arg(self.key(product))
@@ -104,7 +103,7 @@ impl Inventory for RedisInventory {
         })
     }
 
-    fn read<'a>(&'a self, product: &'a str) -> BoxFuture<'a, Result<Stock, CliError>> {
+    fn read<'a>(&'a self, product: &'a str) -> Answer<'a, Stock> {
         Box::pin(async move {
             let key = self.key(product);
             let (stock, version): (Option<i64>, Option<i64>) = redis::cmd("HMGET")
@@ -124,12 +123,7 @@ impl Inventory for RedisInventory {
         })
     }
 
-    fn write<'a>(
-        &'a self,
-        product: &'a str,
-        stock: i64,
-        check: Check,
-    ) -> BoxFuture<'a, Result<bool, CliError>> {
+    fn write<'a>(&'a self, product: &'a str, stock: i64, check: Check) -> Answer<'a, bool> {
         Box::pin(async move {
             match check {
                 Check::None => {

@@ -10,10 +10,9 @@
 use std::time::Duration;
 
 use leasehold::rowlock::{with_locked_rows, LockMode, RowLockOptions};
-use leasehold::BoxFuture;
 use sqlx::Row;
 
-use super::{store_error, Check, Inventory, Stock};
+use super::{store_error, Answer, Check, Inventory, Stock};
 use crate::exit::CliError;
 use crate::sql::{Arg, BusyTimeout, SqlDb};
 
@@ -67,7 +66,7 @@ impl SqlInventory {
 }
 
 impl Inventory for SqlInventory {
-    fn reset<'a>(&'a self, product: &'a str, stock: i64) -> BoxFuture<'a, Result<(), CliError>> {
+    fn reset<'a>(&'a self, product: &'a str, stock: i64) -> Answer<'a, ()> {
         Box::pin(async move {
             self.db
                 .execute(
@@ -81,7 +80,7 @@ impl Inventory for SqlInventory {
         })
     }
 
-    fn read<'a>(&'a self, product: &'a str) -> BoxFuture<'a, Result<Stock, CliError>> {
+    fn read<'a>(&'a self, product: &'a str) -> Answer<'a, Stock> {
         Box::pin(async move {
             let (stock, version) = self
                 .db
@@ -92,12 +91,7 @@ impl Inventory for SqlInventory {
         })
     }
 
-    fn write<'a>(
-        &'a self,
-        product: &'a str,
-        stock: i64,
-        check: Check,
-    ) -> BoxFuture<'a, Result<bool, CliError>> {
+    fn write<'a>(&'a self, product: &'a str, stock: i64, check: Check) -> Answer<'a, bool> {
         Box::pin(async move {
             let (sql, checked) = match check {
                 Check::None => (WRITE, None),
@@ -121,11 +115,7 @@ impl Inventory for SqlInventory {
         })
     }
 
-    fn buy_row_locked<'a>(
-        &'a self,
-        product: &'a str,
-        pay: Duration,
-    ) -> BoxFuture<'a, Result<bool, CliError>> {
+    fn buy_row_locked<'a>(&'a self, product: &'a str, pay: Duration) -> Answer<'a, bool> {
         Box::pin(async move {
             let Some((pool, pooler)) = self.db.postgres() else {
                 return self
