@@ -56,6 +56,16 @@ async fn open_any(url: &str) -> Result<Arc<dyn Backend>> {
     })
 }
 
+// A build with no store features opens `memory://` only.
+#[cfg_attr(
+    not(any(
+        feature = "sqlite",
+        feature = "postgres",
+        feature = "redis",
+        feature = "mongodb"
+    )),
+    allow(unused_variables)
+)]
 async fn open_store(scheme: Scheme, url: &StoreUrl) -> Result<Arc<dyn Backend>> {
     match scheme {
         Scheme::Memory => Ok(Arc::new(MemoryBackend::new())),
