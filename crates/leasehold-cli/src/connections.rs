@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use leasehold::scheme::Scheme;
 use serde::Serialize;
 use sqlx::Connection;
 use tokio::task::JoinHandle;
@@ -56,7 +57,7 @@ impl Sampler {
 /// only; other URLs, and one that names itself already, come back as they
 /// are), and that name.
 pub fn tag(url: &str, run: &str) -> (String, Option<String>) {
-    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+    if !matches!(Scheme::parse(url), Ok((Scheme::Postgres, _))) {
         return (url.to_owned(), None);
     }
     let query = url.split_once('?').map_or("", |(_, q)| q);
@@ -142,14 +143,14 @@ impl Counter {
 }
 
 async fn counter(url: &str, app: Option<&str>) -> Option<(&'static str, Counter)> {
-    let scheme = url.split_once("://")?.0;
+    let (scheme, parsed) = Scheme::parse(url).ok()?;
     // The store's own options are not the driver's.
-    let plain = strip_store_options(url);
+    let plain = parsed.driver_url();
     match scheme {
-        "postgres" | "postgresql" => {
+        Scheme::Postgres => {
             let app = app?.to_owned();
             // Named apart, so the sampler does not count itself.
-            let options = sqlx::postgres::PgConnectOptions::from_str(&plain)
+            let options = sqlx::postgres::PgConnectOptions::from_str(plain)
                 .ok()?
                 .application_name("leasehold-connection-sampler");
             let conn = sqlx::PgConnection::connect_with(&options).await.ok()?;
@@ -158,8 +159,8 @@ async fn counter(url: &str, app: Option<&str>) -> Option<(&'static str, Counter)
                 Counter::Postgres(conn, app),
             ))
         }
-        "redis" | "redis+unix" => {
-            let client = redis::Client::open(plain.as_str()).ok()?;
+        Scheme::Redis => {
+            let client = redis::Client::open(plain).ok()?;
             let conn = client.get_multiplexed_async_connection().await.ok()?;
             Some((
                 "server side: INFO connected_clients, whole server, sampler included",
@@ -167,8 +168,8 @@ async fn counter(url: &str, app: Option<&str>) -> Option<(&'static str, Counter)
             ))
         }
         #[cfg(feature = "mongodb")]
-        "mongodb" | "mongodb+srv" => {
-            let mut options = mongodb::options::ClientOptions::parse(&plain).await.ok()?;
+        Scheme::Mongodb => {
+            let mut options = mongodb::options::ClientOptions::parse(plain).await.ok()?;
             options.server_selection_timeout = Some(Duration::from_secs(3));
             options.max_pool_size = Some(1);
             let client = mongodb::Client::with_options(options).ok()?;
@@ -178,31 +179,6 @@ async fn counter(url: &str, app: Option<&str>) -> Option<(&'static str, Counter)
             ))
         }
         _ => None,
-    }
-}
-
-/// `url` without the options leasehold reads itself (`listen`, `prefix`,
-/// and PostgreSQL's pool options).
-fn strip_store_options(url: &str) -> String {
-    let Some((base, query)) = url.split_once('?') else {
-        return url.to_owned();
-    };
-    let ours = [
-        "listen",
-        "prefix",
-        "max_connections",
-        "idle_timeout",
-        "acquire_timeout",
-    ];
-    let rest: Vec<&str> = query
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .filter(|p| !ours.contains(&p.split_once('=').map_or(*p, |(k, _)| k)))
-        .collect();
-    if rest.is_empty() {
-        base.to_owned()
-    } else {
-        format!("{base}?{}", rest.join("&"))
     }
 }
 
@@ -219,17 +195,5 @@ mod tests {
         assert_eq!(url, "postgres://u@h/db?application_name=mine");
         assert_eq!(app.as_deref(), Some("mine"));
         assert_eq!(tag("redis://h", "r1"), ("redis://h".to_owned(), None));
-    }
-
-    #[test]
-    fn store_options_are_not_sent_to_drivers() {
-        assert_eq!(
-            strip_store_options("redis://h?prefix=a&listen=off&protocol=resp3"),
-            "redis://h?protocol=resp3"
-        );
-        assert_eq!(
-            strip_store_options("postgres://h/db?max_connections=2"),
-            "postgres://h/db"
-        );
     }
 }

@@ -9,6 +9,7 @@ mod demo;
 mod exit;
 mod redacted_stderr;
 mod run;
+mod sql;
 mod torture;
 
 use std::path::PathBuf;

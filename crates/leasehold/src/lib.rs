@@ -159,6 +159,7 @@ pub mod redact;
 mod renewal;
 #[cfg(feature = "postgres")]
 pub mod rowlock;
+pub mod scheme;
 #[cfg(any(feature = "postgres", feature = "redis"))]
 mod shared;
 #[cfg(any(test, feature = "testing"))]

@@ -1,5 +1,6 @@
 //! Choosing a store from a URL, so the CLI and middleware can pick one at
-//! run time.
+//! run time. The URL is taken apart by [`Scheme::parse`]; this module only
+//! opens what it names.
 //!
 //! | URL | store | feature |
 //! |---|---|---|
@@ -33,188 +34,84 @@ use std::sync::Arc;
 use crate::backend::Backend;
 use crate::backends::memory::MemoryBackend;
 use crate::error::{Error, Result};
-
-/// Stores this build knows by scheme, compiled in or not.
-const KNOWN_SCHEMES: &[(&str, &str)] = &[
-    ("memory", "always available"),
-    ("sqlite", "sqlite"),
-    ("postgres", "postgres"),
-    ("postgresql", "postgres"),
-    ("redis", "redis"),
-    ("redis+unix", "redis"),
-    ("rediss", "redis"),
-    ("mongodb", "mongodb"),
-    ("mongodb+srv", "mongodb"),
-];
+use crate::scheme::{Scheme, StoreUrl};
 
 /// Opens the store named by `url`.
 ///
 /// # Errors
 /// [`Error::InvalidInput`] for a URL without a scheme, an unknown scheme, a
-/// store not compiled into this build, or bad options; [`Error::Unavailable`]
-/// if the store cannot be reached.
+/// store not compiled into this build, or bad options (see
+/// [`Scheme::parse`]); [`Error::Unavailable`] if the store cannot be reached.
 pub async fn open_backend(url: &str) -> Result<Arc<dyn Backend>> {
     open_any(url).await.map_err(|e| e.without_secrets_of(url))
 }
 
 async fn open_any(url: &str) -> Result<Arc<dyn Backend>> {
-    let (url, listen) = split_listen(url)?;
-    let backend = open_store(&url).await?;
-    Ok(if listen {
+    let (scheme, url) = Scheme::parse(url)?;
+    let backend = open_store(scheme, &url).await?;
+    Ok(if url.listen() {
         backend
     } else {
         Arc::new(crate::backends::polling::PollingOnly::new(backend))
     })
 }
 
-/// Takes `listen=on|off` out of the URL's query string: whether waiters
-/// keep a listening connection (default) or poll with the holder's
-/// remaining ttl and a backoff.
-fn split_listen(url: &str) -> Result<(String, bool)> {
-    let Some((base, query)) = url.split_once('?') else {
-        return Ok((url.to_owned(), true));
-    };
-    let mut listen = true;
-    let mut rest = Vec::new();
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        match pair.split_once('=') {
-            Some(("listen", "on")) => listen = true,
-            Some(("listen", "off")) => listen = false,
-            Some(("listen", other)) => {
-                return Err(Error::invalid(
-                    "store url",
-                    format!("listen must be on or off, got {other:?}"),
-                ))
-            }
-            _ => rest.push(pair),
-        }
-    }
-    let url = if rest.is_empty() {
-        base.to_owned()
-    } else {
-        format!("{base}?{}", rest.join("&"))
-    };
-    Ok((url, listen))
-}
-
-async fn open_store(url: &str) -> Result<Arc<dyn Backend>> {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return Err(Error::invalid(
-            "store url",
-            format!(
-                "{:?} has no scheme; expected e.g. sqlite://PATH or memory://",
-                crate::redact::redact_url(url)
-            ),
-        ));
-    };
+// A build with no store features opens `memory://` only.
+#[cfg_attr(
+    not(any(
+        feature = "sqlite",
+        feature = "postgres",
+        feature = "redis",
+        feature = "mongodb"
+    )),
+    allow(unused_variables)
+)]
+async fn open_store(scheme: Scheme, url: &StoreUrl) -> Result<Arc<dyn Backend>> {
     match scheme {
-        "memory" => {
-            if !rest.is_empty() {
-                return Err(Error::invalid(
-                    "store url",
-                    format!("memory:// takes nothing after the scheme, got {rest:?}"),
-                ));
-            }
-            Ok(Arc::new(MemoryBackend::new()))
-        }
+        Scheme::Memory => Ok(Arc::new(MemoryBackend::new())),
         #[cfg(feature = "sqlite")]
-        "sqlite" => open_sqlite(rest).await,
-        #[cfg(feature = "mongodb")]
-        "mongodb" | "mongodb+srv" => Ok(Arc::new(
-            crate::backends::mongodb::MongoBackend::connect(url).await?,
-        )),
+        Scheme::Sqlite => open_sqlite(url).await,
         #[cfg(feature = "postgres")]
-        "postgres" | "postgresql" => Ok(Arc::new(
-            crate::backends::postgres::PostgresBackend::connect(url).await?,
+        Scheme::Postgres => Ok(Arc::new(
+            crate::backends::postgres::PostgresBackend::connect(url.backend_url()).await?,
         )),
         #[cfg(feature = "redis")]
-        "redis" | "redis+unix" | "rediss" => open_redis(url).await,
-        _ => Err(unknown_scheme(scheme)),
-    }
-}
-
-fn unknown_scheme(scheme: &str) -> Error {
-    match KNOWN_SCHEMES.iter().find(|(s, _)| *s == scheme) {
-        Some((_, feature)) => Error::invalid(
+        Scheme::Redis => open_redis(url).await,
+        #[cfg(feature = "mongodb")]
+        Scheme::Mongodb => Ok(Arc::new(
+            crate::backends::mongodb::MongoBackend::connect(url.backend_url()).await?,
+        )),
+        // `Scheme::parse` already refuses the stores this build lacks.
+        #[allow(unreachable_patterns)]
+        other => Err(Error::invalid(
             "store url",
-            format!("store {scheme:?} is not compiled into this build; enable cargo feature {feature:?}"),
-        ),
-        None => Error::invalid(
-            "store url",
-            format!(
-                "unknown scheme {scheme:?}; expected one of: {}",
-                KNOWN_SCHEMES
-                    .iter()
-                    .map(|(s, _)| *s)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        ),
+            format!("store {other} is not compiled into this build"),
+        )),
     }
 }
 
 #[cfg(feature = "sqlite")]
-async fn open_sqlite(rest: &str) -> Result<Arc<dyn Backend>> {
-    use crate::backends::sqlite::SqliteBackend;
+async fn open_sqlite(url: &StoreUrl) -> Result<Arc<dyn Backend>> {
+    use crate::backends::sqlite::{SqliteBackend, SqliteOptions};
 
-    let (path, options) = parse_sqlite(rest)?;
+    let path = url.path().expect("an sqlite URL has a path");
+    // `Scheme::parse` let only `full` and `normal` through.
+    let full = url.option("synchronous") != Some("normal");
+    let options = SqliteOptions::default().with_synchronous_full(full);
     Ok(Arc::new(SqliteBackend::open_with(path, options).await?))
 }
 
-/// Splits the part of a `sqlite://` URL after the scheme into the file path
-/// and the options its query string sets.
-///
-/// # Errors
-/// [`Error::InvalidInput`] for an empty path or an unknown option.
-#[cfg(feature = "sqlite")]
-fn parse_sqlite(rest: &str) -> Result<(&str, crate::backends::sqlite::SqliteOptions)> {
-    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
-    if path.is_empty() {
-        return Err(Error::invalid(
-            "store url",
-            "sqlite:// needs a file path, e.g. sqlite:///var/lib/app/locks.db",
-        ));
-    }
-    let mut options = crate::backends::sqlite::SqliteOptions::default();
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        match pair.split_once('=') {
-            Some(("synchronous", "full")) => options = options.with_synchronous_full(true),
-            Some(("synchronous", "normal")) => options = options.with_synchronous_full(false),
-            _ => {
-                return Err(Error::invalid(
-                    "store url",
-                    format!("unknown sqlite option {pair:?}; allowed: synchronous=full|normal"),
-                ))
-            }
-        }
-    }
-    Ok((path, options))
-}
-
 #[cfg(feature = "redis")]
-async fn open_redis(url: &str) -> Result<Arc<dyn Backend>> {
+async fn open_redis(url: &StoreUrl) -> Result<Arc<dyn Backend>> {
     use crate::backends::redis::{RedisBackend, RedisOptions};
 
     let mut options = RedisOptions::new();
-    let url = match url.split_once('?') {
-        None => url.to_owned(),
-        Some((base, query)) => {
-            // Our own parameter comes out; the crate's stay in the URL.
-            let mut rest = Vec::new();
-            for pair in query.split('&').filter(|p| !p.is_empty()) {
-                match pair.strip_prefix("prefix=") {
-                    Some(prefix) => options = options.with_prefix(prefix),
-                    None => rest.push(pair),
-                }
-            }
-            if rest.is_empty() {
-                base.to_owned()
-            } else {
-                format!("{base}?{}", rest.join("&"))
-            }
-        }
-    };
-    Ok(Arc::new(RedisBackend::connect_with(&url, options).await?))
+    if let Some(prefix) = url.option("prefix") {
+        options = options.with_prefix(prefix);
+    }
+    Ok(Arc::new(
+        RedisBackend::connect_with(url.driver_url(), options).await?,
+    ))
 }
 
 #[cfg(test)]
@@ -263,14 +160,6 @@ mod tests {
 
     #[tokio::test]
     async fn listen_option_is_checked_and_taken_out() {
-        assert_eq!(
-            split_listen("redis://h?listen=off&prefix=a").unwrap(),
-            ("redis://h?prefix=a".to_owned(), false)
-        );
-        assert_eq!(
-            split_listen("memory://").unwrap(),
-            ("memory://".to_owned(), true)
-        );
         assert!(problem("memory://?listen=maybe")
             .await
             .contains("listen must be on or off, got \"maybe\""));

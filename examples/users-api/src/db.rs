@@ -91,7 +91,10 @@ pub trait UserStore: Send + Sync + std::fmt::Debug {
 
 /// Whether `--data` names a MongoDB server rather than a SQLite file.
 pub fn is_mongodb_url(data: &str) -> bool {
-    data.starts_with("mongodb://") || data.starts_with("mongodb+srv://")
+    matches!(
+        leasehold::scheme::Scheme::parse(data),
+        Ok((leasehold::scheme::Scheme::Mongodb, _))
+    )
 }
 
 /// Opens the store `data` names: a `mongodb://` (or `mongodb+srv://`) URL,

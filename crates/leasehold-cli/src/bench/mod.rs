@@ -97,90 +97,26 @@ pub struct Scenarios {
 }
 
 pub async fn bench(store_url: &str, args: BenchArgs) -> Result<u8, CliError> {
-    if args
-        .plot
-        .as_ref()
-        .is_some_and(|p| p.extension().is_none_or(|e| e != "svg"))
-    {
-        return Err(CliError::usage("--plot takes a file name ending in .svg"));
-    }
-    if args.duration.is_zero() {
-        return Err(CliError::usage("--duration must be more than 0"));
-    }
-    let scenarios = if args.scenarios.is_empty() {
-        ALL.to_vec()
-    } else {
-        args.scenarios.clone()
-    };
-    let (rounds, step) = if args.quick {
-        (
-            args.rounds.min(300) as usize,
-            args.duration.min(Duration::from_secs(1)),
-        )
-    } else {
-        (args.rounds as usize, args.duration)
-    };
-    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-
+    let plan = Plan::new(&args)?;
     let run = format!("bench-{:08x}", rand::random::<u32>());
     let (store_url, app) = crate::connections::tag(store_url, &run);
-    let store_url = store_url.as_str();
-    let (store, locks) = raw::open(store_url).await?;
-    let sampler = crate::connections::start(store_url, app.as_deref()).await;
-    let progress = if args.json {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(scenarios.len() as u64)
-    };
-    progress.set_style(
-        ProgressStyle::with_template("{msg:>12} [{bar:30}] {pos}/{len} scenarios")
-            .expect("a valid template")
-            .progress_chars("=> "),
-    );
+    let (store, locks) = raw::open(&store_url).await?;
+    let sampler = crate::connections::start(&store_url, app.as_deref()).await;
     let mut report = Report {
         store: store.display_url(),
         quick: args.quick,
         ..Report::default()
     };
     let mut samples = Vec::new();
-    for scenario in scenarios {
+    let progress = progress_bar(&args, plan.scenarios.len());
+    for &scenario in &plan.scenarios {
         progress.set_message(format!("{scenario:?}").to_lowercase());
-        let r = &mut report.scenarios;
-        match scenario {
-            Scenario::Uncontended => {
-                r.uncontended =
-                    Some(scenarios::uncontended(&store, &locks, rounds, &mut samples).await?)
-            }
-            Scenario::Handoff => {
-                r.handoff =
-                    Some(scenarios::handoff(&store, (rounds / 10).max(20), &mut samples).await?)
-            }
-            Scenario::Contended => {
-                let workers = args.workers as usize;
-                r.contended = Some(if args.processes {
-                    worker::contended_processes(&store, store_url, workers, step).await?
-                } else {
-                    scenarios::contended(&store, &locks, workers, step).await?
-                })
-            }
-            Scenario::Scale => r.scale = Some(scenarios::scale(&locks, 2 * cores, step).await?),
-            Scenario::Renewal => {
-                r.renewal = Some(
-                    scenarios::renewal(
-                        &store,
-                        100,
-                        Duration::from_secs(1),
-                        step.max(Duration::from_secs(1)),
-                    )
-                    .await?,
-                )
-            }
-        }
+        let target = (&store, &locks, store_url.as_str());
+        run_scenario(scenario, &plan, target, &mut report.scenarios, &mut samples).await?;
         progress.inc(1);
     }
     progress.finish_and_clear();
     report.connections = sampler.map(crate::connections::Sampler::finish);
-
     if let Some(path) = &args.plot {
         plot::write_svg(path, &samples)?;
     }
@@ -193,6 +129,104 @@ pub async fn bench(store_url: &str, args: BenchArgs) -> Result<u8, CliError> {
         print_table(&report);
     }
     Ok(0)
+}
+
+/// The validated arguments: what to run, and for how long.
+struct Plan {
+    scenarios: Vec<Scenario>,
+    /// Rounds of the uncontended scenario (a tenth of them, at least 20,
+    /// for the hand-off).
+    rounds: usize,
+    /// How long each timed scenario or step runs.
+    step: Duration,
+    workers: usize,
+    processes: bool,
+    cores: usize,
+}
+
+impl Plan {
+    fn new(args: &BenchArgs) -> Result<Plan, CliError> {
+        if args
+            .plot
+            .as_ref()
+            .is_some_and(|p| p.extension().is_none_or(|e| e != "svg"))
+        {
+            return Err(CliError::usage("--plot takes a file name ending in .svg"));
+        }
+        if args.duration.is_zero() {
+            return Err(CliError::usage("--duration must be more than 0"));
+        }
+        let (rounds, step) = if args.quick {
+            (
+                args.rounds.min(300) as usize,
+                args.duration.min(Duration::from_secs(1)),
+            )
+        } else {
+            (args.rounds as usize, args.duration)
+        };
+        Ok(Plan {
+            scenarios: if args.scenarios.is_empty() {
+                ALL.to_vec()
+            } else {
+                args.scenarios.clone()
+            },
+            rounds,
+            step,
+            workers: args.workers as usize,
+            processes: args.processes,
+            cores: std::thread::available_parallelism().map_or(2, |n| n.get()),
+        })
+    }
+}
+
+fn progress_bar(args: &BenchArgs, scenarios: usize) -> ProgressBar {
+    if args.json {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(scenarios as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{msg:>12} [{bar:30}] {pos}/{len} scenarios")
+            .expect("a valid template")
+            .progress_chars("=> "),
+    );
+    bar
+}
+
+/// Runs one scenario on the store (its baselines, the client under test,
+/// and its URL for worker processes) and puts its result in `out`.
+async fn run_scenario(
+    scenario: Scenario,
+    plan: &Plan,
+    (store, locks, url): (&raw::BenchStore, &leasehold::Locks, &str),
+    out: &mut Scenarios,
+    samples: &mut Vec<(&'static str, Vec<Duration>)>,
+) -> Result<(), CliError> {
+    match scenario {
+        Scenario::Uncontended => {
+            out.uncontended =
+                Some(scenarios::uncontended(store, locks, plan.rounds, samples).await?)
+        }
+        Scenario::Handoff => {
+            let rounds = (plan.rounds / 10).max(20);
+            out.handoff = Some(scenarios::handoff(store, rounds, samples).await?)
+        }
+        Scenario::Contended => {
+            out.contended = Some(if plan.processes {
+                worker::contended_processes(store, url, plan.workers, plan.step).await?
+            } else {
+                scenarios::contended(store, locks, plan.workers, plan.step).await?
+            })
+        }
+        Scenario::Scale => {
+            out.scale = Some(scenarios::scale(locks, 2 * plan.cores, plan.step).await?)
+        }
+        Scenario::Renewal => {
+            let ttl = Duration::from_secs(1);
+            let step = plan.step.max(Duration::from_secs(1));
+            out.renewal = Some(scenarios::renewal(store, 100, ttl, step).await?)
+        }
+    }
+    Ok(())
 }
 
 fn print_table(report: &Report) {

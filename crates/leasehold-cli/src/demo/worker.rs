@@ -10,7 +10,7 @@ use leasehold::{AcquireOptions, Locks};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use super::inventory::{self, Inventory};
+use super::inventory::{self, Check, Inventory};
 use super::Strategy;
 use crate::exit::CliError;
 use crate::parse_duration;
@@ -111,7 +111,7 @@ async fn buy_unprotected(
         return Ok(Outcome::SoldOut);
     }
     tokio::time::sleep(pay).await;
-    inv.write_unchecked(product, seen.stock - 1).await?;
+    inv.write(product, seen.stock - 1, Check::None).await?;
     Ok(Outcome::Sold)
 }
 
@@ -139,7 +139,7 @@ async fn buy_with_lease(
     } else {
         tokio::time::sleep(pay).await;
         if inv
-            .write_fenced(product, seen.stock - 1, guard.token())
+            .write(product, seen.stock - 1, Check::Fence(guard.token()))
             .await?
         {
             Outcome::Sold
@@ -167,7 +167,7 @@ async fn buy_optimistic(
         tokio::time::sleep(pay).await;
         Ok::<_, CliError>(
             if inv
-                .write_versioned(product, seen.stock - 1, seen.version)
+                .write(product, seen.stock - 1, Check::Version(seen.version))
                 .await?
             {
                 Attempt::Committed(Outcome::Sold)

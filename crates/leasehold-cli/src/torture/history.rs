@@ -67,6 +67,16 @@ pub enum ResourceOp {
     Write,
 }
 
+impl ResourceOp {
+    /// As the in-store log writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ResourceOp::Read => "read",
+            ResourceOp::Write => "write",
+        }
+    }
+}
+
 /// One decision of the protected resource, in the order it made them.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Decision {

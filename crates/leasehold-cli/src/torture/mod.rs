@@ -20,7 +20,7 @@ mod stores;
 mod worker;
 mod worker_store;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
@@ -32,8 +32,9 @@ use crate::exit::{CliError, EX_INCONCLUSIVE, EX_VIOLATION};
 use crate::parse_duration;
 use checker::Verdict;
 use fleet::{Fleet, WorkerConfig};
-use history::{Decision, Event};
+use history::Event;
 pub use nemesis::Family;
+use resource::Resource;
 pub use worker::{worker, WorkerArgs};
 use worker_store::TestFault;
 
@@ -128,6 +129,13 @@ struct Plan {
     notes: Vec<String>,
 }
 
+impl Plan {
+    /// The fault kinds asked for, by name.
+    fn requested(&self) -> Vec<&'static str> {
+        self.families.iter().map(|f| f.name()).collect()
+    }
+}
+
 fn plan(store: &str, args: &TortureArgs) -> Result<Plan, CliError> {
     if args.duration.is_zero() {
         return Err(CliError::usage("invalid duration: must be more than 0"));
@@ -199,108 +207,24 @@ fn plan(store: &str, args: &TortureArgs) -> Result<Plan, CliError> {
 
 pub async fn torture(store: &str, args: TortureArgs) -> Result<u8, CliError> {
     let plan = plan(store, &args)?;
-    if let Some(path) = &args.history {
-        std::fs::File::create(path)
-            .map_err(|e| CliError::usage(format!("--history {}: {e}", path.display())))?;
-    }
-    let seed = args.seed.unwrap_or_else(rand::random);
-    // Unique per run even with a fixed seed, so runs never share records.
-    let run_id = format!("{:08x}", rand::random::<u32>());
-    let keys: Vec<String> = (0..args.keys)
-        .map(|i| format!("torture-{run_id}:k{i}"))
-        .collect();
-    // Tagged so the connection sampler can tell the run's connections apart.
-    let (tagged, app) = crate::connections::tag(store, &run_id);
-    let locks = Locks::open(&tagged).await?;
-
-    let fencing = !args.no_fencing;
-    let (server, in_store, resource_spec) = match args.resource {
-        ResourceKind::Server => {
-            let server = resource::server::Server::start(fencing)
-                .await
-                .map_err(|e| CliError::new(crate::exit::EX_SOFTWARE, e.to_string()))?;
-            let spec = format!("tcp://{}", server.addr());
-            (Some(server), None, spec)
-        }
-        ResourceKind::Store => {
-            let r = resource::in_store(store).await?;
-            r.reset(&keys).await.map_err(store_error)?;
-            (None, Some(r), "store".to_owned())
-        }
-    };
-    let proxy = match &plan.proxy {
-        Some(endpoint) => Some((
-            proxy::Proxy::start(endpoint.upstream.clone()).await?,
-            endpoint,
-        )),
-        None => None,
-    };
-    let worker_store = match &proxy {
-        Some((p, endpoint)) => stores::via(&tagged, endpoint, &p.addr().to_string()),
-        None => tagged.clone(),
-    };
-    let sampler = crate::connections::start(&tagged, app.as_deref()).await;
-
+    create_history_file(&args)?;
+    let run = Run::new(store, &args);
+    let locks = Locks::open(&run.store).await?;
+    let resource = Resource::set_up(args.resource, store, &run.keys, !args.no_fencing).await?;
+    let proxy = start_proxy(&plan).await?;
+    let sampler = crate::connections::start(&run.store, run.app.as_deref()).await;
     // Only now: a run refused above leaves nothing behind.
-    let dir = std::env::temp_dir().join(format!("leasehold-torture-{run_id}"));
-    std::fs::create_dir_all(&dir)?;
-    let started = clock::mono_ns();
-    let stop_at = started + args.duration.as_nanos() as u64;
-    let wait = args.ttl * 3;
-    let mut fleet = Fleet::start(
-        WorkerConfig {
-            store: worker_store,
-            keys: keys.clone(),
-            ttl: args.ttl,
-            wait,
-            resource: resource_spec,
-            no_fencing: args.no_fencing,
-            test_fault: args.test_fault,
-            stop_at,
-            seed,
-            dir: dir.clone(),
-        },
-        args.workers,
-    )?;
-    fleet.kill_all_on_interrupt(dir.clone());
-    let nemesis = nemesis::Nemesis {
-        fleet: &mut fleet,
-        locks: &locks,
-        keys: &keys,
-        proxy: proxy.as_ref().map(|(p, _)| p.control()),
-        restart_cmd: args.restart_cmd.clone(),
-        families: plan.families.clone(),
-        rng: StdRng::seed_from_u64(seed),
-        ttl: args.ttl,
-        end: stop_at,
-    };
-    let mut faults = nemesis.run().await?;
-    let remaining = Duration::from_nanos(stop_at.saturating_sub(clock::mono_ns()));
-    let mut notes = plan.notes;
-    let planned_notes = notes.len();
-    notes.extend(
-        fleet
-            .finish(remaining + wait + args.ttl + Duration::from_secs(10))
-            .await,
-    );
+    std::fs::create_dir_all(&run.dir)?;
+    let ran = run_fleet(&args, &plan, &run, &locks, &resource, proxy.as_ref()).await?;
     drop(proxy);
     let connections = sampler.map(crate::connections::Sampler::finish);
-
     // Every lease must be gone once the last one could have expired.
     tokio::time::sleep(args.ttl + Duration::from_millis(200)).await;
-    let held_after_end = list_after_end(&locks, &format!("torture-{run_id}:")).await?;
-
-    let mut events: Vec<Event> = Vec::new();
-    for file in fleet::history_files(&dir)? {
-        events.extend(history::read_jsonl::<Event>(&file)?);
-    }
-    let decisions: Vec<Decision> = match (&server, &in_store) {
-        (Some(s), _) => s.decisions(),
-        (None, Some(r)) => r.decisions(&keys).await.map_err(store_error)?,
-        (None, None) => unreachable!("one resource variant is always set up"),
-    };
+    let held_after_end = list_after_end(&locks, &run.key_prefix()).await?;
+    let events = read_events(&run.dir)?;
+    let decisions = resource.decisions(&run.keys).await?;
+    let mut faults = ran.faults;
     checker::mark_proxy_hits(&events, &mut faults, args.ttl);
-    let requested: Vec<&'static str> = plan.families.iter().map(|f| f.name()).collect();
     let report = checker::check(&checker::Input {
         events: &events,
         decisions: &decisions,
@@ -309,33 +233,22 @@ pub async fn torture(store: &str, args: TortureArgs) -> Result<u8, CliError> {
         retry: RETRY,
         lost_slack: lost_slack(args.ttl),
         held_after_end,
-        requested: &requested,
+        requested: &plan.requested(),
     });
     if let Some(path) = &args.history {
         history::write_merged(path, &events, &decisions, &faults)?;
     }
-    let keep_logs = report.verdict != Verdict::Pass || notes.len() > planned_notes;
-    if keep_logs {
-        notes.push(format!(
-            "worker logs and histories kept in {}",
-            dir.display()
-        ));
-    } else {
-        let _ = std::fs::remove_dir_all(&dir);
-    }
+    let notes = final_notes(&plan, ran.notes, &run.dir, &report);
     let setup = report::Setup {
         store: leasehold::redact_url(store),
         workers: args.workers,
         keys: args.keys,
         duration_ms: args.duration.as_millis() as u64,
         ttl_ms: args.ttl.as_millis() as u64,
-        seed,
-        resource: match args.resource {
-            ResourceKind::Server => "server",
-            ResourceKind::Store => "store",
-        },
-        fencing,
-        faults: requested.iter().map(|f| f.to_string()).collect(),
+        seed: run.seed,
+        resource: resource.name(),
+        fencing: !args.no_fencing,
+        faults: plan.requested().iter().map(|f| f.to_string()).collect(),
         connections,
         notes,
     };
@@ -349,6 +262,153 @@ pub async fn torture(store: &str, args: TortureArgs) -> Result<u8, CliError> {
         Verdict::Violation => EX_VIOLATION,
         Verdict::Inconclusive => EX_INCONCLUSIVE,
     })
+}
+
+/// Truncates (or creates) the `--history` file up front, so a path that
+/// cannot be written fails the run before it starts.
+fn create_history_file(args: &TortureArgs) -> Result<(), CliError> {
+    if let Some(path) = &args.history {
+        std::fs::File::create(path)
+            .map_err(|e| CliError::usage(format!("--history {}: {e}", path.display())))?;
+    }
+    Ok(())
+}
+
+/// The identity of one run.
+struct Run {
+    seed: u64,
+    /// Unique per run even with a fixed seed, so runs never share records.
+    id: String,
+    keys: Vec<String>,
+    /// The store URL, tagged so the connection sampler can tell the run's
+    /// connections apart.
+    store: String,
+    /// The tag, where the store has one.
+    app: Option<String>,
+    /// Worker logs and histories.
+    dir: PathBuf,
+}
+
+impl Run {
+    fn new(store: &str, args: &TortureArgs) -> Run {
+        let id = format!("{:08x}", rand::random::<u32>());
+        let (tagged, app) = crate::connections::tag(store, &id);
+        Run {
+            seed: args.seed.unwrap_or_else(rand::random),
+            keys: (0..args.keys)
+                .map(|i| format!("torture-{id}:k{i}"))
+                .collect(),
+            store: tagged,
+            app,
+            dir: std::env::temp_dir().join(format!("leasehold-torture-{id}")),
+            id,
+        }
+    }
+
+    /// What every key of the run starts with.
+    fn key_prefix(&self) -> String {
+        format!("torture-{}:", self.id)
+    }
+}
+
+/// The fault proxy between the workers and the store, if the plan has one.
+async fn start_proxy(plan: &Plan) -> Result<Option<(proxy::Proxy, &stores::Endpoint)>, CliError> {
+    Ok(match &plan.proxy {
+        Some(endpoint) => Some((
+            proxy::Proxy::start(endpoint.upstream.clone()).await?,
+            endpoint,
+        )),
+        None => None,
+    })
+}
+
+/// What the fleet and the nemesis left behind.
+struct Ran {
+    faults: Vec<history::Fault>,
+    /// Workers that did not end cleanly.
+    notes: Vec<String>,
+}
+
+/// Starts the workers, lets the nemesis loose on them until the run's end,
+/// then collects them.
+async fn run_fleet(
+    args: &TortureArgs,
+    plan: &Plan,
+    run: &Run,
+    locks: &Locks,
+    resource: &Resource,
+    proxy: Option<&(proxy::Proxy, &stores::Endpoint)>,
+) -> Result<Ran, CliError> {
+    let started = clock::mono_ns();
+    let stop_at = started + args.duration.as_nanos() as u64;
+    let wait = args.ttl * 3;
+    let mut fleet = Fleet::start(
+        WorkerConfig {
+            store: match proxy {
+                Some((p, endpoint)) => stores::via(&run.store, endpoint, &p.addr().to_string()),
+                None => run.store.clone(),
+            },
+            keys: run.keys.clone(),
+            ttl: args.ttl,
+            wait,
+            resource: resource.spec(),
+            no_fencing: args.no_fencing,
+            test_fault: args.test_fault,
+            stop_at,
+            seed: run.seed,
+            dir: run.dir.clone(),
+        },
+        args.workers,
+    )?;
+    fleet.kill_all_on_interrupt(run.dir.clone());
+    let nemesis = nemesis::Nemesis {
+        fleet: &mut fleet,
+        locks,
+        keys: &run.keys,
+        proxy: proxy.map(|(p, _)| p.control()),
+        restart_cmd: args.restart_cmd.clone(),
+        families: plan.families.clone(),
+        rng: StdRng::seed_from_u64(run.seed),
+        ttl: args.ttl,
+        end: stop_at,
+    };
+    let faults = nemesis.run().await?;
+    let remaining = Duration::from_nanos(stop_at.saturating_sub(clock::mono_ns()));
+    let notes = fleet
+        .finish(remaining + wait + args.ttl + Duration::from_secs(10))
+        .await;
+    Ok(Ran { faults, notes })
+}
+
+/// Every worker's history, merged.
+fn read_events(dir: &Path) -> Result<Vec<Event>, CliError> {
+    let mut events = Vec::new();
+    for file in fleet::history_files(dir)? {
+        events.extend(history::read_jsonl::<Event>(&file)?);
+    }
+    Ok(events)
+}
+
+/// The plan's notes, then the workers' (those that did not end cleanly);
+/// the worker logs are kept, and said where, unless the run passed cleanly.
+fn final_notes(
+    plan: &Plan,
+    workers: Vec<String>,
+    dir: &Path,
+    report: &checker::Report,
+) -> Vec<String> {
+    let mut notes = plan.notes.clone();
+    let clean = workers.is_empty();
+    notes.extend(workers);
+    if report.verdict != Verdict::Pass || !clean {
+        notes.push(format!(
+            "worker logs and histories kept in {}",
+            dir.display()
+        ));
+    } else {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    notes
 }
 
 /// Live leases under `prefix`, retrying while the store comes back from a
@@ -365,11 +425,4 @@ async fn list_after_end(locks: &Locks, prefix: &str) -> Result<usize, CliError> 
             Err(e) => return Err(e.into()),
         }
     }
-}
-
-fn store_error(e: anyhow::Error) -> CliError {
-    CliError::new(
-        crate::exit::EX_UNAVAILABLE,
-        format!("torture resource in the store: {e:#}"),
-    )
 }

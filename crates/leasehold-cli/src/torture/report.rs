@@ -64,6 +64,8 @@ pub fn print_table(setup: &Setup, r: &Report) {
             .join(", ")
     };
     let zero = |n: u64| if n == 0 { "ok" } else { "VIOLATION" };
+    // A count that must be 0, shown with its verdict.
+    let must_be_zero = |name, n: u64| (name, n.to_string(), zero(n));
     let rows: Vec<(&str, String, &str)> = vec![
         (
             "acquisitions",
@@ -88,31 +90,11 @@ pub fn print_table(setup: &Setup, r: &Report) {
             r.overlapping_beliefs.to_string(),
             "stale holders that acted",
         ),
-        (
-            "stale writes accepted",
-            r.stale_writes_accepted.to_string(),
-            zero(r.stale_writes_accepted),
-        ),
-        (
-            "stale reads accepted",
-            r.stale_reads_accepted.to_string(),
-            zero(r.stale_reads_accepted),
-        ),
-        (
-            "token regressions",
-            r.token_regressions.to_string(),
-            zero(r.token_regressions),
-        ),
-        (
-            "token duplicates",
-            r.token_duplicates.to_string(),
-            zero(r.token_duplicates),
-        ),
-        (
-            "lost increments",
-            r.lost_increments.to_string(),
-            zero(r.lost_increments),
-        ),
+        must_be_zero("stale writes accepted", r.stale_writes_accepted),
+        must_be_zero("stale reads accepted", r.stale_reads_accepted),
+        must_be_zero("token regressions", r.token_regressions),
+        must_be_zero("token duplicates", r.token_duplicates),
+        must_be_zero("lost increments", r.lost_increments),
         (
             "takeover after kill",
             match r.takeover.max_ms {

@@ -1,14 +1,9 @@
 //! What the harness needs to know about a store from its URL: whether
 //! workers reach it over TCP (so the fault proxy can sit in between), and
-//! how to point a URL at the proxy instead.
+//! how to point a URL at the proxy instead. Which store is where comes from
+//! the library's [`Scheme::parse`].
 
-/// TCP stores and their default ports. A new network store is one line.
-const NETWORK_STORES: &[(&str, u16)] = &[
-    ("redis", 6379),
-    ("postgres", 5432),
-    ("postgresql", 5432),
-    ("mongodb", 27017),
-];
+use leasehold::scheme::{Location, Scheme};
 
 /// Where the URL's single TCP server is, or why the proxy cannot be used.
 #[derive(Debug, PartialEq, Eq)]
@@ -22,15 +17,27 @@ pub struct Endpoint {
 /// The TCP endpoint of `url`'s store, or a sentence saying why there is
 /// none (a file, a Unix socket, several hosts).
 pub fn endpoint(url: &str) -> Result<Endpoint, String> {
-    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
-    let Some(&(_, default_port)) = NETWORK_STORES.iter().find(|(s, _)| *s == scheme) else {
-        return Err(match scheme {
-            "sqlite" => "sqlite is a file on this host: there is no connection to break".into(),
-            "memory" => "memory:// lives inside each process: there is no connection".into(),
-            _ => format!("{scheme}:// is not reached over a single TCP connection"),
-        });
+    let (scheme, parsed) = Scheme::parse(url).map_err(|e| e.to_string())?;
+    let (written, rest) = url.split_once("://").unwrap_or(("", url));
+    let default_port = match parsed.location() {
+        Location::Tcp { default_port } => default_port,
+        Location::File => {
+            return Err(format!(
+                "{scheme} is a file on this host: there is no connection to break"
+            ))
+        }
+        Location::InProcess => {
+            return Err(format!(
+                "{scheme}:// lives inside each process: there is no connection"
+            ))
+        }
+        _ => {
+            return Err(format!(
+                "{written}:// is not reached over a single TCP connection"
+            ))
+        }
     };
-    let start = scheme.len() + 3;
+    let start = written.len() + 3;
     let authority_len = rest.find(['/', '?']).unwrap_or(rest.len());
     let authority = &rest[..authority_len];
     let host_at = authority.rfind('@').map_or(0, |i| i + 1);
@@ -39,7 +46,7 @@ pub fn endpoint(url: &str) -> Result<Endpoint, String> {
         return Err("a URL with several hosts cannot go through one proxy".into());
     }
     if hostport.is_empty() {
-        return Err(format!("{scheme}:// URL has no host"));
+        return Err(format!("{written}:// URL has no host"));
     }
     // `[v6]:port` or `host:port`; the port is what follows the last colon
     // outside brackets.

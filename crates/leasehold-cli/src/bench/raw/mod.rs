@@ -7,10 +7,12 @@ mod mongodb;
 mod postgres;
 mod redis;
 mod sqlite;
+mod statements;
 
 use std::time::Duration;
 
 use leasehold::backend::BoxFuture;
+use leasehold::scheme::Scheme;
 use leasehold::Locks;
 
 use crate::exit::CliError;
@@ -86,40 +88,30 @@ pub struct Measured {
 
 /// Opens the store and the baselines that exist for it.
 pub async fn open(url: &str) -> Result<(BenchStore, Locks), CliError> {
-    let scheme = url.split_once("://").map_or("", |(s, _)| s);
-    let (measured, shared) = match scheme {
-        "memory" => {
-            let locks = Locks::open(url).await?;
-            let measured = Measured {
-                locks: locks.clone(),
+    let (scheme, parsed) = Scheme::parse(url)?;
+    let measured = match scheme {
+        Scheme::Sqlite => sqlite::open(url).await?,
+        Scheme::Postgres => postgres::open(url).await?,
+        Scheme::Redis => redis::open(url, &parsed).await?,
+        #[cfg(feature = "mongodb")]
+        Scheme::Mongodb => mongodb::open(url).await?,
+        other => {
+            if other != Scheme::Memory {
+                eprintln!(
+                    "leasehold: no hand-written baseline for {other}://; reporting leasehold alone"
+                );
+            }
+            Measured {
+                locks: Locks::open(url).await?,
                 baselines: Vec::new(),
                 handoff_peers: Vec::new(),
-            };
-            (measured, Some(locks))
-        }
-        "sqlite" => (sqlite::open(url).await?, None),
-        "postgres" | "postgresql" => (postgres::open(url).await?, None),
-        "redis" | "redis+unix" => (redis::open(url).await?, None),
-        #[cfg(feature = "mongodb")]
-        "mongodb" | "mongodb+srv" => (mongodb::open(url).await?, None),
-        _ => {
-            let locks = Locks::open(url).await?;
-            eprintln!(
-                "leasehold: no hand-written baseline for {scheme}://; reporting leasehold alone"
-            );
-            (
-                Measured {
-                    locks,
-                    baselines: Vec::new(),
-                    handoff_peers: Vec::new(),
-                },
-                None,
-            )
+            }
         }
     };
     let store = BenchStore {
         url: url.to_owned(),
-        shared,
+        // Clients of `memory://` must share one store.
+        shared: (scheme == Scheme::Memory).then(|| measured.locks.clone()),
         baselines: measured.baselines,
         handoff_peers: measured.handoff_peers,
     };

@@ -1,6 +1,7 @@
-//! PostgreSQL: the library's two statements by hand on the library's own
-//! pool, session advisory locks (`pg_try_advisory_lock` + unlock), and the
-//! blocking `pg_advisory_lock` hand-off.
+//! PostgreSQL: the two statements a careful hand-written lock issues (the
+//! library's, written again here, in a table of the baseline's own) on the
+//! library's own pool, session advisory locks (`pg_try_advisory_lock` +
+//! unlock), and the blocking `pg_advisory_lock` hand-off.
 //!
 //! Behind a transaction-mode pooler (`?pooler=transaction&listen_url=...`)
 //! the first baseline is leasehold itself on a direct connection to the
@@ -14,14 +15,57 @@ use std::time::Duration;
 
 use leasehold::backend::BoxFuture;
 use leasehold::backends::postgres::{parse_store_url, Pooler, PostgresBackend, PostgresOptions};
-use leasehold::{LeaseGuard, Locks, OwnerId};
+use leasehold::{LeaseGuard, Locks};
 use sqlx::pool::PoolConnection;
 use sqlx::{PgPool, Postgres};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
+use super::statements::TwoStatements;
 use super::{baseline_error, Baseline, HandoffPeer, Held, Measured};
 use crate::exit::CliError;
+use crate::sql::SqlDb;
+
+const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS leasehold_bench_baseline (
+    key TEXT COLLATE \"C\" PRIMARY KEY,
+    fence BIGINT NOT NULL,
+    owner TEXT,
+    holder TEXT,
+    expires_at TIMESTAMPTZ
+)";
+
+/// Takes the key if it is new, free or expired and returns the new fence,
+/// or else the holder and its remaining ms: one round trip either way. The
+/// expiry is computed once the row lock is held, and a row another
+/// transaction keeps locked is waited for at most `$5` ms (a setting that
+/// ends with the statement). Parameters: key, owner, holder, ttl ms, lock
+/// wait ms as text.
+const ACQUIRE: &str = "WITH granted AS ( \
+       INSERT INTO leasehold_bench_baseline AS l (key, fence, owner, holder, expires_at) \
+       SELECT $1, 1, $2, $3, clock_timestamp() + $4 * interval '1 millisecond' \
+       FROM (SELECT set_config('lock_timeout', $5, true)) AS bounded \
+       ON CONFLICT (key) DO UPDATE SET fence = l.fence + 1, owner = excluded.owner, \
+         holder = excluded.holder, \
+         expires_at = clock_timestamp() + $4 * interval '1 millisecond' \
+       WHERE l.owner IS NULL OR l.expires_at <= clock_timestamp() \
+       RETURNING l.fence) \
+     SELECT fence, NULL::text AS holder, NULL::bigint AS remaining_ms FROM granted \
+     UNION ALL \
+     SELECT NULL::bigint, holder, \
+       ceil(extract(epoch FROM (expires_at - clock_timestamp())) * 1000)::bigint \
+       FROM leasehold_bench_baseline \
+      WHERE key = $1 AND owner IS NOT NULL AND NOT EXISTS (SELECT FROM granted)";
+
+/// Frees the key if owner and fence still match, and announces it to
+/// waiters in the same statement. Parameters: key, owner, fence.
+const RELEASE: &str = "WITH freed AS ( \
+       UPDATE leasehold_bench_baseline SET owner = NULL, holder = NULL, expires_at = NULL \
+       WHERE key = $1 AND owner = $2 AND fence = $3 RETURNING key) \
+     SELECT pg_notify('leasehold_bench_baseline', key) FROM freed";
+
+/// How long the acquisition waits for another transaction's row lock: the
+/// library's try-once bound.
+const LOCK_WAIT_MS: &str = "50";
 
 pub async fn open(url: &str) -> Result<Measured, CliError> {
     let (_, options) =
@@ -66,10 +110,16 @@ async fn baselines(
     pooled: Option<PostgresBackend>,
 ) -> Result<Measured, CliError> {
     let pool = backend.pool().clone();
+    sqlx::query(CREATE_TABLE)
+        .execute(&pool)
+        .await
+        .map_err(baseline_error)?;
     let statements = TwoStatements {
-        pool: pool.clone(),
-        acquire: ACQUIRE.to_owned(),
-        release: RELEASE.to_owned(),
+        name: "two postgres statements by hand",
+        db: SqlDb::from_postgres_pool(pool.clone()),
+        acquire: ACQUIRE,
+        release: RELEASE,
+        lock_wait: Some(LOCK_WAIT_MS),
     };
     // Advisory locks belong to a session: keep one connection for them.
     let session = pool.acquire().await.map_err(baseline_error)?;
@@ -133,84 +183,6 @@ impl Baseline for DirectLeasehold {
             if let Some(guard) = self.held.lock().await.remove(&held.key) {
                 guard.release().await.map_err(baseline_error)?;
             }
-            Ok(())
-        })
-    }
-}
-
-/// The library's acquire on its default table, written out: parameters key,
-/// owner hex, holder label, ttl ms, row-lock wait ms as text; returns the
-/// new fence, or the holder and its remaining ms.
-const ACQUIRE: &str = "WITH granted AS ( \
-    INSERT INTO \"leasehold_locks\" AS l (key, fence, owner, holder, expires_at) \
-    SELECT $1, 1, $2, $3, clock_timestamp() + $4 * interval '1 millisecond' \
-    FROM (SELECT set_config('lock_timeout', $5, true)) AS bounded \
-    ON CONFLICT (key) DO UPDATE SET fence = l.fence + 1, owner = excluded.owner, \
-      holder = excluded.holder, \
-      expires_at = clock_timestamp() + $4 * interval '1 millisecond' \
-    WHERE l.owner IS NULL OR l.expires_at <= clock_timestamp() \
-    RETURNING l.fence) \
-  SELECT fence, NULL::text AS holder, NULL::bigint AS remaining_ms FROM granted \
-  UNION ALL \
-  SELECT NULL::bigint, holder, \
-    ceil(extract(epoch FROM (expires_at - clock_timestamp())) * 1000)::bigint \
-    FROM \"leasehold_locks\" \
-   WHERE key = $1 AND owner IS NOT NULL AND NOT EXISTS (SELECT FROM granted)";
-
-/// The library's release, written out: parameters key, owner hex, fence.
-const RELEASE: &str = "WITH freed AS ( \
-    UPDATE \"leasehold_locks\" SET owner = NULL, holder = NULL, expires_at = NULL \
-    WHERE key = $1 AND owner = $2 AND fence = $3 RETURNING key) \
-  SELECT pg_notify('leasehold_release', key) FROM freed";
-
-struct TwoStatements {
-    pool: PgPool,
-    acquire: String,
-    release: String,
-}
-
-impl Baseline for TwoStatements {
-    fn name(&self) -> &'static str {
-        "two postgres statements by hand"
-    }
-
-    fn try_acquire<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Held>, CliError>> {
-        Box::pin(async move {
-            let owner = OwnerId::random().to_string();
-            let row: Option<(Option<i64>, Option<String>, Option<i64>)> =
-                sqlx::query_as(&self.acquire)
-                    .bind(key)
-                    .bind(&owner)
-                    .bind("baseline")
-                    .bind(30_000i64)
-                    // The longest wait for another transaction's row lock, as
-                    // the library's try-once attempt binds it.
-                    .bind(
-                        leasehold::backend::duration_to_millis(
-                            leasehold::backend::TRY_ONCE_LOCK_WAIT,
-                        )
-                        .to_string(),
-                    )
-                    .fetch_optional(&self.pool)
-                    .await
-                    .map_err(baseline_error)?;
-            Ok(row.and_then(|(fence, _, _)| fence).map(|token| Held {
-                key: key.to_owned(),
-                owner,
-                token,
-            }))
-        })
-    }
-
-    fn release(&self, held: Held) -> BoxFuture<'_, Result<(), CliError>> {
-        Box::pin(async move {
-            sqlx::query(&self.release)
-                .bind(&held.key)
-                .bind(&held.owner)
-                .bind(held.token)
-                .fetch_all(&self.pool)
-                .await
-                .map_err(baseline_error)?;
             Ok(())
         })
     }

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use leasehold::backend::BoxFuture;
+use leasehold::scheme::StoreUrl;
 use leasehold::{Locks, OwnerId};
 use redis::aio::MultiplexedConnection;
 use rslock::LockManager;
@@ -20,16 +21,16 @@ const TTL: Duration = Duration::from_secs(30);
 /// The compare-and-delete of the hand-written version (rslock's is the same).
 const UNLOCK: &str = r#"if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) else return 0 end"#;
 
-pub async fn open(url: &str) -> Result<Measured, CliError> {
+pub async fn open(url: &str, parsed: &StoreUrl) -> Result<Measured, CliError> {
     let locks = Locks::open(url).await?;
-    // Strip leasehold's own `?prefix=` option; the redis crate rejects it.
-    let plain = strip_prefix_option(url);
-    let client = redis::Client::open(plain.as_str()).map_err(baseline_error)?;
+    // Without leasehold's own options (`prefix`); the redis crate rejects them.
+    let plain = parsed.driver_url();
+    let client = redis::Client::open(plain).map_err(baseline_error)?;
     let conn = client
         .get_multiplexed_async_connection()
         .await
         .map_err(baseline_error)?;
-    let rslock = LockManager::new(vec![plain.as_str()]);
+    let rslock = LockManager::new(vec![plain]);
     Ok(Measured {
         locks,
         baselines: vec![
@@ -44,21 +45,6 @@ pub async fn open(url: &str) -> Result<Measured, CliError> {
         ],
         handoff_peers: vec![Box::new(RslockHandoff { manager: rslock })],
     })
-}
-
-fn strip_prefix_option(url: &str) -> String {
-    let Some((base, query)) = url.split_once('?') else {
-        return url.to_owned();
-    };
-    let rest: Vec<&str> = query
-        .split('&')
-        .filter(|p| !p.starts_with("prefix="))
-        .collect();
-    if rest.is_empty() {
-        base.to_owned()
-    } else {
-        format!("{base}?{}", rest.join("&"))
-    }
 }
 
 struct RawPair {
@@ -182,20 +168,5 @@ impl HandoffPeer for RslockHandoff {
             }
             Ok(out)
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::strip_prefix_option;
-
-    #[test]
-    fn leaseholds_prefix_option_is_removed() {
-        assert_eq!(strip_prefix_option("redis://h:1?prefix=x"), "redis://h:1");
-        assert_eq!(
-            strip_prefix_option("redis://h?prefix=x&protocol=resp3"),
-            "redis://h?protocol=resp3"
-        );
-        assert_eq!(strip_prefix_option("redis://h/2"), "redis://h/2");
     }
 }

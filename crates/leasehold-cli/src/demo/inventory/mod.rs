@@ -4,13 +4,13 @@
 
 #[cfg(feature = "mongodb")]
 mod mongodb;
-mod postgres;
 mod redis;
-mod sqlite;
+mod sql;
 
 use std::time::Duration;
 
 use leasehold::backend::BoxFuture;
+use leasehold::scheme::Scheme;
 
 use super::Strategy;
 use crate::exit::CliError;
@@ -22,129 +22,92 @@ pub struct Stock {
     pub version: i64,
 }
 
+/// What a write of the stock checks first.
+#[derive(Debug, Clone, Copy)]
+pub enum Check {
+    /// Nothing at all: the race the demo shows.
+    None,
+    /// That the lease's fencing token is not older than the last token
+    /// written (`... WHERE fence <= token`); the write records it.
+    Fence(u64),
+    /// That the version is still the one read; the write bumps it.
+    Version(i64),
+}
+
+/// What a store answers, later.
+pub type Answer<'a, T> = BoxFuture<'a, Result<T, CliError>>;
+
 /// One store's product record and the writes each strategy makes.
 pub trait Inventory: Send + Sync {
     /// Puts the product back to `stock` items (version and fence to 0).
-    fn reset<'a>(&'a self, product: &'a str, stock: i64) -> BoxFuture<'a, Result<(), CliError>>;
+    fn reset<'a>(&'a self, product: &'a str, stock: i64) -> Answer<'a, ()>;
 
     /// Reads stock and version.
-    fn read<'a>(&'a self, product: &'a str) -> BoxFuture<'a, Result<Stock, CliError>>;
+    fn read<'a>(&'a self, product: &'a str) -> Answer<'a, Stock>;
 
-    /// Writes the stock with no check at all: the race the demo shows.
-    fn write_unchecked<'a>(
-        &'a self,
-        product: &'a str,
-        stock: i64,
-    ) -> BoxFuture<'a, Result<(), CliError>>;
-
-    /// Writes the stock only if `token` is not older than the last token
-    /// written (`... WHERE fence <= token`). Returns whether it was accepted.
-    fn write_fenced<'a>(
-        &'a self,
-        product: &'a str,
-        stock: i64,
-        token: u64,
-    ) -> BoxFuture<'a, Result<bool, CliError>>;
-
-    /// Writes the stock only if the version is still `version`, bumping it.
-    /// Returns whether it matched.
-    fn write_versioned<'a>(
-        &'a self,
-        product: &'a str,
-        stock: i64,
-        version: i64,
-    ) -> BoxFuture<'a, Result<bool, CliError>>;
+    /// Writes the stock if `check` passes; returns whether it did.
+    fn write<'a>(&'a self, product: &'a str, stock: i64, check: Check) -> Answer<'a, bool>;
 
     /// The store's pessimistic strategy: lock the record, read, pay, write,
     /// commit. Returns whether an item was sold (false: sold out). Only
-    /// called for stores whose [`strategies`] include `RowLock`.
-    fn buy_row_locked<'a>(
-        &'a self,
-        product: &'a str,
-        pay: Duration,
-    ) -> BoxFuture<'a, Result<bool, CliError>>;
+    /// called for stores whose [`strategies`] include `RowLock`; the others
+    /// (Redis) keep this refusal.
+    fn buy_row_locked<'a>(&'a self, _product: &'a str, _pay: Duration) -> Answer<'a, bool> {
+        Box::pin(async {
+            Err(CliError::usage(
+                "strategy row-lock is not available on this store",
+            ))
+        })
+    }
 }
 
 /// The stores the demo names when refusing a URL.
 const SUPPORTED: &str = "sqlite://PATH, postgres://USER@HOST/DB, redis://HOST or mongodb://HOST/DB";
 
-/// The stores the demo can keep its product in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Store {
-    Sqlite,
-    Postgres,
-    Redis,
-    #[cfg(feature = "mongodb")]
-    Mongo,
-}
+const ALL: &[Strategy] = &[
+    Strategy::None,
+    Strategy::Lease,
+    Strategy::RowLock,
+    Strategy::Optimistic,
+];
 
-impl Store {
-    /// Picks the store from the URL scheme, before any I/O.
-    fn of(url: &str) -> Result<Store, CliError> {
-        let scheme = url.split_once("://").map(|(s, _)| s).unwrap_or("");
-        match scheme {
-            "sqlite" => Ok(Store::Sqlite),
-            "postgres" | "postgresql" => Ok(Store::Postgres),
-            "redis" | "redis+unix" => Ok(Store::Redis),
-            #[cfg(feature = "mongodb")]
-            "mongodb" | "mongodb+srv" => Ok(Store::Mongo),
-            "memory" => Err(CliError::usage(format!(
-                "the demo runs worker processes, which cannot share a memory:// store; use {SUPPORTED}"
-            ))),
-            other => Err(CliError::usage(format!(
-                "the demo does not support store {other:?}; use {SUPPORTED}"
-            ))),
+/// What `scheme`'s store offers, in the order the demo runs them.
+fn offered(scheme: Scheme) -> Result<&'static [Strategy], CliError> {
+    Ok(match scheme {
+        Scheme::Sqlite | Scheme::Postgres => ALL,
+        #[cfg(feature = "mongodb")]
+        Scheme::Mongodb => ALL,
+        // Redis has no lock that spans a read, a pause and a write (a
+        // script cannot wait for the payment); the lease is the way.
+        Scheme::Redis => &[Strategy::None, Strategy::Lease, Strategy::Optimistic],
+        Scheme::Memory => {
+            return Err(CliError::usage(format!(
+            "the demo runs worker processes, which cannot share a memory:// store; use {SUPPORTED}"
+        )))
         }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Store::Sqlite => "sqlite",
-            Store::Postgres => "postgres",
-            Store::Redis => "redis",
-            #[cfg(feature = "mongodb")]
-            Store::Mongo => "mongodb",
+        other => {
+            return Err(CliError::usage(format!(
+                "the demo does not support store {:?}; use {SUPPORTED}",
+                other.name()
+            )))
         }
-    }
-
-    /// What the store offers, in the order the demo runs them.
-    fn strategies(self) -> &'static [Strategy] {
-        match self {
-            Store::Sqlite | Store::Postgres => &[
-                Strategy::None,
-                Strategy::Lease,
-                Strategy::RowLock,
-                Strategy::Optimistic,
-            ],
-            // Redis has no lock that spans a read, a pause and a write (a
-            // script cannot wait for the payment); the lease is the way.
-            Store::Redis => &[Strategy::None, Strategy::Lease, Strategy::Optimistic],
-            #[cfg(feature = "mongodb")]
-            Store::Mongo => &[
-                Strategy::None,
-                Strategy::Lease,
-                Strategy::RowLock,
-                Strategy::Optimistic,
-            ],
-        }
-    }
+    })
 }
 
 /// The strategies to run on the store named by `url`: `wanted`, or all the
 /// store offers when `wanted` is empty. Known from the scheme alone, so a
 /// strategy the store lacks is refused (64) before any I/O.
 pub fn strategies(url: &str, wanted: &[Strategy]) -> Result<Vec<Strategy>, CliError> {
-    let store = Store::of(url)?;
-    let offered = store.strategies();
+    let (scheme, _) = Scheme::parse(url)?;
+    let offered = offered(scheme)?;
     if wanted.is_empty() {
         return Ok(offered.to_vec());
     }
     if let Some(missing) = wanted.iter().find(|s| !offered.contains(s)) {
         let names: Vec<_> = offered.iter().map(|s| s.name()).collect();
         return Err(CliError::usage(format!(
-            "strategy {} is not available on {}; choose from: {}",
+            "strategy {} is not available on {scheme}; choose from: {}",
             missing.name(),
-            store.name(),
             names.join(", ")
         )));
     }
@@ -153,12 +116,20 @@ pub fn strategies(url: &str, wanted: &[Strategy]) -> Result<Vec<Strategy>, CliEr
 
 /// Opens the inventory in the store named by `url`.
 pub async fn open(url: &str) -> Result<Box<dyn Inventory>, CliError> {
-    Ok(match Store::of(url)? {
-        Store::Sqlite => Box::new(sqlite::SqliteInventory::open(url).await?),
-        Store::Postgres => Box::new(postgres::PostgresInventory::open(url).await?),
-        Store::Redis => Box::new(redis::RedisInventory::open(url).await?),
+    let (scheme, parsed) = Scheme::parse(url)?;
+    offered(scheme)?;
+    Ok(match scheme {
+        Scheme::Redis => Box::new(redis::RedisInventory::open(&parsed).await?),
         #[cfg(feature = "mongodb")]
-        Store::Mongo => Box::new(mongodb::MongoInventory::open(url).await?),
+        Scheme::Mongodb => Box::new(mongodb::MongoInventory::open(&parsed).await?),
+        _ => match sql::SqlInventory::open(url).await? {
+            Some(inventory) => Box::new(inventory),
+            None => {
+                return Err(CliError::usage(format!(
+                    "the demo does not support store {scheme}"
+                )))
+            }
+        },
     })
 }
 

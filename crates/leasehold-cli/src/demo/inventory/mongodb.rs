@@ -7,14 +7,14 @@
 
 use std::time::Duration;
 
-use leasehold::backend::BoxFuture;
 use leasehold::backends::mongodb::helpers::{fenced_update_one, run_transaction};
 use leasehold::occ::{RetryError, RetryPolicy};
+use leasehold::scheme::StoreUrl;
 use mongodb::bson::{doc, Document};
 use mongodb::options::{ClientOptions, ReturnDocument, WriteConcern};
 use mongodb::{Client, Collection};
 
-use super::{store_error, Inventory, Stock};
+use super::{store_error, Answer, Check, Inventory, Stock};
 use crate::exit::{CliError, EX_UNAVAILABLE};
 
 pub struct MongoInventory {
@@ -23,8 +23,8 @@ pub struct MongoInventory {
 }
 
 impl MongoInventory {
-    pub async fn open(url: &str) -> Result<Self, CliError> {
-        let mut options = ClientOptions::parse(url)
+    pub async fn open(url: &StoreUrl) -> Result<Self, CliError> {
+        let mut options = ClientOptions::parse(url.driver_url())
             .await
             .map_err(|e| CliError::usage(format!("invalid store url: {e}")))?;
         options
@@ -66,7 +66,7 @@ fn stock_of(d: &Document) -> Result<Stock, CliError> {
 }
 
 impl Inventory for MongoInventory {
-    fn reset<'a>(&'a self, product: &'a str, stock: i64) -> BoxFuture<'a, Result<(), CliError>> {
+    fn reset<'a>(&'a self, product: &'a str, stock: i64) -> Answer<'a, ()> {
         Box::pin(async move {
             self.products
                 .replace_one(
@@ -80,7 +80,7 @@ impl Inventory for MongoInventory {
         })
     }
 
-    fn read<'a>(&'a self, product: &'a str) -> BoxFuture<'a, Result<Stock, CliError>> {
+    fn read<'a>(&'a self, product: &'a str) -> Answer<'a, Stock> {
         Box::pin(async move {
             let d = self
                 .products
@@ -92,49 +92,31 @@ impl Inventory for MongoInventory {
         })
     }
 
-    fn write_unchecked<'a>(
-        &'a self,
-        product: &'a str,
-        stock: i64,
-    ) -> BoxFuture<'a, Result<(), CliError>> {
+    fn write<'a>(&'a self, product: &'a str, stock: i64, check: Check) -> Answer<'a, bool> {
         Box::pin(async move {
-            self.changed(doc! { "_id": product }, doc! { "$set": { "stock": stock } })
-                .await
-                .map(drop)
+            match check {
+                Check::None => {
+                    self.changed(doc! { "_id": product }, doc! { "$set": { "stock": stock } })
+                        .await
+                }
+                Check::Fence(token) => {
+                    Ok(
+                        fenced_update_one(&self.products, product, token, doc! { "stock": stock })
+                            .await?,
+                    )
+                }
+                Check::Version(version) => {
+                    self.changed(
+                        doc! { "_id": product, "version": version },
+                        doc! { "$set": { "stock": stock }, "$inc": { "version": 1_i64 } },
+                    )
+                    .await
+                }
+            }
         })
     }
 
-    fn write_fenced<'a>(
-        &'a self,
-        product: &'a str,
-        stock: i64,
-        token: u64,
-    ) -> BoxFuture<'a, Result<bool, CliError>> {
-        Box::pin(async move {
-            Ok(fenced_update_one(&self.products, product, token, doc! { "stock": stock }).await?)
-        })
-    }
-
-    fn write_versioned<'a>(
-        &'a self,
-        product: &'a str,
-        stock: i64,
-        version: i64,
-    ) -> BoxFuture<'a, Result<bool, CliError>> {
-        Box::pin(async move {
-            self.changed(
-                doc! { "_id": product, "version": version },
-                doc! { "$set": { "stock": stock }, "$inc": { "version": 1_i64 } },
-            )
-            .await
-        })
-    }
-
-    fn buy_row_locked<'a>(
-        &'a self,
-        product: &'a str,
-        pay: Duration,
-    ) -> BoxFuture<'a, Result<bool, CliError>> {
+    fn buy_row_locked<'a>(&'a self, product: &'a str, pay: Duration) -> Answer<'a, bool> {
         Box::pin(async move {
             // Conflicts fail fast at the first write, so many quick retries.
             let policy =

@@ -4,11 +4,11 @@
 
 use std::time::Duration;
 
-use leasehold::backend::BoxFuture;
+use leasehold::scheme::StoreUrl;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, Script};
 
-use super::{store_error, Inventory, Stock};
+use super::{store_error, Answer, Check, Inventory, Stock};
 use crate::exit::CliError;
 
 /// Refuses a write from a token older than the last one written.
@@ -48,9 +48,11 @@ pub struct RedisInventory {
 }
 
 impl RedisInventory {
-    pub async fn open(url: &str) -> Result<Self, CliError> {
-        let (url, prefix) = split_prefix(url);
-        let client = Client::open(url.as_str())
+    /// The demo keys sit beside the locks, under the store's key prefix.
+    pub async fn open(url: &StoreUrl) -> Result<Self, CliError> {
+        // The library's default prefix, when the URL names none.
+        let prefix = url.option("prefix").unwrap_or("leasehold").to_owned();
+        let client = Client::open(url.driver_url())
             .map_err(|e| CliError::usage(format!("invalid store url: {e}")))?;
         // Fail fast when the server is down, like the lock store does.
         let config = AsyncConnectionConfig::new()
@@ -89,30 +91,8 @@ impl RedisInventory {
     }
 }
 
-/// Takes the lock store's `prefix=` parameter out of the URL (the `redis`
-/// crate does not know it), so the demo keys sit beside the locks.
-fn split_prefix(url: &str) -> (String, String) {
-    let mut prefix = "leasehold".to_owned();
-    let Some((base, query)) = url.split_once('?') else {
-        return (url.to_owned(), prefix);
-    };
-    let mut rest = Vec::new();
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        match pair.strip_prefix("prefix=") {
-            Some(p) => prefix = p.to_owned(),
-            None => rest.push(pair),
-        }
-    }
-    let url = if rest.is_empty() {
-        base.to_owned()
-    } else {
-        format!("{base}?{}", rest.join("&"))
-    };
-    (url, prefix)
-}
-
 impl Inventory for RedisInventory {
-    fn reset<'a>(&'a self, product: &'a str, stock: i64) -> BoxFuture<'a, Result<(), CliError>> {
+    fn reset<'a>(&'a self, product: &'a str, stock: i64) -> Answer<'a, ()> {
         Box::pin(async move {
             redis::cmd("HSET")
                 .arg(self.key(product))
@@ -123,7 +103,7 @@ impl Inventory for RedisInventory {
         })
     }
 
-    fn read<'a>(&'a self, product: &'a str) -> BoxFuture<'a, Result<Stock, CliError>> {
+    fn read<'a>(&'a self, product: &'a str) -> Answer<'a, Stock> {
         Box::pin(async move {
             let key = self.key(product);
             let (stock, version): (Option<i64>, Option<i64>) = redis::cmd("HMGET")
@@ -143,81 +123,31 @@ impl Inventory for RedisInventory {
         })
     }
 
-    fn write_unchecked<'a>(
-        &'a self,
-        product: &'a str,
-        stock: i64,
-    ) -> BoxFuture<'a, Result<(), CliError>> {
+    fn write<'a>(&'a self, product: &'a str, stock: i64, check: Check) -> Answer<'a, bool> {
         Box::pin(async move {
-            redis::cmd("HSET")
-                .arg(self.key(product))
-                .arg("stock")
-                .arg(stock)
-                .exec_async(&mut self.conn.clone())
-                .await
-                .map_err(store_error)
+            match check {
+                Check::None => {
+                    redis::cmd("HSET")
+                        .arg(self.key(product))
+                        .arg("stock")
+                        .arg(stock)
+                        .exec_async(&mut self.conn.clone())
+                        .await
+                        .map_err(store_error)?;
+                    Ok(true)
+                }
+                // Lua numbers are doubles: tokens are exact up to 2^53, as
+                // in the store's own scripts.
+                Check::Fence(token) => {
+                    let token = i64::try_from(token).unwrap_or(i64::MAX);
+                    self.checked(&self.write_fenced, product, [stock, token])
+                        .await
+                }
+                Check::Version(version) => {
+                    self.checked(&self.write_versioned, product, [stock, version])
+                        .await
+                }
+            }
         })
-    }
-
-    fn write_fenced<'a>(
-        &'a self,
-        product: &'a str,
-        stock: i64,
-        token: u64,
-    ) -> BoxFuture<'a, Result<bool, CliError>> {
-        Box::pin(async move {
-            // Lua numbers are doubles: tokens are exact up to 2^53, as in
-            // the store's own scripts.
-            let token = i64::try_from(token).unwrap_or(i64::MAX);
-            self.checked(&self.write_fenced, product, [stock, token])
-                .await
-        })
-    }
-
-    fn write_versioned<'a>(
-        &'a self,
-        product: &'a str,
-        stock: i64,
-        version: i64,
-    ) -> BoxFuture<'a, Result<bool, CliError>> {
-        Box::pin(async move {
-            self.checked(&self.write_versioned, product, [stock, version])
-                .await
-        })
-    }
-
-    fn buy_row_locked<'a>(
-        &'a self,
-        _product: &'a str,
-        _pay: Duration,
-    ) -> BoxFuture<'a, Result<bool, CliError>> {
-        // Unreachable: `strategies` leaves row-lock out for Redis.
-        Box::pin(async {
-            Err(CliError::usage(
-                "strategy row-lock is not available on redis",
-            ))
-        })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_prefix_parameter_is_ours() {
-        let split = |u: &str| split_prefix(u);
-        assert_eq!(
-            split("redis://h:1/2"),
-            ("redis://h:1/2".into(), "leasehold".into())
-        );
-        assert_eq!(
-            split("redis://h?prefix=t1"),
-            ("redis://h".into(), "t1".into())
-        );
-        assert_eq!(
-            split("redis://h?protocol=resp3&prefix=t1"),
-            ("redis://h?protocol=resp3".into(), "t1".into())
-        );
     }
 }

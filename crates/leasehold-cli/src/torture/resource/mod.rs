@@ -11,21 +11,19 @@
 //!   ([`server`]), which logs every decision; works with every store.
 //! - `store`: the counter in the lock store itself, behind a conditional
 //!   update (`WHERE fence <= token`), with its decisions logged in the same
-//!   transaction. One file per store that offers it ([`sqlite`],
-//!   [`postgres`]).
+//!   transaction: [`sql`], one implementation for SQLite and PostgreSQL.
 //!   Adding a store: implement [`InStore`] in a new file (MongoDB: `findOneAndUpdate` with
 //!   `{fence: {$lte: token}}`; Redis: a Lua compare-and-set on a hash) and
-//!   add its scheme to [`in_store`].
+//!   try it in [`in_store`].
 
 pub mod server;
+mod sql;
 #[cfg(test)]
 mod tests;
 
-mod postgres;
-mod sqlite;
-
 use anyhow::Result;
 use leasehold::backend::BoxFuture;
+use serde::{Deserialize, Serialize};
 
 use super::history::{Decision, ResourceOp};
 use crate::exit::CliError;
@@ -40,17 +38,53 @@ pub enum Answer<T> {
     },
 }
 
+/// One decision of the resource, as it answers it.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct Reply {
+    pub accepted: bool,
+    /// Read: the counter. Write: the value written (or refused).
+    pub value: i64,
+    /// The highest token accepted for the key before this decision.
+    pub highest: u64,
+}
+
+impl Reply {
+    fn answer<T>(&self, accepted: T) -> Answer<T> {
+        if self.accepted {
+            Answer::Accepted(accepted)
+        } else {
+            Answer::Fenced {
+                highest: self.highest,
+            }
+        }
+    }
+}
+
 /// The resource as a worker sees it.
 pub trait FencedResource: Send {
-    /// Returns the counter and registers `token` as seen.
-    fn read<'a>(&'a mut self, key: &'a str, token: u64) -> BoxFuture<'a, Result<Answer<i64>>>;
-    /// Sets the counter to `value`.
-    fn write<'a>(
+    /// Decides `op` on `key` for `token`: a read registers the token and
+    /// returns the counter; a write also sets the counter to `value`.
+    fn decide<'a>(
         &'a mut self,
+        op: ResourceOp,
         key: &'a str,
         token: u64,
         value: i64,
-    ) -> BoxFuture<'a, Result<Answer<()>>>;
+    ) -> BoxFuture<'a, Result<Reply>>;
+}
+
+impl dyn FencedResource + '_ {
+    /// Returns the counter and registers `token` as seen.
+    pub async fn read(&mut self, key: &str, token: u64) -> Result<Answer<i64>> {
+        let reply = self.decide(ResourceOp::Read, key, token, 0).await?;
+        Ok(reply.answer(reply.value))
+    }
+
+    /// Sets the counter to `value`.
+    pub async fn write(&mut self, key: &str, token: u64, value: i64) -> Result<Answer<()>> {
+        let reply = self.decide(ResourceOp::Write, key, token, value).await?;
+        Ok(reply.answer(()))
+    }
 }
 
 /// The harness's side of an in-store resource: set up, then read the log.
@@ -69,15 +103,74 @@ pub trait InStore: Send + Sync {
 /// Usage error (64) for a store without one; the store's error if it
 /// cannot be opened.
 pub async fn in_store(url: &str) -> Result<Box<dyn InStore>, CliError> {
-    let scheme = url.split_once("://").map_or("", |(s, _)| s);
-    match scheme {
-        "sqlite" => Ok(Box::new(sqlite::SqliteResource::open(url).await?)),
-        "postgres" | "postgresql" => Ok(Box::new(postgres::PostgresResource::open(url).await?)),
-        _ => Err(CliError::usage(format!(
-            "--resource store is not available for {scheme}:// yet (SQLite and PostgreSQL); \
-             use --resource server"
+    match sql::SqlResource::open(url).await? {
+        Some(resource) => Ok(Box::new(resource)),
+        None => Err(CliError::usage(format!(
+            "--resource store is not available for {}:// yet (SQLite and PostgreSQL); \
+             use --resource server",
+            leasehold::scheme::Scheme::parse(url)?.0
         ))),
     }
+}
+
+/// The resource a run set up, whichever variant.
+pub enum Resource {
+    Server(server::Server),
+    InStore(Box<dyn InStore>),
+}
+
+impl Resource {
+    /// Starts the server, or resets `keys` in the store's own tables.
+    pub async fn set_up(
+        kind: super::ResourceKind,
+        store: &str,
+        keys: &[String],
+        fencing: bool,
+    ) -> Result<Resource, CliError> {
+        Ok(match kind {
+            super::ResourceKind::Server => Resource::Server(
+                server::Server::start(fencing)
+                    .await
+                    .map_err(|e| CliError::new(crate::exit::EX_SOFTWARE, e.to_string()))?,
+            ),
+            super::ResourceKind::Store => {
+                let resource = in_store(store).await?;
+                resource.reset(keys).await.map_err(store_error)?;
+                Resource::InStore(resource)
+            }
+        })
+    }
+
+    /// How workers reach it (see [`connect`]).
+    pub fn spec(&self) -> String {
+        match self {
+            Resource::Server(server) => format!("tcp://{}", server.addr()),
+            Resource::InStore(_) => "store".to_owned(),
+        }
+    }
+
+    /// As the report names it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Resource::Server(_) => "server",
+            Resource::InStore(_) => "store",
+        }
+    }
+
+    /// Every decision about `keys`, in the order made.
+    pub async fn decisions(&self, keys: &[String]) -> Result<Vec<Decision>, CliError> {
+        match self {
+            Resource::Server(server) => Ok(server.decisions()),
+            Resource::InStore(resource) => resource.decisions(keys).await.map_err(store_error),
+        }
+    }
+}
+
+fn store_error(e: anyhow::Error) -> CliError {
+    CliError::new(
+        crate::exit::EX_UNAVAILABLE,
+        format!("torture resource in the store: {e:#}"),
+    )
 }
 
 /// How a worker reaches the resource, as passed on its command line:
@@ -125,7 +218,7 @@ impl LogRow {
             seq: self.seq as u64,
             t: self.t as u64,
             key: self.key,
-            op: if self.op == "read" {
+            op: if self.op == ResourceOp::Read.name() {
                 ResourceOp::Read
             } else {
                 ResourceOp::Write

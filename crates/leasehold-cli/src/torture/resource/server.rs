@@ -13,7 +13,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
-use super::{Answer, FencedResource};
+use super::{FencedResource, Reply};
 use crate::torture::clock::mono_ns;
 use crate::torture::history::{Decision, ResourceOp};
 
@@ -25,13 +25,6 @@ struct Request {
     #[serde(default)]
     value: i64,
     worker: u32,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-struct Reply {
-    accepted: bool,
-    value: i64,
-    highest: u64,
 }
 
 #[derive(Default)]
@@ -185,30 +178,13 @@ impl Client {
 }
 
 impl FencedResource for Client {
-    fn read<'a>(&'a mut self, key: &'a str, token: u64) -> BoxFuture<'a, Result<Answer<i64>>> {
-        Box::pin(async move {
-            let r = self.call(ResourceOp::Read, key, token, 0).await?;
-            Ok(if r.accepted {
-                Answer::Accepted(r.value)
-            } else {
-                Answer::Fenced { highest: r.highest }
-            })
-        })
-    }
-
-    fn write<'a>(
+    fn decide<'a>(
         &'a mut self,
+        op: ResourceOp,
         key: &'a str,
         token: u64,
         value: i64,
-    ) -> BoxFuture<'a, Result<Answer<()>>> {
-        Box::pin(async move {
-            let r = self.call(ResourceOp::Write, key, token, value).await?;
-            Ok(if r.accepted {
-                Answer::Accepted(())
-            } else {
-                Answer::Fenced { highest: r.highest }
-            })
-        })
+    ) -> BoxFuture<'a, Result<Reply>> {
+        Box::pin(self.call(op, key, token, value))
     }
 }

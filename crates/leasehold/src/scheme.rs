@@ -1,0 +1,468 @@
+//! A store URL taken apart once, before any I/O: which store it names,
+//! where that store lives, and which query options are leasehold's own.
+//!
+//! [`open_backend`](crate::open::open_backend) and every tool that picks a
+//! store from a URL (the `leasehold` CLI's demo, bench and torture) match on
+//! what [`Scheme::parse`] returns instead of on the scheme's text.
+//!
+//! ```
+//! use leasehold::scheme::{Location, Scheme};
+//!
+//! let (scheme, url) = Scheme::parse("memory://?listen=off")?;
+//! assert_eq!(scheme, Scheme::Memory);
+//! assert_eq!(url.location(), Location::InProcess);
+//! assert!(!url.listen());
+//! assert!(Scheme::parse("ftp://files").is_err());
+//! # Ok::<(), leasehold::Error>(())
+//! ```
+//!
+//! ```
+//! # #[cfg(feature = "redis")] {
+//! use leasehold::scheme::{Location, Scheme};
+//!
+//! let (scheme, url) = Scheme::parse("redis://cache:6380/2?prefix=jobs&protocol=resp3")?;
+//! assert_eq!(scheme, Scheme::Redis);
+//! assert_eq!(url.location(), Location::Tcp { default_port: 6379 });
+//! assert_eq!(url.option("prefix"), Some("jobs"));
+//! assert_eq!(url.driver_url(), "redis://cache:6380/2?protocol=resp3");
+//! # }
+//! # Ok::<(), leasehold::Error>(())
+//! ```
+
+use std::fmt;
+
+use crate::error::{Error, Result};
+
+/// A store leasehold knows by URL scheme, whether or not this build has it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Scheme {
+    /// `memory://`: a store inside this process.
+    Memory,
+    /// `sqlite://PATH`: an SQLite file.
+    Sqlite,
+    /// `postgres://`, `postgresql://`: a PostgreSQL server.
+    Postgres,
+    /// `redis://`, `redis+unix://`, `rediss://`: a Redis server.
+    Redis,
+    /// `mongodb://`, `mongodb+srv://`: a MongoDB deployment.
+    Mongodb,
+}
+
+/// Where a store's data lives, seen from a client process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Location {
+    /// Inside this process (`memory://`): other processes cannot share it.
+    InProcess,
+    /// A file on this host (`sqlite://PATH`).
+    File,
+    /// A server on this host behind a Unix socket (`redis+unix://`).
+    UnixSocket,
+    /// Servers found through DNS (`mongodb+srv://`).
+    Discovered,
+    /// A server over TCP, on `default_port` where the URL names no port.
+    Tcp {
+        /// The store's usual port.
+        default_port: u16,
+    },
+}
+
+/// Every scheme as written in URLs, with its store and location.
+const SCHEMES: &[(&str, Scheme, Location)] = &[
+    ("memory", Scheme::Memory, Location::InProcess),
+    ("sqlite", Scheme::Sqlite, Location::File),
+    (
+        "postgres",
+        Scheme::Postgres,
+        Location::Tcp { default_port: 5432 },
+    ),
+    (
+        "postgresql",
+        Scheme::Postgres,
+        Location::Tcp { default_port: 5432 },
+    ),
+    ("redis", Scheme::Redis, Location::Tcp { default_port: 6379 }),
+    ("redis+unix", Scheme::Redis, Location::UnixSocket),
+    (
+        "rediss",
+        Scheme::Redis,
+        Location::Tcp { default_port: 6379 },
+    ),
+    (
+        "mongodb",
+        Scheme::Mongodb,
+        Location::Tcp {
+            default_port: 27017,
+        },
+    ),
+    ("mongodb+srv", Scheme::Mongodb, Location::Discovered),
+];
+
+/// Query options every store takes: waiters listen (`on`, the default) or
+/// poll (`off`).
+const LISTEN: &str = "listen";
+
+impl Scheme {
+    /// Parses `url`: the store it names and the URL's parts.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a URL without a scheme, an unknown scheme,
+    /// a store not compiled into this build (naming the cargo feature), a
+    /// `listen` option other than `on` or `off`, anything after `memory://`,
+    /// or an SQLite URL without a path or with an unknown option. A store's
+    /// other options are checked when it is opened. Messages never show the
+    /// URL's password.
+    pub fn parse(url: &str) -> Result<(Scheme, StoreUrl)> {
+        Self::parse_unredacted(url).map_err(|e| e.without_secrets_of(url))
+    }
+
+    fn parse_unredacted(url: &str) -> Result<(Scheme, StoreUrl)> {
+        let Some((written, rest)) = url.split_once("://") else {
+            return Err(Error::invalid(
+                "store url",
+                format!(
+                    "{:?} has no scheme; expected e.g. sqlite://PATH or memory://",
+                    crate::redact::redact_url(url)
+                ),
+            ));
+        };
+        let Some(&(_, scheme, location)) = SCHEMES.iter().find(|(s, _, _)| *s == written) else {
+            return Err(unknown_scheme(written));
+        };
+        if let Some(feature) = scheme.feature().filter(|_| !scheme.is_compiled_in()) {
+            return Err(Error::invalid(
+                "store url",
+                format!(
+                    "store {written:?} is not compiled into this build; enable cargo feature {feature:?}"
+                ),
+            ));
+        }
+        let (base, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let mut parsed = StoreUrl {
+            location,
+            path: None,
+            backend_url: String::new(),
+            driver_url: String::new(),
+            options: Vec::new(),
+            listen: true,
+        };
+        let mut store_pairs = Vec::new();
+        let mut driver_pairs = Vec::new();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            if name == LISTEN {
+                parsed.listen = match value {
+                    "on" => true,
+                    "off" => false,
+                    other => {
+                        return Err(Error::invalid(
+                            "store url",
+                            format!("listen must be on or off, got {other:?}"),
+                        ))
+                    }
+                };
+                continue;
+            }
+            store_pairs.push(pair);
+            if scheme.own_options().contains(&name) {
+                scheme.check_option(name, value, pair)?;
+                parsed.options.push((name.to_owned(), value.to_owned()));
+            } else if scheme.takes_driver_options() {
+                driver_pairs.push(pair);
+            } else {
+                return Err(scheme.unknown_option(pair));
+            }
+        }
+        match scheme {
+            Scheme::Memory if !base.is_empty() => {
+                return Err(Error::invalid(
+                    "store url",
+                    format!("memory:// takes nothing after the scheme, got {base:?}"),
+                ))
+            }
+            Scheme::Sqlite if base.is_empty() => {
+                return Err(Error::invalid(
+                    "store url",
+                    "sqlite:// needs a file path, e.g. sqlite:///var/lib/app/locks.db",
+                ))
+            }
+            Scheme::Sqlite => parsed.path = Some(base.to_owned()),
+            _ => {}
+        }
+        let with_query = |pairs: &[&str]| {
+            if pairs.is_empty() {
+                format!("{written}://{base}")
+            } else {
+                format!("{written}://{base}?{}", pairs.join("&"))
+            }
+        };
+        parsed.backend_url = with_query(&store_pairs);
+        parsed.driver_url = with_query(&driver_pairs);
+        Ok((scheme, parsed))
+    }
+
+    /// The store's name: `memory`, `sqlite`, `postgres`, `redis`, `mongodb`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scheme::Memory => "memory",
+            Scheme::Sqlite => "sqlite",
+            Scheme::Postgres => "postgres",
+            Scheme::Redis => "redis",
+            Scheme::Mongodb => "mongodb",
+        }
+    }
+
+    /// The cargo feature that compiles the store in (`None`: always there).
+    pub fn feature(self) -> Option<&'static str> {
+        match self {
+            Scheme::Memory => None,
+            other => Some(other.name()),
+        }
+    }
+
+    /// Whether this build has the store.
+    pub fn is_compiled_in(self) -> bool {
+        match self {
+            Scheme::Memory => true,
+            Scheme::Sqlite => cfg!(feature = "sqlite"),
+            Scheme::Postgres => cfg!(feature = "postgres"),
+            Scheme::Redis => cfg!(feature = "redis"),
+            Scheme::Mongodb => cfg!(feature = "mongodb"),
+        }
+    }
+
+    /// The query options that are leasehold's, not the driver's (besides
+    /// `listen`, which every store takes).
+    pub fn own_options(self) -> &'static [&'static str] {
+        match self {
+            Scheme::Memory | Scheme::Mongodb => &[],
+            Scheme::Sqlite => &["synchronous"],
+            Scheme::Postgres => &[
+                "pooler",
+                "listen_url",
+                "max_connections",
+                "idle_timeout",
+                "acquire_timeout",
+            ],
+            Scheme::Redis => &["prefix"],
+        }
+    }
+
+    /// Whether options that are not leasehold's go to a driver (otherwise
+    /// they are refused).
+    fn takes_driver_options(self) -> bool {
+        !matches!(self, Scheme::Memory | Scheme::Sqlite)
+    }
+
+    /// Checks the values the store does not check itself when opened.
+    fn check_option(self, name: &str, value: &str, pair: &str) -> Result<()> {
+        match (self, name) {
+            (Scheme::Sqlite, "synchronous") if !matches!(value, "full" | "normal") => {
+                Err(self.unknown_option(pair))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn unknown_option(self, pair: &str) -> Error {
+        match self {
+            Scheme::Sqlite => Error::invalid(
+                "store url",
+                format!("unknown sqlite option {pair:?}; allowed: synchronous=full|normal"),
+            ),
+            _ => Error::invalid(
+                "store url",
+                format!(
+                    "{}:// takes no option {pair:?}; allowed: listen=on|off",
+                    self.name()
+                ),
+            ),
+        }
+    }
+}
+
+impl fmt::Display for Scheme {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+fn unknown_scheme(written: &str) -> Error {
+    let known: Vec<&str> = SCHEMES.iter().map(|(s, _, _)| *s).collect();
+    Error::invalid(
+        "store url",
+        format!(
+            "unknown scheme {written:?}; expected one of: {}",
+            known.join(", ")
+        ),
+    )
+}
+
+/// The parts of a store URL, from [`Scheme::parse`].
+///
+/// Option values are as written in the URL (not percent-decoded); each
+/// store decodes what it needs when it is opened.
+#[derive(Clone, PartialEq, Eq)]
+pub struct StoreUrl {
+    location: Location,
+    path: Option<String>,
+    backend_url: String,
+    driver_url: String,
+    options: Vec<(String, String)>,
+    listen: bool,
+}
+
+impl StoreUrl {
+    /// Where the store lives.
+    pub fn location(&self) -> Location {
+        self.location
+    }
+
+    /// The file of a file store (`sqlite://PATH`), as written.
+    pub fn path(&self) -> Option<&str> {
+        self.path.as_deref()
+    }
+
+    /// The URL for the store's own `connect`: all of it but `listen`.
+    pub fn backend_url(&self) -> &str {
+        &self.backend_url
+    }
+
+    /// The URL for the store's driver: leasehold's options taken out, the
+    /// driver's kept (e.g. `redis://h?prefix=x&protocol=resp3` gives
+    /// `redis://h?protocol=resp3`).
+    pub fn driver_url(&self) -> &str {
+        &self.driver_url
+    }
+
+    /// The last value of leasehold's own option `name` (see
+    /// [`Scheme::own_options`]).
+    pub fn option(&self, name: &str) -> Option<&str> {
+        self.options
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Leasehold's own options, in the order written.
+    pub fn options(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.options.iter().map(|(n, v)| (n.as_str(), v.as_str()))
+    }
+
+    /// Whether waiters keep a listening connection (`listen=on`, the
+    /// default) or poll with the holder's remaining ttl and a backoff.
+    pub fn listen(&self) -> bool {
+        self.listen
+    }
+}
+
+/// Shows the URLs with their passwords masked.
+impl fmt::Debug for StoreUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StoreUrl")
+            .field("location", &self.location)
+            .field("path", &self.path)
+            .field("backend_url", &crate::redact::redact_url(&self.backend_url))
+            .field("driver_url", &crate::redact::redact_url(&self.driver_url))
+            .field("options", &self.options)
+            .field("listen", &self.listen)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problem(url: &str) -> String {
+        Scheme::parse(url).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn every_alias_names_its_store_and_location() {
+        let tcp = |default_port| Location::Tcp { default_port };
+        for (url, scheme, location) in [
+            ("memory://", Scheme::Memory, Location::InProcess),
+            ("sqlite:///tmp/x.db", Scheme::Sqlite, Location::File),
+            ("postgres://u@h/db", Scheme::Postgres, tcp(5432)),
+            ("postgresql://u@h/db", Scheme::Postgres, tcp(5432)),
+            ("redis://h", Scheme::Redis, tcp(6379)),
+            ("rediss://h", Scheme::Redis, tcp(6379)),
+            ("redis+unix:///r.sock", Scheme::Redis, Location::UnixSocket),
+            ("mongodb://h/db", Scheme::Mongodb, tcp(27017)),
+            ("mongodb+srv://c/db", Scheme::Mongodb, Location::Discovered),
+        ] {
+            if !scheme.is_compiled_in() {
+                assert!(
+                    problem(url).contains("not compiled into this build"),
+                    "{url}"
+                );
+                continue;
+            }
+            let (parsed, parts) = Scheme::parse(url).unwrap();
+            assert_eq!((parsed, parts.location()), (scheme, location), "{url}");
+            assert_eq!(parts.backend_url(), url);
+        }
+    }
+
+    #[test]
+    fn bad_urls_are_refused_with_specific_messages() {
+        assert!(problem("locks.db").contains("has no scheme"));
+        assert!(problem("ftp://x").contains("unknown scheme \"ftp\""));
+        assert!(problem("memory://x").contains("takes nothing"));
+        assert!(problem("memory://?cache=1").contains("memory:// takes no option \"cache=1\""));
+        assert!(
+            problem("memory://?listen=maybe").contains("listen must be on or off, got \"maybe\"")
+        );
+        assert!(!problem("memory://app:hunter22@host").contains("hunter22"));
+        #[cfg(feature = "sqlite")]
+        {
+            assert!(problem("sqlite://").contains("needs a file path"));
+            assert!(
+                problem("sqlite:///tmp/x.db?mode=rw").contains("unknown sqlite option \"mode=rw\"")
+            );
+            assert!(
+                problem("sqlite:///tmp/x.db?synchronous=off").contains("synchronous=full|normal")
+            );
+        }
+    }
+
+    #[test]
+    fn listen_and_own_options_are_taken_out() {
+        let (_, url) = Scheme::parse("memory://?listen=off").unwrap();
+        assert!(!url.listen());
+        assert_eq!(url.backend_url(), "memory://");
+        #[cfg(feature = "redis")]
+        {
+            let (_, url) =
+                Scheme::parse("redis://:pw@h/2?listen=off&prefix=a&protocol=resp3").unwrap();
+            assert!(!url.listen());
+            assert_eq!(url.backend_url(), "redis://:pw@h/2?prefix=a&protocol=resp3");
+            assert_eq!(url.driver_url(), "redis://:pw@h/2?protocol=resp3");
+            assert_eq!(url.option("prefix"), Some("a"));
+            assert!(!format!("{url:?}").contains("pw"));
+        }
+        #[cfg(feature = "postgres")]
+        {
+            let (_, url) = Scheme::parse(
+                "postgres://u@h/db?sslmode=disable&pooler=transaction&max_connections=3",
+            )
+            .unwrap();
+            assert_eq!(url.driver_url(), "postgres://u@h/db?sslmode=disable");
+            assert_eq!(
+                url.options().collect::<Vec<_>>(),
+                [("pooler", "transaction"), ("max_connections", "3")]
+            );
+        }
+        #[cfg(feature = "sqlite")]
+        {
+            let (_, url) = Scheme::parse("sqlite://rel/x.db?synchronous=normal&listen=on").unwrap();
+            assert_eq!(url.path(), Some("rel/x.db"));
+            assert_eq!(url.option("synchronous"), Some("normal"));
+            assert!(url.listen());
+            assert_eq!(url.driver_url(), "sqlite://rel/x.db");
+        }
+    }
+}
