@@ -13,7 +13,8 @@
 //!
 //! use leasehold::backends::decorator::Decorator;
 //! use leasehold::backends::memory::MemoryBackend;
-//! use leasehold::{Backend, BoxFuture, Lease, Locks, Result};
+//! use leasehold::backend::BoxFuture;
+//! use leasehold::{Backend, Lease, Locks, Result};
 //!
 //! /// Counts renewals; everything else goes to `inner` unchanged.
 //! #[derive(Debug)]
