@@ -40,7 +40,9 @@ use std::time::Duration;
 
 use futures_util::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
-use mongodb::options::{ClientOptions, CollectionOptions, ReadConcern, ReturnDocument};
+use mongodb::options::{
+    ClientOptions, CollectionOptions, ReadConcern, ReturnDocument, ServerMonitoringMode,
+};
 use mongodb::{Client, Collection, Database};
 
 pub use clock::ClockEstimate;
@@ -143,6 +145,12 @@ impl MongoBackend {
         client_options
             .max_idle_time
             .get_or_insert(DEFAULT_MAX_IDLE_TIME);
+        // One monitoring connection per server instead of two (a streaming
+        // monitor and a round-trip timer); a failed operation still has
+        // the server checked at once.
+        client_options
+            .server_monitoring_mode
+            .get_or_insert(ServerMonitoringMode::Poll);
         let db_name = client_options
             .default_database
             .clone()
