@@ -22,7 +22,7 @@
 //!
 //! **Connection budget.** See [`MongoBackend::connect`]: by default at most
 //! 2 pooled connections per server (one of them held by the change stream
-//! while something waits) plus the driver's monitoring.
+//! while something waits) plus one monitoring connection.
 //!
 //! Writes use `w: majority` by default and reads `readConcern: majority`:
 //! a grant or holder that a failover could roll back would let two
@@ -94,12 +94,12 @@ impl MongoBackend {
     /// Connects to the server at `url` (`mongodb://host:port/db?options`;
     /// database `leasehold` if the URL names none) with default options.
     ///
-    /// The driver's pool gets lock-client defaults unless the URL sets them:
+    /// The driver gets lock-client defaults unless the URL sets them:
     /// `maxPoolSize` [`DEFAULT_MAX_POOL_SIZE`], `minPoolSize` 0,
-    /// `maxIdleTimeMS` [`DEFAULT_MAX_IDLE_TIME`]. A process then holds at
-    /// most `maxPoolSize` connections per server plus the driver's
-    /// monitoring connections (one per server, two on servers that stream
-    /// their status).
+    /// `maxIdleTimeMS` [`DEFAULT_MAX_IDLE_TIME`], `serverMonitoringMode`
+    /// `poll`. A process then holds at most `maxPoolSize` connections per
+    /// server plus one monitoring connection per server (streaming
+    /// monitoring would take two).
     ///
     /// # Errors
     /// [`Error::InvalidInput`] for a malformed URL; [`Error::Unavailable`] if

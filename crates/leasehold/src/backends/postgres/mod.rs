@@ -14,19 +14,25 @@
 //! application's role may not create tables.
 //!
 //! **Waiting.** Releases `pg_notify` on the channel [`CHANNEL`] in the same
-//! statement. One `LISTEN` connection per URL per process, opened by the
-//! first waiter, is shared by every backend (and so every
-//! [`Locks`](crate::Locks)) connected to that URL. It needs a session:
-//! behind PgBouncer in transaction mode, point it at the server directly
-//! with [`PostgresOptions::with_listen_url`].
+//! statement. At the default settings one connection per URL per process
+//! `LISTEN`s and carries the lock statements, shared by every backend (and
+//! so every [`Locks`](crate::Locks)) connected to that URL. It needs a
+//! session: behind PgBouncer in transaction mode, point `LISTEN` at the
+//! server directly with [`PostgresOptions::with_listen_url`].
 //!
-//! **Connection budget.** A process holds at most
-//! [`max_connections`](PostgresOptions::with_max_connections) data
-//! connections (default 1, none while unused) plus that one listener: 2 per
-//! process by default. When the server refuses a connection (`too many
-//! clients`), an operation fails with a retryable [`Error::Unavailable`]
-//! naming it within about a quarter of a second, and the listener retries
-//! with a backoff of up to 30 s while waiters poll.
+//! **Connection budget.** At the defaults a process holds 1 connection per
+//! URL (none once idle: no statement for `idle_timeout` and nobody
+//! waiting). A statement on it waits at most 50 ms for a row another
+//! transaction locks (acquire, renew; an acquire then answers busy) or 1 s
+//! (release, force-release), since the others queue behind it.
+//! [`max_connections`](PostgresOptions::with_max_connections) above 1, a
+//! listen URL, a transaction pooler or [`from_pool`](PostgresBackend::from_pool)
+//! give the lock statements a pool and the listener a connection beside it
+//! (N + 1). When the server refuses a connection (`too many clients`), an
+//! operation fails with a retryable [`Error::Unavailable`] naming it
+//! within about a quarter of a second; the process then asks the server at
+//! most once a second, and the listener retries with a backoff of up to
+//! 30 s while waiters poll.
 //!
 //! **Behind a transaction-mode pooler** (PgBouncer `pool_mode =
 //! transaction`): say so with `?pooler=transaction` in the URL (or
@@ -287,10 +293,11 @@ impl PostgresBackend {
     }
 
     /// The pool, for your own queries (fenced writes, [`check_in`](Self::check_in)).
-    /// Made by [`connect`](Self::connect) it is sized for the lock operations
-    /// (1 connection by default): a transaction you hold on it makes them
-    /// wait, so raise [`PostgresOptions::with_max_connections`] or use
-    /// [`from_pool`](Self::from_pool) for your own work.
+    /// Made by [`connect`](Self::connect) at the default settings it is a
+    /// pool of one connection apart from the lock operations (which share
+    /// the process's connection), opened only when you use it; with
+    /// [`PostgresOptions::with_max_connections`] above 1 it is the pool the
+    /// lock operations use, so a transaction you hold on it makes them wait.
     pub fn pool(&self) -> &PgPool {
         match &self.inner.path {
             DataPath::Shared { pool, .. } => pool,
