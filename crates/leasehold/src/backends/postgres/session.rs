@@ -344,16 +344,26 @@ impl Link {
 /// The last failed connection attempt.
 struct Refusal {
     at: Instant,
-    cause: Arc<sqlx::Error>,
+    cause: Arc<dyn std::error::Error + Send + Sync>,
     retryable: bool,
 }
 
 impl Refusal {
+    /// Classified as `classify` does: a pooler's refusal says what to
+    /// change and is not retryable.
     fn new(e: sqlx::Error) -> Self {
-        let retryable = super::is_transient_pg_error(&e) || matches!(e, sqlx::Error::PoolClosed);
+        let (cause, retryable): (Arc<dyn std::error::Error + Send + Sync>, bool) =
+            match super::pooler::explain(e) {
+                Ok(explained) => (Arc::new(explained), false),
+                Err(e) => {
+                    let retryable =
+                        super::is_transient_pg_error(&e) || matches!(e, sqlx::Error::PoolClosed);
+                    (Arc::new(e), retryable)
+                }
+            };
         Refusal {
             at: Instant::now(),
-            cause: Arc::new(e),
+            cause,
             retryable,
         }
     }
@@ -370,7 +380,7 @@ impl Refusal {
 
 /// One connection failure, told to every caller it answers.
 #[derive(Debug)]
-struct SharedCause(Arc<sqlx::Error>);
+struct SharedCause(Arc<dyn std::error::Error + Send + Sync>);
 
 impl std::fmt::Display for SharedCause {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -380,7 +390,7 @@ impl std::fmt::Display for SharedCause {
 
 impl std::error::Error for SharedCause {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&*self.0)
+        self.0.source()
     }
 }
 
