@@ -53,11 +53,10 @@ use crate::backend::{
 };
 use crate::error::{Error, Result};
 use crate::key::Key;
-use crate::notify::{Subscription, WakeHub};
+use crate::notify::Subscription;
 use clock::{ServerClock, ServerNow};
 use errors::{classify, is_duplicate_key, server_code};
 use record::{date, fence_of, freed, info_of, live, token_as_i64};
-use watch::Watcher;
 
 /// Database used when the URL names none.
 const DEFAULT_DATABASE: &str = "leasehold";
@@ -83,8 +82,8 @@ struct Inner {
     db: Database,
     coll: Collection<Document>,
     clock: ServerClock,
-    hub: WakeHub,
-    watcher: Watcher,
+    /// Release notifications: the change stream, and local wake-ups.
+    watcher: crate::notifier::Notifier,
     /// Whether the client is ours (made from a URL) and so ours to shut
     /// down; an application's own client is left to it.
     owns_client: bool,
@@ -183,14 +182,12 @@ impl MongoBackend {
                 .build(),
         );
         let clock = ServerClock::measure(&db, options.clock_skew_us()).await?;
-        let hub = WakeHub::new();
         Ok(MongoBackend {
             inner: Arc::new(Inner {
-                watcher: Watcher::new(hub.clone()),
+                watcher: watch::notifier(coll.clone()),
                 db,
                 coll,
                 clock,
-                hub,
                 owns_client,
             }),
         })
@@ -338,7 +335,7 @@ impl Backend for MongoBackend {
                 .map_err(|e| self.fail(e))?;
             if done.modified_count == 1 {
                 // Waiters in this process need not wait for the change stream.
-                self.inner.hub.notify(lease.key().as_str());
+                self.inner.watcher.wake_local(lease.key().as_str());
             }
             Ok(())
         })
@@ -400,14 +397,14 @@ impl Backend for MongoBackend {
             let Some(before) = before else {
                 return Ok(false);
             };
-            self.inner.hub.notify(key.as_str());
+            self.inner.watcher.wake_local(key.as_str());
             let now = self.now().await?;
             Ok(live(&before, now).is_some())
         })
     }
 
     fn subscribe<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Subscription>> {
-        Box::pin(async move { Ok(self.inner.watcher.subscribe(&self.inner.coll, key).await) })
+        Box::pin(async move { Ok(self.inner.watcher.subscribe(key.as_str()).await) })
     }
 
     /// Stops the change stream, then shuts the driver's client down (if
