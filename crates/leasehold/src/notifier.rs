@@ -269,3 +269,123 @@ async fn feed(source: Arc<dyn Source>, hub: WakeHub, link: watch::Sender<Link>, 
         sleep(delay).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::VecDeque;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::sync::mpsc;
+
+    /// What the fake store does at each connection attempt.
+    enum Plan {
+        Open(mpsc::UnboundedReceiver<News>),
+        Retry,
+        Never,
+    }
+
+    struct Fake {
+        plans: Mutex<VecDeque<Plan>>,
+        attempts: Arc<AtomicUsize>,
+    }
+
+    struct FakeFeed(mpsc::UnboundedReceiver<News>);
+
+    impl Feed for FakeFeed {
+        fn next(&mut self) -> BoxFuture<'_, Option<Result<News, BoxError>>> {
+            Box::pin(async move { self.0.recv().await.map(Ok) })
+        }
+    }
+
+    impl Source for Fake {
+        fn connect(&self, _retrying: bool) -> BoxFuture<'_, Result<Box<dyn Feed>, Refused>> {
+            self.attempts.fetch_add(1, Ordering::SeqCst);
+            let plan = self.plans.lock().unwrap().pop_front();
+            Box::pin(async move {
+                match plan {
+                    Some(Plan::Open(rx)) => Ok(Box::new(FakeFeed(rx)) as Box<dyn Feed>),
+                    Some(Plan::Never) => Err(Refused::Never("no notifications here".into())),
+                    // Out of plans: refused, like a server that is down.
+                    Some(Plan::Retry) | None => Err(Refused::Retry("refused".into())),
+                }
+            })
+        }
+    }
+
+    const QUICK: Timing = Timing {
+        first_wait: Duration::from_secs(2),
+        connect_timeout: Duration::from_secs(2),
+        after_failure: (Duration::from_millis(20), Duration::from_millis(20)),
+        after_drop: (Duration::from_millis(20), Duration::from_millis(20)),
+    };
+
+    fn notifier(plans: Vec<Plan>) -> (Notifier, Arc<AtomicUsize>) {
+        let attempts = Arc::new(AtomicUsize::new(0));
+        let fake = Fake {
+            plans: Mutex::new(plans.into()),
+            attempts: attempts.clone(),
+        };
+        (Notifier::new(fake, QUICK), attempts)
+    }
+
+    async fn woken(sub: &mut Subscription) -> bool {
+        timeout(Duration::from_secs(2), sub.notified())
+            .await
+            .is_ok()
+    }
+
+    #[tokio::test]
+    async fn news_reaches_its_key_and_a_gap_wakes_everyone_once_back() {
+        let (first, first_rx) = mpsc::unbounded_channel();
+        let (second, second_rx) = mpsc::unbounded_channel();
+        let (n, attempts) = notifier(vec![Plan::Open(first_rx), Plan::Open(second_rx)]);
+        let mut a = n.subscribe("a").await;
+        let mut b = n.subscribe("b").await;
+        assert!(a.is_live() && b.is_live());
+        first.send(News::Released("a".into())).unwrap();
+        assert!(woken(&mut a).await, "a's release wakes a");
+        assert!(
+            timeout(Duration::from_millis(50), b.notified())
+                .await
+                .is_err(),
+            "but not b"
+        );
+        // The feed ends (connection lost); the next one wakes everybody.
+        drop(first);
+        assert!(woken(&mut b).await, "b is woken once the feed is back");
+        assert_eq!(attempts.load(Ordering::SeqCst), 2);
+        second.send(News::Gap).unwrap();
+        assert!(woken(&mut a).await, "a gap wakes every waiter");
+    }
+
+    #[tokio::test]
+    async fn a_refused_first_connection_leaves_waiters_polling_until_a_retry_succeeds() {
+        let (_news, rx) = mpsc::unbounded_channel();
+        let (n, attempts) = notifier(vec![Plan::Retry, Plan::Open(rx)]);
+        assert!(
+            !n.subscribe("k").await.is_live(),
+            "polls after a failed attempt"
+        );
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        while !n.subscribe("k").await.is_live() {
+            assert!(tokio::time::Instant::now() < deadline, "never retried");
+            sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(attempts.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_store_that_cannot_notify_is_asked_once_and_close_stops_the_feed() {
+        let (n, attempts) = notifier(vec![Plan::Never]);
+        assert!(!n.subscribe("k").await.is_live());
+        sleep(Duration::from_millis(60)).await;
+        assert!(!n.subscribe("k").await.is_live());
+        assert_eq!(attempts.load(Ordering::SeqCst), 1, "not asked again");
+
+        let (_news, rx) = mpsc::unbounded_channel();
+        let (n, _) = notifier(vec![Plan::Open(rx)]);
+        assert!(n.subscribe("k").await.is_live());
+        n.close().await;
+        assert!(!n.subscribe("k").await.is_live(), "closed: waiters poll");
+    }
+}

@@ -33,7 +33,6 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgQueryResult, PgRow};
 use sqlx::{Acquire, Connection, Executor, PgConnection};
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio::task::JoinHandle;
 use tokio::time::{sleep, sleep_until, timeout, Instant};
 
 use super::exec::{self, Param};
@@ -41,6 +40,7 @@ use super::pooler::Pooler;
 use super::sql::CHANNEL;
 use crate::error::Error;
 use crate::key::Key;
+use crate::notifier::AbortOnDrop;
 use crate::notify::{Subscription, WakeHub};
 use crate::time::Backoff;
 
@@ -185,13 +185,7 @@ struct Config {
 #[derive(Debug)]
 struct Running {
     jobs: mpsc::UnboundedSender<Job>,
-    task: JoinHandle<()>,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    task: AbortOnDrop,
 }
 
 impl Session {
@@ -280,7 +274,7 @@ impl Session {
     fn send(&self, mut job: Job) {
         let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
         for _ in 0..2 {
-            if let Some(r) = running.as_ref().filter(|r| !r.task.is_finished()) {
+            if let Some(r) = running.as_ref().filter(|r| !r.task.0.is_finished()) {
                 match r.jobs.send(job) {
                     Ok(()) => return,
                     Err(mpsc::error::SendError(back)) => job = back,
@@ -293,7 +287,10 @@ impl Session {
                 self.hub.clone(),
                 self.gave_up.subscribe(),
             ));
-            *running = Some(Running { jobs, task });
+            *running = Some(Running {
+                jobs,
+                task: AbortOnDrop(task),
+            });
         }
         // Unreachable in practice: a task just spawned takes its first job.
         let _ = job.reply.send(Err(Failed::Store(Error::unavailable(
