@@ -532,7 +532,13 @@ impl Task {
                 }
             }
             Err(e) => {
-                tracing::warn!(error = %e, "cannot connect to PostgreSQL; waiters poll");
+                // The operations that asked get the error themselves; only
+                // waiters, who do not, hear it here.
+                if self.hub.watched_keys() > 0 {
+                    tracing::warn!(error = %e, "cannot connect to PostgreSQL; waiters poll");
+                } else {
+                    tracing::trace!(error = %e, "cannot connect to PostgreSQL");
+                }
                 let last = Refusal::new(e);
                 // Everyone asking now gets this answer: one attempt serves all.
                 if let Some(job) = job {
