@@ -450,13 +450,10 @@ impl Task {
         let Some(open) = self.link.as_mut() else {
             return self.step_unconnected().await;
         };
+        // Notifications first: those a statement's run left in the buffer
+        // go out before the next statement, however many are queued.
         let broken: Option<&str> = tokio::select! {
             biased;
-            job = self.jobs.recv() => match job {
-                None => return false,
-                Some(job) if job.reply.is_closed() => None,
-                Some(job) => serve_job(open, job, &mut self.gave_up).await.err(),
-            },
             notification = open.listener.try_recv() => match notification {
                 Ok(Some(notification)) => {
                     self.hub.notify(notification.payload());
@@ -468,6 +465,11 @@ impl Task {
                     tracing::debug!(error = %e, "LISTEN connection failed");
                     Some("the connection failed")
                 }
+            },
+            job = self.jobs.recv() => match job {
+                None => return false,
+                Some(job) if job.reply.is_closed() => None,
+                Some(job) => serve_job(open, job, &mut self.gave_up).await.err(),
             },
             () = sleep(self.config.idle_timeout) => {
                 if self.hub.watched_keys() == 0 {
