@@ -151,6 +151,8 @@ pub mod http;
 mod key;
 mod local;
 mod lock;
+#[cfg(any(feature = "postgres", feature = "redis", feature = "mongodb"))]
+mod notifier;
 mod notify;
 pub mod occ;
 pub mod open;

@@ -126,6 +126,12 @@ impl WakeHub {
         self.lock().contains_key(key)
     }
 
+    /// How many keys have waiters in this process (a notifier may close its
+    /// connection when none has).
+    pub fn watched_keys(&self) -> usize {
+        self.lock().len()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, watch::Sender<u64>>> {
         // A panic while holding this lock cannot leave the map inconsistent
         // (every update is a single insert or remove), so poison is ignored.

@@ -88,11 +88,12 @@ async fn an_undeclared_transaction_pooler_is_named_with_the_fix() {
         return;
     };
     // Without ?pooler=transaction, two clients' named prepared statements
-    // land on the same server connections and collide.
+    // land on the same server connections and collide. Named apart, as
+    // three processes would be (one URL shares one connection per process).
     let mut backends = Vec::new();
     let mut errors = Vec::new();
-    for _ in 0..3 {
-        match PostgresBackend::connect(&url).await {
+    for i in 0..3 {
+        match PostgresBackend::connect(&format!("{url}?application_name=undeclared{i}")).await {
             Ok(backend) => backends.push(backend),
             Err(e) => errors.push(e),
         }

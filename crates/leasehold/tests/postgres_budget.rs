@@ -46,10 +46,12 @@ async fn hold(backend: &dyn Backend, key: &str, ttl: Duration) {
     }
 }
 
-/// Three `Locks` on one URL, each with waiters, hold one data connection
-/// each and share one listener; once idle, only the listener is left.
+/// Three `Locks` on one URL, each with waiters, share one connection at
+/// the default settings: it carries their statements and their `LISTEN`.
+/// Once nobody waits and it has been idle for `idle_timeout`, it closes, so
+/// an idle process holds none.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn locks_on_one_url_share_one_listener_and_release_idle_connections() {
+async fn locks_on_one_url_share_one_connection_and_close_it_when_idle() {
     let Some(base) = server_url("LEASEHOLD_TEST_POSTGRES") else {
         return;
     };
@@ -76,7 +78,7 @@ async fn locks_on_one_url_share_one_listener_and_release_idle_connections() {
             }));
         }
     }
-    // While nine waiters wait: 3 data connections at most and 1 listener.
+    // While nine waiters wait, and their statements run: one connection.
     let mut peak = 0;
     let until = Instant::now() + Duration::from_millis(500);
     while Instant::now() < until {
@@ -86,25 +88,72 @@ async fn locks_on_one_url_share_one_listener_and_release_idle_connections() {
     for w in waiters {
         assert!(matches!(w.await.unwrap(), Err(Error::Timeout { .. })));
     }
-    assert!(peak >= 1, "the shared listener is up while they wait");
-    assert!(
-        peak <= 4,
-        "3 backends with 1 data connection each and one shared listener, saw {peak}"
+    assert_eq!(
+        peak, 1,
+        "3 backends with waiters on one URL share one connection"
     );
-    // Idle data connections go within two idle timeouts; the listener stays.
+    // A statement after the waiters left keeps it open for another idle
+    // timeout; then it closes.
+    all[0].inspect(&key).await.unwrap();
+    assert_eq!(connections_of(&mut probe, &app).await, 1);
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let now = connections_of(&mut probe, &app).await;
-        if now == 1 {
+        if now == 0 {
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "{now} connections left, expected only the listener"
+            "{now} connections left after the idle timeout, expected none"
         );
         sleep(Duration::from_millis(100)).await;
     }
+    // The next operation connects again.
+    assert!(all[1].inspect(&key).await.unwrap().is_some());
     drop(all);
+}
+
+/// `max_connections=3`: the lock statements get a pool of their own and the
+/// listener a connection beside it, as documented (3 + 1 at most).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_of_its_own_when_asked_for() {
+    let Some(base) = server_url("LEASEHOLD_TEST_POSTGRES") else {
+        return;
+    };
+    let app = unique("budget_pool");
+    let url = tagged(&base, &app, "&max_connections=3");
+    let mut probe = PgConnection::connect(&base).await.unwrap();
+    let locks = Locks::open(&url).await.unwrap();
+    let key = unique("budget-pool-key");
+    let holder = PostgresBackend::connect(&base).await.unwrap();
+    hold(&holder, &key, Duration::from_secs(2)).await;
+    let mut waiters = Vec::new();
+    for i in 0..6 {
+        let locks = locks.clone();
+        // Different keys: each waits at the store, not behind a local turn.
+        let key = if i == 0 {
+            key.clone()
+        } else {
+            format!("{key}-{i}")
+        };
+        waiters.push(tokio::spawn(async move {
+            let options = AcquireOptions::new().with_wait(Duration::from_millis(600));
+            locks.acquire_with(&key, &options).await.map(drop)
+        }));
+    }
+    let mut peak = 0;
+    let until = Instant::now() + Duration::from_millis(400);
+    while Instant::now() < until {
+        peak = peak.max(connections_of(&mut probe, &app).await);
+        sleep(Duration::from_millis(20)).await;
+    }
+    for w in waiters {
+        let _ = w.await.unwrap();
+    }
+    assert!(
+        (2..=4).contains(&peak),
+        "a pool of 3 and a listener, saw {peak}"
+    );
 }
 
 /// Opens connections to `url` until the server refuses one; returns them.
@@ -151,9 +200,10 @@ async fn a_full_server_gives_a_quick_retryable_error() {
     assert!(took < Duration::from_secs(2), "took {took:?}");
 }
 
-/// The server is full: waiters fall back to polling and the listener
-/// tries to connect only a few times (backing off), not in a loop; once a
-/// connection is free again, a waiter gets the key.
+/// The server is full: with a pool of their own and a separate listener
+/// (a listen URL), waiters fall back to polling and the separate listener tries to connect
+/// only a few times (backing off), not in a loop; once a connection is free
+/// again, a waiter gets the key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_listener_backs_off_while_the_server_is_full() {
     let Some(cluster) = Cluster::start_private(&[
@@ -166,7 +216,12 @@ async fn the_listener_backs_off_while_the_server_is_full() {
     let url = cluster.url();
     let holder = PostgresBackend::connect(&url).await.unwrap();
     hold(&holder, "contended", Duration::from_millis(2500)).await;
-    let waiter = Locks::new(PostgresBackend::connect(&url).await.unwrap());
+    // A pool of one and a listen URL: the listener is then a connection
+    // apart (with the shared connection there is nothing more to refuse
+    // once it is open; see
+    // `a_refused_shared_connection_is_retried_at_most_once_a_second`).
+    let options = PostgresOptions::new().with_listen_url(&url);
+    let waiter = Locks::new(PostgresBackend::connect_with(&url, options).await.unwrap());
     let mut held = fill(&url).await;
     let refusals_before = cluster.log().matches("too many clients").count();
 
@@ -210,4 +265,75 @@ async fn the_listener_backs_off_while_the_server_is_full() {
         .with_wait(Duration::from_secs(5));
     let guard = waiter.acquire_with("contended", &options).await.unwrap();
     guard.release().await.unwrap();
+}
+
+/// The server is full and the shared connection is closed (idle): a burst
+/// of operations from four waiters fails fast with the server's reason, and
+/// the process asks the server again at most once a second, not once per
+/// operation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_shared_connection_is_retried_at_most_once_a_second() {
+    let Some(cluster) = Cluster::start_private(&[
+        "max_connections=6",
+        "superuser_reserved_connections=0",
+        "log_connections=on",
+    ]) else {
+        return;
+    };
+    let url = cluster.url();
+    let holder = PostgresBackend::connect(&url).await.unwrap();
+    hold(&holder, "contended", Duration::from_secs(5)).await;
+    let options = PostgresOptions::new().with_idle_timeout(Duration::from_millis(100));
+    let waiter = Locks::new(PostgresBackend::connect_with(&url, options).await.unwrap());
+    // Its connection closes once idle.
+    sleep(Duration::from_millis(400)).await;
+    let mut held = fill(&url).await;
+    let refusals_before = cluster.log().matches("too many clients").count();
+
+    let mut tasks = Vec::new();
+    for i in 0..4 {
+        let waiter = waiter.clone();
+        // A key each: waiters of one key in a process take turns (local.rs).
+        let key = format!("contended-{i}");
+        tasks.push(tokio::spawn(async move {
+            let options = AcquireOptions::new()
+                .with_ttl(Duration::from_secs(1))
+                .with_wait(Duration::from_millis(100));
+            let until = Instant::now() + Duration::from_secs(2);
+            let mut refused = 0;
+            while Instant::now() < until {
+                let started = Instant::now();
+                match waiter.acquire_with(&key, &options).await {
+                    Err(e @ Error::Unavailable { .. }) => {
+                        assert!(e.to_string().contains("too many clients"), "{e}");
+                        assert!(started.elapsed() < Duration::from_secs(2), "{e}");
+                        refused += 1;
+                        sleep(Duration::from_millis(20)).await;
+                    }
+                    other => panic!("expected a refusal while the server is full: {other:?}"),
+                }
+            }
+            refused
+        }));
+    }
+    let mut answered = 0;
+    for t in tasks {
+        answered += t.await.unwrap();
+    }
+    let refused = cluster.log().matches("too many clients").count() - refusals_before;
+    eprintln!("{answered} operations refused; {refused} connection attempts refused in 2 s");
+    assert!(answered >= 20, "only {answered} operations answered in 2 s");
+    // The first attempt: the pool's own retries for 250 ms (sqlx: 10 ms
+    // doubling, about 5), then one direct attempt; later attempts are one
+    // each, a second apart. One per operation would make `answered`.
+    assert!(
+        (1..=10).contains(&refused),
+        "the server was asked {refused} times in 2 s"
+    );
+
+    // Room again: the next operation after the last refusal's second
+    // connects.
+    held.truncate(held.len() - 2);
+    sleep(Duration::from_millis(1100)).await;
+    assert!(waiter.inspect("contended").await.unwrap().is_some());
 }

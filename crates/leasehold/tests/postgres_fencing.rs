@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use common::{grant, unique};
 use leasehold::backend::{Acquire, AcquireRequest};
-use leasehold::backends::postgres::PostgresBackend;
+use leasehold::backends::postgres::{PostgresBackend, PostgresOptions};
 use leasehold::{Backend, Error, Key};
 use postgres::{drop_table, products, stock, url};
 use tokio::time::{sleep, timeout, Instant};
@@ -57,7 +57,10 @@ async fn check_in_rejects_a_stale_holder_and_admits_the_current_one() {
 async fn check_in_holds_off_takeover_until_the_transaction_ends() {
     let Some(url) = url() else { return };
     let backend = PostgresBackend::connect(&url).await.unwrap();
-    let other = PostgresBackend::connect(&url).await.unwrap();
+    // A pool of its own: on the shared connection (the default) a
+    // statement waits at most 50 ms for a row lock (postgres_shared.rs).
+    let options = PostgresOptions::new().with_max_connections(2);
+    let other = PostgresBackend::connect_with(&url, options).await.unwrap();
     let table = products(backend.pool(), 10).await;
     let key = unique("checkin-hold");
     let a = grant(&backend, &key, Duration::from_millis(500)).await;

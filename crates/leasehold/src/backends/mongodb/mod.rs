@@ -22,7 +22,7 @@
 //!
 //! **Connection budget.** See [`MongoBackend::connect`]: by default at most
 //! 2 pooled connections per server (one of them held by the change stream
-//! while something waits) plus the driver's monitoring.
+//! while something waits) plus one monitoring connection.
 //!
 //! Writes use `w: majority` by default and reads `readConcern: majority`:
 //! a grant or holder that a failover could roll back would let two
@@ -40,7 +40,9 @@ use std::time::Duration;
 
 use futures_util::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
-use mongodb::options::{ClientOptions, CollectionOptions, ReadConcern, ReturnDocument};
+use mongodb::options::{
+    ClientOptions, CollectionOptions, ReadConcern, ReturnDocument, ServerMonitoringMode,
+};
 use mongodb::{Client, Collection, Database};
 
 pub use clock::ClockEstimate;
@@ -51,11 +53,10 @@ use crate::backend::{
 };
 use crate::error::{Error, Result};
 use crate::key::Key;
-use crate::notify::{Subscription, WakeHub};
+use crate::notify::Subscription;
 use clock::{ServerClock, ServerNow};
 use errors::{classify, is_duplicate_key, server_code};
 use record::{date, fence_of, freed, info_of, live, token_as_i64};
-use watch::Watcher;
 
 /// Database used when the URL names none.
 const DEFAULT_DATABASE: &str = "leasehold";
@@ -81,8 +82,8 @@ struct Inner {
     db: Database,
     coll: Collection<Document>,
     clock: ServerClock,
-    hub: WakeHub,
-    watcher: Watcher,
+    /// Release notifications: the change stream, and local wake-ups.
+    watcher: crate::notifier::Notifier,
     /// Whether the client is ours (made from a URL) and so ours to shut
     /// down; an application's own client is left to it.
     owns_client: bool,
@@ -92,12 +93,12 @@ impl MongoBackend {
     /// Connects to the server at `url` (`mongodb://host:port/db?options`;
     /// database `leasehold` if the URL names none) with default options.
     ///
-    /// The driver's pool gets lock-client defaults unless the URL sets them:
+    /// The driver gets lock-client defaults unless the URL sets them:
     /// `maxPoolSize` [`DEFAULT_MAX_POOL_SIZE`], `minPoolSize` 0,
-    /// `maxIdleTimeMS` [`DEFAULT_MAX_IDLE_TIME`]. A process then holds at
-    /// most `maxPoolSize` connections per server plus the driver's
-    /// monitoring connections (one per server, two on servers that stream
-    /// their status).
+    /// `maxIdleTimeMS` [`DEFAULT_MAX_IDLE_TIME`], `serverMonitoringMode`
+    /// `poll`. A process then holds at most `maxPoolSize` connections per
+    /// server plus one monitoring connection per server (streaming
+    /// monitoring would take two).
     ///
     /// # Errors
     /// [`Error::InvalidInput`] for a malformed URL; [`Error::Unavailable`] if
@@ -143,6 +144,12 @@ impl MongoBackend {
         client_options
             .max_idle_time
             .get_or_insert(DEFAULT_MAX_IDLE_TIME);
+        // One monitoring connection per server instead of two (a streaming
+        // monitor and a round-trip timer); a failed operation still has
+        // the server checked at once.
+        client_options
+            .server_monitoring_mode
+            .get_or_insert(ServerMonitoringMode::Poll);
         let db_name = client_options
             .default_database
             .clone()
@@ -175,14 +182,12 @@ impl MongoBackend {
                 .build(),
         );
         let clock = ServerClock::measure(&db, options.clock_skew_us()).await?;
-        let hub = WakeHub::new();
         Ok(MongoBackend {
             inner: Arc::new(Inner {
-                watcher: Watcher::new(hub.clone()),
+                watcher: watch::notifier(coll.clone()),
                 db,
                 coll,
                 clock,
-                hub,
                 owns_client,
             }),
         })
@@ -330,7 +335,7 @@ impl Backend for MongoBackend {
                 .map_err(|e| self.fail(e))?;
             if done.modified_count == 1 {
                 // Waiters in this process need not wait for the change stream.
-                self.inner.hub.notify(lease.key().as_str());
+                self.inner.watcher.wake_local(lease.key().as_str());
             }
             Ok(())
         })
@@ -392,14 +397,14 @@ impl Backend for MongoBackend {
             let Some(before) = before else {
                 return Ok(false);
             };
-            self.inner.hub.notify(key.as_str());
+            self.inner.watcher.wake_local(key.as_str());
             let now = self.now().await?;
             Ok(live(&before, now).is_some())
         })
     }
 
     fn subscribe<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Subscription>> {
-        Box::pin(async move { Ok(self.inner.watcher.subscribe(&self.inner.coll, key).await) })
+        Box::pin(async move { Ok(self.inner.watcher.subscribe(key.as_str()).await) })
     }
 
     /// Stops the change stream, then shuts the driver's client down (if

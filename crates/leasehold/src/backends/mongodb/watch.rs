@@ -1,24 +1,27 @@
-//! Release notifications from a change stream on the lease collection.
+//! The release feed of a MongoDB backend: a change stream on the lease
+//! collection, run by the core's notifier engine (`notifier.rs`), which
+//! opens it on the first wait, reopens it after errors, and wakes every
+//! waiter after a gap.
 //!
-//! One stream per backend, opened by the first waiter and shared by all of
-//! them through the core's [`WakeHub`]. It only carries releases: updates
-//! that set `owner` to null (release, force-release) and deletes. If the
-//! stream fails it is reopened from its last resume token with backoff, so
-//! no release is missed; if the server cannot watch at all (a standalone
+//! One stream per backend, shared by all its waiters. It only carries
+//! releases: updates that set `owner` to null (release, force-release) and
+//! deletes. A reopened stream resumes from the last resume token, so no
+//! release is missed; if the server cannot watch at all (a standalone
 //! server, a store without change streams), waiters get
-//! [`Subscription::never`] and the core polls with the holder's remaining ttl.
+//! [`Subscription::never`](crate::Subscription::never) and the core polls
+//! with the holder's remaining ttl.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::change_stream::event::ResumeToken;
 use mongodb::change_stream::ChangeStream;
 use mongodb::Collection;
-use tokio::task::JoinHandle;
 
-use crate::key::Key;
-use crate::notify::{Subscription, WakeHub};
-use crate::time::Backoff;
+use crate::backend::BoxFuture;
+use crate::error::BoxError;
+use crate::notifier::{Feed, News, Notifier, Refused, Source, Timing};
 
 /// Server error codes meaning "this deployment cannot run change streams".
 const UNSUPPORTED: &[i32] = &[
@@ -29,85 +32,54 @@ const UNSUPPORTED: &[i32] = &[
     303,   // not supported on this deployment
 ];
 
-#[derive(Debug)]
-enum State {
-    NotStarted,
-    /// The stream task, stopped when the state (the backend) goes.
-    Running {
-        _task: AbortOnDrop,
-    },
-    Unsupported,
-    /// Stopped for good by [`Watcher::close`]: waiters poll.
-    Closed,
+const TIMING: Timing = Timing {
+    first_wait: Duration::from_secs(5),
+    connect_timeout: Duration::from_secs(10),
+    after_failure: (Duration::from_millis(50), Duration::from_secs(5)),
+    after_drop: (Duration::from_millis(50), Duration::from_secs(5)),
+};
+
+/// The notifier of the releases in `coll`.
+pub(super) fn notifier(coll: Collection<Document>) -> Notifier {
+    Notifier::new(
+        Watch {
+            coll,
+            resume: Arc::default(),
+        },
+        TIMING,
+    )
 }
 
-/// The backend's watcher; the stream task stops when this is dropped.
-#[derive(Debug)]
-pub(super) struct Watcher {
-    hub: WakeHub,
-    state: tokio::sync::Mutex<State>,
+struct Watch {
+    coll: Collection<Document>,
+    /// Where the last stream stopped.
+    resume: Arc<Mutex<Option<ResumeToken>>>,
 }
 
-#[derive(Debug)]
-struct AbortOnDrop(JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-impl Watcher {
-    pub(super) fn new(hub: WakeHub) -> Self {
-        Watcher {
-            hub,
-            state: tokio::sync::Mutex::new(State::NotStarted),
-        }
-    }
-
-    /// Registers a waiter for `key`, opening the stream first if this is
-    /// the first waiter. When this returns a live subscription the stream is
-    /// open, so a later release reaches it.
-    pub(super) async fn subscribe(&self, coll: &Collection<Document>, key: &Key) -> Subscription {
-        // Registered before the stream opens: an event the new stream
-        // delivers can never be lost to a waiter that registered too late.
-        let sub = self.hub.subscribe(key.as_str());
-        let mut state = self.state.lock().await;
-        match &*state {
-            State::Running { .. } => sub,
-            State::Unsupported | State::Closed => Subscription::never(),
-            State::NotStarted => match open(coll, None).await {
-                Ok(stream) => {
-                    let task = tokio::spawn(pump(coll.clone(), stream, self.hub.clone()));
-                    *state = State::Running {
-                        _task: AbortOnDrop(task),
-                    };
-                    sub
-                }
-                Err(e) if unsupported(&e) => {
-                    tracing::info!(error = %e, "the server has no change streams; waiters will poll");
-                    *state = State::Unsupported;
-                    Subscription::never()
-                }
-                Err(e) => {
-                    // Maybe transient: this waiter polls, the next one retries.
-                    tracing::debug!(error = %e, "change stream not opened; this waiter polls");
-                    Subscription::never()
-                }
-            },
-        }
-    }
-}
-
-impl Watcher {
-    /// Stops the stream task and waits until it is gone, so its change
-    /// stream (a server-side cursor) no longer holds on to the client.
-    pub(super) async fn close(&self) {
-        let mut state = self.state.lock().await;
-        if let State::Running { _task: mut task } = std::mem::replace(&mut *state, State::Closed) {
-            task.0.abort();
-            let _ = (&mut task.0).await;
-        }
+impl Source for Watch {
+    fn connect(&self, _retrying: bool) -> BoxFuture<'_, Result<Box<dyn Feed>, Refused>> {
+        Box::pin(async move {
+            let token = self
+                .resume
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            let stream = match open(&self.coll, token.clone()).await {
+                Ok(stream) => stream,
+                Err(e) if unsupported(&e) => return Err(Refused::Never(Box::new(e))),
+                // The token fell out of the oplog: start afresh. Waiters
+                // that missed a release still wake at their timer (the
+                // holder's ttl or the backoff).
+                Err(e) if token.is_some() && history_lost(&e) => open(&self.coll, None)
+                    .await
+                    .map_err(|e| Refused::Retry(Box::new(e)))?,
+                Err(e) => return Err(Refused::Retry(Box::new(e))),
+            };
+            Ok(Box::new(Releases {
+                stream,
+                resume: self.resume.clone(),
+            }) as Box<dyn Feed>)
+        })
     }
 }
 
@@ -139,46 +111,41 @@ async fn open(
         .with_type::<Document>())
 }
 
-/// Feeds released keys to the hub; reopens the stream after errors, from
-/// the last resume token, until the backend is dropped.
-async fn pump(coll: Collection<Document>, mut stream: ChangeStream<Document>, hub: WakeHub) {
-    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
-    loop {
-        match stream.next_if_any().await {
-            Ok(Some(event)) => {
-                backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
-                if let Ok(key) = event.get_document("documentKey") {
-                    if let Some(Bson::String(key)) = key.get("_id") {
-                        hub.notify(key);
-                    }
-                }
-            }
-            Ok(None) if stream.is_alive() => {}
-            result => {
-                if let Err(e) = result {
-                    tracing::warn!(error = %e, "change stream failed; reopening");
-                }
-                let token = stream.resume_token();
-                loop {
-                    tokio::time::sleep(backoff.next_delay()).await;
-                    match open(&coll, token.clone()).await {
-                        Ok(s) => {
-                            stream = s;
-                            break;
-                        }
-                        // The token fell out of the oplog: start afresh.
-                        // Waiters that missed a release still wake at their
-                        // timer (the holder's ttl or the backoff).
-                        Err(e) if token.is_some() && history_lost(&e) => {
-                            if let Ok(s) = open(&coll, None).await {
-                                stream = s;
-                                break;
-                            }
-                        }
-                        Err(e) => tracing::debug!(error = %e, "change stream not reopened yet"),
-                    }
-                }
-            }
+/// The released keys of one stream; its resume token is kept for the next.
+struct Releases {
+    stream: ChangeStream<Document>,
+    resume: Arc<Mutex<Option<ResumeToken>>>,
+}
+
+impl Releases {
+    fn keep_resume_token(&self) {
+        if let Some(token) = self.stream.resume_token() {
+            *self.resume.lock().unwrap_or_else(|p| p.into_inner()) = Some(token);
         }
+    }
+}
+
+impl Feed for Releases {
+    fn next(&mut self) -> BoxFuture<'_, Option<Result<News, BoxError>>> {
+        Box::pin(async move {
+            loop {
+                let next = self.stream.next_if_any().await;
+                self.keep_resume_token();
+                match next {
+                    Ok(Some(event)) => {
+                        let key = event
+                            .get_document("documentKey")
+                            .ok()
+                            .and_then(|k| k.get("_id"));
+                        if let Some(Bson::String(key)) = key {
+                            return Some(Ok(News::Released(key.clone())));
+                        }
+                    }
+                    Ok(None) if self.stream.is_alive() => {}
+                    Ok(None) => return None,
+                    Err(e) => return Some(Err(Box::new(e) as BoxError)),
+                }
+            }
+        })
     }
 }

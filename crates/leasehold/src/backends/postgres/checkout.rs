@@ -5,8 +5,8 @@
 //! (53300) or `connection refused` in silence until the acquire timeout,
 //! then says only "pool timed out". A lock operation should instead tell
 //! its caller at once, with the cause, that it may retry: so when no
-//! connection comes quickly although none of ours is busy (the pool must
-//! then be opening one), one direct attempt asks the server why.
+//! connection comes quickly although not all of ours are busy (the pool
+//! must then be opening one), one direct attempt asks the server why.
 
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -85,7 +85,11 @@ impl Checkout {
             biased;
             conn = &mut acquire => conn.map_err(classify)?,
             () = tokio::time::sleep(SUSPECT_AFTER) => {
-                if self.busy.load(Ordering::Relaxed) == 0 && self.pool.num_idle() == 0 {
+                // Not every connection is busy with our operations, so the
+                // pool is opening one (even with an idle one back by now:
+                // sqlx does not switch to it).
+                let size = self.pool.options().get_max_connections() as usize;
+                if self.busy.load(Ordering::Relaxed) < size {
                     self.ask_server().await?;
                 }
                 acquire.await.map_err(classify)?

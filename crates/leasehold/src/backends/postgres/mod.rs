@@ -14,19 +14,25 @@
 //! application's role may not create tables.
 //!
 //! **Waiting.** Releases `pg_notify` on the channel [`CHANNEL`] in the same
-//! statement. One `LISTEN` connection per URL per process, opened by the
-//! first waiter, is shared by every backend (and so every
-//! [`Locks`](crate::Locks)) connected to that URL. It needs a session:
-//! behind PgBouncer in transaction mode, point it at the server directly
-//! with [`PostgresOptions::with_listen_url`].
+//! statement. At the default settings one connection per URL per process
+//! `LISTEN`s and carries the lock statements, shared by every backend (and
+//! so every [`Locks`](crate::Locks)) connected to that URL. It needs a
+//! session: behind PgBouncer in transaction mode, point `LISTEN` at the
+//! server directly with [`PostgresOptions::with_listen_url`].
 //!
-//! **Connection budget.** A process holds at most
-//! [`max_connections`](PostgresOptions::with_max_connections) data
-//! connections (default 1, none while unused) plus that one listener: 2 per
-//! process by default. When the server refuses a connection (`too many
-//! clients`), an operation fails with a retryable [`Error::Unavailable`]
-//! naming it within about a quarter of a second, and the listener retries
-//! with a backoff of up to 30 s while waiters poll.
+//! **Connection budget.** At the defaults a process holds 1 connection per
+//! URL (none once idle: no statement for `idle_timeout` and nobody
+//! waiting). A statement on it waits at most 50 ms for a row another
+//! transaction locks (acquire, renew; an acquire then answers busy) or 1 s
+//! (release, force-release), since the others queue behind it.
+//! [`max_connections`](PostgresOptions::with_max_connections) above 1, a
+//! listen URL, a transaction pooler or [`from_pool`](PostgresBackend::from_pool)
+//! give the lock statements a pool and the listener a connection beside it
+//! (N + 1). When the server refuses a connection (`too many clients`), an
+//! operation fails with a retryable [`Error::Unavailable`] naming it
+//! within about a quarter of a second; the process then asks the server at
+//! most once a second, and the listener retries with a backoff of up to
+//! 30 s while waiters poll.
 //!
 //! **Behind a transaction-mode pooler** (PgBouncer `pool_mode =
 //! transaction`): say so with `?pooler=transaction` in the URL (or
@@ -45,13 +51,14 @@ mod exec;
 mod listen;
 mod options;
 mod pooler;
+mod session;
 mod sql;
 mod store_url;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgQueryResult, PgRow};
 use sqlx::{FromRow, Row};
 
 use crate::backend::{
@@ -66,6 +73,7 @@ use exec::Param;
 use listen::{ListenSource, Listener};
 pub use options::{PostgresOptions, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS};
 pub use pooler::Pooler;
+use session::{Failed, Session, Statement};
 use sql::Statements;
 pub use sql::{quote_table_name, CHANNEL, DEFAULT_TABLE};
 pub use store_url::parse_store_url;
@@ -82,14 +90,31 @@ pub struct PostgresBackend {
 
 #[derive(Debug)]
 struct Inner {
-    data: Checkout,
+    path: DataPath,
     sql: Statements,
-    listener: Arc<Listener>,
     pooler: Pooler,
+}
+
+/// Where the lock statements go, and how waiters hear of releases.
+#[derive(Debug)]
+enum DataPath {
+    /// The default (one data connection, no pooler, no listen URL): the
+    /// process's one connection for this URL, which also listens. `pool`
+    /// is for the application's own queries and connects only when used.
+    Shared { session: Arc<Session>, pool: PgPool },
+    /// A pool of the backend's own (or the caller's), with a listener
+    /// beside it: for `max_connections > 1`, `from_pool`, a listen URL or
+    /// a transaction-mode pooler.
+    Pooled {
+        data: Checkout,
+        listener: Arc<Listener>,
+    },
 }
 
 /// The listeners of this process, one per listen URL.
 static LISTENERS: crate::shared::Registry<Listener> = crate::shared::Registry::new();
+/// The shared connections of this process, one per URL and settings.
+static SESSIONS: crate::shared::Registry<Session> = crate::shared::Registry::new();
 
 impl PostgresBackend {
     /// Connects to `url` with default [`PostgresOptions`].
@@ -136,15 +161,21 @@ impl PostgresBackend {
         if options.max_connections == 0 {
             return Err(Error::invalid("max_connections", "must be at least 1"));
         }
+        if options.acquire_timeout.is_zero() {
+            return Err(Error::invalid("acquire_timeout", "must be more than 0s"));
+        }
+        if options.max_connections == 1
+            && options.pooler != Pooler::Transaction
+            && options.listen_url.is_none()
+        {
+            return Self::shared(&url, connect, options).await;
+        }
         // The listener is a connection of its own, not one of the pool's
         // (behind a transaction pooler there is none without a listen URL).
         if options.pooler != Pooler::Transaction {
             options.listen_url.get_or_insert(url);
         }
-        let sql = validate(&options, options.max_connections)?;
-        if options.acquire_timeout.is_zero() {
-            return Err(Error::invalid("acquire_timeout", "must be more than 0s"));
-        }
+        let sql = validate(&options, Some(options.max_connections))?;
         let pool = match PgPoolOptions::new()
             .max_connections(options.max_connections)
             .min_connections(0)
@@ -180,8 +211,61 @@ impl PostgresBackend {
     /// # Cancel safety
     /// Cancel safe; the migration is one transaction.
     pub async fn from_pool(pool: PgPool, options: PostgresOptions) -> Result<Self> {
-        let sql = validate(&options, pool.options().get_max_connections())?;
+        let sql = validate(&options, Some(pool.options().get_max_connections()))?;
         Self::finish(pool, sql, options).await
+    }
+
+    /// The default set-up: the lock statements and `LISTEN` share the
+    /// process's one connection to `url` (see `session.rs`).
+    async fn shared(
+        url: &str,
+        connect: PgConnectOptions,
+        options: PostgresOptions,
+    ) -> Result<Self> {
+        let sql = validate(&options, None)?;
+        // Backends with other timeouts get a connection of their own.
+        let name = format!(
+            "{url} idle_timeout={:?} acquire_timeout={:?}",
+            options.idle_timeout, options.acquire_timeout
+        );
+        let session = SESSIONS.get_or_insert_with(&name, || {
+            Session::new(
+                connect.clone(),
+                options.idle_timeout,
+                options.acquire_timeout,
+            )
+        });
+        if options.migrate {
+            let lock_name = format!("leasehold migrate {}", options.table);
+            let steps = vec![
+                Statement::new(
+                    "SELECT pg_advisory_xact_lock(hashtext($1))",
+                    &[Param::Text(&lock_name)],
+                ),
+                Statement::new(&sql.migrate, &[]),
+            ];
+            session
+                .transaction(steps)
+                .await
+                .map_err(Failed::into_error)?;
+        } else {
+            session.connect().await.map_err(Failed::into_error)?;
+        }
+        // For the application's own queries (`pool()`, `check_in`): no
+        // connection until it is used.
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .min_connections(0)
+            .idle_timeout(Some(options.idle_timeout))
+            .acquire_timeout(options.acquire_timeout)
+            .connect_lazy_with(connect);
+        Ok(PostgresBackend {
+            inner: Arc::new(Inner {
+                path: DataPath::Shared { session, pool },
+                sql,
+                pooler: options.pooler,
+            }),
+        })
     }
 
     async fn finish(pool: PgPool, sql: Statements, options: PostgresOptions) -> Result<Self> {
@@ -200,21 +284,27 @@ impl PostgresBackend {
         };
         Ok(PostgresBackend {
             inner: Arc::new(Inner {
-                data: Checkout::new(pool),
+                path: DataPath::Pooled {
+                    data: Checkout::new(pool),
+                    listener,
+                },
                 sql,
-                listener,
                 pooler: options.pooler,
             }),
         })
     }
 
     /// The pool, for your own queries (fenced writes, [`check_in`](Self::check_in)).
-    /// Made by [`connect`](Self::connect) it is sized for the lock operations
-    /// (1 connection by default): a transaction you hold on it makes them
-    /// wait, so raise [`PostgresOptions::with_max_connections`] or use
-    /// [`from_pool`](Self::from_pool) for your own work.
+    /// Made by [`connect`](Self::connect) at the default settings it is a
+    /// pool of one connection apart from the lock operations (which share
+    /// the process's connection), opened only when you use it; with
+    /// [`PostgresOptions::with_max_connections`] above 1 it is the pool the
+    /// lock operations use, so a transaction you hold on it makes them wait.
     pub fn pool(&self) -> &PgPool {
-        self.inner.data.pool()
+        match &self.inner.path {
+            DataPath::Shared { pool, .. } => pool,
+            DataPath::Pooled { data, .. } => data.pool(),
+        }
     }
 
     /// The idempotent `CREATE TABLE IF NOT EXISTS` for this backend's table.
@@ -295,12 +385,15 @@ async fn connect_failure(connect: &PgConnectOptions) -> Error {
 /// Bound on [`connect_failure`]'s attempt, on top of the acquire timeout.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Checks everything in `options` before any I/O and builds the statements.
-fn validate(options: &PostgresOptions, pool_size: u32) -> Result<Statements> {
+/// Checks everything in `options` before any I/O and builds the statements
+/// (`pool_size`: of the pool lock statements go to, if they go to one).
+fn validate(options: &PostgresOptions, pool_size: Option<u32>) -> Result<Statements> {
     let sql = Statements::new(&quote_table_name(&options.table)?);
     if let Some(url) = &options.listen_url {
         store_url::parse_listen_url(url)?;
-    } else if options.pooler != Pooler::Transaction && pool_size < 2 {
+    } else if let Some(pool_size) =
+        pool_size.filter(|&n| options.pooler != Pooler::Transaction && n < 2)
+    {
         // The first waiter keeps one pool connection for LISTEN; with a
         // single connection every other operation would wait for it forever.
         return Err(Error::invalid(
@@ -403,18 +496,69 @@ fn info_from_row(row: &PgRow) -> Result<LeaseInfo> {
     )
 }
 
-impl PostgresBackend {
-    /// A pool connection for one statement.
-    async fn connection(&self) -> Result<checkout::DataConn> {
-        self.inner.data.get().await
+impl Inner {
+    /// Runs one of the store's statements and returns its rows.
+    async fn fetch_all(&self, sql: &str, params: &[Param<'_>]) -> Result<Vec<PgRow>, Failed> {
+        match &self.path {
+            DataPath::Shared { session, .. } => {
+                session.fetch_all(Statement::new(sql, params)).await
+            }
+            DataPath::Pooled { data, .. } => {
+                let mut conn = data.get().await.map_err(Failed::Store)?;
+                exec::fetch_all(&mut conn, self.pooler, sql, params)
+                    .await
+                    .map_err(Failed::Sql)
+            }
+        }
     }
 
-    /// Runs one of the store's statements on a pool connection.
+    /// Runs one of the store's statements, at most one row, and returns it.
     async fn fetch_optional(&self, sql: &str, params: &[Param<'_>]) -> Result<Option<PgRow>> {
-        let mut conn = self.connection().await?;
-        exec::fetch_optional(&mut conn, self.inner.pooler, sql, params)
+        let rows = self
+            .fetch_all(sql, params)
             .await
-            .map_err(classify)
+            .map_err(Failed::into_error)?;
+        Ok(rows.into_iter().next())
+    }
+
+    /// Runs one of the store's statements and returns what it changed.
+    async fn execute(&self, sql: &str, params: &[Param<'_>]) -> Result<PgQueryResult> {
+        match &self.path {
+            DataPath::Shared { session, .. } => session
+                .execute(Statement::new(sql, params))
+                .await
+                .map_err(Failed::into_error),
+            DataPath::Pooled { data, .. } => {
+                let mut conn = data.get().await?;
+                exec::execute(&mut conn, self.pooler, sql, params)
+                    .await
+                    .map_err(classify)
+            }
+        }
+    }
+
+    /// How long a statement may wait for a row another transaction holds,
+    /// when the caller would wait `wanted`: on the shared connection
+    /// everything queued behind the statement waits too (session.rs).
+    fn row_lock_wait(&self, wanted: Duration) -> Duration {
+        match &self.path {
+            DataPath::Shared { .. } => wanted.min(session::ROW_LOCK_WAIT),
+            DataPath::Pooled { .. } => wanted,
+        }
+    }
+
+    fn wake_local(&self, key: &Key) {
+        match &self.path {
+            DataPath::Shared { session, .. } => session.wake_local(key),
+            DataPath::Pooled { listener, .. } => listener.wake_local(key),
+        }
+    }
+
+    async fn subscribe(&self, key: &Key) -> Subscription {
+        match &self.path {
+            DataPath::Shared { session, .. } => session.subscribe(key).await,
+            DataPath::Pooled { listener, .. } => listener.subscribe(key).await,
+        }
     }
 }
 
@@ -422,7 +566,8 @@ impl Backend for PostgresBackend {
     fn try_acquire<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
         Box::pin(async move {
             let owner = req.owner().to_string();
-            let lock_wait = duration_to_millis(req.lock_wait()).to_string();
+            let lock_wait = self.inner.row_lock_wait(req.lock_wait());
+            let lock_wait = duration_to_millis(lock_wait).to_string();
             let params = [
                 Param::Text(req.key().as_str()),
                 Param::Text(&owner),
@@ -430,22 +575,21 @@ impl Backend for PostgresBackend {
                 Param::Int(duration_to_millis(req.ttl())),
                 Param::Text(&lock_wait),
             ];
-            let mut conn = self.connection().await?;
-            let sql = &self.inner.sql.acquire;
-            let row = match exec::fetch_optional(&mut conn, self.inner.pooler, sql, &params).await {
-                Ok(row) => row,
+            let rows = match self.inner.fetch_all(&self.inner.sql.acquire, &params).await {
+                Ok(rows) => rows,
                 // Another transaction kept the row locked for the whole
                 // wait: the key is not free to take, so it is busy.
-                Err(e) if is_lock_not_available(&e) => {
+                Err(Failed::Sql(e)) if is_lock_not_available(&e) => {
                     return Ok(Acquire::Busy(Busy {
                         holder: ROW_LOCKED_HOLDER.to_owned(),
                         remaining: Duration::ZERO,
                     }))
                 }
-                Err(e) => return Err(classify(e)),
+                Err(e) => return Err(e.into_error()),
             };
-            let row = row
-                .map(|row| <(Option<i64>, Option<String>, Option<i64>)>::from_row(&row))
+            let row = rows
+                .first()
+                .map(<(Option<i64>, Option<String>, Option<i64>)>::from_row)
                 .transpose()
                 .map_err(classify)?;
             Ok(match row {
@@ -471,7 +615,8 @@ impl Backend for PostgresBackend {
         Box::pin(async move {
             let owner = lease.owner().to_string();
             // The row-lock wait of one renewal attempt (sql.rs).
-            let lock_wait = duration_to_millis(renew_attempt_timeout(ttl)).to_string();
+            let lock_wait = self.inner.row_lock_wait(renew_attempt_timeout(ttl));
+            let lock_wait = duration_to_millis(lock_wait).to_string();
             let params = [
                 Param::Text(lease.key().as_str()),
                 Param::Text(&owner),
@@ -479,10 +624,7 @@ impl Backend for PostgresBackend {
                 Param::Int(duration_to_millis(ttl)),
                 Param::Text(&lock_wait),
             ];
-            let mut conn = self.connection().await?;
-            let done = exec::execute(&mut conn, self.inner.pooler, &self.inner.sql.renew, &params)
-                .await
-                .map_err(classify)?;
+            let done = self.inner.execute(&self.inner.sql.renew, &params).await?;
             Ok(done.rows_affected() == 1)
         })
     }
@@ -495,17 +637,13 @@ impl Backend for PostgresBackend {
                 Param::Text(&owner),
                 Param::Int(token_as_i64(lease)?),
             ];
-            let mut conn = self.connection().await?;
-            let freed = exec::fetch_all(
-                &mut conn,
-                self.inner.pooler,
-                &self.inner.sql.release,
-                &params,
-            )
-            .await
-            .map_err(classify)?;
+            let freed = self
+                .inner
+                .fetch_all(&self.inner.sql.release, &params)
+                .await
+                .map_err(Failed::into_error)?;
             if !freed.is_empty() {
-                self.inner.listener.wake_local(lease.key());
+                self.inner.wake_local(lease.key());
             }
             Ok(())
         })
@@ -514,6 +652,7 @@ impl Backend for PostgresBackend {
     fn inspect<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<LeaseInfo>>> {
         Box::pin(async move {
             let row = self
+                .inner
                 .fetch_optional(&self.inner.sql.inspect, &[Param::Text(key.as_str())])
                 .await?;
             row.as_ref().map(info_from_row).transpose()
@@ -522,15 +661,11 @@ impl Backend for PostgresBackend {
 
     fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<LeaseInfo>>> {
         Box::pin(async move {
-            let mut conn = self.connection().await?;
-            let rows = exec::fetch_all(
-                &mut conn,
-                self.inner.pooler,
-                &self.inner.sql.list,
-                &[Param::Text(prefix)],
-            )
-            .await
-            .map_err(classify)?;
+            let rows = self
+                .inner
+                .fetch_all(&self.inner.sql.list, &[Param::Text(prefix)])
+                .await
+                .map_err(Failed::into_error)?;
             rows.iter().map(info_from_row).collect()
         })
     }
@@ -538,15 +673,16 @@ impl Backend for PostgresBackend {
     fn force_release<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool>> {
         Box::pin(async move {
             let row = self
+                .inner
                 .fetch_optional(&self.inner.sql.force_release, &[Param::Text(key.as_str())])
                 .await?;
             let Some(row) = row else { return Ok(false) };
-            self.inner.listener.wake_local(key);
+            self.inner.wake_local(key);
             row.try_get::<bool, _>(0).map_err(classify)
         })
     }
 
     fn subscribe<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Subscription>> {
-        Box::pin(async move { Ok(self.inner.listener.subscribe(key).await) })
+        Box::pin(async move { Ok(self.inner.subscribe(key).await) })
     }
 }

@@ -31,8 +31,8 @@ pub struct PostgresOptions {
 }
 
 /// Data connections of a backend made by `connect`: a lock client issues
-/// one short statement at a time, so one connection serves a process; the
-/// listener is one more (see [`PostgresOptions::with_max_connections`]).
+/// one short statement at a time, so one connection serves a process, and
+/// at 1 it also carries `LISTEN` (see [`PostgresOptions::with_max_connections`]).
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 1;
 /// How long an unused data connection stays open.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -107,17 +107,18 @@ impl PostgresOptions {
         self
     }
 
-    /// Data connections of [`PostgresBackend::connect_with`]'s pool
-    /// (default 1, at least 1; URL option `max_connections=N`). None is
-    /// kept while unused (see [`with_idle_timeout`](Self::with_idle_timeout)),
-    /// and waiting never holds one.
+    /// Data connections of [`PostgresBackend::connect_with`] (default 1, at
+    /// least 1; URL option `max_connections=N`). None is kept while unused
+    /// (see [`with_idle_timeout`](Self::with_idle_timeout)), and waiting
+    /// never holds one.
     ///
-    /// A process's budget on one server is this plus one listening
-    /// connection, opened by the first waiter and shared by every backend on
-    /// the same URL in the process: 2 by default. Raise it if you run your
-    /// own transactions on [`PostgresBackend::pool`] (they hold a connection
-    /// the lock operations then wait for), or hand in your own pool with
-    /// [`PostgresBackend::from_pool`].
+    /// At 1 (without a pooler or a listen URL) the process's one connection
+    /// per URL, shared by every backend on it, carries the lock statements
+    /// and `LISTEN`: a budget of 1. Above 1 the lock statements get a pool
+    /// of this size and the listener a connection beside it: N + 1. Raise
+    /// it for many concurrent lock operations, or for waiters that should
+    /// wait at the server for rows other transactions lock (on the shared
+    /// connection such a wait is cut to 50 ms and retried).
     pub fn with_max_connections(mut self, max: u32) -> Self {
         self.max_connections = max;
         self

@@ -43,7 +43,6 @@ use crate::error::{Error, Result};
 use crate::key::Key;
 use keys::Namespace;
 pub use options::RedisOptions;
-use wake::Subscriber;
 
 /// The name errors carry ([`Error::store`]).
 const STORE: &str = "redis";
@@ -74,11 +73,12 @@ struct Inner {
     ns: Namespace,
     options: RedisOptions,
     scripts: Scripts,
-    subscriber: OnceLock<Arc<Subscriber>>,
+    subscriber: OnceLock<Arc<crate::notifier::Notifier>>,
 }
 
 /// The subscribers of this process, one per server and channel.
-static SUBSCRIBERS: crate::shared::Registry<Subscriber> = crate::shared::Registry::new();
+static SUBSCRIBERS: crate::shared::Registry<crate::notifier::Notifier> =
+    crate::shared::Registry::new();
 
 impl fmt::Debug for RedisBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -207,7 +207,7 @@ impl RedisBackend {
     /// (other processes hear the published release).
     fn wake_local(&self, key: &Key) {
         if let Some(subscriber) = self.inner.subscriber.get() {
-            subscriber.hub.notify(key.as_str());
+            subscriber.wake_local(key.as_str());
         }
     }
 
@@ -442,26 +442,14 @@ impl Backend for RedisBackend {
                 let channel = inner.ns.channel();
                 let server = format!("{:?} {channel}", inner.client.get_connection_info());
                 SUBSCRIBERS.get_or_insert_with(&server, || {
-                    Subscriber::start(inner.client.clone(), channel, inner.options.connect_timeout)
+                    wake::notifier(inner.client.clone(), channel, inner.options.connect_timeout)
                 })
             });
-            // Register first, then make sure the channel is subscribed: a
+            // Registered before the channel is known to be subscribed: a
             // release after this returns is then always delivered. Only the
             // first connection is waited for (bounded, and by the caller's
             // deadline too); once an attempt failed, waiters poll at once.
-            let subscription = subscriber.hub.subscribe(key.as_str());
-            let mut link = subscriber.link.clone();
-            let wait = inner.options.connect_timeout * 2;
-            let subscribed =
-                tokio::time::timeout(wait, link.wait_for(|link| *link != wake::Link::Connecting))
-                    .await
-                    .is_ok_and(|r| r.is_ok_and(|link| *link == wake::Link::Up));
-            if subscribed {
-                Ok(subscription)
-            } else {
-                tracing::debug!(%key, "redis subscriber not connected; this waiter polls");
-                Ok(Subscription::never())
-            }
+            Ok(subscriber.subscribe(key.as_str()).await)
         })
     }
 }

@@ -1,0 +1,719 @@
+//! The process's one connection per PostgreSQL URL: it `LISTEN`s for
+//! releases *and* carries the lock statements, so a process costs the
+//! server one connection (the default; see `PostgresOptions::with_max_connections`
+//! for the pooled alternative).
+//!
+//! A task owns the connection (a sqlx `PgListener`, which buffers the
+//! notifications that arrive while a statement runs) and serves statement
+//! jobs sent over a channel, interleaved with notifications. Waiters never
+//! hold it: they hold a [`Subscription`] of the shared [`WakeHub`].
+//!
+//! Connecting is lazy (the first statement or waiter), and the connection
+//! is closed after `idle_timeout` without statements while nobody waits, so
+//! an idle process holds none. After a failed attempt, statements arriving
+//! within [`REFUSAL_MEMORY`] get that attempt's answer at once (one attempt
+//! a second at most, however many operations ask), and waiters poll while
+//! the task retries on its own with a backoff of 1 s up to 30 s.
+//!
+//! Every statement is bounded, since everything behind it waits for it:
+//! row-lock waits by the session's `lock_timeout` ([`SESSION_LOCK_TIMEOUT`])
+//! and the store's caps ([`ROW_LOCK_WAIT`] for acquire and renew), and a
+//! statement that outlives the patience of a caller (for at least
+//! [`MIN_PATIENCE`]) or [`STATEMENT_BOUND`] is taken as a sign of a dead
+//! connection: it is dropped and the next statement goes out on a new one.
+//!
+//! Releases announced while nobody listened are lost, so every waiter is
+//! woken once `LISTEN` is back after a gap with waiters (not before: a
+//! waiter woken early could retry, find the key held, and miss the release
+//! that follows).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgQueryResult, PgRow};
+use sqlx::{Acquire, Connection, Executor, PgConnection};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::{sleep, sleep_until, timeout, Instant};
+
+use super::exec::{self, Param};
+use super::pooler::Pooler;
+use super::sql::CHANNEL;
+use crate::error::Error;
+use crate::key::Key;
+use crate::notifier::AbortOnDrop;
+use crate::notify::{Subscription, WakeHub};
+use crate::time::Backoff;
+
+/// The longest an acquire or renew statement on the shared connection
+/// waits for a row another transaction holds (a `check_in`, an
+/// application's `FOR UPDATE`): long enough for a concurrent lease
+/// statement on the same key to commit. An acquire then answers busy and
+/// its waiter retries when woken or after its backoff; a renewal retries
+/// within its lease.
+pub(super) const ROW_LOCK_WAIT: Duration = Duration::from_millis(50);
+/// The session's `lock_timeout`, for the statements that do not set their
+/// own (release, force-release): far above a commit, and a bound on how
+/// long they hold up the statements queued behind them.
+const SESSION_LOCK_TIMEOUT: &str = "1s";
+/// The migration's wait for a concurrent first start (an advisory lock).
+const MIGRATION_LOCK_TIMEOUT: &str = "5s";
+/// A statement still running after this is presumed stuck on a dead path.
+const STATEMENT_BOUND: Duration = Duration::from_secs(10);
+/// A caller that gives up on a statement (a renewal attempt's own bound,
+/// the acquire backstop) marks the connection dead, but only once the
+/// running statement has had this long: a healthy one answers far sooner.
+const MIN_PATIENCE: Duration = Duration::from_millis(100);
+/// How long a failed connection attempt answers for the server.
+const REFUSAL_MEMORY: Duration = Duration::from_secs(1);
+/// How long a waiter waits for the first connection before it polls.
+const FIRST_CONNECTION_WAIT: Duration = Duration::from_secs(5);
+/// How long the connection may take to open before the task asks the
+/// server directly why: sqlx's pool retries a refusal (`too many clients`,
+/// `connection refused`) in silence until its timeout.
+const SUSPECT_AFTER: Duration = Duration::from_millis(250);
+/// Bound on that direct attempt.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A statement parameter the job owns (it crosses to the task).
+#[derive(Debug, Clone)]
+pub(super) enum Owned {
+    Text(String),
+    Int(i64),
+}
+
+impl Owned {
+    fn all(params: &[Param<'_>]) -> Vec<Owned> {
+        params
+            .iter()
+            .map(|p| match *p {
+                Param::Text(t) => Owned::Text(t.to_owned()),
+                Param::Int(n) => Owned::Int(n),
+            })
+            .collect()
+    }
+
+    fn borrowed(params: &[Owned]) -> Vec<Param<'_>> {
+        params
+            .iter()
+            .map(|p| match p {
+                Owned::Text(t) => Param::Text(t),
+                Owned::Int(n) => Param::Int(*n),
+            })
+            .collect()
+    }
+}
+
+/// One statement and its parameters.
+#[derive(Debug, Clone)]
+pub(super) struct Statement {
+    pub sql: String,
+    pub params: Vec<Owned>,
+}
+
+impl Statement {
+    pub(super) fn new(sql: &str, params: &[Param<'_>]) -> Self {
+        Statement {
+            sql: sql.to_owned(),
+            params: Owned::all(params),
+        }
+    }
+}
+
+/// What a job asks of the connection.
+#[derive(Debug)]
+enum Op {
+    /// Nothing but the connection (and so `LISTEN`) in place.
+    Connect,
+    Rows(Statement),
+    Execute(Statement),
+    /// The statements in one transaction whose row and advisory lock
+    /// waits are bounded by [`MIGRATION_LOCK_TIMEOUT`] (the migration).
+    Transaction(Vec<Statement>),
+}
+
+/// What a job brings back.
+#[derive(Debug)]
+pub(super) enum Answer {
+    Ready,
+    Rows(Vec<PgRow>),
+    Done(PgQueryResult),
+}
+
+/// Why a job brought nothing back.
+#[derive(Debug)]
+pub(super) enum Failed {
+    /// The server's or the driver's answer to the statement (or to the
+    /// connection attempt).
+    Sql(sqlx::Error),
+    /// The store's own verdict: no connection right now.
+    Store(Error),
+}
+
+impl Failed {
+    /// The caller's error.
+    pub(super) fn into_error(self) -> Error {
+        match self {
+            Failed::Sql(e) => super::classify(e),
+            Failed::Store(e) => e,
+        }
+    }
+}
+
+struct Job {
+    op: Op,
+    reply: oneshot::Sender<Result<Answer, Failed>>,
+}
+
+/// The shared connection of one URL in this process.
+#[derive(Debug)]
+pub(super) struct Session {
+    config: Arc<Config>,
+    hub: WakeHub,
+    /// Bumped by every caller that stops waiting for its answer.
+    gave_up: watch::Sender<u64>,
+    running: std::sync::Mutex<Option<Running>>,
+}
+
+#[derive(Debug)]
+struct Config {
+    connect: PgConnectOptions,
+    idle_timeout: Duration,
+    acquire_timeout: Duration,
+}
+
+/// The serving task; stopped when the last backend on the URL goes.
+#[derive(Debug)]
+struct Running {
+    jobs: mpsc::UnboundedSender<Job>,
+    task: AbortOnDrop,
+}
+
+impl Session {
+    pub(super) fn new(
+        connect: PgConnectOptions,
+        idle_timeout: Duration,
+        acquire_timeout: Duration,
+    ) -> Self {
+        Session {
+            config: Arc::new(Config {
+                connect,
+                idle_timeout,
+                acquire_timeout,
+            }),
+            hub: WakeHub::new(),
+            gave_up: watch::channel(0).0,
+            running: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// Makes sure the connection is up (for `connect` without migration).
+    pub(super) async fn connect(&self) -> Result<(), Failed> {
+        self.run(Op::Connect).await.map(drop)
+    }
+
+    /// Runs `statement` and returns its rows.
+    pub(super) async fn fetch_all(&self, statement: Statement) -> Result<Vec<PgRow>, Failed> {
+        match self.run(Op::Rows(statement)).await? {
+            Answer::Rows(rows) => Ok(rows),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Runs `statement` and returns what it changed.
+    pub(super) async fn execute(&self, statement: Statement) -> Result<PgQueryResult, Failed> {
+        match self.run(Op::Execute(statement)).await? {
+            Answer::Done(done) => Ok(done),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Runs `statements` in one transaction (the migration).
+    pub(super) async fn transaction(&self, statements: Vec<Statement>) -> Result<(), Failed> {
+        self.run(Op::Transaction(statements)).await.map(drop)
+    }
+
+    /// Wakes this process's waiters of `key` now, without waiting for the
+    /// notification to come back from the server.
+    pub(super) fn wake_local(&self, key: &Key) {
+        self.hub.notify(key.as_str());
+    }
+
+    /// Registers a waiter for `key`: live once `LISTEN` is in place, so no
+    /// release committed after this returns is missed; a subscription that
+    /// never fires (the waiter polls) if there is no connection right now.
+    pub(super) async fn subscribe(&self, key: &Key) -> Subscription {
+        // Register first: a release between LISTEN and this is then seen.
+        let subscription = self.hub.subscribe(key.as_str());
+        match timeout(FIRST_CONNECTION_WAIT, self.run(Op::Connect)).await {
+            Ok(Ok(_)) => subscription,
+            _ => {
+                tracing::debug!(%key, "no LISTEN connection; this waiter polls");
+                Subscription::never()
+            }
+        }
+    }
+
+    async fn run(&self, op: Op) -> Result<Answer, Failed> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Job { op, reply });
+        let mut waiting = GiveUpOnDrop {
+            gave_up: &self.gave_up,
+            answered: false,
+        };
+        let answer = answer.await;
+        waiting.answered = true;
+        answer.unwrap_or_else(|_| {
+            Err(Failed::Store(Error::unavailable(
+                "the PostgreSQL connection task stopped (its runtime shut down)",
+            )))
+        })
+    }
+
+    /// Hands `job` to the task, starting it unless it runs (a task of a
+    /// runtime that shut down has finished and is started again).
+    fn send(&self, mut job: Job) {
+        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        for _ in 0..2 {
+            if let Some(r) = running.as_ref().filter(|r| !r.task.0.is_finished()) {
+                match r.jobs.send(job) {
+                    Ok(()) => return,
+                    Err(mpsc::error::SendError(back)) => job = back,
+                }
+            }
+            let (jobs, queue) = mpsc::unbounded_channel();
+            let task = tokio::spawn(serve(
+                queue,
+                self.config.clone(),
+                self.hub.clone(),
+                self.gave_up.subscribe(),
+            ));
+            *running = Some(Running {
+                jobs,
+                task: AbortOnDrop(task),
+            });
+        }
+        // Unreachable in practice: a task just spawned takes its first job.
+        let _ = job.reply.send(Err(Failed::Store(Error::unavailable(
+            "the PostgreSQL connection task could not be started",
+        ))));
+    }
+}
+
+fn unexpected(answer: Answer) -> Failed {
+    Failed::Store(Error::backend(format!(
+        "internal: unexpected answer {answer:?}"
+    )))
+}
+
+/// Tells the task a caller stopped waiting (dropped before its answer).
+struct GiveUpOnDrop<'a> {
+    gave_up: &'a watch::Sender<u64>,
+    answered: bool,
+}
+
+impl Drop for GiveUpOnDrop<'_> {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.gave_up.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+}
+
+/// The open connection: the listener and its pool of one (sqlx's
+/// `PgListener` needs a pool; this one is never reaped).
+struct Link {
+    listener: PgListener,
+    pool: PgPool,
+}
+
+impl Link {
+    /// Closes the connection in the background (a dead one may never
+    /// answer the `UNLISTEN` sqlx sends on drop).
+    fn close(self) {
+        let Link { listener, pool } = self;
+        drop(listener);
+        tokio::spawn(async move {
+            let _ = timeout(Duration::from_secs(1), pool.close()).await;
+        });
+    }
+}
+
+/// The last failed connection attempt.
+struct Refusal {
+    at: Instant,
+    cause: Arc<dyn std::error::Error + Send + Sync>,
+    retryable: bool,
+}
+
+impl Refusal {
+    /// Classified as `classify` does: a pooler's refusal says what to
+    /// change and is not retryable.
+    fn new(e: sqlx::Error) -> Self {
+        let (cause, retryable): (Arc<dyn std::error::Error + Send + Sync>, bool) =
+            match super::pooler::explain(e) {
+                Ok(explained) => (Arc::new(explained), false),
+                Err(e) => {
+                    let retryable =
+                        super::is_transient_pg_error(&e) || matches!(e, sqlx::Error::PoolClosed);
+                    (Arc::new(e), retryable)
+                }
+            };
+        Refusal {
+            at: Instant::now(),
+            cause,
+            retryable,
+        }
+    }
+
+    fn error(&self) -> Failed {
+        let cause = SharedCause(self.cause.clone());
+        Failed::Store(if self.retryable {
+            Error::unavailable(cause)
+        } else {
+            Error::backend(cause)
+        })
+    }
+}
+
+/// One connection failure, told to every caller it answers.
+#[derive(Debug)]
+struct SharedCause(Arc<dyn std::error::Error + Send + Sync>);
+
+impl std::fmt::Display for SharedCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for SharedCause {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+/// Serves jobs and forwards notifications until the last backend goes.
+async fn serve(
+    jobs: mpsc::UnboundedReceiver<Job>,
+    config: Arc<Config>,
+    hub: WakeHub,
+    gave_up: watch::Receiver<u64>,
+) {
+    // Waiters may have missed a release (a task restarted with waiters
+    // registered).
+    let missed = hub.watched_keys() > 0;
+    let mut task = Task {
+        jobs,
+        config,
+        hub,
+        gave_up,
+        link: None,
+        refusal: None,
+        after_refusal: refused_backoff(),
+        after_drop: dropped_backoff(),
+        retry_at: None,
+        missed,
+    };
+    while task.step().await {}
+}
+
+/// Refusals back off from 1 s to 30 s: many processes must not keep a full
+/// server busy refusing them.
+fn refused_backoff() -> Backoff {
+    Backoff::new(Duration::from_secs(1), Duration::from_secs(30))
+}
+
+/// A connection that dropped is made again sooner.
+fn dropped_backoff() -> Backoff {
+    Backoff::new(Duration::from_millis(100), Duration::from_secs(5))
+}
+
+/// The serving task's state.
+struct Task {
+    jobs: mpsc::UnboundedReceiver<Job>,
+    config: Arc<Config>,
+    hub: WakeHub,
+    gave_up: watch::Receiver<u64>,
+    link: Option<Link>,
+    /// The last failed attempt, until one succeeds.
+    refusal: Option<Refusal>,
+    after_refusal: Backoff,
+    after_drop: Backoff,
+    /// When the task connects again by itself (if anyone waits).
+    retry_at: Option<Instant>,
+    /// Whether waiters may have missed a release while nobody listened.
+    missed: bool,
+}
+
+impl Task {
+    /// Serves one event; `false` once every backend is gone.
+    async fn step(&mut self) -> bool {
+        let Some(open) = self.link.as_mut() else {
+            return self.step_unconnected().await;
+        };
+        // Notifications first: those a statement's run left in the buffer
+        // go out before the next statement, however many are queued.
+        let broken: Option<&str> = tokio::select! {
+            biased;
+            notification = open.listener.try_recv() => match notification {
+                Ok(Some(notification)) => {
+                    self.hub.notify(notification.payload());
+                    None
+                }
+                // The connection dropped (sqlx reconnects only when asked).
+                Ok(None) => Some("the connection closed"),
+                Err(e) => {
+                    tracing::debug!(error = %e, "LISTEN connection failed");
+                    Some("the connection failed")
+                }
+            },
+            job = self.jobs.recv() => match job {
+                None => return false,
+                Some(job) if job.reply.is_closed() => None,
+                Some(job) => serve_job(open, job, &mut self.gave_up).await.err(),
+            },
+            () = sleep(self.config.idle_timeout) => {
+                if self.hub.watched_keys() == 0 {
+                    tracing::debug!("PostgreSQL connection idle; closing it");
+                    if let Some(link) = self.link.take() {
+                        link.close();
+                    }
+                }
+                None
+            }
+        };
+        if let Some(why) = broken {
+            self.dropped(why);
+        }
+        true
+    }
+
+    /// Without a connection: waits for a job (or the time to reconnect for
+    /// waiters), then connects.
+    async fn step_unconnected(&mut self) -> bool {
+        let job = tokio::select! {
+            job = self.jobs.recv() => match job {
+                Some(job) if job.reply.is_closed() => return true,
+                Some(job) => Some(job),
+                None => return false,
+            },
+            () = sleep_until_some(self.retry_at) => {
+                self.retry_at = None;
+                if self.hub.watched_keys() == 0 {
+                    return true;
+                }
+                None
+            }
+        };
+        if let (Some(asked), Some(last)) = (&job, &self.refusal) {
+            // While the task retries by itself, a waiter polls; a
+            // statement gets the last answer if it is recent.
+            let backing_off = matches!(asked.op, Op::Connect)
+                && self.retry_at.is_some_and(|at| at > Instant::now());
+            if backing_off || last.at.elapsed() < REFUSAL_MEMORY {
+                let error = last.error();
+                if let Some(job) = job {
+                    let _ = job.reply.send(Err(error));
+                }
+                return true;
+            }
+        }
+        match open_link(&self.config, self.refusal.is_some()).await {
+            Ok(opened) => {
+                let open = self.link.insert(opened);
+                self.refusal = None;
+                self.retry_at = None;
+                (self.after_refusal, self.after_drop) = (refused_backoff(), dropped_backoff());
+                if std::mem::take(&mut self.missed) {
+                    let woken = self.hub.notify_all();
+                    tracing::info!(woken, "LISTEN back in place; waking all waiters");
+                }
+                if let Some(job) = job {
+                    if let Err(why) = serve_job(open, job, &mut self.gave_up).await {
+                        self.dropped(why);
+                    }
+                }
+            }
+            Err(e) => {
+                // The operations that asked get the error themselves; only
+                // waiters, who do not, hear it here.
+                if self.hub.watched_keys() > 0 {
+                    tracing::warn!(error = %e, "cannot connect to PostgreSQL; waiters poll");
+                } else {
+                    tracing::trace!(error = %e, "cannot connect to PostgreSQL");
+                }
+                let last = Refusal::new(e);
+                // Everyone asking now gets this answer: one attempt serves all.
+                if let Some(job) = job {
+                    let _ = job.reply.send(Err(last.error()));
+                }
+                while let Ok(job) = self.jobs.try_recv() {
+                    let _ = job.reply.send(Err(last.error()));
+                }
+                self.refusal = Some(last);
+                self.missed |= self.hub.watched_keys() > 0;
+                self.retry_at = Some(Instant::now() + self.after_refusal.next_delay());
+            }
+        }
+        true
+    }
+
+    /// The connection is gone: close it, and make a new one soon if anyone
+    /// waits.
+    fn dropped(&mut self, why: &str) {
+        tracing::warn!(why, "PostgreSQL connection dropped; reconnecting");
+        if let Some(link) = self.link.take() {
+            link.close();
+        }
+        self.missed |= self.hub.watched_keys() > 0;
+        self.retry_at = Some(Instant::now() + self.after_drop.next_delay());
+    }
+}
+
+/// Runs one job on the open connection and answers it. `Err` says why the
+/// connection is no longer usable.
+async fn serve_job(
+    open: &mut Link,
+    job: Job,
+    gave_up: &mut watch::Receiver<u64>,
+) -> Result<(), &'static str> {
+    gave_up.borrow_and_update();
+    let started = Instant::now();
+    let work = perform(&mut open.listener, job.op);
+    tokio::pin!(work);
+    let mut impatient = false;
+    let outcome = loop {
+        tokio::select! {
+            biased;
+            outcome = &mut work => break Some(outcome),
+            changed = gave_up.changed(), if !impatient => {
+                // The sender lives in the session, which outlives this task.
+                impatient = changed.is_ok();
+            }
+            () = sleep_until(started + MIN_PATIENCE), if impatient => break None,
+            () = sleep_until(started + STATEMENT_BOUND) => break None,
+        }
+    };
+    let Some(outcome) = outcome else {
+        let waited = started.elapsed();
+        let _ = job.reply.send(Err(Failed::Store(Error::unavailable(format!(
+            "PostgreSQL did not answer a statement within {waited:?}; reconnecting"
+        )))));
+        return Err("a statement did not answer");
+    };
+    let broken = matches!(&outcome, Err(e) if breaks_connection(e));
+    let _ = job.reply.send(outcome.map_err(Failed::Sql));
+    if broken {
+        Err("a statement failed with the connection")
+    } else {
+        Ok(())
+    }
+}
+
+async fn perform(listener: &mut PgListener, op: Op) -> Result<Answer, sqlx::Error> {
+    let conn: &mut PgConnection = listener.acquire().await?;
+    match op {
+        Op::Connect => Ok(Answer::Ready),
+        Op::Rows(s) => {
+            let params = Owned::borrowed(&s.params);
+            exec::fetch_all(conn, Pooler::None, &s.sql, &params)
+                .await
+                .map(Answer::Rows)
+        }
+        Op::Execute(s) => {
+            let params = Owned::borrowed(&s.params);
+            exec::execute(conn, Pooler::None, &s.sql, &params)
+                .await
+                .map(Answer::Done)
+        }
+        Op::Transaction(statements) => {
+            let mut tx = Connection::begin(conn).await?;
+            (&mut *tx)
+                .execute(&*format!(
+                    "SET LOCAL lock_timeout = '{MIGRATION_LOCK_TIMEOUT}'"
+                ))
+                .await?;
+            for s in &statements {
+                let params = Owned::borrowed(&s.params);
+                exec::execute(&mut tx, Pooler::None, &s.sql, &params).await?;
+            }
+            tx.commit().await?;
+            Ok(Answer::Ready)
+        }
+    }
+}
+
+/// Whether `e` leaves the connection unusable (as opposed to a statement
+/// the server refused on a healthy connection).
+fn breaks_connection(e: &sqlx::Error) -> bool {
+    use sqlx::Error as E;
+    match e {
+        E::Database(db) => db
+            .code()
+            .is_some_and(|code| code.starts_with("08") || code.starts_with("57P")),
+        E::Io(_)
+        | E::Tls(_)
+        | E::Protocol(_)
+        | E::WorkerCrashed
+        | E::PoolTimedOut
+        | E::PoolClosed => true,
+        _ => false,
+    }
+}
+
+/// Opens the connection: `LISTEN` and the session's lock timeout in one
+/// round trip. After a failed attempt (`retrying`) a direct attempt goes
+/// first, so a server that refuses connections sees one per attempt, not
+/// the pool's silent retries.
+async fn open_link(config: &Config, retrying: bool) -> Result<Link, sqlx::Error> {
+    let attempt = async {
+        if retrying {
+            PgConnection::connect_with(&config.connect)
+                .await?
+                .close()
+                .await?;
+        }
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .min_connections(0)
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .acquire_timeout(config.acquire_timeout)
+            .connect_lazy_with(config.connect.clone());
+        // The pool retries a refused connection in silence until its
+        // timeout: if the first try is slow, give it up and ask the server
+        // directly why (one connection attempt at a time, never two).
+        let mut listener = match timeout(SUSPECT_AFTER, PgListener::connect_with(&pool)).await {
+            Ok(listener) => listener?,
+            Err(_) => {
+                match timeout(PROBE_TIMEOUT, PgConnection::connect_with(&config.connect)).await {
+                    Ok(Err(e)) => return Err(e),
+                    Ok(Ok(probe)) => probe.close().await?,
+                    Err(_) => {}
+                }
+                PgListener::connect_with(&pool).await?
+            }
+        };
+        // sqlx would reconnect inside `try_recv`, where a cancelled
+        // reconnect loses its buffer; the task reconnects itself instead.
+        listener.eager_reconnect(false);
+        listener.ignore_pool_close_event(true);
+        listener
+            .execute(&*format!(
+                "LISTEN \"{CHANNEL}\"; SET lock_timeout = '{SESSION_LOCK_TIMEOUT}'"
+            ))
+            .await?;
+        Ok(Link { listener, pool })
+    };
+    match timeout(config.acquire_timeout + PROBE_TIMEOUT, attempt).await {
+        Ok(outcome) => outcome,
+        Err(_) => Err(sqlx::Error::PoolTimedOut),
+    }
+}
+
+/// Sleeps until `deadline`; forever without one.
+async fn sleep_until_some(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,194 @@
+//! The shared connection (the default set-up: one connection per URL per
+//! process carries the lock statements and `LISTEN`): it survives being
+//! killed and black-holed, and a statement waiting for a row lock does not
+//! hold up the renewals queued behind it. Against the real server in
+//! `LEASEHOLD_TEST_POSTGRES` (skipped without it, unless
+//! `LEASEHOLD_REQUIRE_SERVERS=1`).
+#![cfg(all(feature = "conformance", feature = "postgres"))]
+
+mod blackhole;
+
+use std::net::ToSocketAddrs;
+use std::str::FromStr;
+use std::time::Duration;
+
+use blackhole::BlackholeProxy;
+use leasehold::backend::{Acquire, AcquireRequest};
+use leasehold::backends::postgres::{PostgresBackend, PostgresOptions};
+use leasehold::conformance::server_url;
+use leasehold::{AcquireOptions, Backend, Error, Key, Locks};
+use sqlx::postgres::PgConnectOptions;
+use sqlx::{Connection, PgConnection};
+use tokio::time::{sleep, timeout, Instant};
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}_{:016x}", rand::random::<u64>())
+}
+
+/// `url` with `application_name` set, so its connection can be found.
+fn tagged(url: &str, app: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}application_name={app}")
+}
+
+/// Another process's backend, as far as the shared connection goes: a pool
+/// of its own.
+async fn other_process(url: &str) -> PostgresBackend {
+    let options = PostgresOptions::new().with_max_connections(2);
+    PostgresBackend::connect_with(url, options).await.unwrap()
+}
+
+async fn pids_of(probe: &mut PgConnection, app: &str) -> Vec<i32> {
+    sqlx::query_scalar("SELECT pid FROM pg_stat_activity WHERE application_name = $1")
+        .bind(app)
+        .fetch_all(probe)
+        .await
+        .unwrap()
+}
+
+/// The connection is killed while a waiter waits, and the release comes
+/// while it is down: the waiter is woken once `LISTEN` is back (well
+/// before its polling backoff would find the key), and the process is
+/// back to one connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_connection_comes_back_and_wakes_its_waiters() {
+    let Some(base) = server_url("LEASEHOLD_TEST_POSTGRES") else {
+        return;
+    };
+    let app = unique("shared_kill");
+    let locks = Locks::open(&tagged(&base, &app)).await.unwrap();
+    let mut probe = PgConnection::connect(&base).await.unwrap();
+    let holder = other_process(&base).await;
+    let key = unique("shared-kill-key");
+    let req = AcquireRequest::new(Key::new(&key).unwrap(), Duration::from_secs(30), "h").unwrap();
+    let Acquire::Granted(lease) = holder.try_acquire(&req).await.unwrap() else {
+        panic!("{key} is free");
+    };
+    let waiter = tokio::spawn({
+        let (locks, key) = (locks.clone(), key.clone());
+        async move {
+            let options = AcquireOptions::new().with_wait(Duration::from_secs(20));
+            locks.acquire_with(&key, &options).await
+        }
+    });
+    // Long enough for the waiter's polling backoff to grow past a second.
+    sleep(Duration::from_secs(3)).await;
+    let pids = pids_of(&mut probe, &app).await;
+    assert_eq!(pids.len(), 1, "one connection: {pids:?}");
+    let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+        .bind(pids[0])
+        .fetch_one(&mut probe)
+        .await
+        .unwrap();
+    assert!(killed);
+    holder.release(&lease).await.unwrap();
+    let released = Instant::now();
+    let guard = timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter gets the key")
+        .unwrap()
+        .unwrap();
+    let took = released.elapsed();
+    eprintln!("woken {took:?} after the release");
+    // Reconnecting takes a backoff of 50-100 ms; polling alone would take
+    // 1-2 s at this point of the wait.
+    assert!(took < Duration::from_millis(900), "took {took:?}");
+    let now = pids_of(&mut probe, &app).await;
+    assert_eq!(now.len(), 1, "one connection again: {now:?}");
+    assert_ne!(now[0], pids[0]);
+    guard.release().await.unwrap();
+}
+
+/// The shared connection goes dead without closing: the renewal stuck on it
+/// gives up after its attempt bound, that marks the connection dead, and
+/// the retry goes out on a new connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_black_holed_shared_connection_does_not_lose_the_lease() {
+    let Some(url) = server_url("LEASEHOLD_TEST_POSTGRES") else {
+        return;
+    };
+    let direct = PgConnectOptions::from_str(&url).unwrap();
+    let upstream = (direct.get_host(), direct.get_port())
+        .to_socket_addrs()
+        .unwrap()
+        .next()
+        .unwrap();
+    let proxy = BlackholeProxy::start(upstream).await;
+    let proxied = format!(
+        "postgres://{}@127.0.0.1:{}/{}",
+        direct.get_username(),
+        proxy.addr().port(),
+        direct.get_database().unwrap_or("postgres")
+    );
+    let locks = Locks::open(&proxied).await.unwrap();
+    let key = unique("shared-renewed");
+    let ttl = Duration::from_secs(3);
+    let guard = locks
+        .acquire_with(&key, &AcquireOptions::new().with_ttl(ttl))
+        .await
+        .unwrap();
+    assert!(proxy.freeze_existing() >= 1);
+    sleep(ttl * 2).await;
+    assert!(
+        !guard.is_lost(),
+        "a renewal stuck on a dead connection was not retried on a fresh one"
+    );
+    let checker = other_process(&url).await;
+    let held = checker
+        .inspect(&Key::new(&key).unwrap())
+        .await
+        .unwrap()
+        .expect("still held at the store");
+    assert_eq!(held.token, guard.token());
+    assert!(
+        held.remaining > ttl / 3,
+        "renewed: {:?} left",
+        held.remaining
+    );
+    drop(guard);
+}
+
+/// Another transaction keeps a lease row locked (the holder's `check_in`)
+/// while this process waits for that key: the waiter's statements wait
+/// for the row lock 50 ms at most, so the renewals of a short lease of the
+/// same process, queued behind them on the one connection, keep it alive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_lock_wait_does_not_hold_up_renewals() {
+    let Some(url) = server_url("LEASEHOLD_TEST_POSTGRES") else {
+        return;
+    };
+    let holder = other_process(&url).await;
+    let blocked = unique("shared-row-locked");
+    let req =
+        AcquireRequest::new(Key::new(&blocked).unwrap(), Duration::from_secs(30), "h").unwrap();
+    let Acquire::Granted(lease) = holder.try_acquire(&req).await.unwrap() else {
+        panic!("{blocked} is free");
+    };
+    let mut tx = holder.pool().begin().await.unwrap();
+    holder.check_in(&mut tx, &lease).await.unwrap();
+
+    let locks = Locks::open(&url).await.unwrap();
+    // Renewal every 200 ms, each attempt bounded by 100 ms.
+    let short = locks
+        .acquire_with(
+            &unique("shared-short"),
+            &AcquireOptions::new().with_ttl(Duration::from_millis(600)),
+        )
+        .await
+        .unwrap();
+    let wait = Duration::from_millis(2500);
+    let started = Instant::now();
+    let outcome = locks
+        .acquire_with(&blocked, &AcquireOptions::new().with_wait(wait))
+        .await;
+    let took = started.elapsed();
+    assert!(matches!(outcome, Err(Error::Timeout { .. })), "{outcome:?}");
+    assert!(took < wait + Duration::from_millis(700), "took {took:?}");
+    assert!(
+        !short.is_lost(),
+        "a renewal queued behind a row-lock wait missed its bound"
+    );
+    short.release().await.unwrap();
+    tx.rollback().await.unwrap();
+    holder.release(&lease).await.unwrap();
+}
