@@ -154,7 +154,9 @@ impl Failed {
     pub(super) fn into_error(self) -> Error {
         match self {
             Failed::Sql(e) => super::classify(e),
-            Failed::Store(e) => e,
+            // Errors made here (no connection, a refusal kept for a
+            // second) name the store like every other PostgreSQL error.
+            Failed::Store(e) => e.in_store(super::STORE),
         }
     }
 }
