@@ -115,10 +115,11 @@ pub struct Handoff {
 }
 
 /// Time from the holder's release call to the waiter holding the lock. The
-/// waiter is another client (its own data connection); on PostgreSQL and
-/// Redis it shares the process's listener with the holder, as two `Locks`
-/// in one process do, so the holder's release wakes it directly; once
-/// woken, once polling only.
+/// waiter is another client (its own data connection on Redis and
+/// MongoDB; on PostgreSQL at the defaults both share the process's one
+/// connection); on PostgreSQL and Redis it shares the process's listener
+/// with the holder, as two `Locks` in one process do, so the holder's
+/// release wakes it directly; once woken, once polling only.
 pub async fn handoff(
     store: &BenchStore,
     rounds: usize,
