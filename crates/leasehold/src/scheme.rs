@@ -202,6 +202,17 @@ impl Scheme {
         Ok((scheme, parsed))
     }
 
+    /// The store `url` names by its scheme alone (`None`: no scheme, or one
+    /// leasehold does not know), without checking the rest: for a store's
+    /// own constructor, which parses the rest itself.
+    pub fn of(url: &str) -> Option<Scheme> {
+        let (written, _) = url.split_once("://")?;
+        SCHEMES
+            .iter()
+            .find(|(s, _, _)| *s == written)
+            .map(|&(_, scheme, _)| scheme)
+    }
+
     /// The store's name: `memory`, `sqlite`, `postgres`, `redis`, `mongodb`.
     pub fn name(self) -> &'static str {
         match self {
@@ -405,6 +416,17 @@ mod tests {
             assert_eq!((parsed, parts.location()), (scheme, location), "{url}");
             assert_eq!(parts.backend_url(), url);
         }
+    }
+
+    #[test]
+    fn of_reads_the_scheme_alone() {
+        assert_eq!(
+            Scheme::of("postgresql://u@h/db?x=1"),
+            Some(Scheme::Postgres)
+        );
+        assert_eq!(Scheme::of("sqlite://"), Some(Scheme::Sqlite));
+        assert_eq!(Scheme::of("mysql://h/db"), None);
+        assert_eq!(Scheme::of("postgres:/h"), None);
     }
 
     #[test]

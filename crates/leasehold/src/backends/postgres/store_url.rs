@@ -80,7 +80,7 @@ pub(super) fn parse_listen_url(url: &str) -> Result<PgConnectOptions> {
 }
 
 fn check_scheme(what: &'static str, url: &str) -> Result<()> {
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+    if crate::scheme::Scheme::of(url) == Some(crate::scheme::Scheme::Postgres) {
         Ok(())
     } else {
         Err(Error::invalid(
