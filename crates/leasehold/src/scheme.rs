@@ -43,7 +43,8 @@ pub enum Scheme {
     Sqlite,
     /// `postgres://`, `postgresql://`: a PostgreSQL server.
     Postgres,
-    /// `redis://`, `redis+unix://`, `rediss://`: a Redis server.
+    /// `redis://`, `redis+unix://`, `rediss://`: a Redis server;
+    /// `redis+cluster://`: a Redis Cluster.
     Redis,
     /// `mongodb://`, `mongodb+srv://`: a MongoDB deployment.
     Mongodb,
@@ -84,6 +85,11 @@ const SCHEMES: &[(&str, Scheme, Location)] = &[
     ),
     ("redis", Scheme::Redis, Location::Tcp { default_port: 6379 }),
     ("redis+unix", Scheme::Redis, Location::UnixSocket),
+    (
+        "redis+cluster",
+        Scheme::Redis,
+        Location::Tcp { default_port: 6379 },
+    ),
     (
         "rediss",
         Scheme::Redis,
@@ -391,6 +397,7 @@ mod tests {
             ("redis://h", Scheme::Redis, tcp(6379)),
             ("rediss://h", Scheme::Redis, tcp(6379)),
             ("redis+unix:///r.sock", Scheme::Redis, Location::UnixSocket),
+            ("redis+cluster://a:7000,b:7001", Scheme::Redis, tcp(6379)),
             ("mongodb://h/db", Scheme::Mongodb, tcp(27017)),
             ("mongodb+srv://c/db", Scheme::Mongodb, Location::Discovered),
         ] {
@@ -443,6 +450,12 @@ mod tests {
             assert_eq!(url.driver_url(), "redis://:pw@h/2?protocol=resp3");
             assert_eq!(url.option("prefix"), Some("a"));
             assert!(!format!("{url:?}").contains("pw"));
+            let (scheme, url) =
+                Scheme::parse("redis+cluster://:pw@a:7000,b:7001?prefix=a&listen=off").unwrap();
+            assert_eq!(scheme, Scheme::Redis);
+            assert!(!url.listen());
+            assert_eq!(url.option("prefix"), Some("a"));
+            assert_eq!(url.driver_url(), "redis+cluster://:pw@a:7000,b:7001");
         }
         #[cfg(feature = "postgres")]
         {

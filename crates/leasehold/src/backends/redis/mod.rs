@@ -24,6 +24,7 @@
 //! `everysec` can lose the last second of grants on a host crash. The backend
 //! checks on connect and warns when AOF is off or keys may be evicted.
 
+mod cluster;
 mod keys;
 mod options;
 mod wake;
@@ -34,6 +35,8 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, RedisError, Script};
+
+use cluster::Connection;
 
 use crate::backend::{
     duration_to_millis, millis_to_duration, Acquire, AcquireRequest, Backend, BoxFuture, Busy,
@@ -69,7 +72,9 @@ pub struct RedisBackend {
 }
 
 struct Inner {
-    conn: ConnectionManager,
+    conn: Connection,
+    /// The server the pub/sub connection goes to (on a cluster, the first
+    /// seed node: a `PUBLISH` on any node reaches subscribers on all).
     client: Client,
     ns: Namespace,
     options: RedisOptions,
@@ -91,7 +96,9 @@ impl fmt::Debug for RedisBackend {
 
 impl RedisBackend {
     /// Connects to the server at `url` (`redis://[user:pass@]host[:port][/db]`
-    /// or `redis+unix:///path`) with default options.
+    /// or `redis+unix:///path`), or to the Redis Cluster whose seed nodes
+    /// `redis+cluster://[user:pass@]host:port[,host:port...]` names, with
+    /// default options.
     ///
     /// # Errors
     /// As [`connect_with`](Self::connect_with).
@@ -106,7 +113,8 @@ impl RedisBackend {
     ///
     /// # Errors
     /// [`Error::InvalidInput`] (before any I/O) for a malformed URL, a
-    /// `rediss://` URL (TLS is not compiled in) or bad options;
+    /// `rediss://` URL (TLS is not compiled in), a cluster URL naming a
+    /// database other than 0, or bad options;
     /// [`Error::Unavailable`] if the server cannot be reached within about
     /// three connect timeouts.
     ///
@@ -128,6 +136,9 @@ impl RedisBackend {
                  RedisBackend::from_manager",
             ));
         }
+        if url.starts_with(cluster::SCHEME) {
+            return Self::connect_to_cluster(url, options).await;
+        }
         let client = Client::open(url)
             .map_err(|e| Error::invalid_from("store url", "not a Redis URL", e))?;
         let config = ConnectionManagerConfig::new()
@@ -139,6 +150,16 @@ impl RedisBackend {
             .await
             .map_err(classify)?;
         Self::from_manager_with(conn, client, options).await
+    }
+
+    async fn connect_to_cluster(url: &str, options: RedisOptions) -> Result<Self> {
+        let ns = options.validate()?;
+        let seeds = cluster::seed_urls(url)?;
+        let pubsub = Client::open(seeds[0].as_str())
+            .map_err(|e| Error::invalid_from("store url", "not a Redis URL", e))?;
+        let client = cluster::client(&seeds, &options)?;
+        let conn = client.get_async_connection().await.map_err(classify)?;
+        Self::start(Connection::Cluster(conn), pubsub, options, ns).await
     }
 
     /// Uses your own connection manager for commands, and `client` (the same
@@ -172,6 +193,16 @@ impl RedisBackend {
         options: RedisOptions,
     ) -> Result<Self> {
         let ns = options.validate()?;
+        Self::start(Connection::Single(manager), client, options, ns).await
+    }
+
+    /// Loads the scripts, checks persistence and makes the backend.
+    async fn start(
+        mut conn: Connection,
+        client: Client,
+        options: RedisOptions,
+        ns: Namespace,
+    ) -> Result<Self> {
         let [acquire, renew, release, force_release] = SCRIPTS.map(Script::new);
         let scripts = Scripts {
             acquire,
@@ -179,14 +210,30 @@ impl RedisBackend {
             release,
             force_release,
         };
-        let mut conn = manager;
         // Loaded up front so the first calls need no NOSCRIPT round trip;
-        // `Script` reloads them by itself if the server forgets them.
-        let mut load = redis::pipe();
-        for code in SCRIPTS {
-            load.cmd("SCRIPT").arg("LOAD").arg(code);
+        // `Script` reloads them by itself if a server forgets them (a
+        // restarted node, a replica promoted after a failover).
+        match &mut conn {
+            Connection::Single(_) => {
+                let mut load = redis::pipe();
+                for code in SCRIPTS {
+                    load.cmd("SCRIPT").arg("LOAD").arg(code);
+                }
+                load.exec_async(&mut conn).await.map_err(classify)?;
+            }
+            // A pipeline goes to one node; a lone SCRIPT LOAD goes to every
+            // primary.
+            Connection::Cluster(_) => {
+                for code in SCRIPTS {
+                    redis::cmd("SCRIPT")
+                        .arg("LOAD")
+                        .arg(code)
+                        .exec_async(&mut conn)
+                        .await
+                        .map_err(classify)?;
+                }
+            }
         }
-        load.exec_async(&mut conn).await.map_err(classify)?;
         if options.check_persistence {
             let server = client.get_connection_info().addr().to_string();
             check_persistence(&mut conn, &server).await;
@@ -225,7 +272,7 @@ impl RedisBackend {
         self.inner.ns.fence(key)
     }
 
-    fn conn(&self) -> ConnectionManager {
+    fn conn(&self) -> Connection {
         // A handle to the shared multiplexed connection; cloning is cheap.
         self.inner.conn.clone()
     }
@@ -240,7 +287,9 @@ pub const DURABILITY_TARGET: &str = "leasehold::durability";
 /// about the ones that do not, once per server and process (a program that
 /// opens many backends to one server hears it once). Never fails: managed
 /// Redis often disables CONFIG, and that must not stop anyone from locking.
-async fn check_persistence(conn: &mut ConnectionManager, server: &str) {
+/// On a cluster the settings are read from one node (any): the nodes of a
+/// cluster are normally configured alike.
+async fn check_persistence(conn: &mut Connection, server: &str) {
     let mut get = redis::pipe();
     for name in ["appendonly", "appendfsync", "maxmemory-policy"] {
         get.cmd("CONFIG").arg("GET").arg(name);
@@ -399,26 +448,10 @@ impl Backend for RedisBackend {
             // BTreeSet drops SCAN's duplicates and orders by key.
             let pattern = self.inner.ns.lock_pattern(prefix);
             let mut found = std::collections::BTreeSet::new();
-            let mut cursor = 0u64;
-            loop {
-                let (next, names): (u64, Vec<String>) = redis::cmd("SCAN")
-                    .arg(cursor)
-                    .arg("MATCH")
-                    .arg(&pattern)
-                    .arg("COUNT")
-                    .arg(1000)
-                    .query_async(&mut self.conn())
-                    .await
-                    .map_err(classify)?;
-                for name in &names {
-                    if let Some(key) = self.inner.ns.key_of_lock(name) {
-                        found.insert(key?);
-                    }
+            for name in self.scan(&pattern).await? {
+                if let Some(key) = self.inner.ns.key_of_lock(&name) {
+                    found.insert(key?);
                 }
-                if next == 0 {
-                    break;
-                }
-                cursor = next;
             }
             self.read_leases(found.into_iter().collect()).await
         })
@@ -483,20 +516,89 @@ impl RedisBackend {
         call.invoke_async(&mut self.conn()).await.map_err(classify)
     }
 
-    /// Live leases of `keys`, read in one MULTI/EXEC so holder, ttl and
-    /// token belong together.
+    /// The names matching `pattern`, from a full `SCAN` of the server or of
+    /// every primary of the cluster (each holds only its own slots). May
+    /// hold duplicates.
+    async fn scan(&self, pattern: &str) -> Result<Vec<String>> {
+        let mut names = Vec::new();
+        match self.conn() {
+            Connection::Single(mut conn) => {
+                let mut cursor = 0u64;
+                loop {
+                    let (next, found): (u64, Vec<String>) = redis::cmd("SCAN")
+                        .arg(cursor)
+                        .arg("MATCH")
+                        .arg(pattern)
+                        .arg("COUNT")
+                        .arg(1000)
+                        .query_async(&mut conn)
+                        .await
+                        .map_err(classify)?;
+                    names.extend(found);
+                    if next == 0 {
+                        break;
+                    }
+                    cursor = next;
+                }
+            }
+            Connection::Cluster(mut conn) => {
+                for node in cluster::primaries(&mut conn).await.map_err(classify)? {
+                    let mut cursor = 0u64;
+                    loop {
+                        let (next, found) = cluster::scan_node(&mut conn, &node, cursor, pattern)
+                            .await
+                            .map_err(classify)?;
+                        names.extend(found);
+                        if next == 0 {
+                            break;
+                        }
+                        cursor = next;
+                    }
+                }
+            }
+        }
+        Ok(names)
+    }
+
+    /// Live leases of `keys`. Each key's holder, ttl and token are read in
+    /// one MULTI/EXEC so they belong together: all keys in one on a single
+    /// server, one per key on a cluster (a transaction cannot span slots;
+    /// the reads run concurrently).
     async fn read_leases(&self, keys: Vec<Key>) -> Result<Vec<LeaseInfo>> {
+        type Row = (Option<String>, i64, Option<String>);
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let mut read = redis::pipe();
-        read.atomic();
-        for key in &keys {
-            let lock = self.inner.ns.lock(key);
-            read.get(&lock).pttl(&lock).get(self.inner.ns.fence(key));
-        }
-        let rows: Vec<(Option<String>, i64, Option<String>)> =
-            read.query_async(&mut self.conn()).await.map_err(classify)?;
+        let read = |keys: &[Key]| {
+            let mut read = redis::pipe();
+            read.atomic();
+            for key in keys {
+                let lock = self.inner.ns.lock(key);
+                read.get(&lock).pttl(&lock).get(self.inner.ns.fence(key));
+            }
+            read
+        };
+        let rows: Vec<Row> = match self.conn() {
+            Connection::Single(mut conn) => read(&keys)
+                .query_async(&mut conn)
+                .await
+                .map_err(classify)?,
+            Connection::Cluster(conn) => {
+                let reads = keys.iter().map(|key| {
+                    let (read, mut conn) = (read(std::slice::from_ref(key)), conn.clone());
+                    async move {
+                        let row: Vec<Row> = read.query_async(&mut conn).await?;
+                        Ok::<_, RedisError>(row)
+                    }
+                });
+                futures_util::future::try_join_all(reads)
+                    .await
+                    .map_err(classify)?
+                    .into_iter()
+                    .flatten()
+                    .collect()
+            }
+        };
         keys.into_iter()
             .zip(rows)
             .filter_map(|(key, row)| match row {
