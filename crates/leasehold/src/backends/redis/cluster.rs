@@ -120,7 +120,9 @@ pub(super) fn client(seeds: &[String], options: &RedisOptions) -> Result<Cluster
 
 /// The primaries serving slots right now, as `(host, port)`, from
 /// `CLUSTER SLOTS` (answered by any node).
-pub(super) async fn primaries(conn: &mut ClusterConnection) -> redis::RedisResult<Vec<(String, u16)>> {
+pub(super) async fn primaries(
+    conn: &mut ClusterConnection,
+) -> redis::RedisResult<Vec<(String, u16)>> {
     // Each entry: [first slot, last slot, [host, port, id, ...], replicas...].
     let value = conn
         .route_command(

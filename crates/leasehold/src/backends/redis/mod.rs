@@ -579,10 +579,9 @@ impl RedisBackend {
             read
         };
         let rows: Vec<Row> = match self.conn() {
-            Connection::Single(mut conn) => read(&keys)
-                .query_async(&mut conn)
-                .await
-                .map_err(classify)?,
+            Connection::Single(mut conn) => {
+                read(&keys).query_async(&mut conn).await.map_err(classify)?
+            }
             Connection::Cluster(conn) => {
                 let reads = keys.iter().map(|key| {
                     let (read, mut conn) = (read(std::slice::from_ref(key)), conn.clone());

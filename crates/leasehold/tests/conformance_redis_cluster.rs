@@ -1,0 +1,188 @@
+//! The shared conformance suite on Redis Cluster
+//! (`LEASEHOLD_TEST_REDIS_CLUSTER`, a `redis+cluster://` URL; see
+//! `scripts/services/redis-cluster.sh`), woken and polling, one random key
+//! prefix per test. The suite's keys hash to slots on every primary; the
+//! test below makes sure of it with keys picked by the cluster's own slot
+//! map, the case that failed with `MOVED` before the store spoke cluster.
+#![cfg(all(feature = "conformance", feature = "redis"))]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold::backends::redis::{RedisBackend, RedisOptions};
+use leasehold::conformance::{server_url, TestStore};
+use leasehold::{Backend, Key};
+use redis_fixtures::grant;
+
+#[path = "support/redis.rs"]
+mod redis_fixtures;
+
+const URL_VAR: &str = "LEASEHOLD_TEST_REDIS_CLUSTER";
+
+fn random_prefix() -> String {
+    format!("leasehold-test-{:016x}", rand::random::<u64>())
+}
+
+async fn store() -> Option<TestStore> {
+    let url = server_url(URL_VAR)?;
+    let options = RedisOptions::new().with_prefix(random_prefix());
+    let connect = || async {
+        let backend = RedisBackend::connect_with(&url, options.clone())
+            .await
+            .expect("connect to LEASEHOLD_TEST_REDIS_CLUSTER");
+        Arc::new(backend)
+    };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let down = format!("redis+cluster://127.0.0.1:{port}");
+    let bad = move |what, options: RedisOptions| {
+        let down = down.clone();
+        (what, move || {
+            let (down, options) = (down.clone(), options.clone());
+            async move { RedisBackend::connect_with(&down, options).await }
+        })
+    };
+    let mut store = TestStore::new(connect().await)
+        .with_second_client(connect().await)
+        .with_url_at_port(|port| format!("redis+cluster://127.0.0.1:{port}"));
+    for (what, open) in [
+        bad("redis key prefix", RedisOptions::new().with_prefix("")),
+        bad("redis key prefix", RedisOptions::new().with_prefix("a{b}")),
+        bad(
+            "redis connect timeout",
+            RedisOptions::new().with_connect_timeout(Duration::ZERO),
+        ),
+    ] {
+        store = store.with_bad_option(what, open);
+    }
+    Some(store)
+}
+
+leasehold::conformance_tests!(store; options, unreachable);
+
+mod polling {
+    async fn store() -> Option<leasehold::conformance::TestStore> {
+        Some(super::store().await?.polling_only())
+    }
+
+    leasehold::conformance_tests!(store);
+}
+
+/// A plain connection to the first seed node of `url`.
+async fn seed_connection(url: &str) -> redis::aio::MultiplexedConnection {
+    let first = url
+        .strip_prefix("redis+cluster://")
+        .and_then(|nodes| nodes.split([',', '?', '/']).next())
+        .expect("a redis+cluster:// URL");
+    redis::Client::open(format!("redis://{first}"))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect to the first seed node")
+}
+
+/// The primary (`host:port`) serving each slot range, from `CLUSTER SLOTS`.
+async fn slot_owners(conn: &mut redis::aio::MultiplexedConnection) -> Vec<(u16, u16, String)> {
+    let ranges: Vec<Vec<redis::Value>> = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async(conn)
+        .await
+        .unwrap();
+    ranges
+        .into_iter()
+        .map(|range| {
+            let start: u16 = redis::from_redis_value(range[0].clone()).unwrap();
+            let end: u16 = redis::from_redis_value(range[1].clone()).unwrap();
+            let node: Vec<redis::Value> = redis::from_redis_value(range[2].clone()).unwrap();
+            let host: String = redis::from_redis_value(node[0].clone()).unwrap();
+            let port: u16 = redis::from_redis_value(node[1].clone()).unwrap();
+            (start, end, format!("{host}:{port}"))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn keys_on_every_primary_are_granted_listed_and_released() {
+    let Some(url) = server_url(URL_VAR) else {
+        return;
+    };
+    let prefix = random_prefix();
+    let backend = RedisBackend::connect_with(&url, RedisOptions::new().with_prefix(&prefix))
+        .await
+        .expect("connect to the cluster");
+    let mut seed = seed_connection(&url).await;
+    let owners = slot_owners(&mut seed).await;
+    // Two keys per primary, each found by asking the cluster which slot its
+    // lock key hashes to and who owns that slot.
+    let mut by_primary: BTreeMap<String, Vec<Key>> = BTreeMap::new();
+    for i in 0..1000 {
+        let key = Key::new(format!("job-{i}")).unwrap();
+        let slot: u16 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(backend.lock_key(&key))
+            .query_async(&mut seed)
+            .await
+            .unwrap();
+        let (_, _, primary) = owners
+            .iter()
+            .find(|(start, end, _)| (*start..=*end).contains(&slot))
+            .expect("every slot is served");
+        let keys = by_primary.entry(primary.clone()).or_default();
+        if keys.len() < 2 {
+            keys.push(key);
+        }
+        if by_primary.len() == 3 && by_primary.values().all(|k| k.len() == 2) {
+            break;
+        }
+    }
+    assert_eq!(
+        by_primary.len(),
+        3,
+        "keys on all three primaries: {by_primary:?}"
+    );
+
+    let ttl = Duration::from_secs(30);
+    let mut held = Vec::new();
+    for key in by_primary.values().flatten() {
+        let lease = grant(&backend, key, ttl).await;
+        assert!(backend.renew(&lease, ttl).await.unwrap(), "{key} renews");
+        held.push(lease);
+    }
+    let listed: Vec<(String, u64)> = backend
+        .list("")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|info| (info.key.to_string(), info.token))
+        .collect();
+    let mut expected: Vec<(String, u64)> = held
+        .iter()
+        .map(|lease| (lease.key().to_string(), lease.token()))
+        .collect();
+    expected.sort();
+    assert_eq!(listed, expected, "list sees the keys of every primary");
+    for lease in &held {
+        backend.release(lease).await.unwrap();
+        let key = lease.key();
+        assert!(
+            backend.inspect(key).await.unwrap().is_none(),
+            "{key} released"
+        );
+    }
+    // The fences stay: the next grant on each key gets a higher token.
+    for lease in &held {
+        let again = grant(&backend, lease.key(), ttl).await;
+        assert!(
+            again.token() > lease.token(),
+            "{:?}: token {} after {}",
+            lease.key(),
+            again.token(),
+            lease.token()
+        );
+        backend.release(&again).await.unwrap();
+    }
+}
