@@ -105,19 +105,11 @@ async fn slot_owners(conn: &mut redis::aio::MultiplexedConnection) -> Vec<(u16, 
         .collect()
 }
 
-#[tokio::test]
-async fn keys_on_every_primary_are_granted_listed_and_released() {
-    let Some(url) = server_url(URL_VAR) else {
-        return;
-    };
-    let prefix = random_prefix();
-    let backend = RedisBackend::connect_with(&url, RedisOptions::new().with_prefix(&prefix))
-        .await
-        .expect("connect to the cluster");
-    let mut seed = seed_connection(&url).await;
+/// Two keys on each primary of the cluster, found by asking it which slot
+/// `backend`'s lock key of each hashes to and who owns that slot.
+async fn keys_on_every_primary(url: &str, backend: &RedisBackend) -> BTreeMap<String, Vec<Key>> {
+    let mut seed = seed_connection(url).await;
     let owners = slot_owners(&mut seed).await;
-    // Two keys per primary, each found by asking the cluster which slot its
-    // lock key hashes to and who owns that slot.
     let mut by_primary: BTreeMap<String, Vec<Key>> = BTreeMap::new();
     for i in 0..1000 {
         let key = Key::new(format!("job-{i}")).unwrap();
@@ -144,7 +136,19 @@ async fn keys_on_every_primary_are_granted_listed_and_released() {
         3,
         "keys on all three primaries: {by_primary:?}"
     );
+    by_primary
+}
 
+#[tokio::test]
+async fn keys_on_every_primary_are_granted_listed_and_released() {
+    let Some(url) = server_url(URL_VAR) else {
+        return;
+    };
+    let prefix = random_prefix();
+    let backend = RedisBackend::connect_with(&url, RedisOptions::new().with_prefix(&prefix))
+        .await
+        .expect("connect to the cluster");
+    let by_primary = keys_on_every_primary(&url, &backend).await;
     let ttl = Duration::from_secs(30);
     let mut held = Vec::new();
     for key in by_primary.values().flatten() {
@@ -184,5 +188,31 @@ async fn keys_on_every_primary_are_granted_listed_and_released() {
             lease.token()
         );
         backend.release(&again).await.unwrap();
+    }
+}
+
+/// The waiter's one pub/sub connection goes to the first seed node; a
+/// release on any primary, by another backend (so no in-process shortcut
+/// wakes it), reaches it through the cluster bus.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_on_any_primary_wakes_a_waiter() {
+    let Some(url) = server_url(URL_VAR) else {
+        return;
+    };
+    let options = RedisOptions::new().with_prefix(random_prefix());
+    let waiter = RedisBackend::connect_with(&url, options.clone())
+        .await
+        .unwrap();
+    let holder = RedisBackend::connect_with(&url, options).await.unwrap();
+    let by_primary = keys_on_every_primary(&url, &holder).await;
+    for (primary, keys) in &by_primary {
+        let key = &keys[0];
+        let lease = grant(&holder, key, Duration::from_secs(60)).await;
+        let mut sub = waiter.subscribe(key).await.unwrap();
+        assert!(sub.is_live(), "the waiter listens");
+        holder.release(&lease).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(5), sub.notified())
+            .await
+            .unwrap_or_else(|_| panic!("a release of {key:?} on {primary} wakes the waiter"));
     }
 }
