@@ -8,14 +8,17 @@
 //! the server's clock decides expiry.
 //!
 //! Lock and fence keys share a hash tag, so each script touches one cluster
-//! slot (see `keys.rs` for the layout). Waiters share a single pub/sub
-//! connection per server and prefix in the process (every backend on the
-//! same URL), opened on the first wait and reopened if it drops.
+//! slot (see `keys.rs` for the layout). The same engine runs on a Redis
+//! Cluster (`redis+cluster://`, see `cluster.rs`): only the connection
+//! differs. Waiters share a single pub/sub connection per server and prefix
+//! in the process (every backend on the same URL; on a cluster, to the first
+//! seed node), opened on the first wait and reopened if it drops.
 //!
 //! **Connection budget.** A backend holds one multiplexed connection for its
-//! commands (concurrent operations pipeline on it) and the process one
-//! pub/sub connection per server and prefix once something waits: 2 per
-//! process for one `Locks`.
+//! commands (concurrent operations pipeline on it; on a cluster, one per
+//! node the cluster client talks to) and the process one pub/sub connection
+//! per server and prefix once something waits: 2 per process for one
+//! `Locks` on a single server.
 //!
 //! **Persistence.** The fence counter is only as durable as Redis's data.
 //! Without AOF a restart reloads an older snapshot (or nothing), and tokens
