@@ -251,7 +251,7 @@ impl Scheme {
                 "idle_timeout",
                 "acquire_timeout",
             ],
-            Scheme::Redis => &["prefix"],
+            Scheme::Redis => &["prefix", "min_replicas"],
         }
     }
 
@@ -261,11 +261,18 @@ impl Scheme {
         !matches!(self, Scheme::Memory | Scheme::Sqlite)
     }
 
-    /// Checks the values the store does not check itself when opened.
+    /// Checks the values the store does not check itself when opened, and
+    /// those that must be numbers.
     fn check_option(self, name: &str, value: &str, pair: &str) -> Result<()> {
         match (self, name) {
             (Scheme::Sqlite, "synchronous") if !matches!(value, "full" | "normal") => {
                 Err(self.unknown_option(pair))
+            }
+            (Scheme::Redis, "min_replicas") if value.parse::<u32>().is_err() => {
+                Err(Error::invalid(
+                    "store url",
+                    format!("min_replicas must be a whole number of replicas, got {value:?}"),
+                ))
             }
             _ => Ok(()),
         }
@@ -456,6 +463,12 @@ mod tests {
             assert!(!url.listen());
             assert_eq!(url.option("prefix"), Some("a"));
             assert_eq!(url.driver_url(), "redis+cluster://:pw@a:7000,b:7001");
+            let (_, url) = Scheme::parse("redis+cluster://a:1?min_replicas=1").unwrap();
+            assert_eq!(url.option("min_replicas"), Some("1"));
+            assert!(Scheme::parse("redis://h?min_replicas=one")
+                .unwrap_err()
+                .to_string()
+                .contains("min_replicas must be a whole number"));
         }
         #[cfg(feature = "postgres")]
         {

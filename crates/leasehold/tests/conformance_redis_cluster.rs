@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use leasehold::backends::redis::{RedisBackend, RedisOptions};
 use leasehold::conformance::{server_url, TestStore};
-use leasehold::{Backend, Key};
+use leasehold::{Backend, Error, Key};
 use redis_fixtures::grant;
 
 #[path = "support/redis.rs"]
@@ -25,8 +25,12 @@ fn random_prefix() -> String {
 }
 
 async fn store() -> Option<TestStore> {
+    store_with(RedisOptions::new()).await
+}
+
+async fn store_with(options: RedisOptions) -> Option<TestStore> {
     let url = server_url(URL_VAR)?;
-    let options = RedisOptions::new().with_prefix(random_prefix());
+    let options = options.with_prefix(random_prefix());
     let connect = || async {
         let backend = RedisBackend::connect_with(&url, options.clone())
             .await
@@ -67,6 +71,17 @@ leasehold::conformance_tests!(store; options, unreachable);
 mod polling {
     async fn store() -> Option<leasehold::conformance::TestStore> {
         Some(super::store().await?.polling_only())
+    }
+
+    leasehold::conformance_tests!(store);
+}
+
+/// Every call confirmed by `WAIT 1` (each primary has one replica).
+mod replicated {
+    use leasehold::backends::redis::RedisOptions;
+
+    async fn store() -> Option<leasehold::conformance::TestStore> {
+        super::store_with(RedisOptions::new().with_min_replicas(1)).await
     }
 
     leasehold::conformance_tests!(store);
@@ -214,5 +229,75 @@ async fn a_release_on_any_primary_wakes_a_waiter() {
         tokio::time::timeout(Duration::from_secs(5), sub.notified())
             .await
             .unwrap_or_else(|_| panic!("a release of {key:?} on {primary} wakes the waiter"));
+    }
+}
+
+/// With more replicas asked for than the cluster has (one per primary), a
+/// grant is refused as retryable and not left behind; with one, a primary
+/// that forgot the scripts (as a promoted replica may) is taught them again.
+#[tokio::test]
+async fn min_replicas_refuses_unconfirmed_grants_and_reloads_scripts() {
+    let Some(url) = server_url(URL_VAR) else {
+        return;
+    };
+    let prefix = random_prefix();
+    let plain = RedisBackend::connect_with(&url, RedisOptions::new().with_prefix(&prefix))
+        .await
+        .unwrap();
+    let too_many = RedisBackend::connect_with(
+        &url,
+        RedisOptions::new()
+            .with_prefix(&prefix)
+            .with_min_replicas(2)
+            .with_response_timeout(Duration::from_millis(400)),
+    )
+    .await
+    .unwrap();
+    let by_primary = keys_on_every_primary(&url, &plain).await;
+    let key = &by_primary.values().next().unwrap()[0];
+    let req =
+        leasehold::backend::AcquireRequest::new(key.clone(), Duration::from_secs(30), "t").unwrap();
+    match too_many.try_acquire(&req).await {
+        Err(e @ Error::Unavailable { .. }) => {
+            assert!(
+                e.to_string().contains("confirmed by 1 of the 2 replicas"),
+                "{e}"
+            )
+        }
+        other => panic!("an unconfirmed grant must fail as Unavailable, got {other:?}"),
+    }
+    assert!(
+        plain.inspect(key).await.unwrap().is_none(),
+        "the unconfirmed grant was released"
+    );
+
+    let confirmed = RedisBackend::connect_with(
+        &url,
+        RedisOptions::new()
+            .with_prefix(&prefix)
+            .with_min_replicas(1),
+    )
+    .await
+    .unwrap();
+    let mut seed = seed_connection(&url).await;
+    for (_, _, primary) in slot_owners(&mut seed).await {
+        let mut node = redis::Client::open(format!("redis://{primary}"))
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query_async(&mut node)
+            .await
+            .unwrap();
+    }
+    for key in by_primary.values().flatten() {
+        let lease = grant(&confirmed, key, Duration::from_secs(30)).await;
+        assert!(confirmed
+            .renew(&lease, Duration::from_secs(30))
+            .await
+            .unwrap());
+        confirmed.release(&lease).await.unwrap();
     }
 }

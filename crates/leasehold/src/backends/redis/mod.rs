@@ -363,6 +363,15 @@ fn classify(e: RedisError) -> Error {
     .in_store(STORE)
 }
 
+/// A call that fewer than `min_replicas` replicas confirmed: retryable (a
+/// replica may be catching up or failing over).
+fn unconfirmed(confirmed: i64, wanted: u32) -> Error {
+    Error::unavailable(format!(
+        "the write was confirmed by {confirmed} of the {wanted} replicas min_replicas asks for"
+    ))
+    .in_store(STORE)
+}
+
 /// A live lease from its lock key's value (`<owner hex>:<holder label>`),
 /// remaining ms and fence text, every field checked.
 fn info_of(key: Key, value: &str, pttl: i64, fence: &str) -> Result<LeaseInfo> {
@@ -387,13 +396,17 @@ impl Backend for RedisBackend {
     fn try_acquire<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
         Box::pin(async move {
             let (owner, ttl) = (req.owner().to_string(), duration_to_millis(req.ttl()));
-            let (token, holder, pttl): (i64, String, i64) = self
-                .run(
-                    &self.inner.scripts.acquire,
-                    req.key(),
-                    &[&owner, &ttl.to_string(), req.holder()],
-                )
-                .await?;
+            let args = [owner.as_str(), &ttl.to_string(), req.holder()];
+            let (token, holder, pttl): (i64, String, i64) = match self.inner.options.min_replicas {
+                0 => {
+                    self.run(&self.inner.scripts.acquire, req.key(), &args)
+                        .await?
+                }
+                replicas => {
+                    self.acquire_confirmed(req.key(), &owner, &args, replicas)
+                        .await?
+                }
+            };
             // A grant returns the incremented fence, so a negative one is a
             // corrupt fence key.
             Ok(if token != 0 {
@@ -503,20 +516,99 @@ impl Backend for RedisBackend {
 }
 
 impl RedisBackend {
-    /// Runs `script` on `key`'s lock and fence keys.
+    /// Acquires with `min_replicas` > 0: a grant that fewer replicas
+    /// confirmed is not trusted, so it is released again (best effort: if
+    /// that fails too, it expires with its ttl) and the call fails.
+    async fn acquire_confirmed(
+        &self,
+        key: &Key,
+        owner: &str,
+        args: &[&str],
+        replicas: u32,
+    ) -> Result<(i64, String, i64)> {
+        let ((token, holder, pttl), confirmed): ((i64, String, i64), i64) = self
+            .run_and_wait(&self.inner.scripts.acquire, key, args, replicas)
+            .await?;
+        if confirmed >= i64::from(replicas) {
+            return Ok((token, holder, pttl));
+        }
+        if token != 0 {
+            let args = [
+                owner,
+                &token.to_string(),
+                &self.inner.ns.channel(),
+                key.as_str(),
+            ];
+            let undone: Result<i64> = self
+                .run_and_wait(&self.inner.scripts.release, key, &args, 0)
+                .await
+                .map(|(freed, _)| freed);
+            if let Err(e) = undone {
+                tracing::debug!(%key, error = %e, "could not release an unconfirmed grant; it expires with its ttl");
+            }
+        }
+        Err(unconfirmed(confirmed, replicas))
+    }
+
+    /// Runs `script` on `key`'s lock and fence keys, confirmed by
+    /// `min_replicas` replicas when that option is set.
     async fn run<T: redis::FromRedisValue>(
         &self,
         script: &Script,
         key: &Key,
         args: &[&str],
     ) -> Result<T> {
-        let mut call = script.prepare_invoke();
-        call.key(self.inner.ns.lock(key))
-            .key(self.inner.ns.fence(key));
-        for arg in args {
-            call.arg(*arg);
+        let replicas = self.inner.options.min_replicas;
+        if replicas == 0 {
+            let mut call = script.prepare_invoke();
+            call.key(self.inner.ns.lock(key))
+                .key(self.inner.ns.fence(key));
+            for arg in args {
+                call.arg(*arg);
+            }
+            return call.invoke_async(&mut self.conn()).await.map_err(classify);
         }
-        call.invoke_async(&mut self.conn()).await.map_err(classify)
+        let (answer, confirmed) = self.run_and_wait(script, key, args, replicas).await?;
+        if confirmed < i64::from(replicas) {
+            return Err(unconfirmed(confirmed, replicas));
+        }
+        Ok(answer)
+    }
+
+    /// Runs `script` and `WAIT replicas timeout` in one pipeline: both go on
+    /// the same connection to the key's primary, so the `WAIT` covers this
+    /// call's writes (and any sent before them on that connection). The
+    /// answer and how many replicas confirmed.
+    async fn run_and_wait<T: redis::FromRedisValue>(
+        &self,
+        script: &Script,
+        key: &Key,
+        args: &[&str],
+        replicas: u32,
+    ) -> Result<(T, i64)> {
+        let wait_ms = duration_to_millis(self.inner.options.response_timeout / 2).max(1);
+        let mut call = redis::pipe();
+        call.cmd("EVALSHA")
+            .arg(script.get_hash())
+            .arg(2)
+            .arg(self.inner.ns.lock(key))
+            .arg(self.inner.ns.fence(key))
+            .arg(args)
+            .cmd("WAIT")
+            .arg(replicas)
+            .arg(wait_ms);
+        match call.query_async(&mut self.conn()).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                // A node that forgot the script (restarted, or a replica
+                // promoted since): load it there and try once more.
+                script
+                    .load_async(&mut self.conn())
+                    .await
+                    .map_err(classify)?;
+                call.query_async(&mut self.conn()).await.map_err(classify)
+            }
+            other => other.map_err(classify),
+        }
     }
 
     /// The names matching `pattern`, from a full `SCAN` of the server or of
