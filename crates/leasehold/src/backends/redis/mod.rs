@@ -54,11 +54,12 @@ use wake::Subscriber;
 /// The name errors carry ([`Error::store`]).
 const STORE: &str = "redis";
 
-const SCRIPTS: [&str; 4] = [
+const SCRIPTS: [&str; 5] = [
     include_str!("acquire.lua"),
     include_str!("renew.lua"),
     include_str!("release.lua"),
     include_str!("force_release.lua"),
+    include_str!("read.lua"),
 ];
 
 struct Scripts {
@@ -66,6 +67,7 @@ struct Scripts {
     renew: Script,
     release: Script,
     force_release: Script,
+    read: Script,
 }
 
 /// Lock store in Redis. Cheap to clone; clones share connections.
@@ -206,12 +208,13 @@ impl RedisBackend {
         options: RedisOptions,
         ns: Namespace,
     ) -> Result<Self> {
-        let [acquire, renew, release, force_release] = SCRIPTS.map(Script::new);
+        let [acquire, renew, release, force_release, read] = SCRIPTS.map(Script::new);
         let scripts = Scripts {
             acquire,
             renew,
             release,
             force_release,
+            read,
         };
         // Loaded up front so the first calls need no NOSCRIPT round trip;
         // `Script` reloads them by itself if a server forgets them (a
@@ -656,9 +659,10 @@ impl RedisBackend {
     }
 
     /// Live leases of `keys`. Each key's holder, ttl and token are read in
-    /// one MULTI/EXEC so they belong together: all keys in one on a single
-    /// server, one per key on a cluster (a transaction cannot span slots;
-    /// the reads run concurrently).
+    /// one step so they belong together: all keys in one MULTI/EXEC on a
+    /// single server; on a cluster one `read.lua` call per key, concurrently
+    /// (a transaction cannot span slots, and one in a slot that just moved
+    /// is aborted instead of redirected).
     async fn read_leases(&self, keys: Vec<Key>) -> Result<Vec<LeaseInfo>> {
         type Row = (Option<String>, i64, Option<String>);
         if keys.is_empty() {
@@ -679,18 +683,15 @@ impl RedisBackend {
             }
             Connection::Cluster(conn) => {
                 let reads = keys.iter().map(|key| {
-                    let (read, mut conn) = (read(std::slice::from_ref(key)), conn.clone());
-                    async move {
-                        let row: Vec<Row> = read.query_async(&mut conn).await?;
-                        Ok::<_, RedisError>(row)
-                    }
+                    let mut conn = conn.clone();
+                    let mut call = self.inner.scripts.read.prepare_invoke();
+                    call.key(self.inner.ns.lock(key))
+                        .key(self.inner.ns.fence(key));
+                    async move { call.invoke_async::<Row>(&mut conn).await }
                 });
                 futures_util::future::try_join_all(reads)
                     .await
                     .map_err(classify)?
-                    .into_iter()
-                    .flatten()
-                    .collect()
             }
         };
         keys.into_iter()
