@@ -72,7 +72,9 @@ leasehold_redis_cluster_service() {
       sleep 0.1
     done
     pid="$(cat "$dir/${ports[$i]}/redis.pid" 2>/dev/null || true)"
-    [ -n "$pid" ] && LEASEHOLD_STOP_HOOKS+=("leasehold_redis_stop $pid $dir/${ports[$i]}")
+    if [ -n "$pid" ]; then
+      LEASEHOLD_STOP_HOOKS+=("leasehold_redis_stop $pid $dir/${ports[$i]}")
+    fi
   done
   LEASEHOLD_STOP_HOOKS+=("rm -rf $dir")
   for port in "${ports[@]:0:$LEASEHOLD_REDIS_CLUSTER_NODES}"; do
