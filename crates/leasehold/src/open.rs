@@ -9,6 +9,7 @@
 //! | `mongodb://HOST[:PORT]/[DB][?driver options]` | collection `leasehold_locks` in DB (default `leasehold`) | `mongodb` |
 //! | `postgres://user@host:port/db`, `postgresql://...` | PostgreSQL, table `leasehold_locks` | `postgres` |
 //! | `redis://[user:pass@]host[:port][/db]`, `redis+unix:///path` | Redis | `redis` |
+//! | `redis+cluster://[user:pass@]host:port[,host:port...]` | Redis Cluster (seed nodes) | `redis` |
 //!
 //! Every URL accepts `listen=off`: waiters then hold no listening
 //! connection and poll instead, waking at the holder's expiry or after a
@@ -24,8 +25,10 @@
 //! does not answer fails with [`Error::Unavailable`] within 5 s. For
 //! another table, build a
 //! [`PostgresBackend`](crate::backends::postgres::PostgresBackend) yourself.
-//! Redis accepts `?prefix=NAME` (the key prefix, default `leasehold`); other
-//! query parameters go to the `redis` crate (e.g. `protocol=resp3`).
+//! Redis and Redis Cluster accept `?prefix=NAME` (the key prefix, default
+//! `leasehold`) and `?min_replicas=N` (every call confirmed by `WAIT` on N
+//! replicas, default 0); other query parameters go to the `redis` crate (e.g.
+//! `protocol=resp3`).
 //! `rediss://` (TLS) is not compiled in: use a TLS proxy, or build a client
 //! yourself and use `RedisBackend::from_manager`.
 
@@ -109,6 +112,15 @@ async fn open_redis(url: &StoreUrl) -> Result<Arc<dyn Backend>> {
     if let Some(prefix) = url.option("prefix") {
         options = options.with_prefix(prefix);
     }
+    if let Some(n) = url.option("min_replicas") {
+        let n = n.parse().map_err(|_| {
+            Error::invalid(
+                "store url",
+                format!("min_replicas must be a whole number, got {n:?}"),
+            )
+        })?;
+        options = options.with_min_replicas(n);
+    }
     Ok(Arc::new(
         RedisBackend::connect_with(url.driver_url(), options).await?,
     ))
@@ -147,6 +159,9 @@ mod tests {
             assert!(problem("redis://127.0.0.1:notaport")
                 .await
                 .contains("invalid store url"));
+            assert!(problem("redis+cluster://127.0.0.1:7000/3")
+                .await
+                .contains("only database 0"));
         }
     }
 
@@ -177,6 +192,8 @@ mod tests {
             "postgres://app:hunter22@db:notaport/orders",
             #[cfg(feature = "redis")]
             "redis://app:hunter22@cache:notaport",
+            #[cfg(feature = "redis")]
+            "redis+cluster://app:hunter22@a:1,cache:notaport",
             #[cfg(feature = "mongodb")]
             "mongodb://app:hunter22@h1:notaport,h2/locks",
         ] {

@@ -43,7 +43,8 @@ pub enum Scheme {
     Sqlite,
     /// `postgres://`, `postgresql://`: a PostgreSQL server.
     Postgres,
-    /// `redis://`, `redis+unix://`, `rediss://`: a Redis server.
+    /// `redis://`, `redis+unix://`, `rediss://`: a Redis server;
+    /// `redis+cluster://`: a Redis Cluster.
     Redis,
     /// `mongodb://`, `mongodb+srv://`: a MongoDB deployment.
     Mongodb,
@@ -84,6 +85,11 @@ const SCHEMES: &[(&str, Scheme, Location)] = &[
     ),
     ("redis", Scheme::Redis, Location::Tcp { default_port: 6379 }),
     ("redis+unix", Scheme::Redis, Location::UnixSocket),
+    (
+        "redis+cluster",
+        Scheme::Redis,
+        Location::Tcp { default_port: 6379 },
+    ),
     (
         "rediss",
         Scheme::Redis,
@@ -256,7 +262,7 @@ impl Scheme {
                 "idle_timeout",
                 "acquire_timeout",
             ],
-            Scheme::Redis => &["prefix"],
+            Scheme::Redis => &["prefix", "min_replicas"],
         }
     }
 
@@ -266,11 +272,18 @@ impl Scheme {
         !matches!(self, Scheme::Memory | Scheme::Sqlite)
     }
 
-    /// Checks the values the store does not check itself when opened.
+    /// Checks the values the store does not check itself when opened, and
+    /// those that must be numbers.
     fn check_option(self, name: &str, value: &str, pair: &str) -> Result<()> {
         match (self, name) {
             (Scheme::Sqlite, "synchronous") if !matches!(value, "full" | "normal") => {
                 Err(self.unknown_option(pair))
+            }
+            (Scheme::Redis, "min_replicas") if value.parse::<u32>().is_err() => {
+                Err(Error::invalid(
+                    "store url",
+                    format!("min_replicas must be a whole number of replicas, got {value:?}"),
+                ))
             }
             _ => Ok(()),
         }
@@ -402,6 +415,7 @@ mod tests {
             ("redis://h", Scheme::Redis, tcp(6379)),
             ("rediss://h", Scheme::Redis, tcp(6379)),
             ("redis+unix:///r.sock", Scheme::Redis, Location::UnixSocket),
+            ("redis+cluster://a:7000,b:7001", Scheme::Redis, tcp(6379)),
             ("mongodb://h/db", Scheme::Mongodb, tcp(27017)),
             ("mongodb+srv://c/db", Scheme::Mongodb, Location::Discovered),
         ] {
@@ -465,6 +479,18 @@ mod tests {
             assert_eq!(url.driver_url(), "redis://:pw@h/2?protocol=resp3");
             assert_eq!(url.option("prefix"), Some("a"));
             assert!(!format!("{url:?}").contains("pw"));
+            let (scheme, url) =
+                Scheme::parse("redis+cluster://:pw@a:7000,b:7001?prefix=a&listen=off").unwrap();
+            assert_eq!(scheme, Scheme::Redis);
+            assert!(!url.listen());
+            assert_eq!(url.option("prefix"), Some("a"));
+            assert_eq!(url.driver_url(), "redis+cluster://:pw@a:7000,b:7001");
+            let (_, url) = Scheme::parse("redis+cluster://a:1?min_replicas=1").unwrap();
+            assert_eq!(url.option("min_replicas"), Some("1"));
+            assert!(Scheme::parse("redis://h?min_replicas=one")
+                .unwrap_err()
+                .to_string()
+                .contains("min_replicas must be a whole number"));
         }
         #[cfg(feature = "postgres")]
         {

@@ -8,14 +8,17 @@
 //! the server's clock decides expiry.
 //!
 //! Lock and fence keys share a hash tag, so each script touches one cluster
-//! slot (see `keys.rs` for the layout). Waiters share a single pub/sub
-//! connection per server and prefix in the process (every backend on the
-//! same URL), opened on the first wait and reopened if it drops.
+//! slot (see `keys.rs` for the layout). The same engine runs on a Redis
+//! Cluster (`redis+cluster://`, see `cluster.rs`): only the connection
+//! differs. Waiters share a single pub/sub connection per server and prefix
+//! in the process (every backend on the same URL; on a cluster, to the first
+//! seed node), opened on the first wait and reopened if it drops.
 //!
 //! **Connection budget.** A backend holds one multiplexed connection for its
-//! commands (concurrent operations pipeline on it) and the process one
-//! pub/sub connection per server and prefix once something waits: 2 per
-//! process for one `Locks`.
+//! commands (concurrent operations pipeline on it; on a cluster, one per
+//! node the cluster client talks to) and the process one pub/sub connection
+//! per server and prefix once something waits: 2 per process for one
+//! `Locks` on a single server.
 //!
 //! **Persistence.** The fence counter is only as durable as Redis's data.
 //! Without AOF a restart reloads an older snapshot (or nothing), and tokens
@@ -24,6 +27,7 @@
 //! `everysec` can lose the last second of grants on a host crash. The backend
 //! checks on connect and warns when AOF is off or keys may be evicted.
 
+mod cluster;
 mod keys;
 mod options;
 mod wake;
@@ -34,6 +38,8 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, RedisError, Script};
+
+use cluster::Connection;
 
 use crate::backend::{
     duration_to_millis, millis_to_duration, Acquire, AcquireRequest, Backend, BoxFuture, Busy,
@@ -47,11 +53,12 @@ pub use options::RedisOptions;
 /// The name errors carry ([`Error::store`]).
 const STORE: &str = "redis";
 
-const SCRIPTS: [&str; 4] = [
+const SCRIPTS: [&str; 5] = [
     include_str!("acquire.lua"),
     include_str!("renew.lua"),
     include_str!("release.lua"),
     include_str!("force_release.lua"),
+    include_str!("read.lua"),
 ];
 
 struct Scripts {
@@ -59,6 +66,7 @@ struct Scripts {
     renew: Script,
     release: Script,
     force_release: Script,
+    read: Script,
 }
 
 /// Lock store in Redis. Cheap to clone; clones share connections.
@@ -68,7 +76,9 @@ pub struct RedisBackend {
 }
 
 struct Inner {
-    conn: ConnectionManager,
+    conn: Connection,
+    /// The server the pub/sub connection goes to (on a cluster, the first
+    /// seed node: a `PUBLISH` on any node reaches subscribers on all).
     client: Client,
     ns: Namespace,
     options: RedisOptions,
@@ -91,7 +101,9 @@ impl fmt::Debug for RedisBackend {
 
 impl RedisBackend {
     /// Connects to the server at `url` (`redis://[user:pass@]host[:port][/db]`
-    /// or `redis+unix:///path`) with default options.
+    /// or `redis+unix:///path`), or to the Redis Cluster whose seed nodes
+    /// `redis+cluster://[user:pass@]host:port[,host:port...]` names, with
+    /// default options.
     ///
     /// # Errors
     /// As [`connect_with`](Self::connect_with).
@@ -106,7 +118,8 @@ impl RedisBackend {
     ///
     /// # Errors
     /// [`Error::InvalidInput`] (before any I/O) for a malformed URL, a
-    /// `rediss://` URL (TLS is not compiled in) or bad options;
+    /// `rediss://` URL (TLS is not compiled in), a cluster URL naming a
+    /// database other than 0, or bad options;
     /// [`Error::Unavailable`] if the server cannot be reached within about
     /// three connect timeouts.
     ///
@@ -128,6 +141,9 @@ impl RedisBackend {
                  RedisBackend::from_manager",
             ));
         }
+        if url.starts_with(cluster::SCHEME) {
+            return Self::connect_to_cluster(url, options).await;
+        }
         let client = Client::open(url)
             .map_err(|e| Error::invalid_from("store url", "not a Redis URL", e))?;
         let config = ConnectionManagerConfig::new()
@@ -139,6 +155,16 @@ impl RedisBackend {
             .await
             .map_err(classify)?;
         Self::from_manager_with(conn, client, options).await
+    }
+
+    async fn connect_to_cluster(url: &str, options: RedisOptions) -> Result<Self> {
+        let ns = options.validate()?;
+        let seeds = cluster::seed_urls(url)?;
+        let pubsub = Client::open(seeds[0].as_str())
+            .map_err(|e| Error::invalid_from("store url", "not a Redis URL", e))?;
+        let client = cluster::client(&seeds, &options)?;
+        let conn = client.get_async_connection().await.map_err(classify)?;
+        Self::start(Connection::Cluster(conn), pubsub, options, ns).await
     }
 
     /// Uses your own connection manager for commands, and `client` (the same
@@ -172,21 +198,48 @@ impl RedisBackend {
         options: RedisOptions,
     ) -> Result<Self> {
         let ns = options.validate()?;
-        let [acquire, renew, release, force_release] = SCRIPTS.map(Script::new);
+        Self::start(Connection::Single(manager), client, options, ns).await
+    }
+
+    /// Loads the scripts, checks persistence and makes the backend.
+    async fn start(
+        mut conn: Connection,
+        client: Client,
+        options: RedisOptions,
+        ns: Namespace,
+    ) -> Result<Self> {
+        let [acquire, renew, release, force_release, read] = SCRIPTS.map(Script::new);
         let scripts = Scripts {
             acquire,
             renew,
             release,
             force_release,
+            read,
         };
-        let mut conn = manager;
         // Loaded up front so the first calls need no NOSCRIPT round trip;
-        // `Script` reloads them by itself if the server forgets them.
-        let mut load = redis::pipe();
-        for code in SCRIPTS {
-            load.cmd("SCRIPT").arg("LOAD").arg(code);
+        // `Script` reloads them by itself if a server forgets them (a
+        // restarted node, a replica promoted after a failover).
+        match &mut conn {
+            Connection::Single(_) => {
+                let mut load = redis::pipe();
+                for code in SCRIPTS {
+                    load.cmd("SCRIPT").arg("LOAD").arg(code);
+                }
+                load.exec_async(&mut conn).await.map_err(classify)?;
+            }
+            // A pipeline goes to one node; a lone SCRIPT LOAD goes to every
+            // primary.
+            Connection::Cluster(_) => {
+                for code in SCRIPTS {
+                    redis::cmd("SCRIPT")
+                        .arg("LOAD")
+                        .arg(code)
+                        .exec_async(&mut conn)
+                        .await
+                        .map_err(classify)?;
+                }
+            }
         }
-        load.exec_async(&mut conn).await.map_err(classify)?;
         if options.check_persistence {
             let server = client.get_connection_info().addr().to_string();
             check_persistence(&mut conn, &server).await;
@@ -225,7 +278,7 @@ impl RedisBackend {
         self.inner.ns.fence(key)
     }
 
-    fn conn(&self) -> ConnectionManager {
+    fn conn(&self) -> Connection {
         // A handle to the shared multiplexed connection; cloning is cheap.
         self.inner.conn.clone()
     }
@@ -240,7 +293,9 @@ pub const DURABILITY_TARGET: &str = "leasehold::durability";
 /// about the ones that do not, once per server and process (a program that
 /// opens many backends to one server hears it once). Never fails: managed
 /// Redis often disables CONFIG, and that must not stop anyone from locking.
-async fn check_persistence(conn: &mut ConnectionManager, server: &str) {
+/// On a cluster the settings are read from one node (any): the nodes of a
+/// cluster are normally configured alike.
+async fn check_persistence(conn: &mut Connection, server: &str) {
     let mut get = redis::pipe();
     for name in ["appendonly", "appendfsync", "maxmemory-policy"] {
         get.cmd("CONFIG").arg("GET").arg(name);
@@ -311,6 +366,15 @@ fn classify(e: RedisError) -> Error {
     .in_store(STORE)
 }
 
+/// A call that fewer than `min_replicas` replicas confirmed: retryable (a
+/// replica may be catching up or failing over).
+fn unconfirmed(confirmed: i64, wanted: u32) -> Error {
+    Error::unavailable(format!(
+        "the write was confirmed by {confirmed} of the {wanted} replicas min_replicas asks for"
+    ))
+    .in_store(STORE)
+}
+
 /// A live lease from its lock key's value (`<owner hex>:<holder label>`),
 /// remaining ms and fence text, every field checked.
 fn info_of(key: Key, value: &str, pttl: i64, fence: &str) -> Result<LeaseInfo> {
@@ -335,13 +399,17 @@ impl Backend for RedisBackend {
     fn try_acquire<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
         Box::pin(async move {
             let (owner, ttl) = (req.owner().to_string(), duration_to_millis(req.ttl()));
-            let (token, holder, pttl): (i64, String, i64) = self
-                .run(
-                    &self.inner.scripts.acquire,
-                    req.key(),
-                    &[&owner, &ttl.to_string(), req.holder()],
-                )
-                .await?;
+            let args = [owner.as_str(), &ttl.to_string(), req.holder()];
+            let (token, holder, pttl): (i64, String, i64) = match self.inner.options.min_replicas {
+                0 => {
+                    self.run(&self.inner.scripts.acquire, req.key(), &args)
+                        .await?
+                }
+                replicas => {
+                    self.acquire_confirmed(req.key(), &owner, &args, replicas)
+                        .await?
+                }
+            };
             // A grant returns the incremented fence, so a negative one is a
             // corrupt fence key.
             Ok(if token != 0 {
@@ -399,26 +467,10 @@ impl Backend for RedisBackend {
             // BTreeSet drops SCAN's duplicates and orders by key.
             let pattern = self.inner.ns.lock_pattern(prefix);
             let mut found = std::collections::BTreeSet::new();
-            let mut cursor = 0u64;
-            loop {
-                let (next, names): (u64, Vec<String>) = redis::cmd("SCAN")
-                    .arg(cursor)
-                    .arg("MATCH")
-                    .arg(&pattern)
-                    .arg("COUNT")
-                    .arg(1000)
-                    .query_async(&mut self.conn())
-                    .await
-                    .map_err(classify)?;
-                for name in &names {
-                    if let Some(key) = self.inner.ns.key_of_lock(name) {
-                        found.insert(key?);
-                    }
+            for name in self.scan(&pattern).await? {
+                if let Some(key) = self.inner.ns.key_of_lock(&name) {
+                    found.insert(key?);
                 }
-                if next == 0 {
-                    break;
-                }
-                cursor = next;
             }
             self.read_leases(found.into_iter().collect()).await
         })
@@ -455,36 +507,181 @@ impl Backend for RedisBackend {
 }
 
 impl RedisBackend {
-    /// Runs `script` on `key`'s lock and fence keys.
+    /// Acquires with `min_replicas` > 0: a grant that fewer replicas
+    /// confirmed is not trusted, so it is released again (best effort: if
+    /// that fails too, it expires with its ttl) and the call fails.
+    async fn acquire_confirmed(
+        &self,
+        key: &Key,
+        owner: &str,
+        args: &[&str],
+        replicas: u32,
+    ) -> Result<(i64, String, i64)> {
+        let ((token, holder, pttl), confirmed): ((i64, String, i64), i64) = self
+            .run_and_wait(&self.inner.scripts.acquire, key, args, replicas)
+            .await?;
+        if confirmed >= i64::from(replicas) {
+            return Ok((token, holder, pttl));
+        }
+        if token != 0 {
+            let args = [
+                owner,
+                &token.to_string(),
+                &self.inner.ns.channel(),
+                key.as_str(),
+            ];
+            let undone: Result<i64> = self
+                .run_and_wait(&self.inner.scripts.release, key, &args, 0)
+                .await
+                .map(|(freed, _)| freed);
+            if let Err(e) = undone {
+                tracing::debug!(%key, error = %e, "could not release an unconfirmed grant; it expires with its ttl");
+            }
+        }
+        Err(unconfirmed(confirmed, replicas))
+    }
+
+    /// Runs `script` on `key`'s lock and fence keys, confirmed by
+    /// `min_replicas` replicas when that option is set.
     async fn run<T: redis::FromRedisValue>(
         &self,
         script: &Script,
         key: &Key,
         args: &[&str],
     ) -> Result<T> {
-        let mut call = script.prepare_invoke();
-        call.key(self.inner.ns.lock(key))
-            .key(self.inner.ns.fence(key));
-        for arg in args {
-            call.arg(*arg);
+        let replicas = self.inner.options.min_replicas;
+        if replicas == 0 {
+            let mut call = script.prepare_invoke();
+            call.key(self.inner.ns.lock(key))
+                .key(self.inner.ns.fence(key));
+            for arg in args {
+                call.arg(*arg);
+            }
+            return call.invoke_async(&mut self.conn()).await.map_err(classify);
         }
-        call.invoke_async(&mut self.conn()).await.map_err(classify)
+        let (answer, confirmed) = self.run_and_wait(script, key, args, replicas).await?;
+        if confirmed < i64::from(replicas) {
+            return Err(unconfirmed(confirmed, replicas));
+        }
+        Ok(answer)
     }
 
-    /// Live leases of `keys`, read in one MULTI/EXEC so holder, ttl and
-    /// token belong together.
+    /// Runs `script` and `WAIT replicas timeout` in one pipeline: both go on
+    /// the same connection to the key's primary, so the `WAIT` covers this
+    /// call's writes (and any sent before them on that connection). The
+    /// answer and how many replicas confirmed.
+    async fn run_and_wait<T: redis::FromRedisValue>(
+        &self,
+        script: &Script,
+        key: &Key,
+        args: &[&str],
+        replicas: u32,
+    ) -> Result<(T, i64)> {
+        let wait_ms = duration_to_millis(self.inner.options.response_timeout / 2).max(1);
+        let mut call = redis::pipe();
+        call.cmd("EVALSHA")
+            .arg(script.get_hash())
+            .arg(2)
+            .arg(self.inner.ns.lock(key))
+            .arg(self.inner.ns.fence(key))
+            .arg(args)
+            .cmd("WAIT")
+            .arg(replicas)
+            .arg(wait_ms);
+        match call.query_async(&mut self.conn()).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                // A node that forgot the script (restarted, or a replica
+                // promoted since): load it there and try once more.
+                script
+                    .load_async(&mut self.conn())
+                    .await
+                    .map_err(classify)?;
+                call.query_async(&mut self.conn()).await.map_err(classify)
+            }
+            other => other.map_err(classify),
+        }
+    }
+
+    /// The names matching `pattern`, from a full `SCAN` of the server or of
+    /// every primary of the cluster (each holds only its own slots). May
+    /// hold duplicates.
+    async fn scan(&self, pattern: &str) -> Result<Vec<String>> {
+        let mut names = Vec::new();
+        match self.conn() {
+            Connection::Single(mut conn) => {
+                let mut cursor = 0u64;
+                loop {
+                    let (next, found): (u64, Vec<String>) = redis::cmd("SCAN")
+                        .arg(cursor)
+                        .arg("MATCH")
+                        .arg(pattern)
+                        .arg("COUNT")
+                        .arg(1000)
+                        .query_async(&mut conn)
+                        .await
+                        .map_err(classify)?;
+                    names.extend(found);
+                    if next == 0 {
+                        break;
+                    }
+                    cursor = next;
+                }
+            }
+            Connection::Cluster(mut conn) => {
+                for node in cluster::primaries(&mut conn).await.map_err(classify)? {
+                    let mut cursor = 0u64;
+                    loop {
+                        let (next, found) = cluster::scan_node(&mut conn, &node, cursor, pattern)
+                            .await
+                            .map_err(classify)?;
+                        names.extend(found);
+                        if next == 0 {
+                            break;
+                        }
+                        cursor = next;
+                    }
+                }
+            }
+        }
+        Ok(names)
+    }
+
+    /// Live leases of `keys`. Each key's holder, ttl and token are read in
+    /// one step so they belong together: all keys in one MULTI/EXEC on a
+    /// single server; on a cluster one `read.lua` call per key, concurrently
+    /// (a transaction cannot span slots, and one in a slot that just moved
+    /// is aborted instead of redirected).
     async fn read_leases(&self, keys: Vec<Key>) -> Result<Vec<LeaseInfo>> {
+        type Row = (Option<String>, i64, Option<String>);
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let mut read = redis::pipe();
-        read.atomic();
-        for key in &keys {
-            let lock = self.inner.ns.lock(key);
-            read.get(&lock).pttl(&lock).get(self.inner.ns.fence(key));
-        }
-        let rows: Vec<(Option<String>, i64, Option<String>)> =
-            read.query_async(&mut self.conn()).await.map_err(classify)?;
+        let read = |keys: &[Key]| {
+            let mut read = redis::pipe();
+            read.atomic();
+            for key in keys {
+                let lock = self.inner.ns.lock(key);
+                read.get(&lock).pttl(&lock).get(self.inner.ns.fence(key));
+            }
+            read
+        };
+        let rows: Vec<Row> = match self.conn() {
+            Connection::Single(mut conn) => {
+                read(&keys).query_async(&mut conn).await.map_err(classify)?
+            }
+            Connection::Cluster(conn) => {
+                let reads = keys.iter().map(|key| {
+                    let mut conn = conn.clone();
+                    let mut call = self.inner.scripts.read.prepare_invoke();
+                    call.key(self.inner.ns.lock(key))
+                        .key(self.inner.ns.fence(key));
+                    async move { call.invoke_async::<Row>(&mut conn).await }
+                });
+                futures_util::future::try_join_all(reads)
+                    .await
+                    .map_err(classify)?
+            }
+        };
         keys.into_iter()
             .zip(rows)
             .filter_map(|(key, row)| match row {

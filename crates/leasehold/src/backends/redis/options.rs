@@ -22,6 +22,7 @@ pub struct RedisOptions {
     pub(super) connect_timeout: Duration,
     pub(super) response_timeout: Duration,
     pub(super) check_persistence: bool,
+    pub(super) min_replicas: u32,
 }
 
 impl Default for RedisOptions {
@@ -31,6 +32,7 @@ impl Default for RedisOptions {
             connect_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(5),
             check_persistence: true,
+            min_replicas: 0,
         }
     }
 }
@@ -70,6 +72,24 @@ impl RedisOptions {
     pub fn with_persistence_check(mut self, check: bool) -> Self {
         self.check_persistence = check;
         self
+    }
+
+    /// How many replicas must confirm every script call before it returns
+    /// (default 0: the primary's answer is enough). With `n` > 0 each call
+    /// is followed, on the same connection, by `WAIT n timeout`, the timeout
+    /// being half the response timeout; a call confirmed by fewer replicas
+    /// fails with [`Error::Unavailable`](crate::Error::Unavailable), and a
+    /// grant that was not confirmed is released again (best effort) and
+    /// never returned. See docs/redis.md, "Cluster and replicas", for what
+    /// this promises and what it costs.
+    pub fn with_min_replicas(mut self, n: u32) -> Self {
+        self.min_replicas = n;
+        self
+    }
+
+    /// How many replicas must confirm every script call.
+    pub fn min_replicas(&self) -> u32 {
+        self.min_replicas
     }
 
     /// The key and channel prefix.

@@ -1,0 +1,60 @@
+//! The `leasehold` binary against Redis Cluster, across real OS processes.
+//!
+//! Reads the cluster from `LEASEHOLD_TEST_REDIS_CLUSTER` (a
+//! `redis+cluster://` URL; `scripts/services/redis-cluster.sh` starts one);
+//! without it these tests skip (or fail, with `LEASEHOLD_REQUIRE_SERVERS=1`).
+//! Each test uses its own key prefix.
+
+mod common;
+
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+use common::*;
+use leasehold::conformance::server_url;
+
+/// The cluster with a fresh key prefix, or `None` to skip.
+fn cluster_store() -> Option<String> {
+    let url = server_url("LEASEHOLD_TEST_REDIS_CLUSTER")?;
+    let sep = if url.contains('?') { '&' } else { '?' };
+    Some(format!(
+        "{url}{sep}prefix=cli-test-{:016x}",
+        rand::random::<u64>()
+    ))
+}
+
+process_tests!(cluster_store());
+
+/// The report: through one node, half the keys failed with MOVED.
+/// Twelve keys spread over the slots of all three primaries.
+#[test]
+fn every_key_runs_whichever_node_owns_its_slot() {
+    let Some(store) = cluster_store() else { return };
+    for i in 0..12 {
+        let key = format!("key-{i}");
+        let out = run(leasehold(&store).args(["run", &key, "--", "true"]));
+        assert!(out.status.success(), "{key}: {}", stderr(&out));
+    }
+}
+
+/// Needs no server: the point is that there is none.
+#[test]
+fn a_cluster_that_is_down_exits_69_quickly_with_one_line() {
+    let ports: Vec<u16> = (0..2)
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect::<Vec<_>>()
+        .iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect(); // Closed again: connecting is refused.
+    let store = format!(
+        "redis+cluster://127.0.0.1:{},127.0.0.1:{}",
+        ports[0], ports[1]
+    );
+    let started = Instant::now();
+    let out = run(leasehold(&store).args(["run", "k", "--", "true"]));
+    let took = started.elapsed();
+    assert_eq!(out.status.code(), Some(69), "{}", stderr(&out));
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
