@@ -86,7 +86,7 @@ const SCHEMES: &[(&str, Scheme, Location)] = &[
     ("redis", Scheme::Redis, Location::Tcp { default_port: 6379 }),
     ("redis+unix", Scheme::Redis, Location::UnixSocket),
     (
-        "redis+cluster",
+        REDIS_CLUSTER,
         Scheme::Redis,
         Location::Tcp { default_port: 6379 },
     ),
@@ -104,6 +104,12 @@ const SCHEMES: &[(&str, Scheme, Location)] = &[
     ),
     ("mongodb+srv", Scheme::Mongodb, Location::Discovered),
 ];
+
+/// Schemes whose connection is TLS (`valkeys` is the Redis driver's alias,
+/// which `Scheme::parse` does not offer but a backend's own `connect` sees).
+const TLS_SCHEMES: &[&str] = &["rediss", "valkeys"];
+/// The scheme of a Redis Cluster's seed list.
+pub(crate) const REDIS_CLUSTER: &str = "redis+cluster";
 
 /// Query options every store takes: waiters listen (`on`, the default) or
 /// poll (`off`).
@@ -217,6 +223,20 @@ impl Scheme {
             .iter()
             .find(|(s, _, _)| *s == written)
             .map(|&(_, scheme, _)| scheme)
+    }
+
+    /// Whether `url`'s scheme asks for TLS (`rediss://`, and the driver's
+    /// `valkeys://`), by the scheme alone.
+    pub fn asks_for_tls(url: &str) -> bool {
+        url.split_once("://")
+            .is_some_and(|(written, _)| TLS_SCHEMES.contains(&written))
+    }
+
+    /// Whether `url` names the seed nodes of a Redis Cluster
+    /// (`redis+cluster://HOST:PORT[,HOST:PORT...]`), by the scheme alone.
+    pub fn names_a_cluster(url: &str) -> bool {
+        url.split_once("://")
+            .is_some_and(|(written, _)| written == REDIS_CLUSTER)
     }
 
     /// The store's name: `memory`, `sqlite`, `postgres`, `redis`, `mongodb`.
@@ -430,6 +450,15 @@ mod tests {
             assert_eq!((parsed, parts.location()), (scheme, location), "{url}");
             assert_eq!(parts.backend_url(), url);
         }
+    }
+
+    #[test]
+    fn tls_and_cluster_are_read_from_the_scheme() {
+        assert!(Scheme::asks_for_tls("rediss://h"));
+        assert!(Scheme::asks_for_tls("valkeys://h"));
+        assert!(!Scheme::asks_for_tls("redis://rediss"));
+        assert!(Scheme::names_a_cluster("redis+cluster://a:1,b:2"));
+        assert!(!Scheme::names_a_cluster("redis://a:1"));
     }
 
     #[test]

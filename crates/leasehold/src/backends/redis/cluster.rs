@@ -16,8 +16,7 @@ use redis::{Cmd, Pipeline, RedisFuture, Value};
 use super::options::RedisOptions;
 use crate::error::{Error, Result};
 
-/// The scheme of a cluster URL.
-pub(super) const SCHEME: &str = "redis+cluster://";
+use crate::scheme::REDIS_CLUSTER;
 
 /// How often the cluster client retries one command (redirects, a node
 /// that went away, `TRYAGAIN`) and how long it waits between tries. The
@@ -71,8 +70,9 @@ impl ConnectionLike for Connection {
 pub(super) fn seed_urls(url: &str) -> Result<Vec<String>> {
     let invalid = |problem: String| Error::invalid("store url", problem);
     let rest = url
-        .strip_prefix(SCHEME)
-        .ok_or_else(|| invalid(format!("a cluster URL starts with {SCHEME}")))?;
+        .strip_prefix(REDIS_CLUSTER)
+        .and_then(|rest| rest.strip_prefix("://"))
+        .ok_or_else(|| invalid(format!("a cluster URL starts with {REDIS_CLUSTER}://")))?;
     let (rest, query) = match rest.split_once('?') {
         Some((rest, query)) if !query.is_empty() => (rest, format!("?{query}")),
         Some((rest, _)) => (rest, String::new()),
@@ -95,7 +95,7 @@ pub(super) fn seed_urls(url: &str) -> Result<Vec<String>> {
     for (host, seed) in hosts.split(',').zip(&seeds) {
         if host.is_empty() {
             return Err(invalid(format!(
-                "{SCHEME} needs HOST:PORT[,HOST:PORT...], found an empty node in {hosts:?}"
+                "{REDIS_CLUSTER}:// needs HOST:PORT[,HOST:PORT...], found an empty node in {hosts:?}"
             )));
         }
         redis::Client::open(seed.as_str()).map_err(|e| {

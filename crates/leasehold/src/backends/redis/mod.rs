@@ -133,7 +133,7 @@ impl RedisBackend {
 
     async fn connect_to(url: &str, options: RedisOptions) -> Result<Self> {
         options.validate()?;
-        if url.starts_with("rediss://") || url.starts_with("valkeys://") {
+        if crate::scheme::Scheme::asks_for_tls(url) {
             return Err(Error::invalid(
                 "store url",
                 "TLS (rediss://) is not compiled into this build; connect with redis:// \
@@ -141,7 +141,7 @@ impl RedisBackend {
                  RedisBackend::from_manager",
             ));
         }
-        if url.starts_with(cluster::SCHEME) {
+        if crate::scheme::Scheme::names_a_cluster(url) {
             return Self::connect_to_cluster(url, options).await;
         }
         let client = Client::open(url)
