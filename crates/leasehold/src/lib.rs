@@ -159,6 +159,7 @@ mod notify;
 pub mod occ;
 pub mod open;
 mod pending;
+mod percent;
 pub mod redact;
 mod renewal;
 #[cfg(feature = "postgres")]
