@@ -62,18 +62,24 @@ mod postgres {
     use leasehold::sqlx::{self, postgres::PgPoolOptions};
     use leasehold::{Error, Locks};
 
+    /// A pool of up to `max_connections` to the test server, if there is one.
+    async fn test_pool(max_connections: u32) -> Option<sqlx::PgPool> {
+        let url = server_url("LEASEHOLD_TEST_POSTGRES")?;
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections)
+            .connect(&url)
+            .await
+            .unwrap();
+        Some(pool)
+    }
+
     /// A cancelled statement (57014, here `statement_timeout`) is transient;
     /// a missing table is not.
     #[tokio::test]
     async fn postgres_errors_are_classified_by_sqlstate() {
-        let Some(url) = server_url("LEASEHOLD_TEST_POSTGRES") else {
+        let Some(pool) = test_pool(2).await else {
             return;
         };
-        let pool = PgPoolOptions::new()
-            .max_connections(2)
-            .connect(&url)
-            .await
-            .unwrap();
         let mut tx = pool.begin().await.unwrap();
         sqlx::query("SET LOCAL statement_timeout = 10")
             .execute(&mut *tx)
@@ -103,14 +109,9 @@ mod postgres {
     /// told apart by `is_lease_lost()`.
     #[tokio::test]
     async fn check_in_and_own_queries_compose_with_question_mark() {
-        let Some(url) = server_url("LEASEHOLD_TEST_POSTGRES") else {
+        let Some(pool) = test_pool(4).await else {
             return;
         };
-        let pool = PgPoolOptions::new()
-            .max_connections(4)
-            .connect(&url)
-            .await
-            .unwrap();
         let backend = PostgresBackend::from_pool(pool, PostgresOptions::new())
             .await
             .unwrap();

@@ -21,6 +21,12 @@ fn ev(t: u64, pid: u32, op: Op, kind: Kind, token: Option<u64>, valid_until: Opt
     }
 }
 
+/// The first of a report's `findings` (violations, inconclusive reasons)
+/// says `what`.
+fn assert_first_mentions(findings: &[String], what: &str) {
+    assert!(findings[0].contains(what), "{findings:?}");
+}
+
 /// A renewal of `token` by `pid`, sent at `at` and answered 2 ms later.
 fn renewal(pid: u32, at: u64, token: u64, outcome: Kind) -> Vec<Event> {
     vec![
@@ -135,11 +141,7 @@ fn a_run_without_renewals_is_inconclusive() {
     let r = run(&events, &decisions, &[], false);
     assert_eq!(r.renewals.renewed, 0);
     assert_eq!(r.verdict, Verdict::Inconclusive);
-    assert!(
-        r.inconclusive[0].contains("no lease was renewed"),
-        "{:?}",
-        r.inconclusive
-    );
+    assert_first_mentions(&r.inconclusive, "no lease was renewed");
 }
 
 #[test]
@@ -266,11 +268,7 @@ fn the_next_holder_s_request_must_be_sent_after_the_deadline() {
     assert_eq!(r.lost_signal.superseded, 1);
     assert_eq!(r.lost_signal.deadline_before_next_grant, 0);
     assert_eq!(r.verdict, Verdict::Violation);
-    assert!(
-        r.violations[0].contains("request was sent"),
-        "{:?}",
-        r.violations
-    );
+    assert_first_mentions(&r.violations, "request was sent");
 
     // Sent at 1001 ms: the deadline came first.
     let events = next_grant_after_deadline(1001, 1010);
@@ -327,11 +325,7 @@ fn lost_must_fire_by_valid_until_for_a_running_holder() {
             (1, 0)
         );
         assert_eq!(r.verdict, Verdict::Violation);
-        assert!(
-            r.violations[0].contains("lost() fired later"),
-            "{:?}",
-            r.violations
-        );
+        assert_first_mentions(&r.violations, "lost() fired later");
     }
 
     // Born past its deadline (the answer came late): the guard can only
