@@ -13,6 +13,20 @@ mod sqlite;
 use leasehold::sqlx;
 use leasehold::Error;
 
+/// `e` converted: transient (`Unavailable`, retryable).
+fn expect_transient(e: sqlx::Error) {
+    let e = Error::from(e);
+    assert!(matches!(e, Error::Unavailable { .. }), "transient: {e}");
+    assert!(e.is_retryable());
+}
+
+/// `e` converted: permanent (`Backend`, neither retryable nor a lost lease).
+fn expect_permanent(e: sqlx::Error) {
+    let e = Error::from(e);
+    assert!(matches!(e, Error::Backend { .. }), "permanent: {e}");
+    assert!(!e.is_retryable() && !e.is_lease_lost());
+}
+
 /// SQLite's busy answer (SQLITE_BUSY, code 5) is transient for SQLite; a
 /// PostgreSQL reading of the code would call it permanent.
 #[cfg(feature = "sqlite")]
@@ -35,22 +49,11 @@ async fn a_sqlite_busy_error_is_unavailable_and_a_syntax_error_is_permanent() {
 
     let busy = sqlx::query("INSERT INTO t VALUES (1)")
         .execute(&mut other)
-        .await
-        .unwrap_err();
-    let busy = Error::from(busy);
-    assert!(
-        matches!(busy, Error::Unavailable { .. }),
-        "busy is transient: {busy}"
-    );
-    assert!(busy.is_retryable());
+        .await;
+    expect_transient(busy.unwrap_err());
 
-    let syntax = sqlx::query("SELEC 1")
-        .execute(&mut other)
-        .await
-        .unwrap_err();
-    let syntax = Error::from(syntax);
-    assert!(matches!(syntax, Error::Backend { .. }), "{syntax}");
-    assert!(!syntax.is_retryable() && !syntax.is_lease_lost());
+    let syntax = sqlx::query("SELEC 1").execute(&mut other).await;
+    expect_permanent(syntax.unwrap_err());
 }
 
 #[cfg(feature = "postgres")]
@@ -85,23 +88,14 @@ mod postgres {
             .execute(&mut *tx)
             .await
             .unwrap();
-        let cancelled = sqlx::query("SELECT pg_sleep(5)")
-            .execute(&mut *tx)
-            .await
-            .unwrap_err();
-        let cancelled = Error::from(cancelled);
-        assert!(
-            matches!(cancelled, Error::Unavailable { .. }),
-            "{cancelled}"
-        );
+        let cancelled = sqlx::query("SELECT pg_sleep(5)").execute(&mut *tx).await;
+        super::expect_transient(cancelled.unwrap_err());
         drop(tx);
 
         let missing = sqlx::query("SELECT * FROM leasehold_no_such_table")
             .execute(&pool)
-            .await
-            .unwrap_err();
-        let missing = Error::from(missing);
-        assert!(matches!(missing, Error::Backend { .. }), "{missing}");
+            .await;
+        super::expect_permanent(missing.unwrap_err());
     }
 
     /// The documented `check_in` function: `?` on sqlx and leasehold calls
