@@ -12,7 +12,6 @@ mod mongodb_fixtures;
 use std::time::Duration;
 
 use common::grant;
-use leasehold::backend::Acquire;
 use leasehold::backends::mongodb::MongoBackend;
 use leasehold::{Backend, Error};
 use mongodb::bson::doc;

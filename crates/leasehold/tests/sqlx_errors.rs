@@ -63,7 +63,7 @@ mod postgres {
     use leasehold::backends::postgres::{PostgresBackend, PostgresOptions};
     use leasehold::conformance::server_url;
     use leasehold::sqlx::{self, postgres::PgPoolOptions};
-    use leasehold::{Error, Locks};
+    use leasehold::Locks;
 
     /// A pool of up to `max_connections` to the test server, if there is one.
     async fn test_pool(max_connections: u32) -> Option<sqlx::PgPool> {
