@@ -18,35 +18,25 @@ run() {
   env "$var=$url" "$examples/$example"
 }
 
-# The store URL in LEASEHOLD_TEST_$1, or empty (and a notice) if none.
-store_url() {
-  local name="LEASEHOLD_TEST_$1"
-  if [ -n "${!name:-}" ]; then
-    echo "${!name}"
-  elif [ "${LEASEHOLD_REQUIRE_SERVERS:-0}" = 1 ]; then
-    echo "examples: $name is not set and LEASEHOLD_REQUIRE_SERVERS=1" >&2
-    return 1
-  else
-    echo "examples: $name is not set; skipping the examples on that store" >&2
-  fi
-}
+# shellcheck source=scripts/store-url.sh
+source scripts/store-url.sh
 
 sqlite_dir=$(mktemp -d)
 trap 'rm -rf "$sqlite_dir"' EXIT
 run LOCKS_URL cron_guard "sqlite://$sqlite_dir/locks.db"
 run LOCKS_URL axum_path_key "sqlite://$sqlite_dir/locks.db"
 
-postgres=$(store_url POSTGRES)
+postgres=$(store_url "examples" POSTGRES)
 if [ -n "$postgres" ]; then
   run LOCKS_URL cron_guard "$postgres"
   run DATABASE_URL postgres_fenced_write "$postgres"
   run LOCKS_URL axum_path_key "$postgres"
 fi
-redis=$(store_url REDIS)
+redis=$(store_url "examples" REDIS)
 if [ -n "$redis" ]; then
   run LOCKS_URL cron_guard "$redis"
 fi
-mongodb=$(store_url MONGODB)
+mongodb=$(store_url "examples" MONGODB)
 if [ -n "$mongodb" ]; then
   run LOCKS_URL cron_guard "$mongodb"
 fi

@@ -46,18 +46,8 @@ expect() {
   done
 }
 
-# The store URL in LEASEHOLD_TEST_$1, or empty (and a notice) if none.
-store_url() {
-  local name="LEASEHOLD_TEST_$1"
-  if [ -n "${!name:-}" ]; then
-    echo "${!name}"
-  elif [ "${LEASEHOLD_REQUIRE_SERVERS:-0}" = 1 ]; then
-    echo "node examples: $name is not set and LEASEHOLD_REQUIRE_SERVERS=1" >&2
-    return 1
-  else
-    echo "node examples: $name is not set; skipping the examples on that store" >&2
-  fi
-}
+# shellcheck source=scripts/store-url.sh
+source scripts/store-url.sh
 
 express_users_lines=(
   'reject mode \(wait 0\): 20 concurrent creates -> [0-9]+ x 201, [0-9]+ x 409 locked \(each with Retry-After and a problem\+json body\)'
@@ -70,7 +60,7 @@ express_users_lines=(
 run express-users-sqlite express-users demo LOCKS_URL= DATA_URL=
 expect express-users-sqlite 'express-users demo: locks on sqlite, users in memory' "${express_users_lines[@]}"
 
-mongodb=$(store_url MONGODB)
+mongodb=$(store_url "node examples" MONGODB)
 if [ -n "$mongodb" ]; then
   run express-users-mongodb express-users demo "LOCKS_URL=$mongodb" "DATA_URL=$mongodb"
   expect express-users-mongodb 'express-users demo: locks on mongodb, users on MongoDB .*' "${express_users_lines[@]}"
@@ -84,7 +74,7 @@ if [ -n "$mongodb" ]; then
     'all checks passed'
 fi
 
-postgres=$(store_url POSTGRES)
+postgres=$(store_url "node examples" POSTGRES)
 if [ -n "$postgres" ]; then
   run pm2-inventory pm2-inventory start "DATABASE_URL=$postgres"
   expect pm2-inventory \

@@ -32,6 +32,18 @@ leasehold_free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
 }
 
+# leasehold_apt_install_in_ci SERVICE PACKAGE FINDER: in CI (CI=true, root,
+# apt-get) installs the Debian PACKAGE unless the function FINDER already
+# finds the server's binaries. Fails outside CI or when the install fails.
+leasehold_apt_install_in_ci() {
+  local service=$1 package=$2 finder=$3
+  [ "${CI:-}" = true ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 || return 1
+  "$finder" >/dev/null && return 0
+  echo "$service: installing the $package package for CI" >&2
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$package") \
+    >/dev/null 2>&1
+}
+
 for leasehold_service in "$LEASEHOLD_SERVICES_DIR"/*.sh; do
   [ -e "$leasehold_service" ] || continue
   # shellcheck source=/dev/null

@@ -33,14 +33,6 @@ leasehold_pgbouncer_bin() {
   fi
 }
 
-leasehold_pgbouncer_install_in_ci() {
-  [ "${CI:-}" = true ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 || return 1
-  leasehold_pgbouncer_bin >/dev/null && return 0
-  echo "pgbouncer: installing the pgbouncer package for CI" >&2
-  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer) \
-    >/dev/null 2>&1
-}
-
 # Starts a transaction-mode PgBouncer in DIR (which must exist) in front of
 # LEASEHOLD_TEST_POSTGRES, with ignore_startup_parameters = IGNORE, registers
 # its stop hook, and sets LEASEHOLD_PGBOUNCER_URL once it accepts connections.
@@ -107,7 +99,7 @@ leasehold_start_pgbouncer() {
     echo "pgbouncer: no PostgreSQL to pool; PgBouncer tests will skip" >&2
     return 1
   fi
-  leasehold_pgbouncer_install_in_ci || true
+  leasehold_apt_install_in_ci pgbouncer pgbouncer leasehold_pgbouncer_bin || true
   if ! leasehold_pgbouncer_bin >/dev/null; then
     echo "pgbouncer: pgbouncer is not installed; PgBouncer tests will skip" >&2
     return 1

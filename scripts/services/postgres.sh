@@ -109,20 +109,12 @@ leasehold_pg_private_cluster() {
   leasehold_pg_use 127.0.0.1 "$port"
 }
 
-leasehold_pg_install_in_ci() {
-  [ "${CI:-}" = true ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 || return 1
-  leasehold_pg_bindir >/dev/null && return 0
-  echo "postgres: installing the postgresql package for CI" >&2
-  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql) \
-    >/dev/null 2>&1
-}
-
 leasehold_start_postgres() {
   if [ -n "${LEASEHOLD_TEST_POSTGRES:-}" ]; then
     echo "postgres: using LEASEHOLD_TEST_POSTGRES as set" >&2
     return 0
   fi
-  leasehold_pg_install_in_ci || true
+  leasehold_apt_install_in_ci postgres postgresql leasehold_pg_bindir || true
   if leasehold_pg_ready 127.0.0.1 5432 && leasehold_pg_use 127.0.0.1 5432; then
     return 0
   fi

@@ -18,6 +18,17 @@ function run(args, script) {
   return { ...child, elapsed: Date.now() - started };
 }
 
+// Runs `body` in an async function of a CommonJS child, with `locks` open
+// on `memory://`.
+function runWithLocks(body) {
+  return run(['-e'], `
+    const { Locks } = require('leasehold');
+    (async () => {
+      const locks = await Locks.open('memory://');
+${body}
+    })();`);
+}
+
 function assertExitsCleanly(child, expectedOutput) {
   assert.equal(child.error, undefined, `did not exit within ${LIMIT_MS} ms`);
   assert.equal(child.signal, null);
@@ -27,52 +38,36 @@ function assertExitsCleanly(child, expectedOutput) {
 }
 
 test('exits by itself when nothing is held or pending, without close()', () => {
-  const child = run(['-e'], `
-    const { Locks } = require('leasehold');
-    (async () => {
-      const locks = await Locks.open('memory://');
-      const lease = await locks.acquire('k', { ttl: '30s', wait: '1s' });
-      await lease.release();
-      console.log('released');
-    })();`);
+  const child = runWithLocks(`
+    const lease = await locks.acquire('k', { ttl: '30s', wait: '1s' });
+    await lease.release();
+    console.log('released');`);
   assertExitsCleanly(child, 'released');
 });
 
 test('exits by itself while a lease is still held, without close()', () => {
-  const child = run(['-e'], `
-    const { Locks } = require('leasehold');
-    (async () => {
-      const locks = await Locks.open('memory://');
-      const lease = await locks.acquire('k', { ttl: '30s' });
-      console.log('holding', lease.isLost());
-    })();`);
+  const child = runWithLocks(`
+    const lease = await locks.acquire('k', { ttl: '30s' });
+    console.log('holding', lease.isLost());`);
   assertExitsCleanly(child, 'holding false');
   assert.ok(child.elapsed < 15_000, 'did not wait for the 30 s ttl');
 });
 
 test('exits by itself after close(), leases still held', () => {
-  const child = run(['-e'], `
-    const { Locks } = require('leasehold');
-    (async () => {
-      const locks = await Locks.open('memory://');
-      const lease = await locks.acquire('k', { ttl: '30s' });
-      lease.signal.addEventListener('abort', () => console.log('never: a close is not a loss'));
-      await locks.close();
-      console.log('closed', lease.isLost());
-    })();`);
+  const child = runWithLocks(`
+    const lease = await locks.acquire('k', { ttl: '30s' });
+    lease.signal.addEventListener('abort', () => console.log('never: a close is not a loss'));
+    await locks.close();
+    console.log('closed', lease.isLost());`);
   assertExitsCleanly(child, 'closed true');
 });
 
 test('a lost lease in a process without handlers neither crashes nor hangs it', () => {
-  const child = run(['-e'], `
-    const { Locks } = require('leasehold');
-    (async () => {
-      const locks = await Locks.open('memory://');
-      const lease = await locks.acquire('k', { ttl: 300 });
-      await locks.forceRelease('k');
-      await new Promise((resolve) => setTimeout(resolve, 1500));
-      console.log('lost', lease.isLost(), lease.signal.aborted, lease.signal.reason.code);
-    })();`);
+  const child = runWithLocks(`
+    const lease = await locks.acquire('k', { ttl: 300 });
+    await locks.forceRelease('k');
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    console.log('lost', lease.isLost(), lease.signal.aborted, lease.signal.reason.code);`);
   assertExitsCleanly(child, 'lost true true LEASEHOLD_LOST');
 });
 

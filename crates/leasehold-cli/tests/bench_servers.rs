@@ -8,6 +8,15 @@ mod common;
 use common::*;
 use leasehold::conformance::server_url;
 
+/// The `name` of every entry of the array `list`, in order.
+fn names(list: &serde_json::Value) -> Vec<&str> {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|entry| entry["name"].as_str().unwrap())
+        .collect()
+}
+
 /// Runs a short bench and checks the report's shape.
 fn quick_bench(store: &str, baselines: &[&str], peers: &[&str]) {
     let out = run(leasehold(store).args([
@@ -25,13 +34,7 @@ fn quick_bench(store: &str, baselines: &[&str], peers: &[&str]) {
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     let s = &r["scenarios"];
     assert_eq!(s["uncontended"]["leasehold"]["samples"], 60, "{s}");
-    let names: Vec<&str> = s["uncontended"]["baselines"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|b| b["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(names, baselines);
+    assert_eq!(names(&s["uncontended"]["baselines"]), baselines);
     for b in s["uncontended"]["baselines"].as_array().unwrap() {
         assert_eq!(b["samples"], 60, "{b}");
     }
@@ -41,13 +44,7 @@ fn quick_bench(store: &str, baselines: &[&str], peers: &[&str]) {
             "{series}"
         );
     }
-    let peer_names: Vec<&str> = s["handoff"]["peers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(peer_names, peers);
+    assert_eq!(names(&s["handoff"]["peers"]), peers);
     assert!(
         s["contended"]["leasehold"]["acquisitions"]
             .as_u64()

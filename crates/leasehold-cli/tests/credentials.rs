@@ -307,13 +307,18 @@ fn assert_workers_got_the_store(what: &str, run: &Watched) {
     );
 }
 
+/// A user name of this test only, and a new password for it.
+fn new_login() -> (String, Password) {
+    let name = format!("leasehold_cred_{:016x}", rand::thread_rng().gen::<u64>());
+    (name, Password::new())
+}
+
 #[test]
 fn postgres_password_stays_out_of_output_and_argv() {
     let Some(base) = server_url("LEASEHOLD_TEST_POSTGRES") else {
         return;
     };
-    let password = Password::new();
-    let name = format!("leasehold_cred_{:016x}", rand::thread_rng().gen::<u64>());
+    let (name, password) = new_login();
     // The shared server trusts local connections: the password is accepted
     // without being checked, which is all this test needs.
     pg_exec(
@@ -348,8 +353,7 @@ fn redis_password_stays_out_of_output_and_argv() {
     let Some(base) = server_url("LEASEHOLD_TEST_REDIS") else {
         return;
     };
-    let password = Password::new();
-    let name = format!("leasehold_cred_{:016x}", rand::thread_rng().gen::<u64>());
+    let (name, password) = new_login();
     let client = redis::Client::open(base.as_str()).unwrap();
     let mut admin = client.get_connection().unwrap();
     redis::cmd("ACL")
@@ -392,8 +396,7 @@ fn mongodb_password_stays_out_of_output_and_argv() {
     let Some(base) = server_url("LEASEHOLD_TEST_MONGODB") else {
         return;
     };
-    let password = Password::new();
-    let name = format!("leasehold_cred_{:016x}", rand::thread_rng().gen::<u64>());
+    let (name, password) = new_login();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -164,12 +164,11 @@ fn a_command_is_stopped_inside_its_lease_when_renewal_fails() {
 fn the_command_dies_with_run_when_run_is_killed() {
     let dir = tempfile::tempdir().unwrap();
     let store = sqlite_store(dir.path());
-    let (mut holder, child) = start_holder(&store, "k", &dir.path().join("child.pid"));
-    holder.kill().unwrap(); // SIGKILL: run cannot forward anything
-    holder.wait().unwrap();
-    assert!(
-        wait_until(Duration::from_secs(3), || is_dead(child)),
-        "the command outlived `run` (its 30 s lease would let a second holder start beside it)"
+    let (holder, child) = start_holder(&store, "k", &dir.path().join("child.pid"));
+    kill_run_and_expect_dead(
+        holder,
+        child,
+        "the command outlived `run` (its 30 s lease would let a second holder start beside it)",
     );
 }
 
@@ -180,18 +179,17 @@ fn what_the_command_started_dies_too_when_run_is_killed() {
     let pidfile = dir.path().join("grandchild.pid");
     // The shell stays in between: `sleep` is the command's child, which the
     // parent-death signal (sent to the command only) does not reach.
-    let mut holder = leasehold(&store)
+    let holder = leasehold(&store)
         .args(["run", "k", "--ttl", "30s", "--", "sh", "-c"])
         .arg(format!("sleep 30 & echo $! > {}; wait", pidfile.display()))
         .spawn()
         .unwrap();
     assert!(wait_until(Duration::from_secs(20), || read_pid(&pidfile).is_some()));
     let grandchild = read_pid(&pidfile).unwrap();
-    holder.kill().unwrap();
-    holder.wait().unwrap();
-    assert!(
-        wait_until(Duration::from_secs(3), || is_dead(grandchild)),
-        "a process the command started outlived `run`"
+    kill_run_and_expect_dead(
+        holder,
+        grandchild,
+        "a process the command started outlived `run`",
     );
 }
 
@@ -246,6 +244,17 @@ fn a_signal_while_waiting_exits_128_plus_its_number() {
     }
     holder.kill().unwrap();
     holder.wait().unwrap();
+}
+
+/// SIGKILLs `run` (so it cannot forward anything) and expects process
+/// `pid` to die within 3 s anyway; `outlived` says what it means if not.
+fn kill_run_and_expect_dead(mut run: Child, pid: i32, outlived: &str) {
+    run.kill().unwrap();
+    run.wait().unwrap();
+    assert!(
+        wait_until(Duration::from_secs(3), || is_dead(pid)),
+        "{outlived}"
+    );
 }
 
 /// Whether process `pid` has a handler for signal number `signo`

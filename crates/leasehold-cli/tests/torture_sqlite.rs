@@ -8,10 +8,15 @@ mod torture_common;
 use common::{leasehold, run, sqlite_store, stderr};
 use torture_common::*;
 
+/// `check` on a store in a new SQLite file, removed afterwards.
+fn on_temp_sqlite<T>(check: impl FnOnce(&str) -> T) -> T {
+    let dir = tempfile::tempdir().unwrap();
+    check(&sqlite_store(dir.path()))
+}
+
 #[test]
 fn fenced_server_resource_passes_under_kills_and_pauses() {
-    let dir = tempfile::tempdir().unwrap();
-    let run = fenced_run_passes_and_faults_hit(&sqlite_store(dir.path()), &[]);
+    let run = on_temp_sqlite(|store| fenced_run_passes_and_faults_hit(store, &[]));
     // SQLite is a file: the default leaves the proxy faults out, and says so.
     let out = &run.output;
     assert!(out.contains("no proxy faults by default"), "{out}");
@@ -20,8 +25,7 @@ fn fenced_server_resource_passes_under_kills_and_pauses() {
 
 #[test]
 fn a_broken_renewal_fails_the_run() {
-    let dir = tempfile::tempdir().unwrap();
-    broken_renewal_fails_the_run(&sqlite_store(dir.path()));
+    on_temp_sqlite(broken_renewal_fails_the_run);
 }
 
 #[test]
@@ -48,20 +52,17 @@ fn a_requested_fault_that_never_landed_is_inconclusive() {
 
 #[test]
 fn fenced_in_store_resource_passes_under_kills_and_pauses() {
-    let dir = tempfile::tempdir().unwrap();
-    fenced_run_passes_and_faults_hit(&sqlite_store(dir.path()), &["--resource", "store"]);
+    on_temp_sqlite(|store| fenced_run_passes_and_faults_hit(store, &["--resource", "store"]));
 }
 
 #[test]
 fn unfenced_server_resource_loses_updates() {
-    let dir = tempfile::tempdir().unwrap();
-    unfenced_run_reports_lost_updates(&sqlite_store(dir.path()), &[]);
+    on_temp_sqlite(|store| unfenced_run_reports_lost_updates(store, &[]));
 }
 
 #[test]
 fn unfenced_in_store_resource_loses_updates() {
-    let dir = tempfile::tempdir().unwrap();
-    unfenced_run_reports_lost_updates(&sqlite_store(dir.path()), &["--resource", "store"]);
+    on_temp_sqlite(|store| unfenced_run_reports_lost_updates(store, &["--resource", "store"]));
 }
 
 #[test]

@@ -140,6 +140,10 @@
 //! it.
 #![cfg_attr(docsrs, feature(doc_auto_cfg))]
 
+// First, so every module below can use its macro.
+#[macro_use]
+mod setters;
+
 pub mod backend;
 pub mod backends;
 #[cfg(feature = "conformance")]
@@ -157,6 +161,7 @@ mod notify;
 pub mod occ;
 pub mod open;
 mod pending;
+mod percent;
 pub mod redact;
 mod renewal;
 #[cfg(feature = "postgres")]

@@ -69,29 +69,19 @@ impl AcquireOptions {
         Self::default()
     }
 
-    /// Lease length, 100 ms ..= 24 h (checked when acquiring).
-    pub fn with_ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
-        self
-    }
+    setters! {
+        /// Lease length, 100 ms ..= 24 h (checked when acquiring).
+        with_ttl(ttl: Duration) => ttl = ttl;
 
-    /// Wait up to `wait` for a busy lock (`Duration::ZERO` tries once).
-    pub fn with_wait(mut self, wait: Duration) -> Self {
-        self.wait = Some(wait);
-        self
-    }
+        /// Wait up to `wait` for a busy lock (`Duration::ZERO` tries once).
+        with_wait(wait: Duration) => wait = Some(wait);
 
-    /// Stop waiting when `cancel` is cancelled ([`Error::Cancelled`]).
-    pub fn with_cancel(mut self, cancel: CancellationToken) -> Self {
-        self.cancel = Some(cancel);
-        self
-    }
+        /// Stop waiting when `cancel` is cancelled ([`Error::Cancelled`]).
+        with_cancel(cancel: CancellationToken) => cancel = Some(cancel);
 
-    /// Whether the guard renews itself every ttl/3 (default true). Without
-    /// renewal the lease simply lasts one ttl and `lost()` fires then.
-    pub fn with_auto_renew(mut self, auto_renew: bool) -> Self {
-        self.auto_renew = auto_renew;
-        self
+        /// Whether the guard renews itself every ttl/3 (default true). Without
+        /// renewal the lease simply lasts one ttl and `lost()` fires then.
+        with_auto_renew(auto_renew: bool) => auto_renew = auto_renew;
     }
 
     /// The lease length asked for.
@@ -167,10 +157,9 @@ impl Locks {
         self
     }
 
-    /// Replaces the human label stored beside each lease (default `host:pid`).
-    pub fn with_holder_label(mut self, label: &str) -> Self {
-        self.holder_label = label.into();
-        self
+    setters! {
+        /// Replaces the human label stored beside each lease (default `host:pid`).
+        with_holder_label(label: &str) => holder_label = label.into();
     }
 
     /// The store behind this handle.

@@ -125,33 +125,23 @@ impl RowLockOptions {
         Self::default()
     }
 
-    /// What to do about rows locked by another transaction.
-    pub fn with_mode(mut self, mode: LockMode) -> Self {
-        self.mode = mode;
-        self
-    }
+    setters! {
+        /// What to do about rows locked by another transaction.
+        with_mode(mode: LockMode) => mode = mode;
 
-    /// `SET LOCAL lock_timeout` for the whole transaction: waiting longer for
-    /// any lock fails with [`Error::Busy`]. At least 1 ms (checked on use).
-    pub fn with_lock_timeout(mut self, timeout: Duration) -> Self {
-        self.lock_timeout = Some(timeout);
-        self
-    }
+        /// `SET LOCAL lock_timeout` for the whole transaction: waiting longer for
+        /// any lock fails with [`Error::Busy`]. At least 1 ms (checked on use).
+        with_lock_timeout(timeout: Duration) => lock_timeout = Some(timeout);
 
-    /// Names the locked rows in [`Error::Busy`] (its `key` field).
-    pub fn with_label(mut self, label: &str) -> Self {
-        self.label = label.to_owned();
-        self
-    }
+        /// Names the locked rows in [`Error::Busy`] (its `key` field).
+        with_label(label: &str) => label = label.to_owned();
 
-    /// [`Pooler::Transaction`] when `pool` goes through a transaction-mode
-    /// pooler: the locking `SELECT` is then sent as an unnamed statement
-    /// (safe inside the transaction, which keeps its server connection)
-    /// instead of a named one that would stay on the server connection.
-    /// Queries in `work` are yours: mark them `.persistent(false)` too.
-    pub fn with_pooler(mut self, pooler: Pooler) -> Self {
-        self.pooler = pooler;
-        self
+        /// [`Pooler::Transaction`] when `pool` goes through a transaction-mode
+        /// pooler: the locking `SELECT` is then sent as an unnamed statement
+        /// (safe inside the transaction, which keeps its server connection)
+        /// instead of a named one that would stay on the server connection.
+        /// Queries in `work` are yours: mark them `.persistent(false)` too.
+        with_pooler(pooler: Pooler) => pooler = pooler;
     }
 }
 

@@ -70,6 +70,26 @@ async fn check_reads(backend: &dyn Backend, store: &str, p: &str, owner_problem:
         .is_none());
 }
 
+/// The SQL stores' corrupt records for [`check_reads`], as `INSERT`s into
+/// the lease table `table` (key, fence, owner, holder, expiry); `later`,
+/// `far` and `past` are the dialect's expiry expressions for a minute
+/// ahead, beyond any ttl, and already expired.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+fn corrupt_inserts(table: &str, p: &str, later: &str, far: &str, past: &str) -> Vec<String> {
+    [
+        ("fence", "-3", OWNER, later),
+        ("owner", "1", "not-hex", later),
+        ("expiry", "1", OWNER, far),
+        ("ctl\n", "1", OWNER, later),
+        ("grant", "-3", OWNER, past),
+    ]
+    .iter()
+    .map(|(suffix, fence, owner, expiry)| {
+        format!("INSERT INTO {table} VALUES ('{p}{suffix}', {fence}, '{owner}', 'h', {expiry})")
+    })
+    .collect()
+}
+
 fn prefix() -> String {
     format!("corrupt{:08x}:", rand::random::<u32>())
 }
@@ -85,21 +105,8 @@ async fn sqlite_reports_corrupt_records() {
         .unwrap();
     let p = prefix();
     let later = "CAST(unixepoch('subsec') * 1000 AS INTEGER) + 60000";
-    for (k, fence, owner, expiry) in [
-        (format!("{p}fence"), "-3", OWNER, later),
-        (format!("{p}owner"), "1", "not-hex", later),
-        (format!("{p}expiry"), "1", OWNER, "9000000000000000"),
-        (format!("{p}ctl\n"), "1", OWNER, later),
-        (format!("{p}grant"), "-3", OWNER, "0"),
-    ] {
-        sqlx::query(&format!(
-            "INSERT INTO leasehold_locks VALUES (?1, {fence}, ?2, 'h', {expiry})"
-        ))
-        .bind(k)
-        .bind(owner)
-        .execute(backend.pool())
-        .await
-        .unwrap();
+    for insert in corrupt_inserts("leasehold_locks", &p, later, "9000000000000000", "0") {
+        sqlx::query(&insert).execute(backend.pool()).await.unwrap();
     }
     check_reads(&backend, "sqlite", &p, "owner \"not-hex\"").await;
 }
@@ -116,32 +123,16 @@ async fn postgres_reports_corrupt_records() {
     let options = PostgresOptions::new().with_table(&table);
     let backend = PostgresBackend::connect_with(&url, options).await.unwrap();
     let p = prefix();
-    let later = "clock_timestamp() + interval '1 minute'";
-    for (k, fence, owner, expiry) in [
-        (format!("{p}fence"), "-3", OWNER, later),
-        (format!("{p}owner"), "1", "not-hex", later),
-        (
-            format!("{p}expiry"),
-            "1",
-            OWNER,
-            "clock_timestamp() + interval '100 years'",
-        ),
-        (format!("{p}ctl\n"), "1", OWNER, later),
-        (
-            format!("{p}grant"),
-            "-3",
-            OWNER,
-            "clock_timestamp() - interval '1 minute'",
-        ),
-    ] {
-        sqlx::query(&format!(
-            "INSERT INTO \"{table}\" VALUES ($1, {fence}, $2, 'h', {expiry})"
-        ))
-        .bind(k)
-        .bind(owner)
-        .execute(backend.pool())
-        .await
-        .unwrap();
+    let table_sql = format!("\"{table}\"");
+    let inserts = corrupt_inserts(
+        &table_sql,
+        &p,
+        "clock_timestamp() + interval '1 minute'",
+        "clock_timestamp() + interval '100 years'",
+        "clock_timestamp() - interval '1 minute'",
+    );
+    for insert in inserts {
+        sqlx::query(&insert).execute(backend.pool()).await.unwrap();
     }
     check_reads(&backend, "postgres", &p, "owner \"not-hex\"").await;
     sqlx::query(&format!("DROP TABLE \"{table}\""))

@@ -18,6 +18,11 @@ fn post_to(path: &str) -> Request<Body> {
     Request::post(path).body(Body::empty()).unwrap()
 }
 
+/// The status `app` answers a POST to `path` with.
+async fn status_of(app: &Router, path: &str) -> StatusCode {
+    app.clone().oneshot(post_to(path)).await.unwrap().status()
+}
+
 #[tokio::test]
 async fn a_route_layer_locks_the_key_from_the_path_parameter() {
     let locks = Locks::open("memory://").await.unwrap();
@@ -39,36 +44,22 @@ async fn a_route_layer_locks_the_key_from_the_path_parameter() {
         .route_layer(layer);
 
     let held = locks.try_acquire("account:7").await.unwrap();
-    let same = app
-        .clone()
-        .oneshot(post_to("/accounts/7/transfers"))
-        .await
-        .unwrap();
-    assert_eq!(same.status(), StatusCode::CONFLICT);
-    // Another spelling of the same id meets the same lock.
-    let escaped = app
-        .clone()
-        .oneshot(post_to("/accounts/%37/transfers"))
-        .await
-        .unwrap();
-    assert_eq!(escaped.status(), StatusCode::CONFLICT);
-    let other = app
-        .clone()
-        .oneshot(post_to("/accounts/8/transfers"))
-        .await
-        .unwrap();
-    assert_eq!(other.status(), StatusCode::OK);
+    for (path, status) in [
+        ("/accounts/7/transfers", StatusCode::CONFLICT),
+        // Another spelling of the same id meets the same lock.
+        ("/accounts/%37/transfers", StatusCode::CONFLICT),
+        ("/accounts/8/transfers", StatusCode::OK),
+    ] {
+        assert_eq!(status_of(&app, path).await, status, "{path}");
+    }
     held.release().await.unwrap();
-    let after = app
-        .clone()
-        .oneshot(post_to("/accounts/7/transfers"))
-        .await
-        .unwrap();
-    assert_eq!(after.status(), StatusCode::OK);
+    assert_eq!(
+        status_of(&app, "/accounts/7/transfers").await,
+        StatusCode::OK
+    );
 
     // Unrouted requests never reach a route layer: no key, no lock.
-    let missing = app.oneshot(post_to("/nowhere")).await.unwrap();
-    assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+    assert_eq!(status_of(&app, "/nowhere").await, StatusCode::NOT_FOUND);
     let seen = seen_routes.lock().unwrap().clone();
     assert_eq!(seen.len(), 4, "{seen:?}");
     assert!(

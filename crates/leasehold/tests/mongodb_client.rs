@@ -4,31 +4,27 @@
 //! `LEASEHOLD_REQUIRE_SERVERS=1`).
 #![cfg(feature = "mongodb")]
 
+#[path = "support/common.rs"]
+mod common;
 #[path = "support/mongodb.rs"]
 mod mongodb_fixtures;
 
 use std::time::Duration;
 
-use leasehold::backend::Acquire;
+use common::grant;
 use leasehold::backends::mongodb::MongoBackend;
 use leasehold::{Backend, Error};
 use mongodb::bson::doc;
-use mongodb_fixtures::{backend_with, key, options, request, url};
+use mongodb_fixtures::{backend_with, fresh_backend, key, options, url};
 
 #[tokio::test]
 async fn operator_looking_keys_are_stored_as_plain_strings() {
-    let Some(url) = url() else { return };
-    let b = backend_with(&url, options()).await;
+    let Some(b) = fresh_backend().await else {
+        return;
+    };
     for k in ["$where", "a.b", "{\"$ne\":1}", "$gt", "a.$[]"] {
         let k = key(k);
-        let lease = match b
-            .try_acquire(&request(&k, Duration::from_secs(30)))
-            .await
-            .unwrap()
-        {
-            Acquire::Granted(l) => l,
-            Acquire::Busy(busy) => panic!("{k:?} busy: {busy:?}"),
-        };
+        let lease = grant(&b, k.as_str(), Duration::from_secs(30)).await;
         let stored = b
             .collection()
             .find_one(doc! { "_id": k.as_str() })

@@ -3,11 +3,14 @@
 //! unset, unless `LEASEHOLD_REQUIRE_SERVERS=1`).
 #![cfg(feature = "mongodb")]
 
+#[path = "support/common.rs"]
+mod common;
 #[path = "support/mongodb.rs"]
 mod mongodb_fixtures;
 
 use std::time::Duration;
 
+use common::grant;
 use leasehold::backend::Acquire;
 use leasehold::Backend;
 use mongodb_fixtures::{backend_with, key, options, request, url};
@@ -33,10 +36,7 @@ async fn clients_with_wrong_clocks_neither_steal_nor_starve() {
     let ttl = Duration::from_secs(1);
     for (holder, contender) in [(&slow, &fast), (&fast, &slow)] {
         let k = key(&format!("skew:{:x}", rand::random::<u32>()));
-        let lease = match holder.try_acquire(&request(&k, ttl)).await.unwrap() {
-            Acquire::Granted(l) => l,
-            Acquire::Busy(b) => panic!("fresh key busy: {b:?}"),
-        };
+        let lease = grant(holder, k.as_str(), ttl).await;
         // A fast clock would see the slow client's lease as expired for
         // 5 minutes, if it trusted its own clock.
         match contender.try_acquire(&request(&k, ttl)).await.unwrap() {

@@ -15,13 +15,18 @@ use leasehold::backends::mongodb::MongoBackend;
 use leasehold::Backend;
 use mongodb_fixtures::{backend_with, key, options, request, url};
 
+/// Two clients (two pools) of the store at `url`, as two processes would be.
+async fn two_clients(url: &str) -> (Arc<MongoBackend>, Arc<MongoBackend>) {
+    let opts = options();
+    let a = Arc::new(backend_with(url, opts.clone()).await);
+    let b = Arc::new(backend_with(url, opts).await);
+    (a, b)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_tasks_race_for_a_fresh_key_300_times() {
     let Some(url) = url() else { return };
-    // Two clients (two pools), as two processes would be.
-    let opts = options();
-    let a = Arc::new(backend_with(&url, opts.clone()).await);
-    let b = Arc::new(backend_with(&url, opts).await);
+    let (a, b) = two_clients(&url).await;
     for round in 0..300 {
         let k = key(&format!("race:{round}"));
         let attempt = |backend: Arc<MongoBackend>| {
@@ -45,9 +50,7 @@ async fn two_tasks_race_for_a_fresh_key_300_times() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn contention_on_an_existing_key_is_always_answered() {
     let Some(url) = url() else { return };
-    let opts = options();
-    let a = Arc::new(backend_with(&url, opts.clone()).await);
-    let b = Arc::new(backend_with(&url, opts).await);
+    let (a, b) = two_clients(&url).await;
     let k = key("hammer");
     let tasks: Vec<_> = (0..8)
         .map(|i| {

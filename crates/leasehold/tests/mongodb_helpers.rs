@@ -3,42 +3,51 @@
 //! unless `LEASEHOLD_REQUIRE_SERVERS=1`).
 #![cfg(feature = "mongodb")]
 
+#[path = "support/common.rs"]
+mod common;
 #[path = "support/mongodb.rs"]
 mod mongodb_fixtures;
 
 use std::time::Duration;
 
-use leasehold::backend::Acquire;
+use common::grant;
 use leasehold::backends::mongodb::helpers;
+use leasehold::backends::mongodb::MongoBackend;
 use leasehold::occ::{RetryError, RetryPolicy};
 use leasehold::{Backend, Error};
-use mongodb::bson::doc;
-use mongodb_fixtures::{backend_with, key, options, products, request, url};
+use mongodb::bson::{doc, Document};
+use mongodb::Collection;
+use mongodb_fixtures::{fresh_backend, key, products};
+
+/// A backend on a fresh collection and a fresh `products` collection (see
+/// [`products`]); `None` (the test skips) without a server.
+async fn fresh_products() -> Option<(MongoBackend, Collection<Document>)> {
+    let b = fresh_backend().await?;
+    let coll = products(&b).await;
+    Some((b, coll))
+}
+
+/// Up to `attempts` tries, 1 to 20 ms apart: contention on one document
+/// clears fast.
+fn retries(attempts: u32) -> RetryPolicy {
+    RetryPolicy::new(
+        attempts,
+        Duration::from_millis(1),
+        Duration::from_millis(20),
+    )
+    .unwrap()
+}
 
 /// A write with a stale token is refused once a newer holder wrote.
 #[tokio::test]
 async fn fenced_write_refuses_a_stale_token() {
-    let Some(url) = url() else { return };
-    let b = backend_with(&url, options()).await;
-    let coll = products(&b).await;
+    let Some((b, coll)) = fresh_products().await else {
+        return;
+    };
     let k = key("fenced");
-    let old = match b
-        .try_acquire(&request(&k, Duration::from_secs(30)))
-        .await
-        .unwrap()
-    {
-        Acquire::Granted(l) => l,
-        Acquire::Busy(_) => unreachable!(),
-    };
+    let old = grant(&b, k.as_str(), Duration::from_secs(30)).await;
     b.force_release(&k).await.unwrap();
-    let new = match b
-        .try_acquire(&request(&k, Duration::from_secs(30)))
-        .await
-        .unwrap()
-    {
-        Acquire::Granted(l) => l,
-        Acquire::Busy(_) => unreachable!(),
-    };
+    let new = grant(&b, k.as_str(), Duration::from_secs(30)).await;
     assert!(
         helpers::fenced_update_one(&coll, "sku", new.token(), doc! { "stock": 9_i64 })
             .await
@@ -74,11 +83,10 @@ async fn fenced_write_refuses_a_stale_token() {
 /// Concurrent optimistic decrements lose no update.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn versioned_updates_lose_nothing_under_contention() {
-    let Some(url) = url() else { return };
-    let b = backend_with(&url, options()).await;
-    let coll = products(&b).await;
-    let policy =
-        RetryPolicy::new(200, Duration::from_millis(1), Duration::from_millis(20)).unwrap();
+    let Some((_backend, coll)) = fresh_products().await else {
+        return;
+    };
+    let policy = retries(200);
     let tasks: Vec<_> = (0..10)
         .map(|_| {
             let (coll, policy) = (coll.clone(), policy.clone());
@@ -122,12 +130,11 @@ async fn versioned_updates_lose_nothing_under_contention() {
 /// retried, and lose no update.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transactions_retry_conflicts_and_lose_nothing() {
-    let Some(url) = url() else { return };
-    let b = backend_with(&url, options()).await;
-    let coll = products(&b).await;
+    let Some((_backend, coll)) = fresh_products().await else {
+        return;
+    };
     let client = coll.client().clone();
-    let policy =
-        RetryPolicy::new(100, Duration::from_millis(1), Duration::from_millis(20)).unwrap();
+    let policy = retries(100);
     let tasks: Vec<_> = (0..10)
         .map(|_| {
             let (client, policy, mut coll) = (client.clone(), policy.clone(), coll.clone());

@@ -27,15 +27,23 @@ use tokio::time::{sleep, Instant};
 /// Slack for "one round trip" on a loaded 2-core machine.
 const ROUND_TRIP_SLACK: Duration = Duration::from_millis(700);
 
+/// A new lease table on the test server, the store on it and a `Locks`
+/// over that store; `None` (the test skips) without a server.
+async fn store_on_new_table() -> Option<(String, PostgresBackend, Locks)> {
+    let table = unique("bounds");
+    let backend = on_table(&url()?, &table).await;
+    let locks = Locks::new(backend.clone());
+    Some((table, backend, locks))
+}
+
 /// A try-once call on a row that `check_in` locked answers busy, and the
 /// bounded lock wait it used is local to its statement: no connection of
 /// the pool keeps a `lock_timeout`.
 #[tokio::test]
 async fn a_bounded_lock_wait_leaves_no_session_setting() {
-    let Some(url) = url() else { return };
-    let table = unique("bounds");
-    let backend = on_table(&url, &table).await;
-    let locks = Locks::new(backend.clone());
+    let Some((table, backend, locks)) = store_on_new_table().await else {
+        return;
+    };
     let key = unique("checked_in");
     let holder = locks.try_acquire(&key).await.unwrap();
     let mut tx = backend.pool().begin().await.unwrap();
@@ -119,10 +127,9 @@ async fn reject_mode_answers_409_at_once_while_the_row_is_checked_in() {
     use leasehold::http::{LeaseLayer, Mode};
     use tower::{Layer, ServiceExt};
 
-    let Some(url) = url() else { return };
-    let table = unique("bounds");
-    let backend = on_table(&url, &table).await;
-    let locks = Locks::new(backend.clone());
+    let Some((table, backend, locks)) = store_on_new_table().await else {
+        return;
+    };
     let key = unique("http");
     let app = LeaseLayer::builder(locks.clone())
         .with_mode(Mode::Reject)

@@ -21,6 +21,14 @@ use sqlx::postgres::PgPool;
 use sqlx::Row;
 use tokio::time::sleep;
 
+/// A new products table on the test server (see [`products`]) and a pool
+/// to it; `None` (the test skips) without a server.
+async fn products_table(stock: i32) -> Option<(PgPool, String)> {
+    let pool = pool(&url()?).await;
+    let table = products(&pool, stock).await;
+    Some((pool, table))
+}
+
 /// Holds a row lock on `products.id = 1` in an open transaction.
 async fn lock_row(pool: &PgPool, table: &str) -> sqlx::Transaction<'static, sqlx::Postgres> {
     let mut tx = pool.begin().await.unwrap();
@@ -33,9 +41,9 @@ async fn lock_row(pool: &PgPool, table: &str) -> sqlx::Transaction<'static, sqlx
 
 #[tokio::test]
 async fn row_lock_modes_and_lock_timeout() {
-    let Some(url) = url() else { return };
-    let pool = pool(&url).await;
-    let table = products(&pool, 10).await;
+    let Some((pool, table)) = products_table(10).await else {
+        return;
+    };
     let select = format!("SELECT id FROM {table} ORDER BY id");
     let select_one = format!("SELECT id FROM {table} WHERE id = $1");
     let held = lock_row(&pool, &table).await;
@@ -105,9 +113,9 @@ async fn row_lock_modes_and_lock_timeout() {
 
 #[tokio::test]
 async fn row_lock_sells_exactly_the_stock_and_rolls_back_on_error() {
-    let Some(url) = url() else { return };
-    let pool = pool(&url).await;
-    let table = products(&pool, 5).await;
+    let Some((pool, table)) = products_table(5).await else {
+        return;
+    };
     let select = format!("SELECT stock FROM {table} WHERE id = $1");
     let update = format!("UPDATE {table} SET stock = stock - 1 WHERE id = $1");
     let buyers = (0..12).map(|_| {
@@ -164,9 +172,9 @@ async fn row_lock_sells_exactly_the_stock_and_rolls_back_on_error() {
 
 #[tokio::test]
 async fn optimistic_retries_version_conflicts_and_serialization_failures() {
-    let Some(url) = url() else { return };
-    let pool = pool(&url).await;
-    let table = products(&pool, 10).await;
+    let Some((pool, table)) = products_table(10).await else {
+        return;
+    };
     let read = format!("SELECT stock, version FROM {table} WHERE id = $1");
     let write = format!(
         "UPDATE {table} SET stock = $3, version = version + 1 WHERE id = $1 AND version = $2"

@@ -13,6 +13,20 @@ mod sqlite;
 use leasehold::sqlx;
 use leasehold::Error;
 
+/// `e` converted: transient (`Unavailable`, retryable).
+fn expect_transient(e: sqlx::Error) {
+    let e = Error::from(e);
+    assert!(matches!(e, Error::Unavailable { .. }), "transient: {e}");
+    assert!(e.is_retryable());
+}
+
+/// `e` converted: permanent (`Backend`, neither retryable nor a lost lease).
+fn expect_permanent(e: sqlx::Error) {
+    let e = Error::from(e);
+    assert!(matches!(e, Error::Backend { .. }), "permanent: {e}");
+    assert!(!e.is_retryable() && !e.is_lease_lost());
+}
+
 /// SQLite's busy answer (SQLITE_BUSY, code 5) is transient for SQLite; a
 /// PostgreSQL reading of the code would call it permanent.
 #[cfg(feature = "sqlite")]
@@ -35,22 +49,11 @@ async fn a_sqlite_busy_error_is_unavailable_and_a_syntax_error_is_permanent() {
 
     let busy = sqlx::query("INSERT INTO t VALUES (1)")
         .execute(&mut other)
-        .await
-        .unwrap_err();
-    let busy = Error::from(busy);
-    assert!(
-        matches!(busy, Error::Unavailable { .. }),
-        "busy is transient: {busy}"
-    );
-    assert!(busy.is_retryable());
+        .await;
+    expect_transient(busy.unwrap_err());
 
-    let syntax = sqlx::query("SELEC 1")
-        .execute(&mut other)
-        .await
-        .unwrap_err();
-    let syntax = Error::from(syntax);
-    assert!(matches!(syntax, Error::Backend { .. }), "{syntax}");
-    assert!(!syntax.is_retryable() && !syntax.is_lease_lost());
+    let syntax = sqlx::query("SELEC 1").execute(&mut other).await;
+    expect_permanent(syntax.unwrap_err());
 }
 
 #[cfg(feature = "postgres")]
@@ -60,42 +63,39 @@ mod postgres {
     use leasehold::backends::postgres::{PostgresBackend, PostgresOptions};
     use leasehold::conformance::server_url;
     use leasehold::sqlx::{self, postgres::PgPoolOptions};
-    use leasehold::{Error, Locks};
+    use leasehold::Locks;
+
+    /// A pool of up to `max_connections` to the test server, if there is one.
+    async fn test_pool(max_connections: u32) -> Option<sqlx::PgPool> {
+        let url = server_url("LEASEHOLD_TEST_POSTGRES")?;
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections)
+            .connect(&url)
+            .await
+            .unwrap();
+        Some(pool)
+    }
 
     /// A cancelled statement (57014, here `statement_timeout`) is transient;
     /// a missing table is not.
     #[tokio::test]
     async fn postgres_errors_are_classified_by_sqlstate() {
-        let Some(url) = server_url("LEASEHOLD_TEST_POSTGRES") else {
+        let Some(pool) = test_pool(2).await else {
             return;
         };
-        let pool = PgPoolOptions::new()
-            .max_connections(2)
-            .connect(&url)
-            .await
-            .unwrap();
         let mut tx = pool.begin().await.unwrap();
         sqlx::query("SET LOCAL statement_timeout = 10")
             .execute(&mut *tx)
             .await
             .unwrap();
-        let cancelled = sqlx::query("SELECT pg_sleep(5)")
-            .execute(&mut *tx)
-            .await
-            .unwrap_err();
-        let cancelled = Error::from(cancelled);
-        assert!(
-            matches!(cancelled, Error::Unavailable { .. }),
-            "{cancelled}"
-        );
+        let cancelled = sqlx::query("SELECT pg_sleep(5)").execute(&mut *tx).await;
+        super::expect_transient(cancelled.unwrap_err());
         drop(tx);
 
         let missing = sqlx::query("SELECT * FROM leasehold_no_such_table")
             .execute(&pool)
-            .await
-            .unwrap_err();
-        let missing = Error::from(missing);
-        assert!(matches!(missing, Error::Backend { .. }), "{missing}");
+            .await;
+        super::expect_permanent(missing.unwrap_err());
     }
 
     /// The documented `check_in` function: `?` on sqlx and leasehold calls
@@ -103,14 +103,9 @@ mod postgres {
     /// told apart by `is_lease_lost()`.
     #[tokio::test]
     async fn check_in_and_own_queries_compose_with_question_mark() {
-        let Some(url) = server_url("LEASEHOLD_TEST_POSTGRES") else {
+        let Some(pool) = test_pool(4).await else {
             return;
         };
-        let pool = PgPoolOptions::new()
-            .max_connections(4)
-            .connect(&url)
-            .await
-            .unwrap();
         let backend = PostgresBackend::from_pool(pool, PostgresOptions::new())
             .await
             .unwrap();

@@ -12,15 +12,11 @@ const path = require('node:path');
 const { Locks } = require('leasehold');
 const { createApp } = require('./app');
 const { openData } = require('./config');
+const { check, runChecked } = require('../checks');
 
 const CONCURRENT = 20;
 const STEP_DELAY_MS = 100; // the window between the check and the insert
 const runId = crypto.randomBytes(4).toString('hex');
-const failures = [];
-
-function check(ok, what) {
-  if (!ok) failures.push(what);
-}
 
 /** Serves `app` on a free port; resolves to its base URL and a stop function. */
 function serve(app) {
@@ -136,15 +132,6 @@ async function main() {
     await locks?.close();
     fs.rmSync(tmp, { recursive: true, force: true });
   }
-  if (failures.length > 0) {
-    for (const failure of failures) console.error(`FAILED: ${failure}`);
-    process.exitCode = 1;
-  } else {
-    console.log('all checks passed');
-  }
 }
 
-main().catch((error) => {
-  console.error(error);
-  process.exitCode = 1;
-});
+runChecked(main);

@@ -10,6 +10,7 @@ const path = require('node:path');
 const { MongoClient } = require('mongodb');
 const { Locks } = require('leasehold');
 const { mongoUrl } = require('./config');
+const { check, runChecked } = require('../checks');
 
 const WORKERS = 3;
 const JOBS_PER_WORKER = 5;
@@ -17,12 +18,7 @@ const TTL_MS = 1000; // worker.js's ttl
 
 const runId = crypto.randomBytes(4).toString('hex');
 const key = `report:${runId}`;
-const failures = [];
 const children = new Set();
-
-function check(ok, what) {
-  if (!ok) failures.push(what);
-}
 
 /** Starts worker.js in `mode`; messages go to `onMessage(msg, child)`. */
 function startWorker(mode, args, onMessage = () => {}) {
@@ -139,15 +135,6 @@ async function main() {
     await locks.close();
     await client.close();
   }
-  if (failures.length > 0) {
-    for (const failure of failures) console.error(`FAILED: ${failure}`);
-    process.exitCode = 1;
-  } else {
-    console.log('all checks passed');
-  }
 }
 
-main().catch((error) => {
-  console.error(error);
-  process.exitCode = 1;
-});
+runChecked(main);

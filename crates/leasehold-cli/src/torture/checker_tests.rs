@@ -21,12 +21,28 @@ fn ev(t: u64, pid: u32, op: Op, kind: Kind, token: Option<u64>, valid_until: Opt
     }
 }
 
+/// The first of a report's `findings` (violations, inconclusive reasons)
+/// says `what`.
+fn assert_first_mentions(findings: &[String], what: &str) {
+    assert!(findings[0].contains(what), "{findings:?}");
+}
+
 /// A renewal of `token` by `pid`, sent at `at` and answered 2 ms later.
 fn renewal(pid: u32, at: u64, token: u64, outcome: Kind) -> Vec<Event> {
     vec![
         ev(at, pid, Op::Renew, Kind::Invoke, Some(token), None),
         ev(at + 2, pid, Op::Renew, outcome, Some(token), None),
     ]
+}
+
+/// Pid 1 holds token 1 until 1000 ms (renewed once at 300 ms); pid 2,
+/// asking from 100 ms, sends its granted request for token 2 at `sent` and
+/// gets the answer at `ok`: the cases around the first lease's deadline.
+fn next_grant_after_deadline(sent: u64, ok: u64) -> Vec<Event> {
+    let mut events = granted(1, 0, 0, 1, 1, 1000);
+    events.extend(renewal(1, 300, 1, Kind::Ok));
+    events.extend(granted(2, 100, sent, ok, 2, 2000));
+    events
 }
 
 /// The grant of `token` to `pid`: asked at `invoke`, the granted request
@@ -125,11 +141,7 @@ fn a_run_without_renewals_is_inconclusive() {
     let r = run(&events, &decisions, &[], false);
     assert_eq!(r.renewals.renewed, 0);
     assert_eq!(r.verdict, Verdict::Inconclusive);
-    assert!(
-        r.inconclusive[0].contains("no lease was renewed"),
-        "{:?}",
-        r.inconclusive
-    );
+    assert_first_mentions(&r.inconclusive, "no lease was renewed");
 }
 
 #[test]
@@ -251,23 +263,15 @@ fn the_next_holder_s_request_must_be_sent_after_the_deadline() {
     // (a quick round trip, within the 12 ms safety margin of a 1 s ttl).
     // A deadline measured from the wrong instant hides behind the answer's
     // travel time: this must fail although the answer came after 1000 ms.
-    let mut events = granted(1, 0, 0, 1, 1, 1000);
-    events.extend(renewal(1, 300, 1, Kind::Ok));
-    events.extend(granted(2, 100, 995, 1003, 2, 2000));
+    let events = next_grant_after_deadline(995, 1003);
     let r = run(&events, &[], &[], false);
     assert_eq!(r.lost_signal.superseded, 1);
     assert_eq!(r.lost_signal.deadline_before_next_grant, 0);
     assert_eq!(r.verdict, Verdict::Violation);
-    assert!(
-        r.violations[0].contains("request was sent"),
-        "{:?}",
-        r.violations
-    );
+    assert_first_mentions(&r.violations, "request was sent");
 
     // Sent at 1001 ms: the deadline came first.
-    let mut events = granted(1, 0, 0, 1, 1, 1000);
-    events.extend(renewal(1, 300, 1, Kind::Ok));
-    events.extend(granted(2, 100, 1001, 1010, 2, 2000));
+    let events = next_grant_after_deadline(1001, 1010);
     let r = run(&events, &[], &[], false);
     assert_eq!(r.lost_signal.deadline_before_next_grant, 1);
     assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.violations);
@@ -275,25 +279,19 @@ fn the_next_holder_s_request_must_be_sent_after_the_deadline() {
     // Sent at 950 ms, answered at 1010 ms: a round trip longer than the
     // safety margin waited somewhere (a busy store lock), so the store may
     // have taken it after 1000 ms; only the answer bounds the grant.
-    let mut events = granted(1, 0, 0, 1, 1, 1000);
-    events.extend(renewal(1, 300, 1, Kind::Ok));
-    events.extend(granted(2, 100, 950, 1010, 2, 2000));
+    let events = next_grant_after_deadline(950, 1010);
     let r = run(&events, &[], &[], false);
     assert_eq!(r.lost_signal.next_request_delayed, 1);
     assert_eq!(r.lost_signal.deadline_before_next_grant, 1);
     assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.violations);
     // ... but an answer before the deadline is a violation whatever the wait.
-    let mut events = granted(1, 0, 0, 1, 1, 1000);
-    events.extend(renewal(1, 300, 1, Kind::Ok));
-    events.extend(granted(2, 100, 950, 990, 2, 2000));
+    let events = next_grant_after_deadline(950, 990);
     let r = run(&events, &[], &[], false);
     assert_eq!(r.verdict, Verdict::Violation);
 
     // Sent at 995 ms but held in a stalled proxy until 1008 ms: the store
     // saw it at some moment before the answer, which is all that is known.
-    let mut events = granted(1, 0, 0, 1, 1, 1000);
-    events.extend(renewal(1, 300, 1, Kind::Ok));
-    events.extend(granted(2, 100, 995, 1010, 2, 2000));
+    let events = next_grant_after_deadline(995, 1010);
     let stall = fault(FaultKind::ProxyStall, 990, 1008, None);
     let r = check_requested(&events, &[], &[stall], &["proxy"]);
     assert_eq!(r.lost_signal.next_request_delayed, 1);
@@ -327,11 +325,7 @@ fn lost_must_fire_by_valid_until_for_a_running_holder() {
             (1, 0)
         );
         assert_eq!(r.verdict, Verdict::Violation);
-        assert!(
-            r.violations[0].contains("lost() fired later"),
-            "{:?}",
-            r.violations
-        );
+        assert_first_mentions(&r.violations, "lost() fired later");
     }
 
     // Born past its deadline (the answer came late): the guard can only

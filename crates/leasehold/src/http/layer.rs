@@ -78,26 +78,19 @@ pub struct LeaseLayerBuilder<K = NoKey> {
 }
 
 impl<K> LeaseLayerBuilder<K> {
-    /// The lease length (100 ms ..= 24 h, checked by `build`). The guard
-    /// renews it every ttl/3, so a handler may run longer than the ttl; the
-    /// ttl is how long a crashed process keeps the resource locked.
-    pub fn with_ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
-        self
-    }
+    setters! {
+        /// The lease length (100 ms ..= 24 h, checked by `build`). The guard
+        /// renews it every ttl/3, so a handler may run longer than the ttl; the
+        /// ttl is how long a crashed process keeps the resource locked.
+        with_ttl(ttl: Duration) => ttl = ttl;
 
-    /// What to do when the lock is held: [`Mode::Reject`] or
-    /// [`Mode::Wait`] (a bound over 0 and at most 24 h, checked by `build`).
-    pub fn with_mode(mut self, mode: Mode) -> Self {
-        self.mode = mode;
-        self
-    }
+        /// What to do when the lock is held: [`Mode::Reject`] or
+        /// [`Mode::Wait`] (a bound over 0 and at most 24 h, checked by `build`).
+        with_mode(mode: Mode) => mode = mode;
 
-    /// Bound on each store call beyond the wait (10 ms ..= 24 h, checked by
-    /// `build`); a store that does not answer in time gives a 503.
-    pub fn with_store_timeout(mut self, timeout: Duration) -> Self {
-        self.store_timeout = timeout;
-        self
+        /// Bound on each store call beyond the wait (10 ms ..= 24 h, checked by
+        /// `build`); a store that does not answer in time gives a 503.
+        with_store_timeout(timeout: Duration) => store_timeout = timeout;
     }
 
     /// Which lock a request takes: `Some(key)` to lock, `None` to let the

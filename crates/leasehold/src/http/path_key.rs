@@ -225,26 +225,7 @@ fn is_param_name(name: &str) -> bool {
 /// escaped. Bytes that do not decode to UTF-8 keep their escapes, with the
 /// hex digits in upper case (again one spelling per resource).
 fn percent_decode(part: &str) -> String {
-    let raw = part.as_bytes();
-    let mut bytes = Vec::with_capacity(raw.len());
-    let mut i = 0;
-    while i < raw.len() {
-        let hex = raw
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .filter(|_| raw[i] == b'%')
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match hex {
-            Some(byte) => {
-                bytes.push(byte);
-                i += 3;
-            }
-            None => {
-                bytes.push(raw[i]);
-                i += 1;
-            }
-        }
-    }
+    let bytes = crate::percent::percent_decode_bytes(part);
     String::from_utf8(bytes).unwrap_or_else(|e| {
         e.into_bytes()
             .iter()

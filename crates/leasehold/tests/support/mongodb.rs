@@ -26,6 +26,11 @@ pub async fn backend_with(url: &str, options: MongoOptions) -> MongoBackend {
         .expect("the test server is reachable")
 }
 
+/// A backend on a fresh collection of the test server; `None` skips.
+pub async fn fresh_backend() -> Option<MongoBackend> {
+    Some(backend_with(&url()?, options()).await)
+}
+
 pub fn key(s: &str) -> Key {
     Key::new(s).unwrap()
 }

@@ -112,11 +112,7 @@ impl Cluster {
                 "--no-sync",
             ],
         );
-        assert!(
-            out.status.success(),
-            "initdb: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        expect_success("initdb", &out);
         Some(cluster)
     }
 
@@ -234,11 +230,7 @@ impl Cluster {
         };
         let cluster = Cluster::init(bin)?;
         let out = cluster.start_with(settings);
-        assert!(
-            out.status.success(),
-            "pg_ctl start: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        expect_success("pg_ctl start", &out);
         Some(cluster)
     }
 
@@ -250,4 +242,13 @@ impl Cluster {
     pub fn port(&self) -> u16 {
         self.port
     }
+}
+
+/// Fails the test with `what`'s stderr unless it succeeded.
+fn expect_success(what: &str, out: &Output) {
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

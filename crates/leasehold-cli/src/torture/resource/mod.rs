@@ -60,29 +60,47 @@ impl Reply {
     }
 }
 
+/// One operation a worker asks the resource to decide.
+#[derive(Debug, Clone, Copy)]
+pub struct Operation<'a> {
+    pub op: ResourceOp,
+    pub key: &'a str,
+    pub token: u64,
+    /// Write: the value to set; read: 0.
+    pub value: i64,
+}
+
 /// The resource as a worker sees it.
 pub trait FencedResource: Send {
-    /// Decides `op` on `key` for `token`: a read registers the token and
-    /// returns the counter; a write also sets the counter to `value`.
-    fn decide<'a>(
-        &'a mut self,
-        op: ResourceOp,
-        key: &'a str,
-        token: u64,
-        value: i64,
-    ) -> BoxFuture<'a, Result<Reply>>;
+    /// Decides `operation`: a read registers the token and returns the
+    /// counter; a write also sets the counter to its value.
+    fn decide<'a>(&'a mut self, operation: Operation<'a>) -> BoxFuture<'a, Result<Reply>>;
 }
 
 impl dyn FencedResource + '_ {
     /// Returns the counter and registers `token` as seen.
     pub async fn read(&mut self, key: &str, token: u64) -> Result<Answer<i64>> {
-        let reply = self.decide(ResourceOp::Read, key, token, 0).await?;
+        let reply = self
+            .decide(Operation {
+                op: ResourceOp::Read,
+                key,
+                token,
+                value: 0,
+            })
+            .await?;
         Ok(reply.answer(reply.value))
     }
 
     /// Sets the counter to `value`.
     pub async fn write(&mut self, key: &str, token: u64, value: i64) -> Result<Answer<()>> {
-        let reply = self.decide(ResourceOp::Write, key, token, value).await?;
+        let reply = self
+            .decide(Operation {
+                op: ResourceOp::Write,
+                key,
+                token,
+                value,
+            })
+            .await?;
         Ok(reply.answer(()))
     }
 }

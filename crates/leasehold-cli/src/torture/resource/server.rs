@@ -13,7 +13,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
-use super::{FencedResource, Reply};
+use super::{FencedResource, Operation, Reply};
 use crate::torture::clock::mono_ns;
 use crate::torture::history::{Decision, ResourceOp};
 
@@ -159,12 +159,12 @@ impl Client {
         })
     }
 
-    async fn call(&mut self, op: ResourceOp, key: &str, token: u64, value: i64) -> Result<Reply> {
+    async fn call(&mut self, operation: Operation<'_>) -> Result<Reply> {
         let req = Request {
-            op,
-            key: key.to_owned(),
-            token,
-            value,
+            op: operation.op,
+            key: operation.key.to_owned(),
+            token: operation.token,
+            value: operation.value,
             worker: self.worker,
         };
         let mut out = serde_json::to_vec(&req)?;
@@ -178,13 +178,7 @@ impl Client {
 }
 
 impl FencedResource for Client {
-    fn decide<'a>(
-        &'a mut self,
-        op: ResourceOp,
-        key: &'a str,
-        token: u64,
-        value: i64,
-    ) -> BoxFuture<'a, Result<Reply>> {
-        Box::pin(self.call(op, key, token, value))
+    fn decide<'a>(&'a mut self, operation: Operation<'a>) -> BoxFuture<'a, Result<Reply>> {
+        Box::pin(self.call(operation))
     }
 }

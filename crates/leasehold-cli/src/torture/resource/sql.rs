@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Result;
 use leasehold::backend::BoxFuture;
 
-use super::{FencedResource, InStore, LogRow, Reply};
+use super::{FencedResource, InStore, LogRow, Operation, Reply};
 use crate::exit::CliError;
 use crate::sql::{Arg, BusyTimeout, SqlDb};
 use crate::torture::clock::mono_ns;
@@ -123,14 +123,14 @@ impl FencedResource for Conn {
     /// decides, the log row records it. `highest` is read first only for
     /// the log; the write lock (SQLite) or row lock (PostgreSQL) makes it
     /// the value the update saw.
-    fn decide<'a>(
-        &'a mut self,
-        op: ResourceOp,
-        key: &'a str,
-        token: u64,
-        value: i64,
-    ) -> BoxFuture<'a, Result<Reply>> {
+    fn decide<'a>(&'a mut self, operation: Operation<'a>) -> BoxFuture<'a, Result<Reply>> {
         Box::pin(async move {
+            let Operation {
+                op,
+                key,
+                token,
+                value,
+            } = operation;
             let token = i64::try_from(token)?;
             let mut tx = self.db.begin_write().await?;
             let highest = tx

@@ -38,29 +38,22 @@ impl MongoOptions {
         Self::default()
     }
 
-    /// The collection holding one document per key (checked when the
-    /// backend is built).
-    pub fn with_collection(mut self, name: impl Into<String>) -> Self {
-        self.collection = name.into();
-        self
-    }
+    setters! {
+        /// The collection holding one document per key (checked when the
+        /// backend is built).
+        with_collection(name: impl Into<String>) => collection = name.into();
 
-    /// Write concern of every lease write (default `w: majority`).
-    ///
-    /// Weaker than majority, a grant acknowledged by a primary that then
-    /// fails over can be rolled back: two holders, and a fence that goes
-    /// backwards. Only lower it on a single-node deployment.
-    pub fn with_write_concern(mut self, write_concern: WriteConcern) -> Self {
-        self.write_concern = write_concern;
-        self
-    }
+        /// Write concern of every lease write (default `w: majority`).
+        ///
+        /// Weaker than majority, a grant acknowledged by a primary that then
+        /// fails over can be rolled back: two holders, and a fence that goes
+        /// backwards. Only lower it on a single-node deployment.
+        with_write_concern(write_concern: WriteConcern) => write_concern = write_concern;
 
-    /// Simulates a client whose wall clock is off by `skew_ms` milliseconds
-    /// (positive: ahead). For tests showing that the client's own clock
-    /// never decides expiry.
-    pub fn with_simulated_clock_skew_ms(mut self, skew_ms: i64) -> Self {
-        self.clock_skew_ms = skew_ms;
-        self
+        /// Simulates a client whose wall clock is off by `skew_ms` milliseconds
+        /// (positive: ahead). For tests showing that the client's own clock
+        /// never decides expiry.
+        with_simulated_clock_skew_ms(skew_ms: i64) => clock_skew_ms = skew_ms;
     }
 
     /// The collection name.

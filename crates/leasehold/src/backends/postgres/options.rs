@@ -75,72 +75,53 @@ impl PostgresOptions {
         Self::default()
     }
 
-    /// The lease table, `table` or `schema.table` of ASCII letters, digits
-    /// and `_` (checked by `connect`/`from_pool` before any I/O; quoted in
-    /// SQL, so case is kept).
-    pub fn with_table(mut self, table: &str) -> Self {
-        self.table = table.to_owned();
-        self
-    }
+    setters! {
+        /// The lease table, `table` or `schema.table` of ASCII letters, digits
+        /// and `_` (checked by `connect`/`from_pool` before any I/O; quoted in
+        /// SQL, so case is kept).
+        with_table(table: &str) => table = table.to_owned();
 
-    /// Whether to create the table on connect (default true).
-    pub fn with_migrate(mut self, migrate: bool) -> Self {
-        self.migrate = migrate;
-        self
-    }
+        /// Whether to create the table on connect (default true).
+        with_migrate(migrate: bool) => migrate = migrate;
 
-    /// Opens the `LISTEN` connection from this URL instead of the pool: for
-    /// pools behind PgBouncer in transaction mode, where `LISTEN` does not
-    /// work. Point it at the server or a session-mode pool. URL option
-    /// `?listen_url=postgres://...`.
-    pub fn with_listen_url(mut self, url: &str) -> Self {
-        self.listen_url = Some(url.to_owned());
-        self
-    }
+        /// Opens the `LISTEN` connection from this URL instead of the pool: for
+        /// pools behind PgBouncer in transaction mode, where `LISTEN` does not
+        /// work. Point it at the server or a session-mode pool. URL option
+        /// `?listen_url=postgres://...`.
+        with_listen_url(url: &str) => listen_url = Some(url.to_owned());
 
-    /// What sits between the store and the server (default
-    /// [`Pooler::None`]). [`Pooler::Transaction`] for PgBouncer in
-    /// transaction mode: statements go unprepared, and without a listen URL
-    /// waiters poll instead of listening. URL option `?pooler=transaction`.
-    pub fn with_pooler(mut self, pooler: Pooler) -> Self {
-        self.pooler = pooler;
-        self
-    }
+        /// What sits between the store and the server (default
+        /// [`Pooler::None`]). [`Pooler::Transaction`] for PgBouncer in
+        /// transaction mode: statements go unprepared, and without a listen URL
+        /// waiters poll instead of listening. URL option `?pooler=transaction`.
+        with_pooler(pooler: Pooler) => pooler = pooler;
 
-    /// Data connections of [`PostgresBackend::connect_with`] (default 1, at
-    /// least 1; URL option `max_connections=N`). None is kept while unused
-    /// (see [`with_idle_timeout`](Self::with_idle_timeout)), and waiting
-    /// never holds one.
-    ///
-    /// At 1 (without a pooler or a listen URL) the process's one connection
-    /// per URL, shared by every backend on it, carries the lock statements
-    /// and `LISTEN`: a budget of 1. Above 1 the lock statements get a pool
-    /// of this size and the listener a connection beside it: N + 1. Raise
-    /// it for many concurrent lock operations, or for waiters that should
-    /// wait at the server for rows other transactions lock (on the shared
-    /// connection such a wait is cut to 50 ms and retried).
-    pub fn with_max_connections(mut self, max: u32) -> Self {
-        self.max_connections = max;
-        self
-    }
+        /// Data connections of [`PostgresBackend::connect_with`] (default 1, at
+        /// least 1; URL option `max_connections=N`). None is kept while unused
+        /// (see [`with_idle_timeout`](Self::with_idle_timeout)), and waiting
+        /// never holds one.
+        ///
+        /// At 1 (without a pooler or a listen URL) the process's one connection
+        /// per URL, shared by every backend on it, carries the lock statements
+        /// and `LISTEN`: a budget of 1. Above 1 the lock statements get a pool
+        /// of this size and the listener a connection beside it: N + 1. Raise
+        /// it for many concurrent lock operations, or for waiters that should
+        /// wait at the server for rows other transactions lock (on the shared
+        /// connection such a wait is cut to 50 ms and retried).
+        with_max_connections(max: u32) => max_connections = max;
 
-    /// How long a data connection may sit unused before it is closed
-    /// (default 5 s; URL option `idle_timeout=5s`, in `ms` or `s`). The
-    /// pool's housekeeping runs at this interval, so a connection goes
-    /// between one and two timeouts after its last use.
-    pub fn with_idle_timeout(mut self, timeout: Duration) -> Self {
-        self.idle_timeout = timeout;
-        self
-    }
+        /// How long a data connection may sit unused before it is closed
+        /// (default 5 s; URL option `idle_timeout=5s`, in `ms` or `s`). The
+        /// pool's housekeeping runs at this interval, so a connection goes
+        /// between one and two timeouts after its last use.
+        with_idle_timeout(timeout: Duration) => idle_timeout = timeout;
 
-    /// How long [`PostgresBackend::connect_with`]'s pool waits for a
-    /// connection, including connecting to a server that is down, before
-    /// failing with [`Error::Unavailable`] (default 5 s; URL option
-    /// `acquire_timeout=5s`). A server that refuses connections (`too many
-    /// clients`, down) fails an operation sooner: see [`PostgresBackend`].
-    pub fn with_acquire_timeout(mut self, timeout: Duration) -> Self {
-        self.acquire_timeout = timeout;
-        self
+        /// How long [`PostgresBackend::connect_with`]'s pool waits for a
+        /// connection, including connecting to a server that is down, before
+        /// failing with [`Error::Unavailable`] (default 5 s; URL option
+        /// `acquire_timeout=5s`). A server that refuses connections (`too many
+        /// clients`, down) fails an operation sooner: see [`PostgresBackend`].
+        with_acquire_timeout(timeout: Duration) => acquire_timeout = timeout;
     }
 
     /// The configured table name, as given.

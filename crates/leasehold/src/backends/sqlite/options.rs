@@ -35,24 +35,20 @@ impl SqliteOptions {
         Self::default()
     }
 
-    /// `synchronous=FULL` (the default) syncs every commit to disk, so the
-    /// fence counter survives a power loss. `false` uses `NORMAL`: faster,
-    /// still safe against process crashes, but a power loss may roll back the
-    /// last commits and with them the fence. URL option
-    /// `?synchronous=full|normal`.
-    pub fn with_synchronous_full(mut self, full: bool) -> Self {
-        self.synchronous_full = full;
-        self
-    }
+    setters! {
+        /// `synchronous=FULL` (the default) syncs every commit to disk, so the
+        /// fence counter survives a power loss. `false` uses `NORMAL`: faster,
+        /// still safe against process crashes, but a power loss may roll back the
+        /// last commits and with them the fence. URL option
+        /// `?synchronous=full|normal`.
+        with_synchronous_full(full: bool) => synchronous_full = full;
 
-    /// How long a statement waits for another process's write lock before
-    /// failing with a retryable error (default 5 s). An acquisition waits
-    /// only as long as its caller's wait bound instead
-    /// ([`AcquireRequest::lock_wait`](crate::backend::AcquireRequest::lock_wait))
-    /// and then reports the key busy.
-    pub fn with_busy_timeout(mut self, timeout: Duration) -> Self {
-        self.busy_timeout = timeout;
-        self
+        /// How long a statement waits for another process's write lock before
+        /// failing with a retryable error (default 5 s). An acquisition waits
+        /// only as long as its caller's wait bound instead
+        /// ([`AcquireRequest::lock_wait`](crate::backend::AcquireRequest::lock_wait))
+        /// and then reports the key busy.
+        with_busy_timeout(timeout: Duration) => busy_timeout = timeout;
     }
 
     /// Whether every commit is synced to disk (`synchronous=FULL`).
