@@ -10,16 +10,10 @@ use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use common::*;
-use leasehold::conformance::server_url;
 
 /// The shared server with a fresh key prefix, or `None` to skip.
 fn redis_store() -> Option<String> {
-    let url = server_url("LEASEHOLD_TEST_REDIS")?;
-    let sep = if url.contains('?') { '&' } else { '?' };
-    Some(format!(
-        "{url}{sep}prefix=cli-test-{:016x}",
-        rand::random::<u64>()
-    ))
+    redis_store_of("LEASEHOLD_TEST_REDIS")
 }
 
 process_tests!(redis_store());

@@ -11,16 +11,10 @@ use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use common::*;
-use leasehold::conformance::server_url;
 
 /// The cluster with a fresh key prefix, or `None` to skip.
 fn cluster_store() -> Option<String> {
-    let url = server_url("LEASEHOLD_TEST_REDIS_CLUSTER")?;
-    let sep = if url.contains('?') { '&' } else { '?' };
-    Some(format!(
-        "{url}{sep}prefix=cli-test-{:016x}",
-        rand::random::<u64>()
-    ))
+    redis_store_of("LEASEHOLD_TEST_REDIS_CLUSTER")
 }
 
 process_tests!(cluster_store());

@@ -7,63 +7,24 @@
 #![cfg(all(feature = "conformance", feature = "redis"))]
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold::backends::redis::{RedisBackend, RedisOptions};
 use leasehold::conformance::{server_url, TestStore};
 use leasehold::{Backend, Error, Key};
-use redis_fixtures::grant;
+use redis_fixtures::{grant, random_prefix};
 
 #[path = "support/redis.rs"]
 mod redis_fixtures;
 
 const URL_VAR: &str = "LEASEHOLD_TEST_REDIS_CLUSTER";
 
-fn random_prefix() -> String {
-    format!("leasehold-test-{:016x}", rand::random::<u64>())
-}
-
 async fn store() -> Option<TestStore> {
     store_with(RedisOptions::new()).await
 }
 
 async fn store_with(options: RedisOptions) -> Option<TestStore> {
-    let url = server_url(URL_VAR)?;
-    let options = options.with_prefix(random_prefix());
-    let connect = || async {
-        let backend = RedisBackend::connect_with(&url, options.clone())
-            .await
-            .expect("connect to LEASEHOLD_TEST_REDIS_CLUSTER");
-        Arc::new(backend)
-    };
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let down = format!("redis+cluster://127.0.0.1:{port}");
-    let bad = move |what, options: RedisOptions| {
-        let down = down.clone();
-        (what, move || {
-            let (down, options) = (down.clone(), options.clone());
-            async move { RedisBackend::connect_with(&down, options).await }
-        })
-    };
-    let mut store = TestStore::new(connect().await)
-        .with_second_client(connect().await)
-        .with_url_at_port(|port| format!("redis+cluster://127.0.0.1:{port}"));
-    for (what, open) in [
-        bad("redis key prefix", RedisOptions::new().with_prefix("")),
-        bad("redis key prefix", RedisOptions::new().with_prefix("a{b}")),
-        bad(
-            "redis connect timeout",
-            RedisOptions::new().with_connect_timeout(Duration::ZERO),
-        ),
-    ] {
-        store = store.with_bad_option(what, open);
-    }
-    Some(store)
+    redis_fixtures::conformance_store(URL_VAR, "redis+cluster", options).await
 }
 
 leasehold::conformance_tests!(store; options, unreachable);

@@ -12,17 +12,13 @@ mod common;
 #[path = "support/postgres.rs"]
 mod postgres;
 
-use std::net::ToSocketAddrs;
-use std::str::FromStr;
 use std::time::Duration;
 
-use blackhole::BlackholeProxy;
 use common::unique;
 use leasehold::backends::postgres::{PostgresBackend, PostgresOptions};
-use leasehold::{AcquireOptions, Backend, Error, Key, Locks};
+use leasehold::{Error, Locks};
 use postgres::{drop_table, on_table, url};
-use sqlx::postgres::PgConnectOptions;
-use tokio::time::{sleep, Instant};
+use tokio::time::Instant;
 
 /// Slack for "one round trip" on a loaded 2-core machine.
 const ROUND_TRIP_SLACK: Duration = Duration::from_millis(700);
@@ -72,13 +68,7 @@ async fn a_bounded_lock_wait_leaves_no_session_setting() {
 #[tokio::test]
 async fn a_black_holed_connection_does_not_lose_the_lease() {
     let Some(url) = url() else { return };
-    let direct = PgConnectOptions::from_str(&url).unwrap();
-    let upstream = (direct.get_host(), direct.get_port())
-        .to_socket_addrs()
-        .unwrap()
-        .next()
-        .unwrap();
-    let proxy = BlackholeProxy::start(upstream).await;
+    let (proxy, direct) = blackhole::in_front_of_postgres(&url).await;
     let proxied = direct.clone().host("127.0.0.1").port(proxy.addr().port());
     let table = unique("bounds");
     let pool = sqlx::postgres::PgPoolOptions::new()
@@ -91,32 +81,8 @@ async fn a_black_holed_connection_does_not_lose_the_lease() {
         .unwrap();
     let locks = Locks::new(through_proxy);
     let key = unique("renewed");
-    let ttl = Duration::from_secs(3);
-    let guard = locks
-        .acquire_with(&key, &AcquireOptions::new().with_ttl(ttl))
-        .await
-        .unwrap();
-    // Every connection the pool has now goes dead without closing; new
-    // connections get through.
-    assert!(proxy.freeze_existing() >= 1);
-    sleep(ttl * 2).await;
-    assert!(
-        !guard.is_lost(),
-        "a renewal stuck on a dead connection was not retried on a fresh one"
-    );
     let checker = on_table(&url, &table).await;
-    let held = checker
-        .inspect(&Key::new(key.clone()).unwrap())
-        .await
-        .unwrap()
-        .expect("still held at the store");
-    assert_eq!(held.token, guard.token());
-    assert!(
-        held.remaining > ttl / 3,
-        "renewed: {:?} left",
-        held.remaining
-    );
-    drop(guard);
+    blackhole::renewals_outlive_frozen_connections(&locks, &proxy, &key, &checker).await;
     drop_table(checker.pool(), &format!("\"{table}\"")).await;
 }
 

@@ -46,6 +46,16 @@ async fn hold(backend: &dyn Backend, key: &str, ttl: Duration) {
     }
 }
 
+/// A private cluster of 6 connections, none reserved, that logs every
+/// connection: easy to fill, and the log counts the attempts.
+fn small_cluster() -> Option<Cluster> {
+    Cluster::start_private(&[
+        "max_connections=6",
+        "superuser_reserved_connections=0",
+        "log_connections=on",
+    ])
+}
+
 /// Three `Locks` on one URL, each with waiters, share one connection at
 /// the default settings: it carries their statements and their `LISTEN`.
 /// Once nobody waits and it has been idle for `idle_timeout`, it closes, so
@@ -206,11 +216,7 @@ async fn a_full_server_gives_a_quick_retryable_error() {
 /// again, a waiter gets the key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_listener_backs_off_while_the_server_is_full() {
-    let Some(cluster) = Cluster::start_private(&[
-        "max_connections=6",
-        "superuser_reserved_connections=0",
-        "log_connections=on",
-    ]) else {
+    let Some(cluster) = small_cluster() else {
         return;
     };
     let url = cluster.url();
@@ -273,11 +279,7 @@ async fn the_listener_backs_off_while_the_server_is_full() {
 /// operation.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_shared_connection_is_retried_at_most_once_a_second() {
-    let Some(cluster) = Cluster::start_private(&[
-        "max_connections=6",
-        "superuser_reserved_connections=0",
-        "log_connections=on",
-    ]) else {
+    let Some(cluster) = small_cluster() else {
         return;
     };
     let url = cluster.url();

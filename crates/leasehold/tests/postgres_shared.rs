@@ -8,16 +8,12 @@
 
 mod blackhole;
 
-use std::net::ToSocketAddrs;
-use std::str::FromStr;
 use std::time::Duration;
 
-use blackhole::BlackholeProxy;
 use leasehold::backend::{Acquire, AcquireRequest};
 use leasehold::backends::postgres::{PostgresBackend, PostgresOptions};
 use leasehold::conformance::server_url;
 use leasehold::{AcquireOptions, Backend, Error, Key, Locks};
-use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, PgConnection};
 use tokio::time::{sleep, timeout, Instant};
 
@@ -107,13 +103,7 @@ async fn a_black_holed_shared_connection_does_not_lose_the_lease() {
     let Some(url) = server_url("LEASEHOLD_TEST_POSTGRES") else {
         return;
     };
-    let direct = PgConnectOptions::from_str(&url).unwrap();
-    let upstream = (direct.get_host(), direct.get_port())
-        .to_socket_addrs()
-        .unwrap()
-        .next()
-        .unwrap();
-    let proxy = BlackholeProxy::start(upstream).await;
+    let (proxy, direct) = blackhole::in_front_of_postgres(&url).await;
     let proxied = format!(
         "postgres://{}@127.0.0.1:{}/{}",
         direct.get_username(),
@@ -122,30 +112,8 @@ async fn a_black_holed_shared_connection_does_not_lose_the_lease() {
     );
     let locks = Locks::open(&proxied).await.unwrap();
     let key = unique("shared-renewed");
-    let ttl = Duration::from_secs(3);
-    let guard = locks
-        .acquire_with(&key, &AcquireOptions::new().with_ttl(ttl))
-        .await
-        .unwrap();
-    assert!(proxy.freeze_existing() >= 1);
-    sleep(ttl * 2).await;
-    assert!(
-        !guard.is_lost(),
-        "a renewal stuck on a dead connection was not retried on a fresh one"
-    );
     let checker = other_process(&url).await;
-    let held = checker
-        .inspect(&Key::new(&key).unwrap())
-        .await
-        .unwrap()
-        .expect("still held at the store");
-    assert_eq!(held.token, guard.token());
-    assert!(
-        held.remaining > ttl / 3,
-        "renewed: {:?} left",
-        held.remaining
-    );
-    drop(guard);
+    blackhole::renewals_outlive_frozen_connections(&locks, &proxy, &key, &checker).await;
 }
 
 /// Another transaction keeps a lease row locked (the holder's `check_in`)

@@ -68,6 +68,17 @@ impl Drop for PgCleanup {
 pub const SHORT_DEMO: [&str; 7] = ["demo", "--workers", "2", "--orders", "20", "--stock", "10"];
 
 /// A SQLite store URL in `dir`.
+/// The Redis (or Redis Cluster) server of `url_var` with a fresh key
+/// prefix, so runs in parallel never share a lock; `None` to skip.
+pub fn redis_store_of(url_var: &str) -> Option<String> {
+    let url = leasehold::conformance::server_url(url_var)?;
+    let sep = if url.contains('?') { '&' } else { '?' };
+    Some(format!(
+        "{url}{sep}prefix=cli-test-{:016x}",
+        rand::random::<u64>()
+    ))
+}
+
 pub fn sqlite_store(dir: &Path) -> String {
     format!("sqlite://{}", dir.join("locks.db").display())
 }

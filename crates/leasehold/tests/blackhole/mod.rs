@@ -65,6 +65,57 @@ impl BlackholeProxy {
     }
 }
 
+/// A proxy in front of the PostgreSQL server of `url`, and the server's
+/// connection options.
+pub async fn in_front_of_postgres(url: &str) -> (BlackholeProxy, sqlx::postgres::PgConnectOptions) {
+    use std::net::ToSocketAddrs;
+    use std::str::FromStr;
+    let direct = sqlx::postgres::PgConnectOptions::from_str(url).unwrap();
+    let upstream = (direct.get_host(), direct.get_port())
+        .to_socket_addrs()
+        .unwrap()
+        .next()
+        .unwrap();
+    (BlackholeProxy::start(upstream).await, direct)
+}
+
+/// Takes a lease of 3 s on `key` through `locks` (whose connections go
+/// through `proxy`), black-holes every connection the proxy carries, and
+/// checks two ttls later, here and at the store through `checker` (a client
+/// that does not go through the proxy), that the lease was kept and renewed:
+/// a renewal stuck on a dead connection is retried on a fresh one.
+pub async fn renewals_outlive_frozen_connections(
+    locks: &leasehold::Locks,
+    proxy: &BlackholeProxy,
+    key: &str,
+    checker: &dyn leasehold::Backend,
+) {
+    let ttl = std::time::Duration::from_secs(3);
+    let guard = locks
+        .acquire_with(key, &leasehold::AcquireOptions::new().with_ttl(ttl))
+        .await
+        .unwrap();
+    // Every connection open now goes dead without closing; new
+    // connections get through.
+    assert!(proxy.freeze_existing() >= 1);
+    tokio::time::sleep(ttl * 2).await;
+    assert!(
+        !guard.is_lost(),
+        "a renewal stuck on a dead connection was not retried on a fresh one"
+    );
+    let held = checker
+        .inspect(&leasehold::Key::new(key).unwrap())
+        .await
+        .unwrap()
+        .expect("still held at the store");
+    assert_eq!(held.token, guard.token());
+    assert!(
+        held.remaining > ttl / 3,
+        "renewed: {:?} left",
+        held.remaining
+    );
+}
+
 impl Drop for BlackholeProxy {
     fn drop(&mut self) {
         self.accept.abort();

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use leasehold::backend::{Acquire, AcquireRequest};
 use leasehold::backends::redis::{RedisBackend, RedisOptions};
-use leasehold::conformance::server_url;
+use leasehold::conformance::{server_url, TestStore};
 use leasehold::{Backend, Key, Lease};
 use redis::aio::MultiplexedConnection;
 
@@ -24,6 +24,46 @@ pub async fn shared(prefix: &str) -> Option<(RedisBackend, MultiplexedConnection
         .await
         .expect("connect to LEASEHOLD_TEST_REDIS");
     Some((backend, raw(&url).await))
+}
+
+/// The conformance suite's store on the server of `url_var` (a `scheme://`
+/// URL: `redis` or `redis+cluster`) with `options` and a fresh prefix: two
+/// clients, bad options, and a closed port in the same scheme.
+pub async fn conformance_store(
+    url_var: &str,
+    scheme: &'static str,
+    options: RedisOptions,
+) -> Option<TestStore> {
+    let url = server_url(url_var)?;
+    let options = options.with_prefix(random_prefix());
+    let connect = || async {
+        let backend = RedisBackend::connect_with(&url, options.clone())
+            .await
+            .unwrap_or_else(|e| panic!("connect to {url_var}: {e}"));
+        std::sync::Arc::new(backend)
+    };
+    let down = format!("{scheme}://127.0.0.1:{}", free_port());
+    let bad = move |what, options: RedisOptions| {
+        let down = down.clone();
+        (what, move || {
+            let (down, options) = (down.clone(), options.clone());
+            async move { RedisBackend::connect_with(&down, options).await }
+        })
+    };
+    let mut store = TestStore::new(connect().await)
+        .with_second_client(connect().await)
+        .with_url_at_port(move |port| format!("{scheme}://127.0.0.1:{port}"));
+    for (what, open) in [
+        bad("redis key prefix", RedisOptions::new().with_prefix("")),
+        bad("redis key prefix", RedisOptions::new().with_prefix("a{b}")),
+        bad(
+            "redis connect timeout",
+            RedisOptions::new().with_connect_timeout(Duration::ZERO),
+        ),
+    ] {
+        store = store.with_bad_option(what, open);
+    }
+    Some(store)
 }
 
 pub async fn raw(url: &str) -> MultiplexedConnection {

@@ -234,14 +234,19 @@ impl MongoBackend {
         }
     }
 
-    async fn busy(&self, key: &Key) -> Result<Busy> {
+    /// The record of `key`, if any, and the store's time after reading it.
+    async fn record(&self, key: &Key) -> Result<(Option<Document>, ServerNow)> {
         let found = self
             .inner
             .coll
             .find_one(doc! { "_id": key.as_str() })
             .await
             .map_err(|e| self.fail(e))?;
-        let now = self.now().await?;
+        Ok((found, self.now().await?))
+    }
+
+    async fn busy(&self, key: &Key) -> Result<Busy> {
+        let (found, now) = self.record(key).await?;
         // The holder may have left since: zero remaining makes the waiter retry.
         Ok(found
             .as_ref()
@@ -343,13 +348,7 @@ impl Backend for MongoBackend {
 
     fn inspect<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<LeaseInfo>>> {
         Box::pin(async move {
-            let found = self
-                .inner
-                .coll
-                .find_one(doc! { "_id": key.as_str() })
-                .await
-                .map_err(|e| self.fail(e))?;
-            let now = self.now().await?;
+            let (found, now) = self.record(key).await?;
             found.map_or(Ok(None), |d| info_of(&d, now))
         })
     }

@@ -152,22 +152,15 @@ pub(super) async fn primaries(
     Ok(nodes)
 }
 
-/// One `SCAN` step on the node at `host:port`.
-pub(super) async fn scan_node(
+/// `cmd` on the node at `host:port` (a `SCAN` page: keys live per node).
+pub(super) async fn query_node<T: redis::FromRedisValue>(
     conn: &mut ClusterConnection,
     (host, port): &(String, u16),
-    cursor: u64,
-    pattern: &str,
-) -> redis::RedisResult<(u64, Vec<String>)> {
-    let mut scan = redis::cmd("SCAN");
-    scan.arg(cursor)
-        .arg("MATCH")
-        .arg(pattern)
-        .arg("COUNT")
-        .arg(1000);
+    cmd: redis::Cmd,
+) -> redis::RedisResult<T> {
     let value = conn
         .route_command(
-            scan,
+            cmd,
             RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
                 host: host.clone(),
                 port: *port,

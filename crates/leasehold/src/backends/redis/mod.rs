@@ -606,41 +606,40 @@ impl RedisBackend {
     /// every primary of the cluster (each holds only its own slots). May
     /// hold duplicates.
     async fn scan(&self, pattern: &str) -> Result<Vec<String>> {
+        let mut conn = self.conn();
+        // One full SCAN per server that holds keys: the one server, or each
+        // primary of the cluster.
+        let nodes = match &mut conn {
+            Connection::Single(_) => vec![None],
+            Connection::Cluster(conn) => cluster::primaries(conn)
+                .await
+                .map_err(classify)?
+                .into_iter()
+                .map(Some)
+                .collect(),
+        };
         let mut names = Vec::new();
-        match self.conn() {
-            Connection::Single(mut conn) => {
-                let mut cursor = 0u64;
-                loop {
-                    let (next, found): (u64, Vec<String>) = redis::cmd("SCAN")
-                        .arg(cursor)
-                        .arg("MATCH")
-                        .arg(pattern)
-                        .arg("COUNT")
-                        .arg(1000)
-                        .query_async(&mut conn)
-                        .await
-                        .map_err(classify)?;
-                    names.extend(found);
-                    if next == 0 {
-                        break;
+        for node in &nodes {
+            let mut cursor = 0u64;
+            loop {
+                let mut page = redis::cmd("SCAN");
+                page.arg(cursor)
+                    .arg("MATCH")
+                    .arg(pattern)
+                    .arg("COUNT")
+                    .arg(1000);
+                let (next, found): (u64, Vec<String>) = match (&mut conn, node) {
+                    (Connection::Cluster(conn), Some(node)) => {
+                        cluster::query_node(conn, node, page).await
                     }
-                    cursor = next;
+                    (conn, _) => page.query_async(conn).await,
                 }
-            }
-            Connection::Cluster(mut conn) => {
-                for node in cluster::primaries(&mut conn).await.map_err(classify)? {
-                    let mut cursor = 0u64;
-                    loop {
-                        let (next, found) = cluster::scan_node(&mut conn, &node, cursor, pattern)
-                            .await
-                            .map_err(classify)?;
-                        names.extend(found);
-                        if next == 0 {
-                            break;
-                        }
-                        cursor = next;
-                    }
+                .map_err(classify)?;
+                names.extend(found);
+                if next == 0 {
+                    break;
                 }
+                cursor = next;
             }
         }
         Ok(names)

@@ -44,47 +44,34 @@ impl RedisOptions {
         Self::default()
     }
 
-    /// The first part of every Redis key and channel this store uses
-    /// (default `leasehold`): 1 to 64 bytes, no braces, no control
-    /// characters (checked when connecting, before any I/O). Stores with
-    /// different prefixes on one server never see each other's locks.
-    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
+    setters! {
+        /// The first part of every Redis key and channel this store uses
+        /// (default `leasehold`): 1 to 64 bytes, no braces, no control
+        /// characters (checked when connecting, before any I/O). Stores with
+        /// different prefixes on one server never see each other's locks.
+        with_prefix(prefix: impl Into<String>) => prefix = prefix.into();
 
-    /// How long one attempt to open a connection may take (default 2 s).
-    /// [`RedisBackend::connect`](super::RedisBackend::connect) makes up to three attempts.
-    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
+        /// How long one attempt to open a connection may take (default 2 s).
+        /// [`RedisBackend::connect`](super::RedisBackend::connect) makes up to three attempts.
+        with_connect_timeout(timeout: Duration) => connect_timeout = timeout;
 
-    /// How long a command may wait for its reply (default 5 s); past it the
-    /// call fails with [`Error::Unavailable`](crate::Error::Unavailable).
-    pub fn with_response_timeout(mut self, timeout: Duration) -> Self {
-        self.response_timeout = timeout;
-        self
-    }
+        /// How long a command may wait for its reply (default 5 s); past it the
+        /// call fails with [`Error::Unavailable`](crate::Error::Unavailable).
+        with_response_timeout(timeout: Duration) => response_timeout = timeout;
 
-    /// Whether to read `appendonly`, `appendfsync` and `maxmemory-policy`
-    /// on connect and warn about settings that weaken fencing (default on).
-    pub fn with_persistence_check(mut self, check: bool) -> Self {
-        self.check_persistence = check;
-        self
-    }
+        /// Whether to read `appendonly`, `appendfsync` and `maxmemory-policy`
+        /// on connect and warn about settings that weaken fencing (default on).
+        with_persistence_check(check: bool) => check_persistence = check;
 
-    /// How many replicas must confirm every script call before it returns
-    /// (default 0: the primary's answer is enough). With `n` > 0 each call
-    /// is followed, on the same connection, by `WAIT n timeout`, the timeout
-    /// being half the response timeout; a call confirmed by fewer replicas
-    /// fails with [`Error::Unavailable`](crate::Error::Unavailable), and a
-    /// grant that was not confirmed is released again (best effort) and
-    /// never returned. See docs/redis.md, "Cluster and replicas", for what
-    /// this promises and what it costs.
-    pub fn with_min_replicas(mut self, n: u32) -> Self {
-        self.min_replicas = n;
-        self
+        /// How many replicas must confirm every script call before it returns
+        /// (default 0: the primary's answer is enough). With `n` > 0 each call
+        /// is followed, on the same connection, by `WAIT n timeout`, the timeout
+        /// being half the response timeout; a call confirmed by fewer replicas
+        /// fails with [`Error::Unavailable`](crate::Error::Unavailable), and a
+        /// grant that was not confirmed is released again (best effort) and
+        /// never returned. See docs/redis.md, "Cluster and replicas", for what
+        /// this promises and what it costs.
+        with_min_replicas(n: u32) => min_replicas = n;
     }
 
     /// How many replicas must confirm every script call.
