@@ -463,13 +463,14 @@ mod tests {
 
     #[test]
     fn of_reads_the_scheme_alone() {
-        assert_eq!(
-            Scheme::of("postgresql://u@h/db?x=1"),
-            Some(Scheme::Postgres)
-        );
-        assert_eq!(Scheme::of("sqlite://"), Some(Scheme::Sqlite));
-        assert_eq!(Scheme::of("mysql://h/db"), None);
-        assert_eq!(Scheme::of("postgres:/h"), None);
+        for (url, scheme) in [
+            ("postgresql://u@h/db?x=1", Some(Scheme::Postgres)),
+            ("sqlite://", Some(Scheme::Sqlite)),
+            ("mysql://h/db", None),
+            ("postgres:/h", None),
+        ] {
+            assert_eq!(Scheme::of(url), scheme, "{url}");
+        }
     }
 
     #[test]

@@ -54,6 +54,13 @@ pub enum CreateError {
     Db(DataError),
 }
 
+/// `token` as both stores keep integers (SQLite and BSON integers are
+/// i64): a token beyond that is refused as fenced rather than wrapped into
+/// a smaller, stale-looking one.
+fn stored_token(token: u64) -> Result<i64, CreateError> {
+    i64::try_from(token).map_err(|_| CreateError::Fenced)
+}
+
 impl From<sqlx::Error> for CreateError {
     fn from(e: sqlx::Error) -> Self {
         CreateError::Db(e.into())

@@ -132,9 +132,7 @@ impl MongoUsers {
         token: u64,
         step_delay: Duration,
     ) -> Result<User, CreateError> {
-        // BSON integers are i64: as on SQLite, refuse a token beyond that
-        // rather than wrap it into a smaller, stale-looking one.
-        let token = i64::try_from(token).map_err(|_| CreateError::Fenced)?;
+        let token = super::stored_token(token)?;
         let taken = self
             .users
             .find_one(doc! { "username": username })

@@ -67,9 +67,7 @@ impl SqliteUsers {
         token: u64,
         step_delay: Duration,
     ) -> Result<User, CreateError> {
-        // SQLite integers are i64: a token beyond that cannot be stored, so
-        // refuse the write rather than wrap it into a smaller, stale-looking one.
-        let token = i64::try_from(token).map_err(|_| CreateError::Fenced)?;
+        let token = super::stored_token(token)?;
         let taken: Option<i64> = sqlx::query_scalar("SELECT id FROM users WHERE username = ?")
             .bind(username)
             .fetch_optional(&self.pool)
