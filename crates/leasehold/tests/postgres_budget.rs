@@ -38,6 +38,35 @@ async fn connections_of(probe: &mut PgConnection, app: &str) -> i64 {
         .unwrap()
 }
 
+/// A store URL on the shared test server tagged with a fresh
+/// `application_name` (plus `extra` options), and a probe that counts the
+/// server connections carrying that tag; `None` to skip.
+struct Counted {
+    base: String,
+    url: String,
+    app: String,
+    probe: PgConnection,
+}
+
+impl Counted {
+    async fn new(tag: &str, extra: &str) -> Option<Self> {
+        let base = server_url("LEASEHOLD_TEST_POSTGRES")?;
+        let app = unique(tag);
+        let url = tagged(&base, &app, extra);
+        let probe = PgConnection::connect(&base).await.unwrap();
+        Some(Counted {
+            base,
+            url,
+            app,
+            probe,
+        })
+    }
+
+    async fn connections(&mut self) -> i64 {
+        connections_of(&mut self.probe, &self.app).await
+    }
+}
+
 async fn hold(backend: &dyn Backend, key: &str, ttl: Duration) {
     let req = AcquireRequest::new(Key::new(key).unwrap(), ttl, "holder").unwrap();
     match backend.try_acquire(&req).await.unwrap() {
@@ -56,18 +85,26 @@ fn small_cluster() -> Option<Cluster> {
     ])
 }
 
+/// A small cluster, its URL, and a holder (its connection open) of the key
+/// `contended` for `ttl`.
+async fn small_cluster_with_a_holder(ttl: Duration) -> Option<(Cluster, String, PostgresBackend)> {
+    let cluster = small_cluster()?;
+    let url = cluster.url();
+    let holder = PostgresBackend::connect(&url).await.unwrap();
+    hold(&holder, "contended", ttl).await;
+    Some((cluster, url, holder))
+}
+
 /// Three `Locks` on one URL, each with waiters, share one connection at
 /// the default settings: it carries their statements and their `LISTEN`.
 /// Once nobody waits and it has been idle for `idle_timeout`, it closes, so
 /// an idle process holds none.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locks_on_one_url_share_one_connection_and_close_it_when_idle() {
-    let Some(base) = server_url("LEASEHOLD_TEST_POSTGRES") else {
+    let Some(mut counted) = Counted::new("budget", "&idle_timeout=300ms").await else {
         return;
     };
-    let app = unique("budget");
-    let url = tagged(&base, &app, "&idle_timeout=300ms");
-    let mut probe = PgConnection::connect(&base).await.unwrap();
+    let (base, url) = (counted.base.clone(), counted.url.clone());
     let mut all = Vec::new();
     for _ in 0..3 {
         all.push(Locks::open(&url).await.unwrap());
@@ -92,7 +129,7 @@ async fn locks_on_one_url_share_one_connection_and_close_it_when_idle() {
     let mut peak = 0;
     let until = Instant::now() + Duration::from_millis(500);
     while Instant::now() < until {
-        peak = peak.max(connections_of(&mut probe, &app).await);
+        peak = peak.max(counted.connections().await);
         sleep(Duration::from_millis(20)).await;
     }
     for w in waiters {
@@ -105,10 +142,10 @@ async fn locks_on_one_url_share_one_connection_and_close_it_when_idle() {
     // A statement after the waiters left keeps it open for another idle
     // timeout; then it closes.
     all[0].inspect(&key).await.unwrap();
-    assert_eq!(connections_of(&mut probe, &app).await, 1);
+    assert_eq!(counted.connections().await, 1);
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let now = connections_of(&mut probe, &app).await;
+        let now = counted.connections().await;
         if now == 0 {
             break;
         }
@@ -127,12 +164,10 @@ async fn locks_on_one_url_share_one_connection_and_close_it_when_idle() {
 /// listener a connection beside it, as documented (3 + 1 at most).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pool_of_its_own_when_asked_for() {
-    let Some(base) = server_url("LEASEHOLD_TEST_POSTGRES") else {
+    let Some(mut counted) = Counted::new("budget_pool", "&max_connections=3").await else {
         return;
     };
-    let app = unique("budget_pool");
-    let url = tagged(&base, &app, "&max_connections=3");
-    let mut probe = PgConnection::connect(&base).await.unwrap();
+    let (base, url) = (counted.base.clone(), counted.url.clone());
     let locks = Locks::open(&url).await.unwrap();
     let key = unique("budget-pool-key");
     let holder = PostgresBackend::connect(&base).await.unwrap();
@@ -154,7 +189,7 @@ async fn a_pool_of_its_own_when_asked_for() {
     let mut peak = 0;
     let until = Instant::now() + Duration::from_millis(400);
     while Instant::now() < until {
-        peak = peak.max(connections_of(&mut probe, &app).await);
+        peak = peak.max(counted.connections().await);
         sleep(Duration::from_millis(20)).await;
     }
     for w in waiters {
@@ -216,12 +251,11 @@ async fn a_full_server_gives_a_quick_retryable_error() {
 /// again, a waiter gets the key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_listener_backs_off_while_the_server_is_full() {
-    let Some(cluster) = small_cluster() else {
+    let Some((cluster, url, _holder)) =
+        small_cluster_with_a_holder(Duration::from_millis(2500)).await
+    else {
         return;
     };
-    let url = cluster.url();
-    let holder = PostgresBackend::connect(&url).await.unwrap();
-    hold(&holder, "contended", Duration::from_millis(2500)).await;
     // A pool of one and a listen URL: the listener is then a connection
     // apart (with the shared connection there is nothing more to refuse
     // once it is open; see
@@ -279,12 +313,10 @@ async fn the_listener_backs_off_while_the_server_is_full() {
 /// operation.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_shared_connection_is_retried_at_most_once_a_second() {
-    let Some(cluster) = small_cluster() else {
+    let Some((cluster, url, _holder)) = small_cluster_with_a_holder(Duration::from_secs(5)).await
+    else {
         return;
     };
-    let url = cluster.url();
-    let holder = PostgresBackend::connect(&url).await.unwrap();
-    hold(&holder, "contended", Duration::from_secs(5)).await;
     let options = PostgresOptions::new().with_idle_timeout(Duration::from_millis(100));
     let waiter = Locks::new(PostgresBackend::connect_with(&url, options).await.unwrap());
     // Its connection closes once idle.
