@@ -21,10 +21,6 @@ leasehold_stop_services() {
     eval "$hook" || true
   done
   LEASEHOLD_STOP_HOOKS=()
-# Starters of services that sit in front of another one (PgBouncer needs
-# PostgreSQL): a service script appends its start function here instead of
-# starting at once, and they run after every script has been sourced.
-LEASEHOLD_LATE_STARTS=()
 }
 
 # A free TCP port on 127.0.0.1.
