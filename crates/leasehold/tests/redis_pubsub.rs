@@ -34,6 +34,8 @@ enum Waiter {
 struct Subscribed {
     conn: MultiplexedConnection,
     releaser: RedisBackend,
+    /// Kept: a backend's notifier stops when its last handle is dropped.
+    _waiter: RedisBackend,
     lease: Lease,
     sub: Subscription,
     /// Stops the server when dropped; then its directory goes.
@@ -59,6 +61,7 @@ impl Subscribed {
         Some(Subscribed {
             conn,
             releaser,
+            _waiter: waiter,
             lease,
             sub,
             _server: server,
