@@ -78,6 +78,16 @@ impl Daemon {
             self.start_cmd()
         )
     }
+
+    /// `run` (a torture helper) on this server with `args`, then
+    /// `--faults FAULTS` with this server's crash-restart as the restart
+    /// command.
+    fn run_with_restarts(&self, run: fn(&str, &[&str]) -> Run, args: &[&str], faults: &str) -> Run {
+        let restart = self.restart_cmd();
+        let mut all = args.to_vec();
+        all.extend(["--faults", faults, "--restart-cmd", &restart]);
+        run(&self.url(), &all)
+    }
 }
 
 impl Drop for Daemon {
@@ -93,15 +103,7 @@ fn with_aof_the_fence_survives_crash_restarts() {
     let Some(redis) = Daemon::start("--appendonly yes --appendfsync always") else {
         return;
     };
-    let run = fenced_run_passes_and_faults_hit(
-        &redis.url(),
-        &[
-            "--faults",
-            "kill,pause,restart",
-            "--restart-cmd",
-            &redis.restart_cmd(),
-        ],
-    );
+    let run = redis.run_with_restarts(fenced_run_passes_and_faults_hit, &[], "kill,pause,restart");
     assert!(run.n("/faults/restart/hit") >= 1, "{}", run.output);
 }
 
@@ -110,19 +112,7 @@ fn without_persistence_the_checker_sees_tokens_go_backwards() {
     let Some(redis) = Daemon::start("--appendonly no") else {
         return;
     };
-    let run = torture(
-        &redis.url(),
-        &[
-            "--duration",
-            "6s",
-            "--ttl",
-            "500ms",
-            "--faults",
-            "restart",
-            "--restart-cmd",
-            &redis.restart_cmd(),
-        ],
-    );
+    let run = redis.run_with_restarts(torture, &["--duration", "6s", "--ttl", "500ms"], "restart");
     assert_eq!(run.code, 1, "{}", run.output);
     assert!(run.n("/faults/restart/hit") >= 1, "{}", run.output);
     assert!(

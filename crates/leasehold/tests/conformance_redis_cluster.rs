@@ -115,16 +115,37 @@ async fn keys_on_every_primary(url: &str, backend: &RedisBackend) -> BTreeMap<St
     by_primary
 }
 
+/// The test cluster and a fresh key prefix: the backends of one test
+/// share the prefix, so they see each other's locks and no other test's.
+struct Cluster {
+    url: String,
+    prefix: String,
+}
+
+impl Cluster {
+    /// `None` (skip) when the cluster's URL is unset.
+    fn new() -> Option<Self> {
+        Some(Cluster {
+            url: server_url(URL_VAR)?,
+            prefix: random_prefix(),
+        })
+    }
+
+    /// A backend with `options` under the test's prefix.
+    async fn backend(&self, options: RedisOptions) -> RedisBackend {
+        RedisBackend::connect_with(&self.url, options.with_prefix(&self.prefix))
+            .await
+            .expect("connect to the cluster")
+    }
+}
+
 #[tokio::test]
 async fn keys_on_every_primary_are_granted_listed_and_released() {
-    let Some(url) = server_url(URL_VAR) else {
+    let Some(cluster) = Cluster::new() else {
         return;
     };
-    let prefix = random_prefix();
-    let backend = RedisBackend::connect_with(&url, RedisOptions::new().with_prefix(&prefix))
-        .await
-        .expect("connect to the cluster");
-    let by_primary = keys_on_every_primary(&url, &backend).await;
+    let backend = cluster.backend(RedisOptions::new()).await;
+    let by_primary = keys_on_every_primary(&cluster.url, &backend).await;
     let ttl = Duration::from_secs(30);
     let mut held = Vec::new();
     for key in by_primary.values().flatten() {
@@ -172,15 +193,12 @@ async fn keys_on_every_primary_are_granted_listed_and_released() {
 /// wakes it), reaches it through the cluster bus.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_on_any_primary_wakes_a_waiter() {
-    let Some(url) = server_url(URL_VAR) else {
+    let Some(cluster) = Cluster::new() else {
         return;
     };
-    let options = RedisOptions::new().with_prefix(random_prefix());
-    let waiter = RedisBackend::connect_with(&url, options.clone())
-        .await
-        .unwrap();
-    let holder = RedisBackend::connect_with(&url, options).await.unwrap();
-    let by_primary = keys_on_every_primary(&url, &holder).await;
+    let waiter = cluster.backend(RedisOptions::new()).await;
+    let holder = cluster.backend(RedisOptions::new()).await;
+    let by_primary = keys_on_every_primary(&cluster.url, &holder).await;
     for (primary, keys) in &by_primary {
         let key = &keys[0];
         let lease = grant(&holder, key, Duration::from_secs(60)).await;
@@ -198,23 +216,19 @@ async fn a_release_on_any_primary_wakes_a_waiter() {
 /// that forgot the scripts (as a promoted replica may) is taught them again.
 #[tokio::test]
 async fn min_replicas_refuses_unconfirmed_grants_and_reloads_scripts() {
-    let Some(url) = server_url(URL_VAR) else {
+    let Some(cluster) = Cluster::new() else {
         return;
     };
-    let prefix = random_prefix();
-    let plain = RedisBackend::connect_with(&url, RedisOptions::new().with_prefix(&prefix))
-        .await
-        .unwrap();
-    let too_many = RedisBackend::connect_with(
-        &url,
-        RedisOptions::new()
-            .with_prefix(&prefix)
-            .with_min_replicas(2)
-            .with_response_timeout(Duration::from_millis(400)),
-    )
-    .await
-    .unwrap();
-    let by_primary = keys_on_every_primary(&url, &plain).await;
+    let url = &cluster.url;
+    let plain = cluster.backend(RedisOptions::new()).await;
+    let too_many = cluster
+        .backend(
+            RedisOptions::new()
+                .with_min_replicas(2)
+                .with_response_timeout(Duration::from_millis(400)),
+        )
+        .await;
+    let by_primary = keys_on_every_primary(url, &plain).await;
     let key = &by_primary.values().next().unwrap()[0];
     let req =
         leasehold::backend::AcquireRequest::new(key.clone(), Duration::from_secs(30), "t").unwrap();
@@ -232,15 +246,10 @@ async fn min_replicas_refuses_unconfirmed_grants_and_reloads_scripts() {
         "the unconfirmed grant was released"
     );
 
-    let confirmed = RedisBackend::connect_with(
-        &url,
-        RedisOptions::new()
-            .with_prefix(&prefix)
-            .with_min_replicas(1),
-    )
-    .await
-    .unwrap();
-    let mut seed = seed_connection(&url).await;
+    let confirmed = cluster
+        .backend(RedisOptions::new().with_min_replicas(1))
+        .await;
+    let mut seed = seed_connection(url).await;
     for (_, _, primary) in slot_owners(&mut seed).await {
         let mut node = redis::Client::open(format!("redis://{primary}"))
             .unwrap()

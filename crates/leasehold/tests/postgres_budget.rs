@@ -65,6 +65,17 @@ impl Counted {
     async fn connections(&mut self) -> i64 {
         connections_of(&mut self.probe, &self.app).await
     }
+
+    /// The most connections seen in samples every 20 ms for `window`.
+    async fn peak_over(&mut self, window: Duration) -> i64 {
+        let mut peak = 0;
+        let until = Instant::now() + window;
+        while Instant::now() < until {
+            peak = peak.max(self.connections().await);
+            sleep(Duration::from_millis(20)).await;
+        }
+        peak
+    }
 }
 
 async fn hold(backend: &dyn Backend, key: &str, ttl: Duration) {
@@ -126,12 +137,7 @@ async fn locks_on_one_url_share_one_connection_and_close_it_when_idle() {
         }
     }
     // While nine waiters wait, and their statements run: one connection.
-    let mut peak = 0;
-    let until = Instant::now() + Duration::from_millis(500);
-    while Instant::now() < until {
-        peak = peak.max(counted.connections().await);
-        sleep(Duration::from_millis(20)).await;
-    }
+    let peak = counted.peak_over(Duration::from_millis(500)).await;
     for w in waiters {
         assert!(matches!(w.await.unwrap(), Err(Error::Timeout { .. })));
     }
@@ -186,12 +192,7 @@ async fn a_pool_of_its_own_when_asked_for() {
             locks.acquire_with(&key, &options).await.map(drop)
         }));
     }
-    let mut peak = 0;
-    let until = Instant::now() + Duration::from_millis(400);
-    while Instant::now() < until {
-        peak = peak.max(counted.connections().await);
-        sleep(Duration::from_millis(20)).await;
-    }
+    let peak = counted.peak_over(Duration::from_millis(400)).await;
     for w in waiters {
         let _ = w.await.unwrap();
     }

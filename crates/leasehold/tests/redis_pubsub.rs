@@ -11,34 +11,79 @@ mod redis_fixtures;
 
 use std::time::{Duration, Instant};
 
+use leasehold::backend::Subscription;
 use leasehold::backends::redis::{RedisBackend, RedisOptions};
 use leasehold::conformance::server_url;
-use leasehold::{Backend, Error, Locks};
+use leasehold::{Backend, Error, Lease, Locks};
+use redis::aio::MultiplexedConnection;
 use redis_fixtures::{
     free_port, grant, key, kill_pubsub_clients, pubsub_client_ids, random_prefix, raw, PrivateRedis,
 };
 
+/// Whose subscription a [`Subscribed`] setup holds.
+enum Waiter {
+    /// The releaser's own (one backend, one subscriber connection).
+    TheReleaser,
+    /// A second backend's: the only subscriber connection on the server.
+    AnotherBackend,
+}
+
+/// A private `redis-server`, a raw connection to it, a releaser holding
+/// `k` for 60 s and a live subscription to `k`: the start of the tests
+/// that kill the subscriber's connection.
+struct Subscribed {
+    conn: MultiplexedConnection,
+    releaser: RedisBackend,
+    /// Kept: a backend's notifier stops when its last handle is dropped.
+    _waiter: RedisBackend,
+    lease: Lease,
+    sub: Subscription,
+    /// Stops the server when dropped; then its directory goes.
+    _server: PrivateRedis,
+    _dir: tempfile::TempDir,
+}
+
+impl Subscribed {
+    /// `None` when `redis-server` cannot be started here (the test skips).
+    async fn start(waiter: Waiter) -> Option<Self> {
+        let dir = tempfile::tempdir().unwrap();
+        let server = PrivateRedis::start(dir.path(), free_port(), &[])?;
+        let releaser = RedisBackend::connect(&server.url()).await.unwrap();
+        let waiter = match waiter {
+            Waiter::TheReleaser => releaser.clone(),
+            Waiter::AnotherBackend => RedisBackend::connect(&server.url()).await.unwrap(),
+        };
+        let conn = raw(&server.url()).await;
+        let k = key("k");
+        let lease = grant(&releaser, &k, Duration::from_secs(60)).await;
+        let sub = waiter.subscribe(&k).await.unwrap();
+        assert!(sub.is_live());
+        Some(Subscribed {
+            conn,
+            releaser,
+            _waiter: waiter,
+            lease,
+            sub,
+            _server: server,
+            _dir: dir,
+        })
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscriber_resubscribes_after_its_connection_is_killed() {
-    let dir = tempfile::tempdir().unwrap();
-    let Some(server) = PrivateRedis::start(dir.path(), free_port(), &[]) else {
+    let Some(mut s) = Subscribed::start(Waiter::TheReleaser).await else {
         return;
     };
-    let backend = RedisBackend::connect(&server.url()).await.unwrap();
-    let mut conn = raw(&server.url()).await;
-    let k = key("k");
-    let lease = grant(&backend, &k, Duration::from_secs(60)).await;
-    let mut sub = backend.subscribe(&k).await.unwrap();
-    assert!(sub.is_live());
 
-    let before = pubsub_client_ids(&mut conn).await;
+    let before = pubsub_client_ids(&mut s.conn).await;
     assert_eq!(before.len(), 1, "one subscriber connection per backend");
     // This server is ours alone, so killing every pub/sub client is safe.
-    let killed = kill_pubsub_clients(&mut conn).await;
+    let killed = kill_pubsub_clients(&mut s.conn).await;
     assert_eq!(killed, 1);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let now = pubsub_client_ids(&mut conn).await;
+        let now = pubsub_client_ids(&mut s.conn).await;
         if now.len() == 1 && now != before {
             break;
         }
@@ -46,8 +91,8 @@ async fn subscriber_resubscribes_after_its_connection_is_killed() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
-    backend.release(&lease).await.unwrap();
-    tokio::time::timeout(Duration::from_secs(5), sub.notified())
+    s.releaser.release(&s.lease).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), s.sub.notified())
         .await
         .expect("a release after the reconnect wakes the waiter");
 }
@@ -162,26 +207,18 @@ async fn a_user_without_pubsub_rights_waits_within_its_bound() {
 /// heard: the subscriber wakes every waiter once it is subscribed again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resubscribing_wakes_waiters_that_missed_a_release() {
-    let dir = tempfile::tempdir().unwrap();
-    let Some(server) = PrivateRedis::start(dir.path(), free_port(), &[]) else {
+    let Some(mut s) = Subscribed::start(Waiter::AnotherBackend).await else {
         return;
     };
-    let waiter = RedisBackend::connect(&server.url()).await.unwrap();
-    let releaser = RedisBackend::connect(&server.url()).await.unwrap();
-    let mut conn = raw(&server.url()).await;
-    let k = key("k");
-    let lease = grant(&releaser, &k, Duration::from_secs(60)).await;
-    let mut sub = waiter.subscribe(&k).await.unwrap();
-    assert!(sub.is_live());
 
     // The waiter's pub/sub connection is the only one on this server.
-    let killed = kill_pubsub_clients(&mut conn).await;
+    let killed = kill_pubsub_clients(&mut s.conn).await;
     assert_eq!(killed, 1);
     // Published while nobody is subscribed (the subscriber waits 100 ms
     // before reconnecting): lost.
-    releaser.release(&lease).await.unwrap();
+    s.releaser.release(&s.lease).await.unwrap();
 
-    tokio::time::timeout(Duration::from_secs(5), sub.notified())
+    tokio::time::timeout(Duration::from_secs(5), s.sub.notified())
         .await
         .expect("woken once the subscription is back");
 }

@@ -13,8 +13,18 @@ use std::time::Duration;
 
 use leasehold::backends::redis::{RedisBackend, RedisOptions};
 use leasehold::conformance::server_url;
-use leasehold::{Backend, Error, Lease, Locks};
+use leasehold::{Backend, Error, Key, Lease, Locks};
+use redis::aio::MultiplexedConnection;
 use redis_fixtures::{exists, free_port, grant, key, random_prefix, shared, PrivateRedis};
+
+/// A backend on the shared server under a fresh prefix, a raw connection,
+/// and the backend's 30 s lease on key `k`; `None` (skip) without a server.
+async fn holding(k: &str) -> Option<(RedisBackend, MultiplexedConnection, Key, Lease)> {
+    let (backend, conn) = shared(&random_prefix()).await?;
+    let k = key(k);
+    let lease = grant(&backend, &k, Duration::from_secs(30)).await;
+    Some((backend, conn, k, lease))
+}
 
 #[tokio::test]
 async fn prefix_and_key_never_collide_on_the_server() {
@@ -60,11 +70,9 @@ async fn list_treats_pattern_characters_literally() {
 
 #[tokio::test]
 async fn renew_never_resurrects_and_refuses_a_zero_ttl() {
-    let Some((backend, mut conn)) = shared(&random_prefix()).await else {
+    let Some((backend, mut conn, k, live)) = holding("k").await else {
         return;
     };
-    let k = key("k");
-    let live = grant(&backend, &k, Duration::from_secs(30)).await;
     // The core only renews with a lease's own ttl, checked when the lease
     // was asked for; a caller of the backend itself that passes 0 is
     // refused by the script (PEXPIRE with 0 or a negative ttl would delete
@@ -106,11 +114,9 @@ async fn renew_never_resurrects_and_refuses_a_zero_ttl() {
 
 #[tokio::test]
 async fn fence_key_equals_the_live_token() {
-    let Some((backend, mut conn)) = shared(&random_prefix()).await else {
+    let Some((backend, mut conn, k, first)) = holding("orders:{42}").await else {
         return;
     };
-    let k = key("orders:{42}");
-    let first = grant(&backend, &k, Duration::from_secs(30)).await;
     backend.release(&first).await.unwrap();
     let lease = grant(&backend, &k, Duration::from_secs(30)).await;
     let fence: u64 = redis::cmd("GET")

@@ -74,7 +74,8 @@ impl From<mongodb::error::Error> for CreateError {
 }
 
 /// Where the users live. Object safe (boxed futures) so the app can pick
-/// the store at run time from `--data`.
+/// the store at run time from `--data`. A store supplies the two steps of a
+/// create; the create itself ([`UserStore::create`]) is written once here.
 pub trait UserStore: Send + Sync + std::fmt::Debug {
     /// The multi-step create, run under the collection lock whose fencing
     /// token is `token`: check the name is free, wait `step_delay`, then
@@ -87,7 +88,38 @@ pub trait UserStore: Send + Sync + std::fmt::Debug {
         username: &'a str,
         token: u64,
         step_delay: Duration,
-    ) -> BoxFuture<'a, Result<User, CreateError>>;
+    ) -> BoxFuture<'a, Result<User, CreateError>> {
+        Box::pin(async move {
+            let token = stored_token(token)?;
+            if self.is_taken(username).await? {
+                return Err(CreateError::Taken);
+            }
+            tokio::time::sleep(step_delay).await;
+            let id = self
+                .fenced_insert(username, token)
+                .await?
+                .ok_or(CreateError::Fenced)?;
+            Ok(User {
+                id,
+                username: username.to_owned(),
+                created_token: token,
+            })
+        })
+    }
+
+    /// Whether a user named `username` exists.
+    fn is_taken<'a>(&'a self, username: &'a str) -> BoxFuture<'a, Result<bool, CreateError>>;
+
+    /// The write step of a create: bumps the counter to `token` and inserts
+    /// the user, both or neither, only if no newer lease wrote the counter
+    /// (a lower `last_token` or an equal one, the same lease writing
+    /// again). Returns the new user's id, or `None` when fenced; a fenced
+    /// insert writes nothing.
+    fn fenced_insert<'a>(
+        &'a self,
+        username: &'a str,
+        token: i64,
+    ) -> BoxFuture<'a, Result<Option<i64>, CreateError>>;
 
     /// Every user, by id.
     fn list(&self) -> BoxFuture<'_, Result<Vec<User>, DataError>>;

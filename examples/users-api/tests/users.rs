@@ -112,6 +112,25 @@ impl Api {
     }
 }
 
+/// Two tests of one case: `$sqlite` with locks and data on SQLite files,
+/// `$mongodb` on the MongoDB server (skipped when unset, see the top).
+macro_rules! on_both_stores {
+    ($sqlite:ident, $mongodb:ident: $case:ident($mode:expr, $step_delay:expr)) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn $sqlite() {
+            $case(start($mode, $step_delay).await).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn $mongodb() {
+            let Some(url) = common::mongodb_url() else {
+                return;
+            };
+            $case(start_mongodb(&url, $mode, $step_delay).await).await;
+        }
+    };
+}
+
 fn names(n: usize) -> Vec<String> {
     (0..n).map(|i| format!("user{i}")).collect()
 }
@@ -120,17 +139,10 @@ fn names(n: usize) -> Vec<String> {
 /// once overlap.
 const REJECT_STEP: Duration = Duration::from_millis(200);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn reject_mode_answers_409_with_retry_after_and_keeps_invariants() {
-    reject_mode_case(start(Some(Mode::Reject), REJECT_STEP).await).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn mongodb_reject_mode_answers_409_and_keeps_invariants() {
-    let Some(url) = common::mongodb_url() else {
-        return;
-    };
-    reject_mode_case(start_mongodb(&url, Some(Mode::Reject), REJECT_STEP).await).await;
+on_both_stores! {
+    reject_mode_answers_409_with_retry_after_and_keeps_invariants,
+    mongodb_reject_mode_answers_409_and_keeps_invariants:
+    reject_mode_case(Some(Mode::Reject), REJECT_STEP)
 }
 
 /// 50 creates at once in reject mode: a mix of 201 and 409, every 409 a
@@ -163,17 +175,10 @@ async fn reject_mode_case(api: Api) {
 
 const WAIT: Mode = Mode::Wait(Duration::from_secs(50));
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn wait_mode_lets_all_50_through_in_turn() {
-    wait_mode_case(start(Some(WAIT), Duration::from_millis(10)).await).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn mongodb_wait_mode_lets_all_50_through_in_turn() {
-    let Some(url) = common::mongodb_url() else {
-        return;
-    };
-    wait_mode_case(start_mongodb(&url, Some(WAIT), Duration::from_millis(10)).await).await;
+on_both_stores! {
+    wait_mode_lets_all_50_through_in_turn,
+    mongodb_wait_mode_lets_all_50_through_in_turn:
+    wait_mode_case(Some(WAIT), Duration::from_millis(10))
 }
 
 async fn wait_mode_case(api: Api) {
@@ -184,17 +189,10 @@ async fn wait_mode_case(api: Api) {
     assert_eq!(api.invariants().await.len(), 50);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn wait_mode_creates_a_contested_username_once() {
-    contested_case(start(Some(WAIT), Duration::from_millis(20)).await).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn mongodb_wait_mode_creates_a_contested_username_once() {
-    let Some(url) = common::mongodb_url() else {
-        return;
-    };
-    contested_case(start_mongodb(&url, Some(WAIT), Duration::from_millis(20)).await).await;
+on_both_stores! {
+    wait_mode_creates_a_contested_username_once,
+    mongodb_wait_mode_creates_a_contested_username_once:
+    contested_case(Some(WAIT), Duration::from_millis(20))
 }
 
 async fn contested_case(api: Api) {

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use leasehold::backend::BoxFuture;
-use leasehold::backends::mongodb::helpers::run_transaction;
+use leasehold::backends::mongodb::helpers::{client_and_database, run_transaction};
 use leasehold::occ::RetryPolicy;
 use mongodb::bson::{doc, from_document, Document};
 use mongodb::options::{ClientOptions, ReturnDocument};
@@ -41,17 +41,8 @@ impl MongoUsers {
     /// # Errors
     /// The URL is invalid or the server cannot be reached.
     pub async fn open(url: &str) -> Result<Self, DataError> {
-        let mut options = ClientOptions::parse(url).await?;
-        // The driver's 30 s default makes a wrong URL look like a hang.
-        options
-            .server_selection_timeout
-            .get_or_insert(Duration::from_secs(10));
-        let db_name = options
-            .default_database
-            .clone()
-            .unwrap_or_else(|| DEFAULT_DATABASE.to_owned());
-        let client = Client::with_options(options)?;
-        let db = client.database(&db_name);
+        let options = ClientOptions::parse(url).await?;
+        let (client, db) = client_and_database(options, DEFAULT_DATABASE, Duration::from_secs(10))?;
         let users = db.collection::<Document>("users");
         let counters = db.collection::<Document>("counters");
         // `$setOnInsert` leaves an existing counter alone: opening never
@@ -84,13 +75,13 @@ impl MongoUsers {
         self.transactions
     }
 
-    /// The steps after the check: the fenced counter update, then the
-    /// insert, both in `session`'s transaction when there is one. The
-    /// counter goes first so that a fenced create stops before it writes
-    /// anything, with or without a transaction.
+    /// The fenced counter update, then the insert, both in `session`'s
+    /// transaction when there is one. The counter goes first so that a
+    /// fenced create stops before it writes anything, with or without a
+    /// transaction.
     ///
     /// Returns the new user's id, or `None` when fenced.
-    async fn fenced_insert(
+    async fn fenced_write(
         &self,
         mut session: Option<&mut ClientSession>,
         username: &str,
@@ -125,98 +116,78 @@ impl MongoUsers {
         };
         Ok(Some(id))
     }
+}
 
-    async fn create_inner(
-        &self,
-        username: &str,
-        token: u64,
-        step_delay: Duration,
-    ) -> Result<User, CreateError> {
-        let token = super::stored_token(token)?;
-        let taken = self
-            .users
-            .find_one(doc! { "username": username })
-            .projection(doc! { "_id": 1 })
-            .await?;
-        if taken.is_some() {
-            return Err(CreateError::Taken);
-        }
-        tokio::time::sleep(step_delay).await;
-        let id = if self.transactions {
+impl UserStore for MongoUsers {
+    fn is_taken<'a>(&'a self, username: &'a str) -> BoxFuture<'a, Result<bool, CreateError>> {
+        Box::pin(async move {
+            let taken = self
+                .users
+                .find_one(doc! { "username": username })
+                .projection(doc! { "_id": 1 })
+                .await?;
+            Ok(taken.is_some())
+        })
+    }
+
+    fn fenced_insert<'a>(
+        &'a self,
+        username: &'a str,
+        token: i64,
+    ) -> BoxFuture<'a, Result<Option<i64>, CreateError>> {
+        Box::pin(async move {
+            if !self.transactions {
+                return Ok(self.fenced_write(None, username, token).await?);
+            }
             // The insert and the counter update commit together: a failure
             // between them leaves neither. Retries on transient transaction
             // errors (a write conflict, a failover) with the library's
             // bounded, jittered backoff. Borrowed data goes in the context,
             // which the body's future may borrow (the helper's pattern).
             let mut context = (self, username);
-            run_transaction(
+            let committed = run_transaction(
                 &self.client,
                 &RetryPolicy::default(),
                 &mut context,
                 |session, (this, username)| {
-                    Box::pin(
-                        async move { this.fenced_insert(Some(session), username, token).await },
-                    )
+                    Box::pin(async move { this.fenced_write(Some(session), username, token).await })
                 },
             )
             .await
-            .map_err(|e| CreateError::Db(Box::new(e)))?
-            .value
-        } else {
-            self.fenced_insert(None, username, token).await?
-        };
-        let id = id.ok_or(CreateError::Fenced)?;
-        Ok(User {
-            id,
-            username: username.to_owned(),
-            created_token: token,
+            .map_err(|e| CreateError::Db(Box::new(e)))?;
+            Ok(committed.value)
         })
-    }
-
-    async fn list_inner(&self) -> Result<Vec<User>, DataError> {
-        let mut cursor = self.users.find(doc! {}).sort(doc! { "_id": 1 }).await?;
-        let mut users = Vec::new();
-        while cursor.advance().await? {
-            let user: UserDoc = from_document(cursor.deserialize_current()?)?;
-            users.push(User {
-                id: user.id,
-                username: user.username,
-                created_token: user.created_token,
-            });
-        }
-        Ok(users)
-    }
-
-    async fn counter_inner(&self) -> Result<Counter, DataError> {
-        let counter = self
-            .counters
-            .find_one(doc! { "_id": COUNTER_ID })
-            .await?
-            .ok_or("the users counter document is missing")?;
-        let counter: CounterDoc = from_document(counter)?;
-        Ok(Counter {
-            value: counter.value,
-            last_token: counter.last_token,
-        })
-    }
-}
-
-impl UserStore for MongoUsers {
-    fn create<'a>(
-        &'a self,
-        username: &'a str,
-        token: u64,
-        step_delay: Duration,
-    ) -> BoxFuture<'a, Result<User, CreateError>> {
-        Box::pin(self.create_inner(username, token, step_delay))
     }
 
     fn list(&self) -> BoxFuture<'_, Result<Vec<User>, DataError>> {
-        Box::pin(self.list_inner())
+        Box::pin(async move {
+            let mut cursor = self.users.find(doc! {}).sort(doc! { "_id": 1 }).await?;
+            let mut users = Vec::new();
+            while cursor.advance().await? {
+                let user: UserDoc = from_document(cursor.deserialize_current()?)?;
+                users.push(User {
+                    id: user.id,
+                    username: user.username,
+                    created_token: user.created_token,
+                });
+            }
+            Ok(users)
+        })
     }
 
     fn counter(&self) -> BoxFuture<'_, Result<Counter, DataError>> {
-        Box::pin(self.counter_inner())
+        Box::pin(async move {
+            let counter = self
+                .counters
+                .find_one(doc! { "_id": COUNTER_ID })
+                .await?
+                .ok_or("the users counter document is missing")?;
+            let counter: CounterDoc = from_document(counter)?;
+            Ok(Counter {
+                value: counter.value,
+                last_token: counter.last_token,
+            })
+        })
     }
 }
 

@@ -53,105 +53,76 @@ impl SqliteUsers {
         sqlx::raw_sql(SCHEMA).execute(&pool).await?;
         Ok(SqliteUsers { pool })
     }
-
-    /// The multi-step create, run under the collection lock whose fencing
-    /// token is `token`: check the name is free, wait `step_delay`, then
-    /// insert and bump the counter in one transaction that commits only if
-    /// no newer lease wrote the counter meanwhile.
-    ///
-    /// # Errors
-    /// [`CreateError::Taken`], [`CreateError::Fenced`], [`CreateError::Db`].
-    pub async fn create(
-        &self,
-        username: &str,
-        token: u64,
-        step_delay: Duration,
-    ) -> Result<User, CreateError> {
-        let token = super::stored_token(token)?;
-        let taken: Option<i64> = sqlx::query_scalar("SELECT id FROM users WHERE username = ?")
-            .bind(username)
-            .fetch_optional(&self.pool)
-            .await?;
-        if taken.is_some() {
-            return Err(CreateError::Taken);
-        }
-        tokio::time::sleep(step_delay).await;
-        let mut tx = self.pool.begin().await?;
-        // The fenced write: refuses a token lower than the last one seen, so
-        // a request whose lease expired mid-way cannot commit after a newer
-        // holder. Dropping `tx` without commit rolls the insert back too.
-        let fenced = sqlx::query(
-            "UPDATE counters SET value = value + 1, last_token = ?1
-              WHERE name = 'users' AND last_token <= ?1",
-        )
-        .bind(token)
-        .execute(&mut *tx)
-        .await?;
-        if fenced.rows_affected() == 0 {
-            return Err(CreateError::Fenced);
-        }
-        let id = sqlx::query_scalar(
-            "INSERT INTO users (username, created_token) VALUES (?, ?) RETURNING id",
-        )
-        .bind(username)
-        .bind(token)
-        .fetch_one(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(User {
-            id,
-            username: username.to_owned(),
-            created_token: token,
-        })
-    }
-
-    /// Every user, by id.
-    ///
-    /// # Errors
-    /// The database failed.
-    pub async fn list(&self) -> Result<Vec<User>, sqlx::Error> {
-        let rows: Vec<(i64, String, i64)> =
-            sqlx::query_as("SELECT id, username, created_token FROM users ORDER BY id")
-                .fetch_all(&self.pool)
-                .await?;
-        Ok(rows
-            .into_iter()
-            .map(|(id, username, created_token)| User {
-                id,
-                username,
-                created_token,
-            })
-            .collect())
-    }
-
-    /// The `users` counter row.
-    ///
-    /// # Errors
-    /// The database failed.
-    pub async fn counter(&self) -> Result<Counter, sqlx::Error> {
-        let (value, last_token): (i64, i64) =
-            sqlx::query_as("SELECT value, last_token FROM counters WHERE name = 'users'")
-                .fetch_one(&self.pool)
-                .await?;
-        Ok(Counter { value, last_token })
-    }
 }
 
 impl UserStore for SqliteUsers {
-    fn create<'a>(
+    fn is_taken<'a>(&'a self, username: &'a str) -> BoxFuture<'a, Result<bool, CreateError>> {
+        Box::pin(async move {
+            let taken: Option<i64> = sqlx::query_scalar("SELECT id FROM users WHERE username = ?")
+                .bind(username)
+                .fetch_optional(&self.pool)
+                .await?;
+            Ok(taken.is_some())
+        })
+    }
+
+    fn fenced_insert<'a>(
         &'a self,
         username: &'a str,
-        token: u64,
-        step_delay: Duration,
-    ) -> BoxFuture<'a, Result<User, CreateError>> {
-        Box::pin(SqliteUsers::create(self, username, token, step_delay))
+        token: i64,
+    ) -> BoxFuture<'a, Result<Option<i64>, CreateError>> {
+        Box::pin(async move {
+            let mut tx = self.pool.begin().await?;
+            // The fenced write: refuses a token lower than the last one
+            // seen, so a request whose lease expired mid-way cannot commit
+            // after a newer holder. Dropping `tx` without commit rolls the
+            // insert back too.
+            let fenced = sqlx::query(
+                "UPDATE counters SET value = value + 1, last_token = ?1
+                  WHERE name = 'users' AND last_token <= ?1",
+            )
+            .bind(token)
+            .execute(&mut *tx)
+            .await?;
+            if fenced.rows_affected() == 0 {
+                return Ok(None);
+            }
+            let id = sqlx::query_scalar(
+                "INSERT INTO users (username, created_token) VALUES (?, ?) RETURNING id",
+            )
+            .bind(username)
+            .bind(token)
+            .fetch_one(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            Ok(Some(id))
+        })
     }
 
     fn list(&self) -> BoxFuture<'_, Result<Vec<User>, DataError>> {
-        Box::pin(async move { Ok(SqliteUsers::list(self).await?) })
+        Box::pin(async move {
+            let rows: Vec<(i64, String, i64)> =
+                sqlx::query_as("SELECT id, username, created_token FROM users ORDER BY id")
+                    .fetch_all(&self.pool)
+                    .await?;
+            Ok(rows
+                .into_iter()
+                .map(|(id, username, created_token)| User {
+                    id,
+                    username,
+                    created_token,
+                })
+                .collect())
+        })
     }
 
     fn counter(&self) -> BoxFuture<'_, Result<Counter, DataError>> {
-        Box::pin(async move { Ok(SqliteUsers::counter(self).await?) })
+        Box::pin(async move {
+            let (value, last_token): (i64, i64) =
+                sqlx::query_as("SELECT value, last_token FROM counters WHERE name = 'users'")
+                    .fetch_one(&self.pool)
+                    .await?;
+            Ok(Counter { value, last_token })
+        })
     }
 }

@@ -7,7 +7,9 @@
 
 use std::time::Duration;
 
-use leasehold::backends::mongodb::helpers::{fenced_update_one, run_transaction};
+use leasehold::backends::mongodb::helpers::{
+    client_and_database, fenced_update_one, run_transaction,
+};
 use leasehold::occ::{RetryError, RetryPolicy};
 use leasehold::scheme::StoreUrl;
 use mongodb::bson::{doc, Document};
@@ -24,18 +26,12 @@ pub struct MongoInventory {
 
 impl MongoInventory {
     pub async fn open(url: &StoreUrl) -> Result<Self, CliError> {
-        let mut options = ClientOptions::parse(url.driver_url())
+        let options = ClientOptions::parse(url.driver_url())
             .await
             .map_err(|e| CliError::usage(format!("invalid store url: {e}")))?;
-        options
-            .server_selection_timeout
-            .get_or_insert(Duration::from_secs(3));
-        let db = options
-            .default_database
-            .clone()
-            .unwrap_or_else(|| "leasehold".to_owned());
-        let client = Client::with_options(options).map_err(store_error)?;
-        let products = client.database(&db).collection_with_options::<Document>(
+        let (client, db) = client_and_database(options, "leasehold", Duration::from_secs(3))
+            .map_err(store_error)?;
+        let products = db.collection_with_options::<Document>(
             "leasehold_demo_products",
             mongodb::options::CollectionOptions::builder()
                 .write_concern(WriteConcern::majority())

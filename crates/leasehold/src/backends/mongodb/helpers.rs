@@ -3,15 +3,51 @@
 //! bounded retry.
 
 use std::sync::Mutex;
+use std::time::Duration;
 
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::error::{TRANSIENT_TRANSACTION_ERROR, UNKNOWN_TRANSACTION_COMMIT_RESULT};
-use mongodb::{Client, ClientSession, Collection};
+use mongodb::options::ClientOptions;
+use mongodb::{Client, ClientSession, Collection, Database};
 
 use super::classify;
 use crate::backend::BoxFuture;
 use crate::error::{Error, Result};
 use crate::occ::{retry_optimistic_with, Attempt, Committed, RetryError, RetryPolicy};
+
+/// A client for `options` (parsed from a URL) and the database the URL
+/// names, or `default_database` when it names none. Server selection gives
+/// up after `selection_timeout` unless the URL sets its own: the driver's
+/// 30 s default makes a wrong URL look like a hang.
+///
+/// # Errors
+/// [`Error::InvalidInput`] (before any I/O) for a `default_database` that
+/// is empty or holds a character MongoDB refuses in a database name
+/// (`/\. "$` or NUL); the driver's refusal of `options` otherwise.
+pub fn client_and_database(
+    mut options: ClientOptions,
+    default_database: &str,
+    selection_timeout: Duration,
+) -> Result<(Client, Database)> {
+    if default_database.is_empty()
+        || default_database.contains(['/', '\\', '.', ' ', '"', '$', '\0'])
+    {
+        return Err(Error::invalid(
+            "default database",
+            format!("not a MongoDB database name: {default_database:?}"),
+        ));
+    }
+    options
+        .server_selection_timeout
+        .get_or_insert(selection_timeout);
+    let name = options
+        .default_database
+        .clone()
+        .unwrap_or_else(|| default_database.to_owned());
+    let client = Client::with_options(options).map_err(classify)?;
+    let database = client.database(&name);
+    Ok((client, database))
+}
 
 /// Writes `set` to the document `id` only if no newer lease holder wrote it
 /// first: `updateOne({_id, fence: {$lte: token}}, {$set: {...set, fence: token}})`.

@@ -43,7 +43,7 @@ use mongodb::bson::{doc, Bson, Document};
 use mongodb::options::{
     ClientOptions, CollectionOptions, ReadConcern, ReturnDocument, ServerMonitoringMode,
 };
-use mongodb::{Client, Collection, Database};
+use mongodb::{Collection, Database};
 
 pub use clock::ClockEstimate;
 pub use options::{MongoOptions, DEFAULT_COLLECTION};
@@ -130,9 +130,6 @@ impl MongoBackend {
             .await
             .map_err(|e| Error::invalid_from("store url", "not a MongoDB URL", e))?;
         client_options
-            .server_selection_timeout
-            .get_or_insert(CONNECT_TIMEOUT);
-        client_options
             .connect_timeout
             .get_or_insert(CONNECT_TIMEOUT);
         client_options
@@ -150,12 +147,9 @@ impl MongoBackend {
         client_options
             .server_monitoring_mode
             .get_or_insert(ServerMonitoringMode::Poll);
-        let db_name = client_options
-            .default_database
-            .clone()
-            .unwrap_or_else(|| DEFAULT_DATABASE.to_owned());
-        let client = Client::with_options(client_options).map_err(classify)?;
-        Self::build(client.database(&db_name), options, true).await
+        let (_, db) =
+            helpers::client_and_database(client_options, DEFAULT_DATABASE, CONNECT_TIMEOUT)?;
+        Self::build(db, options, true).await
     }
 
     /// Uses the collection named in `options` of the application's own

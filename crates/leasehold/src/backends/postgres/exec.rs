@@ -15,10 +15,11 @@
 //! escapes `\` and `'` and means the same whatever the server's
 //! `standard_conforming_strings`.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
-use sqlx::postgres::{PgConnection, PgQueryResult, PgRow};
-use sqlx::{Executor, Postgres};
+use sqlx::postgres::{PgArguments, PgConnection, PgQueryResult, PgRow};
+use sqlx::{Arguments, Executor};
 
 use super::pooler::Pooler;
 use crate::backend::BoxFuture;
@@ -41,31 +42,8 @@ pub(super) fn fetch_all<'a>(
     params: &'a [Param<'a>],
 ) -> BoxFuture<'a, Result<Vec<PgRow>, sqlx::Error>> {
     Box::pin(async move {
-        match pooler {
-            Pooler::Transaction => {
-                let sql = inline(sql, params)?;
-                conn.fetch_all(sql.as_str()).await
-            }
-            _ => bind(sqlx::query(sql), params).fetch_all(conn).await,
-        }
-    })
-}
-
-/// Runs `sql`, a statement that returns at most one row, and returns it.
-pub(super) fn fetch_optional<'a>(
-    conn: &'a mut PgConnection,
-    pooler: Pooler,
-    sql: &'a str,
-    params: &'a [Param<'a>],
-) -> BoxFuture<'a, Result<Option<PgRow>, sqlx::Error>> {
-    Box::pin(async move {
-        match pooler {
-            Pooler::Transaction => Ok(fetch_all(conn, pooler, sql, params)
-                .await?
-                .into_iter()
-                .next()),
-            _ => bind(sqlx::query(sql), params).fetch_optional(conn).await,
-        }
+        let (sql, arguments) = prepare(pooler, sql, params)?;
+        conn.fetch_all((sql.as_ref(), arguments)).await
     })
 }
 
@@ -77,27 +55,37 @@ pub(super) fn execute<'a>(
     params: &'a [Param<'a>],
 ) -> BoxFuture<'a, Result<PgQueryResult, sqlx::Error>> {
     Box::pin(async move {
-        match pooler {
-            Pooler::Transaction => {
-                let sql = inline(sql, params)?;
-                conn.execute(sql.as_str()).await
-            }
-            _ => bind(sqlx::query(sql), params).execute(conn).await,
-        }
+        let (sql, arguments) = prepare(pooler, sql, params)?;
+        conn.execute((sql.as_ref(), arguments)).await
     })
 }
 
-fn bind<'q>(
-    mut query: sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>,
-    params: &[Param<'q>],
-) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
-    for param in params {
-        query = match *param {
-            Param::Text(text) => query.bind(text),
-            Param::Int(n) => query.bind(n),
-        };
+/// `sql` with `params` in the form `pooler` lets through (see the module
+/// comment): the text as written with the parameters bound, for a statement
+/// sqlx prepares and caches; or, behind a transaction-mode pooler, one text
+/// with the parameters inlined and no arguments, which sqlx sends as a
+/// simple-protocol `Query`.
+fn prepare<'a>(
+    pooler: Pooler,
+    sql: &'a str,
+    params: &[Param<'_>],
+) -> Result<(Cow<'a, str>, Option<PgArguments>), sqlx::Error> {
+    match pooler {
+        Pooler::Transaction => Ok((Cow::Owned(inline(sql, params)?), None)),
+        _ => Ok((Cow::Borrowed(sql), Some(bind(params)?))),
     }
-    query
+}
+
+fn bind(params: &[Param<'_>]) -> Result<PgArguments, sqlx::Error> {
+    let mut arguments = PgArguments::default();
+    for param in params {
+        match *param {
+            Param::Text(text) => arguments.add(text),
+            Param::Int(n) => arguments.add(n),
+        }
+        .map_err(sqlx::Error::Encode)?;
+    }
+    Ok(arguments)
 }
 
 /// `sql` with each `$N` replaced by parameter N as a typed literal. The

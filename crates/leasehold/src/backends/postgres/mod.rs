@@ -358,15 +358,16 @@ impl PostgresBackend {
             Param::Text(&owner),
             Param::Int(token_as_i64(lease)?),
         ];
-        let held = exec::fetch_optional(conn, self.inner.pooler, &self.inner.sql.check, &params)
+        // The check matches the key's one row or none.
+        let held = exec::fetch_all(conn, self.inner.pooler, &self.inner.sql.check, &params)
             .await
             .map_err(classify)?;
-        match held {
-            Some(_) => Ok(()),
-            None => Err(Error::LeaseLost {
+        if held.is_empty() {
+            return Err(Error::LeaseLost {
                 key: lease.key().to_string(),
-            }),
+            });
         }
+        Ok(())
     }
 }
 

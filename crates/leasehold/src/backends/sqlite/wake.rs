@@ -266,13 +266,37 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    /// An empty database file `name` in `dir`.
+    fn database_file(dir: &Path, name: &str) -> PathBuf {
+        let db = dir.join(name);
+        std::fs::write(&db, b"").unwrap();
+        db
+    }
+
+    /// The wake dirs of two processes (a waiter's, a releaser's) sharing
+    /// one database file in a fresh directory (kept alive by the first).
+    fn two_processes() -> (tempfile::TempDir, WakeDir, WakeDir) {
+        let tmp = tempfile::tempdir().unwrap();
+        let db = database_file(tmp.path(), "x.db");
+        let (waiter, releaser) = (WakeDir::for_database(&db), WakeDir::for_database(&db));
+        (tmp, waiter, releaser)
+    }
+
+    /// `waiter` waits for a key and `releaser` releases it: the wake-up
+    /// comes within 2 s, `across` what the test puts between them.
+    async fn expect_woken(waiter: &WakeDir, releaser: &WakeDir, across: &str) {
+        let key = Key::new("k").unwrap();
+        let mut sub = waiter.subscribe(&key);
+        assert!(sub.is_live(), "the socket is bound, across {across}");
+        releaser.wake(&key);
+        tokio::time::timeout(Duration::from_secs(2), sub.notified())
+            .await
+            .unwrap_or_else(|_| panic!("not woken across {across}"));
+    }
+
     #[tokio::test]
     async fn wake_reaches_another_instance_and_cleans_stale_sockets() {
-        let tmp = tempfile::tempdir().unwrap();
-        let db = tmp.path().join("x.db");
-        std::fs::write(&db, b"").unwrap();
-        let waiter = WakeDir::for_database(&db);
-        let releaser = WakeDir::for_database(&db);
+        let (_tmp, waiter, releaser) = two_processes();
         assert_eq!(waiter.dir, releaser.dir);
         let key = Key::new("k").unwrap();
         let mut sub = waiter.subscribe(&key);
@@ -292,21 +316,14 @@ mod tests {
     #[tokio::test]
     async fn the_wake_dir_is_beside_the_database_whatever_the_temp_dir() {
         let tmp = tempfile::tempdir().unwrap();
-        let db = tmp.path().join("x.db");
-        std::fs::write(&db, b"").unwrap();
+        let db = database_file(tmp.path(), "x.db");
         let (tmp_a, tmp_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let waiter = WakeDir::for_database_in(&db, tmp_a.path());
         let releaser = WakeDir::for_database_in(&db, tmp_b.path());
         let beside = std::fs::canonicalize(tmp.path()).unwrap().join("x.db-wake");
         assert_eq!(waiter.dir, beside);
         assert_eq!(releaser.dir, beside);
-        let key = Key::new("k").unwrap();
-        let mut sub = waiter.subscribe(&key);
-        assert!(sub.is_live());
-        releaser.wake(&key);
-        tokio::time::timeout(Duration::from_secs(2), sub.notified())
-            .await
-            .expect("woken across temp dirs");
+        expect_woken(&waiter, &releaser, "temp dirs").await;
     }
 
     /// A database path too long for a socket path beside it falls back to
@@ -316,20 +333,13 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let deep = tmp.path().join("d".repeat(100));
         std::fs::create_dir_all(&deep).unwrap();
-        let db = deep.join("x.db");
-        std::fs::write(&db, b"").unwrap();
+        let db = database_file(&deep, "x.db");
         let temp = tempfile::tempdir().unwrap();
         let waiter = WakeDir::for_database_in(&db, temp.path());
         let releaser = WakeDir::for_database_in(&db, temp.path());
         assert!(waiter.dir.starts_with(temp.path()), "{:?}", waiter.dir);
         assert_eq!(waiter.dir, releaser.dir);
-        let key = Key::new("k").unwrap();
-        let mut sub = waiter.subscribe(&key);
-        assert!(sub.is_live(), "the socket path fits");
-        releaser.wake(&key);
-        tokio::time::timeout(Duration::from_secs(2), sub.notified())
-            .await
-            .expect("woken through the fallback directory");
+        expect_woken(&waiter, &releaser, "the fallback directory").await;
     }
 
     /// More releases than a socket's receive queue holds, before its
@@ -338,11 +348,7 @@ mod tests {
     /// not run the receiving task until the test awaits).
     #[tokio::test]
     async fn a_full_receive_queue_does_not_lose_the_wake_up() {
-        let tmp = tempfile::tempdir().unwrap();
-        let db = tmp.path().join("x.db");
-        std::fs::write(&db, b"").unwrap();
-        let waiter = WakeDir::for_database(&db);
-        let releaser = WakeDir::for_database(&db);
+        let (_tmp, waiter, releaser) = two_processes();
         let wanted = Key::new("wanted").unwrap();
         let mut sub = waiter.subscribe(&wanted);
         // Far more than net.unix.max_dgram_qlen (10 by default).
