@@ -155,6 +155,7 @@ pub mod http;
 mod key;
 mod local;
 mod lock;
+mod multi;
 #[cfg(any(feature = "postgres", feature = "redis", feature = "mongodb"))]
 mod notifier;
 mod notify;
@@ -180,6 +181,7 @@ pub use error::{BoxError, Error, Result};
 pub use guard::LeaseGuard;
 pub use key::{validate_prefix, Key, MAX_KEY_BYTES};
 pub use lock::{AcquireOptions, Locks, STORE_ANSWER_GRACE};
+pub use multi::{MultiGuard, MAX_MULTI_KEYS};
 pub use redact::{redact_secrets, redact_url};
 
 #[cfg(feature = "mongodb")]
