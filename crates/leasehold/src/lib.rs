@@ -148,6 +148,7 @@ pub mod backend;
 pub mod backends;
 #[cfg(feature = "conformance")]
 pub mod conformance;
+mod election;
 mod error;
 mod guard;
 #[cfg(feature = "http")]
@@ -177,6 +178,7 @@ pub mod time;
 // The user API. What only a store's implementation names lives in
 // `backend` alone (the rule is in docs/architecture.md).
 pub use backend::{Backend, Lease, LeaseInfo, OwnerId};
+pub use election::{Election, Leader, Leadership, Observer, MAX_CANDIDATE_BYTES};
 pub use error::{BoxError, Error, Result};
 pub use guard::LeaseGuard;
 pub use key::{validate_prefix, Key, MAX_KEY_BYTES};
