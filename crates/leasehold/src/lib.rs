@@ -210,6 +210,12 @@ mod markdown {
     #[doc = include_str!("../../../docs/performance.md")]
     struct Performance;
 
+    #[doc = include_str!("../../../docs/multi-lock.md")]
+    struct MultiLock;
+
+    #[doc = include_str!("../../../docs/election.md")]
+    struct Election;
+
     #[cfg(feature = "postgres")]
     #[doc = include_str!("../../../docs/postgres.md")]
     struct Postgres;
