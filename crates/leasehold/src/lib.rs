@@ -183,7 +183,7 @@ pub use error::{BoxError, Error, Result};
 pub use guard::LeaseGuard;
 pub use key::{validate_prefix, Key, MAX_KEY_BYTES};
 pub use lock::{AcquireOptions, Locks, STORE_ANSWER_GRACE};
-pub use multi::{MultiGuard, MAX_MULTI_KEYS};
+pub use multi::{canonical_keys, MultiGuard, MAX_MULTI_KEYS};
 pub use redact::{redact_secrets, redact_url};
 
 #[cfg(feature = "mongodb")]

@@ -95,8 +95,14 @@ impl Locks {
     }
 }
 
-/// The keys as [`Key`]s in canonical order, or why the set is rejected.
-fn canonical_keys<S: AsRef<str>>(keys: &[S]) -> Result<Vec<Key>> {
+/// The keys of an all-or-nothing set as [`Key`]s in canonical order (by
+/// their bytes), checked as [`Locks::acquire_many`] checks them: for a
+/// caller that must reject bad input before it even opens the store.
+///
+/// # Errors
+/// [`Error::InvalidInput`] for an empty set, more than [`MAX_MULTI_KEYS`]
+/// keys, an invalid key or a key given twice.
+pub fn canonical_keys<S: AsRef<str>>(keys: &[S]) -> Result<Vec<Key>> {
     if keys.is_empty() {
         return Err(Error::invalid(
             "keys",
