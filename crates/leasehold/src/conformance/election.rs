@@ -32,17 +32,35 @@ fn campaigning() -> AcquireOptions {
 
 /// Leaders follow each other, each resigning after a while; an observer
 /// started before the first (on another handle, as another process) sees
-/// every one, by candidate id and token, in token order.
+/// every one, by candidate id and token, in token order. On a store that
+/// notifies, the observer runs on its own task, woken by the store while
+/// the terms come and go; polling, it looks after each term began (a
+/// polling observer looks again only at the leader's expiry, 30 s here).
 pub async fn election_observers_see_every_leader_in_token_order(store: &TestStore) {
+    const TERMS: usize = 3;
     let name = format!("{}leader", prefix());
     let watching = Locks::from_arc(store.backend.clone())
         .election(&name)
         .unwrap();
-    let mut observer = watching.observe().await.unwrap();
+    let observer = watching.observe().await.unwrap();
+    let woken = store.caps.notifies;
+    let (following, mut polling) = if woken {
+        let mut observer = observer;
+        let task = tokio::spawn(async move {
+            let mut seen = Vec::new();
+            for i in 0..TERMS {
+                seen.push(next_leader(&mut observer, &format!("candidate-{i}")).await);
+            }
+            seen
+        });
+        (Some(task), None)
+    } else {
+        (None, Some(observer))
+    };
     let election = store.locks().election(&name).unwrap();
     let mut expected = Vec::new();
     let mut seen = Vec::new();
-    for i in 0..3 {
+    for i in 0..TERMS {
         let term = election
             .campaign(&format!("candidate-{i}"), &campaigning())
             .await
@@ -51,9 +69,16 @@ pub async fn election_observers_see_every_leader_in_token_order(store: &TestStor
             candidate: format!("candidate-{i}"),
             token: term.token(),
         });
-        seen.push(next_leader(&mut observer, &format!("candidate-{i}")).await);
+        match polling.as_mut() {
+            Some(observer) => seen.push(next_leader(observer, &format!("candidate-{i}")).await),
+            // Long enough for a woken observer to look (a round trip or two).
+            None => sleep(Duration::from_millis(300)).await,
+        }
         assert_eq!(watching.leader().await.unwrap(), expected.last().cloned());
         term.resign().await.unwrap();
+    }
+    if let Some(task) = following {
+        seen = task.await.expect("the observer's task");
     }
     assert_eq!(seen, expected, "every leader, in order");
     assert!(seen.windows(2).all(|w| w[0].token < w[1].token), "{seen:?}");
@@ -65,7 +90,9 @@ pub async fn election_observers_see_every_leader_in_token_order(store: &TestStor
 }
 
 /// A candidate waiting behind a leader (30 s ttl) takes over within
-/// seconds of the leader resigning, and an observer sees it as promptly.
+/// seconds of the leader resigning, and an observer already waiting (on a
+/// store that notifies; a polling one looks at the leader's expiry) sees
+/// it as promptly.
 pub async fn election_resign_hands_over_promptly(store: &TestStore) {
     let name = format!("{}leader", prefix());
     let election = store.locks().election(&name).unwrap();
@@ -78,15 +105,33 @@ pub async fn election_resign_hands_over_promptly(store: &TestStore) {
         .await
         .unwrap();
     assert_eq!(next_leader(&mut observer, "first").await.candidate, "first");
+    let woken = store.caps.notifies;
+    let watching = tokio::spawn(async move {
+        let seen = if woken {
+            let leader = next_leader(&mut observer, "second").await;
+            Some((leader, Instant::now()))
+        } else {
+            None
+        };
+        (seen, observer)
+    });
     let challenger = store.locks().election(&name).unwrap();
     let second = tokio::spawn(async move { challenger.campaign("second", &campaigning()).await });
     sleep(Duration::from_millis(300)).await;
     let resigned_at = Instant::now();
     let first_token = first.token();
     first.resign().await.unwrap();
-    let seen = next_leader(&mut observer, "second").await;
-    let observed_after = resigned_at.elapsed();
     let second = second.await.unwrap().expect("the challenger is elected");
+    let elected_after = resigned_at.elapsed();
+    assert!(
+        elected_after < NOTICE,
+        "elected {elected_after:?} after the resignation"
+    );
+    let (seen, mut observer) = watching.await.expect("the observer's task");
+    let (seen, observed_after) = match seen {
+        Some((leader, at)) => (leader, at.saturating_duration_since(resigned_at)),
+        None => (next_leader(&mut observer, "second").await, Duration::ZERO),
+    };
     assert_eq!(seen.candidate, "second");
     assert_eq!(seen.token, second.token());
     assert!(seen.token > first_token);
