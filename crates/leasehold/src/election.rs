@@ -168,6 +168,7 @@ fn idle_backoff(subscription: &Subscription) -> Backoff {
 }
 
 /// A term as leader: the lease on the election's key.
+#[derive(Debug)]
 #[must_use = "leadership ends (the lease is released) as soon as it is dropped"]
 pub struct Leadership {
     guard: LeaseGuard,
@@ -202,15 +203,6 @@ impl Leadership {
     /// As [`LeaseGuard::release`]; the term then ends at its ttl.
     pub async fn resign(self) -> Result<()> {
         self.guard.release().await
-    }
-}
-
-impl fmt::Debug for Leadership {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Leadership")
-            .field("candidate", &self.candidate)
-            .field("guard", &self.guard)
-            .finish()
     }
 }
 
