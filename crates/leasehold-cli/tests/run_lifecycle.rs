@@ -6,32 +6,10 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
-
-/// `sh -c` text that writes the shell's pid to `pidfile`, then becomes
-/// `sleep 30` (same pid).
-fn pid_then_sleep(pidfile: &Path) -> String {
-    format!("echo $$ > {}; exec sleep 30", pidfile.display())
-}
-
-/// Starts `run KEY --ttl 30s -- sh -c <pid_then_sleep>` and waits for the
-/// command's pid.
-fn start_holder(store: &str, key: &str, pidfile: &Path) -> (Child, i32) {
-    let holder = leasehold(store)
-        .args(["run", key, "--ttl", "30s", "--", "sh", "-c"])
-        .arg(pid_then_sleep(pidfile))
-        .spawn()
-        .unwrap();
-    assert!(
-        wait_until(Duration::from_secs(20), || read_pid(pidfile).is_some()),
-        "the command did not start"
-    );
-    (holder, read_pid(pidfile).unwrap())
-}
 
 #[test]
 fn kill_after_must_be_at_most_half_the_ttl_and_is_checked_before_any_io() {

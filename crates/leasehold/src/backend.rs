@@ -76,9 +76,9 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 ///   on every store.
 ///   A backend never panics on a store failure.
 /// - **Waking is optional but preferred.** `subscribe` returns a
-///   [`Subscription`] that fires after a release of the key; a backend that
-///   cannot notify returns [`Subscription::never`] and waiters fall back to
-///   polling.
+///   [`Subscription`] that fires after a release of the key (and after an
+///   `announce` of it); a backend that cannot notify returns
+///   [`Subscription::never`] and waiters fall back to polling.
 pub trait Backend: fmt::Debug + Send + Sync + 'static {
     /// Grants the lease iff no live holder exists.
     fn try_acquire<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>>;
@@ -107,6 +107,19 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     /// place when this resolves, so a release that happens after it resolves
     /// is never missed.
     fn subscribe<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Subscription>>;
+
+    /// Wakes every process's subscribers of `key` (see
+    /// [`subscribe`](Self::subscribe)) because it was just *granted*, on the
+    /// channel release notifications use: how observers of an election learn
+    /// of a new leader without polling. Sent by the core after a grant that
+    /// others watch; it changes nothing at the store's lease. Returns whether
+    /// the store could announce. Default: `Ok(false)`, and observers fall
+    /// back to polling (at the leader's expiry while there is one, with a
+    /// backoff while there is none).
+    fn announce<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool>> {
+        let _ = key;
+        Box::pin(async { Ok(false) })
+    }
 
     /// Closes the store's connections and stops its background tasks, so
     /// that none is torn down mid-request when the runtime ends. Operations

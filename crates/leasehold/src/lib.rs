@@ -148,6 +148,7 @@ pub mod backend;
 pub mod backends;
 #[cfg(feature = "conformance")]
 pub mod conformance;
+mod election;
 mod error;
 mod guard;
 #[cfg(feature = "http")]
@@ -155,6 +156,7 @@ pub mod http;
 mod key;
 mod local;
 mod lock;
+mod multi;
 #[cfg(any(feature = "postgres", feature = "redis", feature = "mongodb"))]
 mod notifier;
 mod notify;
@@ -176,10 +178,12 @@ pub mod time;
 // The user API. What only a store's implementation names lives in
 // `backend` alone (the rule is in docs/architecture.md).
 pub use backend::{Backend, Lease, LeaseInfo, OwnerId};
+pub use election::{Election, Leader, Leadership, Observer, MAX_CANDIDATE_BYTES};
 pub use error::{BoxError, Error, Result};
 pub use guard::LeaseGuard;
 pub use key::{validate_prefix, Key, MAX_KEY_BYTES};
 pub use lock::{AcquireOptions, Locks, STORE_ANSWER_GRACE};
+pub use multi::{canonical_keys, MultiGuard, MAX_MULTI_KEYS};
 pub use redact::{redact_secrets, redact_url};
 
 #[cfg(feature = "mongodb")]
@@ -205,6 +209,12 @@ mod markdown {
 
     #[doc = include_str!("../../../docs/performance.md")]
     struct Performance;
+
+    #[doc = include_str!("../../../docs/multi-lock.md")]
+    struct MultiLock;
+
+    #[doc = include_str!("../../../docs/election.md")]
+    struct Election;
 
     #[cfg(feature = "postgres")]
     #[doc = include_str!("../../../docs/postgres.md")]

@@ -4,7 +4,7 @@
 use std::io::IsTerminal;
 use std::os::fd::AsFd;
 
-use leasehold::LeaseGuard;
+use leasehold::MultiGuard;
 use nix::sys::signal::{killpg, pthread_sigmask, SigSet, SigmaskHow, Signal};
 use nix::unistd::{getpgrp, tcgetpgrp, tcsetpgrp, Pid};
 use tokio::process::{Child, Command};
@@ -45,19 +45,29 @@ impl Spawned {
     }
 }
 
-/// Starts `command` in a new process group with `LEASEHOLD_KEY` and
-/// `LEASEHOLD_TOKEN` set. If `run` is the terminal's foreground process,
+/// Starts `command` in a new process group with `LEASEHOLD_KEYS` and
+/// `LEASEHOLD_TOKENS` set (one line per key, in canonical order) and, when
+/// it holds one key, `LEASEHOLD_KEY` and `LEASEHOLD_TOKEN` too (left unset
+/// with several keys, so a script written for one key cannot silently use
+/// another key's token). If `run` is the terminal's foreground process,
 /// the command's group becomes the foreground group, so a command that reads
 /// the terminal is not stopped by SIGTTIN (and Ctrl-C reaches it directly).
-pub(super) fn spawn(command: &[String], guard: &LeaseGuard) -> Result<Spawned, CliError> {
+pub(super) fn spawn(command: &[String], guard: &MultiGuard) -> Result<Spawned, CliError> {
     let (program, rest) = command
         .split_first()
         .ok_or_else(|| CliError::usage("run needs a command after --"))?;
     let foreground = in_terminal_foreground();
     let mut cmd = Command::new(program);
+    let (keys, tokens): (Vec<&str>, Vec<String>) = guard
+        .tokens()
+        .map(|(key, token)| (key.as_str(), token.to_string()))
+        .unzip();
+    if let ([key], [token]) = (keys.as_slice(), tokens.as_slice()) {
+        cmd.env("LEASEHOLD_KEY", key).env("LEASEHOLD_TOKEN", token);
+    }
     cmd.args(rest)
-        .env("LEASEHOLD_KEY", guard.key().as_str())
-        .env("LEASEHOLD_TOKEN", guard.token().to_string())
+        .env("LEASEHOLD_KEYS", keys.join("\n"))
+        .env("LEASEHOLD_TOKENS", tokens.join("\n"))
         // Its own group: a lost lease stops the command and everything it
         // started, and our terminal's signals reach it only through us
         // (or directly, once it is the foreground group).

@@ -1,4 +1,5 @@
-//! `leasehold run KEY -- CMD ...`: run a command while holding a lock.
+//! `leasehold run KEY... -- CMD ...`: run a command while holding a lock
+//! (or several, all or none: `Locks::acquire_many`).
 //!
 //! The promise, in order of the command's life:
 //! - it starts only under a live lease (the guard is checked first);
@@ -22,7 +23,7 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use clap::Args;
-use leasehold::{AcquireOptions, Locks};
+use leasehold::{AcquireOptions, Locks, MultiGuard};
 use nix::sys::signal::Signal;
 use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
@@ -35,8 +36,11 @@ use signals::Signals;
 /// What `run --help` says about the lifecycle; README's "run" section says
 /// the same.
 const RUN_PROMISES: &str = "\
-The command gets LEASEHOLD_KEY and LEASEHOLD_TOKEN (the fencing token) in its \
-environment and runs in its own process group. It is started only while the \
+Several keys are taken all or none, in sorted order (so runs whose key sets \
+overlap cannot deadlock), under the one --wait; losing any of them stops the \
+command. The command gets LEASEHOLD_KEYS and LEASEHOLD_TOKENS (the fencing \
+tokens), one line per key in sorted order, in its environment, and with one \
+key also LEASEHOLD_KEY and LEASEHOLD_TOKEN; it runs in its own process group. It is started only while the \
 lease is valid. With a terminal on stdin (run in the foreground) the command's \
 group gets the terminal and run takes it back afterwards.
 
@@ -71,8 +75,10 @@ wait; 64 bad input; 69 store unavailable; 71 internal failure.";
 #[derive(Debug, Args)]
 #[command(after_help = RUN_PROMISES)]
 pub struct RunArgs {
-    /// Lock key (1..=256 bytes, no control characters)
-    pub key: String,
+    /// Lock keys (each 1..=256 bytes, no control characters; no key twice),
+    /// taken all or none
+    #[arg(required = true, num_args = 1.., value_name = "KEY")]
+    pub keys: Vec<String>,
     #[command(flatten)]
     pub lease: LeaseArgs,
     /// Grace between SIGTERM and SIGKILL when renewal stops succeeding, counted
@@ -82,6 +88,13 @@ pub struct RunArgs {
     /// The command and its arguments
     #[arg(required = true, last = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+impl RunArgs {
+    /// The keys as messages name them: the key, or the keys joined by ", ".
+    fn label(&self) -> String {
+        self.keys.join(", ")
+    }
 }
 
 /// The default grace: a quarter of the ttl, so SIGTERM comes at 3/4 of a
@@ -109,7 +122,7 @@ fn kill_after(args: &RunArgs) -> Result<Duration, CliError> {
 
 pub async fn run(store: &str, args: RunArgs) -> Result<u8, CliError> {
     // Bad input fails before the store is touched.
-    leasehold::Key::new(args.key.as_str())?;
+    leasehold::canonical_keys(&args.keys)?;
     leasehold::time::validate_ttl(args.lease.ttl)?;
     let grace = kill_after(&args)?;
     // Caught from here on: a signal while connecting or waiting ends run
@@ -117,7 +130,7 @@ pub async fn run(store: &str, args: RunArgs) -> Result<u8, CliError> {
     let mut signals = Signals::new()?;
     let locks = tokio::select! {
         locks = Locks::open(store) => locks?,
-        signal = signals.recv() => return Err(signals::interrupted(&args.key, signal)),
+        signal = signals.recv() => return Err(signals::interrupted(&args.label(), signal)),
     };
     let outcome = run_with(store, &locks, &args, grace, &mut signals).await;
     // Close the store's connections while the runtime still runs, so no
@@ -140,13 +153,13 @@ async fn run_with(
         .with_wait(args.lease.wait)
         .with_cancel(cancel.clone());
     let guard = tokio::select! {
-        guard = locks.acquire_with(&args.key, &options) => guard?,
+        guard = locks.acquire_many(&args.keys, &options) => guard?,
         signal = signals.recv() => {
             cancel.cancel();
-            return Err(signals::interrupted(&args.key, signal));
+            return Err(signals::interrupted(&args.label(), signal));
         }
     };
-    tracing::info!(key = %guard.key(), token = guard.token(), "acquired");
+    tracing::info!(?guard, "acquired");
     // A grant that arrives after its lease's end (a store that stalled the
     // request) is no lease: never start the command on it.
     if guard.is_lost() {
@@ -156,7 +169,7 @@ async fn run_with(
             format!(
                 "the lease on {:?} had already expired when its grant arrived; \
                  the command was not started",
-                args.key
+                args.label()
             ),
         ));
     }
@@ -185,10 +198,16 @@ async fn run_with(
             Ok(exit_code(status))
         }
         Ok(Ending::Stopped) => {
+            // The key that was lost (any, if the deadline passed for all).
+            let lost = guard
+                .guards()
+                .iter()
+                .find(|g| g.is_lost())
+                .unwrap_or(&guard.guards()[0]);
             report(&format!(
                 "lease on {:?} lost (token {}); the command was stopped",
-                args.key,
-                guard.token()
+                lost.key().as_str(),
+                lost.token()
             ));
             Ok(EX_LOST)
         }
@@ -208,7 +227,7 @@ enum Ending {
 /// the schedule counted inside the lease.
 async fn supervise(
     spawned: &mut Spawned,
-    guard: &leasehold::LeaseGuard,
+    guard: &MultiGuard,
     grace: Duration,
     signals: &mut Signals,
 ) -> std::io::Result<Ending> {
@@ -231,7 +250,7 @@ async fn supervise(
                 if sigterm_due(guard.valid_until(), grace) > term_at {
                     continue; // renewed meanwhile: the schedule moves on
                 }
-                tracing::warn!(key = %guard.key(), "no renewal succeeded; stopping the command inside the lease");
+                tracing::warn!(?guard, "no renewal succeeded; stopping the command inside the lease");
                 stop::stop_group(spawned, guard.valid_until(), signals).await;
                 return Ok(Ending::Stopped);
             }

@@ -351,3 +351,24 @@ macro_rules! process_tests {
         }
     };
 }
+
+/// `sh -c` text that writes the shell's pid to `pidfile`, then becomes
+/// `sleep 30` (same pid).
+pub fn pid_then_sleep(pidfile: &Path) -> String {
+    format!("echo $$ > {}; exec sleep 30", pidfile.display())
+}
+
+/// Starts `run KEY --ttl 30s -- sh -c <pid_then_sleep>` and waits for the
+/// command's pid.
+pub fn start_holder(store: &str, key: &str, pidfile: &Path) -> (Child, i32) {
+    let holder = leasehold(store)
+        .args(["run", key, "--ttl", "30s", "--", "sh", "-c"])
+        .arg(pid_then_sleep(pidfile))
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(20), || read_pid(pidfile).is_some()),
+        "the command did not start"
+    );
+    (holder, read_pid(pidfile).unwrap())
+}

@@ -85,6 +85,10 @@ pub trait Decorator: Debug + Send + Sync + 'static {
     fn subscribe<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Subscription>> {
         self.inner().subscribe(key)
     }
+    /// [`Backend::announce`]; by default `inner`'s.
+    fn announce<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool>> {
+        self.inner().announce(key)
+    }
 }
 
 impl<D: Decorator> Backend for D {
@@ -108,5 +112,8 @@ impl<D: Decorator> Backend for D {
     }
     fn subscribe<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Subscription>> {
         Decorator::subscribe(self, key)
+    }
+    fn announce<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool>> {
+        Decorator::announce(self, key)
     }
 }

@@ -178,4 +178,11 @@ impl Backend for MemoryBackend {
     fn subscribe<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Subscription>> {
         Box::pin(async move { Ok(self.hub.subscribe(key.as_str())) })
     }
+
+    fn announce<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async move {
+            self.hub.notify(key.as_str());
+            Ok(true)
+        })
+    }
 }

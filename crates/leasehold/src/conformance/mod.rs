@@ -32,6 +32,8 @@
 
 mod bounds;
 mod cross_client;
+mod election;
+mod multi;
 mod protocol;
 mod store;
 
@@ -44,6 +46,14 @@ pub use bounds::{a_blocked_store_bounds_waits_and_try_once_calls, a_grant_after_
 pub use cross_client::{
     a_closed_port_is_unavailable, another_clients_release_wakes_a_waiter,
     bad_options_rejected_before_io,
+};
+pub use election::{
+    announce_wakes_subscribers, election_crashed_leader_is_replaced_after_ttl,
+    election_observers_see_every_leader_in_token_order, election_resign_hands_over_promptly,
+};
+pub use multi::{
+    acquire_many_is_all_or_nothing, acquire_many_loss_of_one_fires_lost,
+    acquire_many_overlapping_sets_do_not_deadlock,
 };
 pub use protocol::*;
 pub use store::{unblock, Capabilities, TestStore, Unblock};
@@ -127,7 +137,14 @@ macro_rules! conformance_tests {
             hostile_keys_are_plain_strings,
             release_wakes_waiter_quickly,
             another_clients_release_wakes_a_waiter,
-            waiter_never_exceeds_its_bound
+            waiter_never_exceeds_its_bound,
+            acquire_many_is_all_or_nothing,
+            acquire_many_overlapping_sets_do_not_deadlock,
+            acquire_many_loss_of_one_fires_lost,
+            election_observers_see_every_leader_in_token_order,
+            election_resign_hands_over_promptly,
+            election_crashed_leader_is_replaced_after_ttl,
+            announce_wakes_subscribers
         );
         $($( $crate::conformance_tests!(@group $group $factory); )*)?
     };

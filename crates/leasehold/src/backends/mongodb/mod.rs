@@ -400,6 +400,24 @@ impl Backend for MongoBackend {
         Box::pin(async move { Ok(self.inner.watcher.subscribe(key.as_str()).await) })
     }
 
+    /// Bumps the record's `announced` counter, an update the change stream
+    /// carries like a release (the lease's own fields are untouched). A key
+    /// with no record yet has nothing to announce.
+    fn announce<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async move {
+            self.inner
+                .coll
+                .update_one(
+                    doc! { "_id": key.as_str() },
+                    doc! { "$inc": { "announced": 1_i64 } },
+                )
+                .await
+                .map_err(|e| self.fail(e))?;
+            self.inner.watcher.wake_local(key.as_str());
+            Ok(true)
+        })
+    }
+
     /// Stops the change stream, then shuts the driver's client down (if
     /// this backend made it) without waiting for handles still alive: the
     /// driver's pool workers otherwise die with the runtime and can panic

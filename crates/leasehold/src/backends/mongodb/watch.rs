@@ -4,8 +4,8 @@
 //! waiter after a gap.
 //!
 //! One stream per backend, shared by all its waiters. It only carries
-//! releases: updates that set `owner` to null (release, force-release) and
-//! deletes. A reopened stream resumes from the last resume token, so no
+//! releases (updates that set `owner` to null: release, force-release; and
+//! deletes) and announced grants (updates of `announced`). A reopened stream resumes from the last resume token, so no
 //! release is missed; if the server cannot watch at all (a standalone
 //! server, a store without change streams), waiters get
 //! [`Subscription::never`](crate::Subscription::never) and the core polls
@@ -99,6 +99,8 @@ async fn open(
     let releases = doc! { "$match": { "$or": [
         { "operationType": "delete" },
         { "operationType": "update", "updateDescription.updatedFields.owner": { "$type": "null" } },
+        // A grant announced for observers (`Backend::announce`).
+        { "operationType": "update", "updateDescription.updatedFields.announced": { "$exists": true } },
     ] } };
     // Only the key is needed; `_id` (the resume token) must stay.
     let project = doc! { "$project": { "documentKey": 1 } };

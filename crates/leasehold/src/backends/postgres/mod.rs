@@ -686,4 +686,16 @@ impl Backend for PostgresBackend {
     fn subscribe<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Subscription>> {
         Box::pin(async move { Ok(self.inner.subscribe(key).await) })
     }
+
+    /// `pg_notify` on the channel releases use; this process's observers
+    /// are woken directly.
+    fn announce<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async move {
+            self.inner
+                .fetch_optional(&self.inner.sql.announce, &[Param::Text(key.as_str())])
+                .await?;
+            self.inner.wake_local(key);
+            Ok(true)
+        })
+    }
 }

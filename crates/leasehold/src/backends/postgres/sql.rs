@@ -82,6 +82,8 @@ pub(super) struct Statements {
     pub list: String,
     pub force_release: String,
     pub check: String,
+    /// Wakes every listener of a key, as a release does (`Backend::announce`).
+    pub announce: String,
 }
 
 impl Statements {
@@ -157,6 +159,7 @@ impl Statements {
             ),
             // The CTE locks the row and reads whether it was live before the
             // update bumps the fence; RETURNING cannot see old values.
+            announce: format!("SELECT pg_notify('{CHANNEL}', $1::text)"),
             force_release: format!(
                 "WITH old AS ( \
                    SELECT key, {live} AS was_live FROM {table} WHERE key = $1 FOR UPDATE), \

@@ -504,6 +504,21 @@ impl Backend for RedisBackend {
             Ok(subscriber.subscribe(key.as_str()).await)
         })
     }
+
+    /// `PUBLISH` on the channel releases use (on a cluster, any node: the
+    /// cluster bus carries it to every subscriber).
+    fn announce<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async move {
+            let _receivers: i64 = redis::cmd("PUBLISH")
+                .arg(self.inner.ns.channel())
+                .arg(key.as_str())
+                .query_async(&mut self.conn())
+                .await
+                .map_err(classify)?;
+            self.wake_local(key);
+            Ok(true)
+        })
+    }
 }
 
 impl RedisBackend {

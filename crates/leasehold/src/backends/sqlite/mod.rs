@@ -456,4 +456,12 @@ impl Backend for SqliteBackend {
     fn subscribe<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Subscription>> {
         Box::pin(async move { Ok(self.wake.subscribe(key)) })
     }
+
+    /// A datagram to every process's wake socket, as a release sends.
+    fn announce<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async move {
+            self.wake.wake(key);
+            Ok(true)
+        })
+    }
 }
