@@ -25,6 +25,7 @@
 mod record;
 
 pub use crate::notify::{Subscription, WakeHub};
+pub use crate::semaphore::{PermitInfo, MAX_PERMITS};
 pub use record::{
     duration_to_millis, millis_to_duration, token_from_i64, token_to_i64, CorruptRecord,
     RecordDecoder,
@@ -108,6 +109,51 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     /// is never missed.
     fn subscribe<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Subscription>>;
 
+    /// Grants one permit of the semaphore `req.key()` iff fewer than
+    /// `req.permits()` permits of that key are live at the store's clock
+    /// (the request always names permits here; the core checked them).
+    ///
+    /// Semaphores live apart from mutexes: a semaphore and a mutex of the
+    /// same key do not exclude each other. The grant takes the lowest slot
+    /// `0..permits` that has no live holder (one exists whenever fewer than
+    /// `permits` are live) and a token from the key's permit fence: larger
+    /// than every earlier permit grant of the key, whatever its slot, so
+    /// each slot's tokens increase too. The lease returned says both
+    /// ([`AcquireRequest::granted_permit`]). One atomic operation, like
+    /// `try_acquire`; a busy answer names the live holder that expires
+    /// first. See docs/semaphore.md.
+    ///
+    /// Default: an [`Error::InvalidInput`](crate::Error::InvalidInput)
+    /// saying the store has no semaphores (every built-in store has them).
+    fn try_acquire_permit<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
+        Box::pin(async move { Err(crate::semaphore::unsupported(req.key())) })
+    }
+
+    /// `renew` for a permit: extends it iff key, slot, owner and token
+    /// match and it has not expired.
+    fn renew_permit<'a>(&'a self, lease: &'a Lease, _ttl: Duration) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async move { Err(crate::semaphore::unsupported(lease.key())) })
+    }
+
+    /// `release` for a permit: frees its slot iff owner and token match,
+    /// and wakes the key's subscribers (the same [`Backend::subscribe`]
+    /// channel as the mutex of that key; a spurious wake costs one attempt).
+    fn release_permit<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move { Err(crate::semaphore::unsupported(lease.key())) })
+    }
+
+    /// Live permits of every semaphore whose key starts with `prefix`
+    /// (already validated), ordered by key then slot.
+    fn list_permits<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<PermitInfo>>> {
+        let _ = prefix;
+        Box::pin(async move {
+            Err(crate::Error::invalid(
+                "store",
+                "this store has no semaphores",
+            ))
+        })
+    }
+
     /// Closes the store's connections and stops its background tasks, so
     /// that none is torn down mid-request when the runtime ends. Operations
     /// afterwards fail with an error (never a panic). Default: nothing to do.
@@ -170,6 +216,8 @@ pub struct AcquireRequest {
     ttl: Duration,
     /// The caller's wait bound, if it waits; see [`AcquireRequest::lock_wait`].
     lock_deadline: Option<Instant>,
+    /// For a semaphore permit: how many permits the caller counts.
+    permits: Option<u32>,
 }
 
 /// How long an attempt that does not wait (a try-once acquire) may still
@@ -197,7 +245,26 @@ impl AcquireRequest {
             holder: sanitize_label(holder),
             ttl: validate_ttl(ttl)?,
             lock_deadline: None,
+            permits: None,
         })
+    }
+
+    /// A request for one permit of the semaphore `key` of `permits`
+    /// permits ([`Backend::try_acquire_permit`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput) for a bad ttl,
+    /// or `permits` outside 1 ..= [`MAX_PERMITS`].
+    pub fn permit(key: Key, ttl: Duration, holder: &str, permits: u32) -> Result<Self> {
+        let permits = crate::semaphore::validate_permits(permits)?;
+        let mut request = Self::new(key, ttl, holder)?;
+        request.permits = Some(permits);
+        Ok(request)
+    }
+
+    /// For a permit request, how many permits the caller counts.
+    pub fn permits(&self) -> Option<u32> {
+        self.permits
     }
 
     /// Bounds the time the store may spend waiting for locks held by other
@@ -253,6 +320,16 @@ impl AcquireRequest {
             owner: self.owner,
             token,
             ttl: self.ttl,
+            slot: None,
+        }
+    }
+
+    /// The permit a store grants for this request in `slot` with token
+    /// `token` (see [`Backend::try_acquire_permit`]).
+    pub fn granted_permit(&self, slot: u32, token: u64) -> Lease {
+        Lease {
+            slot: Some(slot),
+            ..self.granted(token)
         }
     }
 }
@@ -279,9 +356,15 @@ pub struct Lease {
     owner: OwnerId,
     token: u64,
     ttl: Duration,
+    /// A semaphore permit's slot; `None` for a mutex lease.
+    slot: Option<u32>,
 }
 
 impl Lease {
+    /// For a semaphore permit, its slot (`0..permits`); `None` for a mutex.
+    pub fn slot(&self) -> Option<u32> {
+        self.slot
+    }
     /// The locked key.
     pub fn key(&self) -> &Key {
         &self.key

@@ -167,6 +167,7 @@ mod renewal;
 #[cfg(feature = "postgres")]
 pub mod rowlock;
 pub mod scheme;
+mod semaphore;
 #[cfg(any(feature = "postgres", feature = "redis"))]
 mod shared;
 #[cfg(any(test, feature = "testing"))]
@@ -181,6 +182,7 @@ pub use guard::LeaseGuard;
 pub use key::{validate_prefix, Key, MAX_KEY_BYTES};
 pub use lock::{AcquireOptions, Locks, STORE_ANSWER_GRACE};
 pub use redact::{redact_secrets, redact_url};
+pub use semaphore::{PermitInfo, Semaphore, MAX_PERMITS};
 
 #[cfg(feature = "mongodb")]
 pub use mongodb;
