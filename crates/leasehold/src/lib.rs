@@ -208,6 +208,9 @@ mod markdown {
     #[doc = include_str!("../../../docs/performance.md")]
     struct Performance;
 
+    #[doc = include_str!("../../../docs/semaphore.md")]
+    struct Semaphore;
+
     #[cfg(feature = "postgres")]
     #[doc = include_str!("../../../docs/postgres.md")]
     struct Postgres;
