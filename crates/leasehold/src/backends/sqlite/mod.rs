@@ -25,7 +25,7 @@ use sqlx::Row;
 
 use crate::backend::{
     duration_to_millis, millis_to_duration, token_to_i64, Acquire, AcquireRequest, Backend,
-    BoxFuture, Busy, Lease, LeaseInfo, RecordDecoder, Subscription,
+    BoxFuture, Busy, Lease, LeaseInfo, PermitInfo, RecordDecoder, Subscription,
 };
 use crate::error::{Error, Result};
 use crate::key::Key;
@@ -41,6 +41,9 @@ macro_rules! now_ms {
         "CAST(unixepoch('subsec') * 1000 AS INTEGER)"
     };
 }
+
+// After `now_ms!`, which its statements use.
+mod semaphore;
 
 /// Creates the lease table; safe to run any number of times.
 const MIGRATION: &str = "CREATE TABLE IF NOT EXISTS leasehold_locks (
@@ -195,6 +198,7 @@ async fn connect_and_migrate(
         .connect_with(connect)
         .await?;
     sqlx::query(MIGRATION).execute(&pool).await?;
+    semaphore::migrate(&pool).await?;
     Ok(pool)
 }
 
@@ -455,5 +459,21 @@ impl Backend for SqliteBackend {
 
     fn subscribe<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Subscription>> {
         Box::pin(async move { Ok(self.wake.subscribe(key)) })
+    }
+
+    fn try_acquire_permit<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
+        self.permit_acquire(req)
+    }
+
+    fn renew_permit<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
+        self.permit_renew(lease, ttl)
+    }
+
+    fn release_permit<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
+        self.permit_release(lease)
+    }
+
+    fn list_permits<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<PermitInfo>>> {
+        self.permit_list(prefix)
     }
 }
