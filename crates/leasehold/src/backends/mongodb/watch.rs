@@ -99,6 +99,8 @@ async fn open(
     let releases = doc! { "$match": { "$or": [
         { "operationType": "delete" },
         { "operationType": "update", "updateDescription.updatedFields.owner": { "$type": "null" } },
+        // A semaphore permit's release (semaphore.rs).
+        { "operationType": "update", "updateDescription.updatedFields.releases": { "$exists": true } },
     ] } };
     // Only the key is needed; `_id` (the resume token) must stay.
     let project = doc! { "$project": { "documentKey": 1 } };
@@ -137,8 +139,10 @@ impl Feed for Releases {
                             .get_document("documentKey")
                             .ok()
                             .and_then(|k| k.get("_id"));
-                        if let Some(Bson::String(key)) = key {
-                            return Some(Ok(News::Released(key.clone())));
+                        if let Some(Bson::String(id)) = key {
+                            // A semaphore's document wakes the waiters of its key.
+                            let key = id.strip_prefix(super::semaphore::PERMITS_ID).unwrap_or(id);
+                            return Some(Ok(News::Released(key.to_owned())));
                         }
                     }
                     Ok(None) if self.stream.is_alive() => {}
