@@ -122,37 +122,20 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     /// ([`AcquireRequest::granted_permit`]). One atomic operation, like
     /// `try_acquire`; a busy answer names the live holder that expires
     /// first. See docs/semaphore.md.
-    ///
-    /// Default: an [`Error::InvalidInput`](crate::Error::InvalidInput)
-    /// saying the store has no semaphores (every built-in store has them).
-    fn try_acquire_permit<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
-        Box::pin(async move { Err(crate::semaphore::unsupported(req.key())) })
-    }
+    fn try_acquire_permit<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>>;
 
     /// `renew` for a permit: extends it iff key, slot, owner and token
     /// match and it has not expired.
-    fn renew_permit<'a>(&'a self, lease: &'a Lease, _ttl: Duration) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(async move { Err(crate::semaphore::unsupported(lease.key())) })
-    }
+    fn renew_permit<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>>;
 
     /// `release` for a permit: frees its slot iff owner and token match,
     /// and wakes the key's subscribers (the same [`Backend::subscribe`]
     /// channel as the mutex of that key; a spurious wake costs one attempt).
-    fn release_permit<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move { Err(crate::semaphore::unsupported(lease.key())) })
-    }
+    fn release_permit<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>>;
 
     /// Live permits of every semaphore whose key starts with `prefix`
     /// (already validated), ordered by key then slot.
-    fn list_permits<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<PermitInfo>>> {
-        let _ = prefix;
-        Box::pin(async move {
-            Err(crate::Error::invalid(
-                "store",
-                "this store has no semaphores",
-            ))
-        })
-    }
+    fn list_permits<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<PermitInfo>>>;
 
     /// Closes the store's connections and stops its background tasks, so
     /// that none is torn down mid-request when the runtime ends. Operations
@@ -480,6 +463,25 @@ mod tests {
             self.called("subscribe");
             Box::pin(async { Ok(Subscription::never()) })
         }
+        fn try_acquire_permit<'a>(
+            &'a self,
+            req: &'a AcquireRequest,
+        ) -> BoxFuture<'a, Result<Acquire>> {
+            self.called("try_acquire_permit");
+            Box::pin(async move { Ok(Acquire::Granted(req.granted_permit(0, 1))) })
+        }
+        fn renew_permit<'a>(&'a self, _: &'a Lease, _: Duration) -> BoxFuture<'a, Result<bool>> {
+            self.called("renew_permit");
+            Box::pin(async { Ok(true) })
+        }
+        fn release_permit<'a>(&'a self, _: &'a Lease) -> BoxFuture<'a, Result<()>> {
+            self.called("release_permit");
+            Box::pin(async { Ok(()) })
+        }
+        fn list_permits<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<Vec<PermitInfo>>> {
+            self.called("list_permits");
+            Box::pin(async { Ok(Vec::new()) })
+        }
     }
 
     /// Backends do no validation of their own (the contract): the core
@@ -516,7 +518,23 @@ mod tests {
             assert!(locks.force_release(bad).await.is_err());
             assert!(locks.try_acquire(bad).await.is_err());
         }
+        for permits in [0, crate::MAX_PERMITS + 1] {
+            assert!(locks.semaphore("k", permits).is_err());
+        }
+        assert!(locks.semaphore("", 3).is_err());
+        let sem = locks.semaphore("k", 3).unwrap();
+        let bad_ttl = AcquireOptions::new().with_ttl(Duration::ZERO);
+        assert!(sem.acquire_with(&bad_ttl).await.is_err());
+        assert!(locks.list_permits("x\u{7}").await.is_err());
         assert_eq!(*recording.0.lock().unwrap(), Vec::<&str>::new());
+        // A permit goes to the permit operations, a mutex to the mutex's.
+        let permit = sem.try_acquire().await.unwrap();
+        assert_eq!(permit.slot(), Some(0));
+        permit.release().await.unwrap();
+        assert_eq!(
+            std::mem::take(&mut *recording.0.lock().unwrap()),
+            ["try_acquire_permit", "release_permit"]
+        );
         // The same calls with good input do reach it.
         locks.list("x").await.unwrap();
         let guard = locks.try_acquire("k").await.unwrap();

@@ -34,17 +34,6 @@ pub(crate) fn validate_permits(permits: u32) -> Result<u32> {
     }
 }
 
-/// What a store without semaphores answers (see [`Backend::try_acquire_permit`]).
-pub(crate) fn unsupported(key: &Key) -> Error {
-    Error::invalid(
-        "store",
-        format!(
-            "this store has no semaphores (asked for {:?})",
-            key.as_str()
-        ),
-    )
-}
-
 /// A live permit, as [`Backend::list_permits`] reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PermitInfo {
