@@ -182,7 +182,7 @@ pub use guard::LeaseGuard;
 pub use key::{validate_prefix, Key, MAX_KEY_BYTES};
 pub use lock::{AcquireOptions, Locks, STORE_ANSWER_GRACE};
 pub use redact::{redact_secrets, redact_url};
-pub use semaphore::{PermitInfo, Semaphore, MAX_PERMITS};
+pub use semaphore::{validate_permits, PermitInfo, Semaphore, MAX_PERMITS};
 
 #[cfg(feature = "mongodb")]
 pub use mongodb;

@@ -22,8 +22,13 @@ use crate::lock::{AcquireOptions, Locks};
 /// permits on every attempt, so the count stays small enough to scan.
 pub const MAX_PERMITS: u32 = 1024;
 
-/// Checks a permit count: 1 ..= [`MAX_PERMITS`].
-pub(crate) fn validate_permits(permits: u32) -> Result<u32> {
+/// Checks a permit count: 1 ..= [`MAX_PERMITS`] (as
+/// [`Locks::semaphore`] does, for callers that check input before
+/// opening a store).
+///
+/// # Errors
+/// [`Error::InvalidInput`] naming `permits`.
+pub fn validate_permits(permits: u32) -> Result<u32> {
     if (1..=MAX_PERMITS).contains(&permits) {
         Ok(permits)
     } else {

@@ -79,6 +79,10 @@ pub struct RunArgs {
     /// inside the lease; at most half the ttl [default: ttl/4]
     #[arg(long, value_parser = parse_duration)]
     pub kill_after: Option<Duration>,
+    /// Take one of N permits of the semaphore KEY (at most N commands run
+    /// at once) instead of the lock KEY; the command also gets LEASEHOLD_SLOT
+    #[arg(long, value_name = "N")]
+    pub permits: Option<u32>,
     /// The command and its arguments
     #[arg(required = true, last = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -111,6 +115,9 @@ pub async fn run(store: &str, args: RunArgs) -> Result<u8, CliError> {
     // Bad input fails before the store is touched.
     leasehold::Key::new(args.key.as_str())?;
     leasehold::time::validate_ttl(args.lease.ttl)?;
+    if let Some(permits) = args.permits {
+        leasehold::validate_permits(permits)?;
+    }
     let grace = kill_after(&args)?;
     // Caught from here on: a signal while connecting or waiting ends run
     // with 128 + its number instead of killing it.
@@ -139,8 +146,19 @@ async fn run_with(
         .with_ttl(args.lease.ttl)
         .with_wait(args.lease.wait)
         .with_cancel(cancel.clone());
+    let acquire = async {
+        match args.permits {
+            Some(permits) => {
+                locks
+                    .semaphore(&args.key, permits)?
+                    .acquire_with(&options)
+                    .await
+            }
+            None => locks.acquire_with(&args.key, &options).await,
+        }
+    };
     let guard = tokio::select! {
-        guard = locks.acquire_with(&args.key, &options) => guard?,
+        guard = acquire => guard?,
         signal = signals.recv() => {
             cancel.cancel();
             return Err(signals::interrupted(&args.key, signal));
