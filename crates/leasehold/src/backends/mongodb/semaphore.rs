@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use futures_util::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
+use mongodb::results::UpdateResult;
 
 use super::errors::{is_duplicate_key, STORE};
 use super::record::{as_i64, date, token_as_i64};
@@ -82,6 +83,14 @@ fn slots_of(d: &Document, record: &RecordDecoder<'_>) -> Result<Vec<Slot>> {
 }
 
 impl MongoBackend {
+    /// One single-document update of a semaphore's document.
+    async fn update_slot(&self, filter: Document, update: Document) -> Result<UpdateResult> {
+        let coll = &self.inner.coll;
+        coll.update_one(filter, update)
+            .await
+            .map_err(|e| self.fail(e))
+    }
+
     pub(super) async fn acquire_permit(&self, req: &AcquireRequest) -> Result<Acquire> {
         let id = id_of(req.key());
         let record = RecordDecoder::new(STORE, req.key().as_str());
@@ -140,11 +149,8 @@ impl MongoBackend {
                     let update =
                         doc! { "$set": { format!("slots.{slot}"): entry, "fence": token } };
                     let done = self
-                        .inner
-                        .coll
-                        .update_one(doc! { "_id": &id, "fence": fence }, update)
-                        .await
-                        .map_err(|e| self.fail(e))?;
+                        .update_slot(doc! { "_id": &id, "fence": fence }, update)
+                        .await?;
                     done.matched_count == 1
                 }
             };
@@ -181,24 +187,14 @@ impl MongoBackend {
             format!("{slot}.expiresAt"): date(now.upper.saturating_add(ttl)),
             format!("{slot}.ttlMs"): ttl,
         } };
-        let done = self
-            .inner
-            .coll
-            .update_one(filter, update)
-            .await
-            .map_err(|e| self.fail(e))?;
+        let done = self.update_slot(filter, update).await?;
         Ok(done.matched_count == 1)
     }
 
     pub(super) async fn release_permit_now(&self, lease: &Lease) -> Result<()> {
         let (filter, slot) = Self::held(lease)?;
         let update = doc! { "$unset": { slot: "" }, "$inc": { "releases": 1_i64 } };
-        let done = self
-            .inner
-            .coll
-            .update_one(filter, update)
-            .await
-            .map_err(|e| self.fail(e))?;
+        let done = self.update_slot(filter, update).await?;
         if done.modified_count == 1 {
             self.inner.watcher.wake_local(lease.key().as_str());
         }

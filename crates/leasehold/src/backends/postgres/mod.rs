@@ -467,6 +467,15 @@ pub fn is_transient_pg_error(e: &sqlx::Error) -> bool {
 const ROW_LOCKED_HOLDER: &str = "another transaction (row locked)";
 
 /// SQLSTATE 55P03: `lock_timeout` passed (or `NOWAIT` found a lock).
+/// The answer when another transaction kept the key's row locked for the
+/// whole wait: the key is not free to take, so it is busy.
+fn row_locked() -> Acquire {
+    Acquire::Busy(Busy {
+        holder: ROW_LOCKED_HOLDER.to_owned(),
+        remaining: Duration::ZERO,
+    })
+}
+
 fn is_lock_not_available(e: &sqlx::Error) -> bool {
     e.as_database_error()
         .and_then(|db| db.code())
@@ -589,12 +598,7 @@ impl Backend for PostgresBackend {
                 Ok(rows) => rows,
                 // Another transaction kept the row locked for the whole
                 // wait: the key is not free to take, so it is busy.
-                Err(Failed::Sql(e)) if is_lock_not_available(&e) => {
-                    return Ok(Acquire::Busy(Busy {
-                        holder: ROW_LOCKED_HOLDER.to_owned(),
-                        remaining: Duration::ZERO,
-                    }))
-                }
+                Err(Failed::Sql(e)) if is_lock_not_available(&e) => return Ok(row_locked()),
                 Err(e) => return Err(e.into_error()),
             };
             let row = rows

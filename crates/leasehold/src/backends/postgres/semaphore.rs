@@ -19,9 +19,7 @@ use sqlx::Row;
 
 use super::exec::Param;
 use super::sql::CHANNEL;
-use super::{
-    classify, is_lock_not_available, token_as_i64, Failed, Inner, ROW_LOCKED_HOLDER, STORE,
-};
+use super::{classify, is_lock_not_available, row_locked, token_as_i64, Failed, Inner, STORE};
 use crate::backend::{
     duration_to_millis, millis_to_duration, Acquire, AcquireRequest, Busy, Lease, PermitInfo,
     RecordDecoder,
@@ -164,12 +162,7 @@ impl Inner {
         let rows = match self.fetch_all(&self.sql.permits.acquire, &params).await {
             Ok(rows) => rows,
             // Another transaction kept the row locked for the whole wait.
-            Err(Failed::Sql(e)) if is_lock_not_available(&e) => {
-                return Ok(Acquire::Busy(Busy {
-                    holder: ROW_LOCKED_HOLDER.to_owned(),
-                    remaining: Duration::ZERO,
-                }))
-            }
+            Err(Failed::Sql(e)) if is_lock_not_available(&e) => return Ok(row_locked()),
             Err(e) => return Err(e.into_error()),
         };
         let record = RecordDecoder::new(STORE, req.key().as_str());

@@ -255,6 +255,15 @@ fn info_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<LeaseInfo> {
 /// lock for the whole wait (SQLite does not say whose, nor for how long).
 const WRITE_LOCKED_HOLDER: &str = "another transaction (database locked)";
 
+/// The answer when another connection kept the write lock for the whole
+/// wait: the key cannot be taken now, so it is busy.
+fn write_locked() -> Acquire {
+    Acquire::Busy(Busy {
+        holder: WRITE_LOCKED_HOLDER.to_owned(),
+        remaining: Duration::ZERO,
+    })
+}
+
 /// A pool connection whose busy timeout an acquisition has bounded by its
 /// caller's wait. Dropped before [`restore`](Self::restore) (the acquire
 /// future was cancelled), the connection is closed rather than pooled, so
@@ -339,12 +348,7 @@ async fn acquire_statements(conn: &mut SqliteConnection, req: &AcquireRequest) -
         Ok(granted) => granted,
         // Another connection held the write lock for the whole wait: the
         // key cannot be taken now, so it is busy.
-        Err(e) if is_locked(&e) => {
-            return Ok(Acquire::Busy(Busy {
-                holder: WRITE_LOCKED_HOLDER.to_owned(),
-                remaining: Duration::ZERO,
-            }))
-        }
+        Err(e) if is_locked(&e) => return Ok(write_locked()),
         Err(e) => return Err(classify(e)),
     };
     if let Some(fence) = granted {

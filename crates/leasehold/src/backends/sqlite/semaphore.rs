@@ -9,7 +9,7 @@ use std::time::Duration;
 use sqlx::sqlite::{SqliteConnection, SqlitePool, SqliteRow};
 use sqlx::{Connection, Row};
 
-use super::{classify, is_locked, BoundedBusy, SqliteBackend, STORE, WRITE_LOCKED_HOLDER};
+use super::{classify, is_locked, write_locked, BoundedBusy, SqliteBackend, STORE};
 use crate::backend::{
     duration_to_millis, millis_to_duration, token_to_i64, Acquire, AcquireRequest, BoxFuture, Busy,
     Lease, PermitInfo, RecordDecoder,
@@ -114,12 +114,7 @@ fn acquire_on<'a>(
         let mut tx = match conn.begin_with("BEGIN IMMEDIATE").await {
             Ok(tx) => tx,
             // Another connection kept the write lock for the whole wait.
-            Err(e) if is_locked(&e) => {
-                return Ok(Acquire::Busy(Busy {
-                    holder: WRITE_LOCKED_HOLDER.to_owned(),
-                    remaining: Duration::ZERO,
-                }))
-            }
+            Err(e) if is_locked(&e) => return Ok(write_locked()),
             Err(e) => return Err(classify(e)),
         };
         let key = req.key().as_str();
