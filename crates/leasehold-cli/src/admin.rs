@@ -1,7 +1,7 @@
 //! `status`, `list` and `release --force`: inspecting and breaking locks.
 
 use clap::Args;
-use leasehold::{LeaseInfo, Locks};
+use leasehold::{LeaseInfo, Locks, PermitInfo};
 use serde::Serialize;
 
 use crate::exit::CliError;
@@ -11,7 +11,9 @@ use crate::exit::CliError;
 pub struct StatusArgs {
     /// Lock key
     pub key: String,
-    /// Print {"key","held","holder","token","expires_in_ms"}
+    /// Print {"key","held","holder","token","expires_in_ms"}, and
+    /// "permits" (each {"slot","holder","token","expires_in_ms"}) when the
+    /// semaphore KEY has live permits
     #[arg(long)]
     pub json: bool,
 }
@@ -22,7 +24,7 @@ pub struct ListArgs {
     /// Only keys starting with this
     #[arg(long, default_value = "")]
     pub prefix: String,
-    /// Print a JSON array of status objects
+    /// Print a JSON array of status objects (a semaphore permit's has "slot")
     #[arg(long)]
     pub json: bool,
 }
@@ -43,16 +45,36 @@ pub struct ReleaseArgs {
 #[derive(Debug, Serialize)]
 struct Status<'a> {
     key: &'a str,
+    /// For a semaphore permit, its slot.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    slot: Option<u32>,
     held: bool,
     holder: Option<&'a str>,
     token: Option<u64>,
     expires_in_ms: Option<u128>,
+    /// `status` of a semaphore key: its live permits.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    permits: Vec<Status<'a>>,
 }
 
 impl<'a> Status<'a> {
+    fn of_permit(permit: &'a PermitInfo) -> Self {
+        Status {
+            key: permit.key.as_str(),
+            slot: Some(permit.slot),
+            held: true,
+            holder: Some(permit.holder.as_str()),
+            token: Some(permit.token),
+            expires_in_ms: Some(permit.remaining.as_millis()),
+            permits: Vec::new(),
+        }
+    }
+
     fn of(key: &'a str, info: Option<&'a LeaseInfo>) -> Self {
         Status {
             key,
+            slot: None,
+            permits: Vec::new(),
             held: info.is_some(),
             holder: info.map(|i| i.holder.as_str()),
             token: info.map(|i| i.token),
@@ -61,13 +83,16 @@ impl<'a> Status<'a> {
     }
 
     fn line(&self) -> String {
+        let what = match self.slot {
+            Some(slot) => format!("{} permit {slot}", self.key),
+            None => self.key.to_owned(),
+        };
         match (self.holder, self.token, self.expires_in_ms) {
             (Some(holder), Some(token), Some(ms)) => format!(
-                "{} held by {holder}, token {token}, expires in {:.1}s",
-                self.key,
+                "{what} held by {holder}, token {token}, expires in {:.1}s",
                 ms as f64 / 1000.0
             ),
-            _ => format!("{} is free", self.key),
+            _ => format!("{what} is free"),
         }
     }
 }
@@ -80,15 +105,20 @@ pub async fn status(store: &str, args: StatusArgs) -> Result<u8, CliError> {
     leasehold::Key::new(args.key.as_str())?;
     let locks = Locks::open(store).await?;
     let info = locks.inspect(&args.key).await?;
-    let status = Status::of(&args.key, info.as_ref());
-    println!(
-        "{}",
-        if args.json {
-            to_json(&status)
-        } else {
-            status.line()
+    let permits = locks.semaphore(&args.key, 1)?.holders().await?;
+    let mut status = Status::of(&args.key, info.as_ref());
+    status.permits = permits.iter().map(Status::of_permit).collect();
+    if args.json {
+        println!("{}", to_json(&status));
+    } else {
+        // The lock's line, then one per live permit of the semaphore KEY.
+        if info.is_some() || status.permits.is_empty() {
+            println!("{}", status.line());
         }
-    );
+        for permit in &status.permits {
+            println!("{}", permit.line());
+        }
+    }
     Ok(0)
 }
 
@@ -96,10 +126,14 @@ pub async fn list(store: &str, args: ListArgs) -> Result<u8, CliError> {
     leasehold::validate_prefix(&args.prefix)?;
     let locks = Locks::open(store).await?;
     let held = locks.list(&args.prefix).await?;
-    let rows: Vec<Status> = held
+    let permits = locks.list_permits(&args.prefix).await?;
+    let mut rows: Vec<Status> = held
         .iter()
         .map(|i| Status::of(i.key.as_str(), Some(i)))
+        .chain(permits.iter().map(Status::of_permit))
         .collect();
+    // By key; a lock before the permits of the semaphore of the same key.
+    rows.sort_by_key(|r| (r.key, r.slot));
     if args.json {
         println!("{}", to_json(&rows));
     } else if rows.is_empty() {

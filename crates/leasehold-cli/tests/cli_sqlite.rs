@@ -42,6 +42,14 @@ fn bad_input_exits_64_naming_the_problem_and_the_store_keeps_working() {
             "expected a duration",
         ),
         (&["run", "k"], "CMD"),
+        (
+            &["run", "k", "--permits", "0", "--", "true"],
+            "invalid permits: must be 1 ..= 1024, got 0",
+        ),
+        (
+            &["run", "k", "--permits", "2000", "--", "true"],
+            "invalid permits",
+        ),
         (&["release", "k"], "--force"),
         (&["list", "--prefix", "a\u{7}"], "invalid prefix"),
         (&["frobnicate"], "unrecognized subcommand"),

@@ -25,6 +25,7 @@
 mod record;
 
 pub use crate::notify::{Subscription, WakeHub};
+pub use crate::semaphore::{PermitInfo, MAX_PERMITS};
 pub use record::{
     duration_to_millis, millis_to_duration, token_from_i64, token_to_i64, CorruptRecord,
     RecordDecoder,
@@ -121,6 +122,34 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
         Box::pin(async { Ok(false) })
     }
 
+    /// Grants one permit of the semaphore `req.key()` iff fewer than
+    /// `req.permits()` permits of that key are live at the store's clock
+    /// (the request always names permits here; the core checked them).
+    ///
+    /// Semaphores live apart from mutexes: a semaphore and a mutex of the
+    /// same key do not exclude each other. The grant takes the lowest slot
+    /// `0..permits` that has no live holder (one exists whenever fewer than
+    /// `permits` are live) and a token from the key's permit fence: larger
+    /// than every earlier permit grant of the key, whatever its slot, so
+    /// each slot's tokens increase too. The lease returned says both
+    /// ([`AcquireRequest::granted_permit`]). One atomic operation, like
+    /// `try_acquire`; a busy answer names the live holder that expires
+    /// first. See docs/semaphore.md.
+    fn try_acquire_permit<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>>;
+
+    /// `renew` for a permit: extends it iff key, slot, owner and token
+    /// match and it has not expired.
+    fn renew_permit<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>>;
+
+    /// `release` for a permit: frees its slot iff owner and token match,
+    /// and wakes the key's subscribers (the same [`Backend::subscribe`]
+    /// channel as the mutex of that key; a spurious wake costs one attempt).
+    fn release_permit<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>>;
+
+    /// Live permits of every semaphore whose key starts with `prefix`
+    /// (already validated), ordered by key then slot.
+    fn list_permits<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<PermitInfo>>>;
+
     /// Closes the store's connections and stops its background tasks, so
     /// that none is torn down mid-request when the runtime ends. Operations
     /// afterwards fail with an error (never a panic). Default: nothing to do.
@@ -183,6 +212,8 @@ pub struct AcquireRequest {
     ttl: Duration,
     /// The caller's wait bound, if it waits; see [`AcquireRequest::lock_wait`].
     lock_deadline: Option<Instant>,
+    /// For a semaphore permit: how many permits the caller counts.
+    permits: Option<u32>,
 }
 
 /// How long an attempt that does not wait (a try-once acquire) may still
@@ -210,7 +241,26 @@ impl AcquireRequest {
             holder: sanitize_label(holder),
             ttl: validate_ttl(ttl)?,
             lock_deadline: None,
+            permits: None,
         })
+    }
+
+    /// A request for one permit of the semaphore `key` of `permits`
+    /// permits ([`Backend::try_acquire_permit`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput) for a bad ttl,
+    /// or `permits` outside 1 ..= [`MAX_PERMITS`].
+    pub fn permit(key: Key, ttl: Duration, holder: &str, permits: u32) -> Result<Self> {
+        let permits = crate::semaphore::validate_permits(permits)?;
+        let mut request = Self::new(key, ttl, holder)?;
+        request.permits = Some(permits);
+        Ok(request)
+    }
+
+    /// For a permit request, how many permits the caller counts.
+    pub fn permits(&self) -> Option<u32> {
+        self.permits
     }
 
     /// Bounds the time the store may spend waiting for locks held by other
@@ -266,6 +316,16 @@ impl AcquireRequest {
             owner: self.owner,
             token,
             ttl: self.ttl,
+            slot: None,
+        }
+    }
+
+    /// The permit a store grants for this request in `slot` with token
+    /// `token` (see [`Backend::try_acquire_permit`]).
+    pub fn granted_permit(&self, slot: u32, token: u64) -> Lease {
+        Lease {
+            slot: Some(slot),
+            ..self.granted(token)
         }
     }
 }
@@ -292,9 +352,15 @@ pub struct Lease {
     owner: OwnerId,
     token: u64,
     ttl: Duration,
+    /// A semaphore permit's slot; `None` for a mutex lease.
+    slot: Option<u32>,
 }
 
 impl Lease {
+    /// For a semaphore permit, its slot (`0..permits`); `None` for a mutex.
+    pub fn slot(&self) -> Option<u32> {
+        self.slot
+    }
     /// The locked key.
     pub fn key(&self) -> &Key {
         &self.key
@@ -410,6 +476,25 @@ mod tests {
             self.called("subscribe");
             Box::pin(async { Ok(Subscription::never()) })
         }
+        fn try_acquire_permit<'a>(
+            &'a self,
+            req: &'a AcquireRequest,
+        ) -> BoxFuture<'a, Result<Acquire>> {
+            self.called("try_acquire_permit");
+            Box::pin(async move { Ok(Acquire::Granted(req.granted_permit(0, 1))) })
+        }
+        fn renew_permit<'a>(&'a self, _: &'a Lease, _: Duration) -> BoxFuture<'a, Result<bool>> {
+            self.called("renew_permit");
+            Box::pin(async { Ok(true) })
+        }
+        fn release_permit<'a>(&'a self, _: &'a Lease) -> BoxFuture<'a, Result<()>> {
+            self.called("release_permit");
+            Box::pin(async { Ok(()) })
+        }
+        fn list_permits<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<Vec<PermitInfo>>> {
+            self.called("list_permits");
+            Box::pin(async { Ok(Vec::new()) })
+        }
     }
 
     /// Backends do no validation of their own (the contract): the core
@@ -446,7 +531,23 @@ mod tests {
             assert!(locks.force_release(bad).await.is_err());
             assert!(locks.try_acquire(bad).await.is_err());
         }
+        for permits in [0, crate::MAX_PERMITS + 1] {
+            assert!(locks.semaphore("k", permits).is_err());
+        }
+        assert!(locks.semaphore("", 3).is_err());
+        let sem = locks.semaphore("k", 3).unwrap();
+        let bad_ttl = AcquireOptions::new().with_ttl(Duration::ZERO);
+        assert!(sem.acquire_with(&bad_ttl).await.is_err());
+        assert!(locks.list_permits("x\u{7}").await.is_err());
         assert_eq!(*recording.0.lock().unwrap(), Vec::<&str>::new());
+        // A permit goes to the permit operations, a mutex to the mutex's.
+        let permit = sem.try_acquire().await.unwrap();
+        assert_eq!(permit.slot(), Some(0));
+        permit.release().await.unwrap();
+        assert_eq!(
+            std::mem::take(&mut *recording.0.lock().unwrap()),
+            ["try_acquire_permit", "release_permit"]
+        );
         // The same calls with good input do reach it.
         locks.list("x").await.unwrap();
         let guard = locks.try_acquire("k").await.unwrap();

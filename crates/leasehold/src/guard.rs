@@ -16,6 +16,7 @@ use crate::key::Key;
 use crate::local::LocalHold;
 use crate::pending::PendingReleases;
 use crate::renewal::{renew_attempt_timeout, RenewalScheduler, Ticket};
+use crate::semaphore::{release_any, renew_any};
 use crate::time::{renew_interval, trusted_for, Backoff, LeaseClock};
 
 /// A held lease. Renews itself in the background every ttl/3 while it lives.
@@ -179,6 +180,13 @@ impl LeaseGuard {
         self.lease.token()
     }
 
+    /// For a semaphore permit, its slot (`0..permits`): a fenced resource
+    /// keeps the highest token it accepted per slot (docs/semaphore.md).
+    /// `None` for a mutex.
+    pub fn slot(&self) -> Option<u32> {
+        self.lease.slot()
+    }
+
     /// The store-side owner id of this acquisition.
     pub fn owner(&self) -> OwnerId {
         self.lease.owner()
@@ -247,7 +255,9 @@ impl LeaseGuard {
         self.released = true;
         self.stop_renewal();
         let span = tracing::debug_span!("release", key = %self.key(), token = self.token());
-        self.backend.release(&self.lease).instrument(span).await
+        release_any(&*self.backend, &self.lease)
+            .instrument(span)
+            .await
     }
 }
 
@@ -264,7 +274,7 @@ impl Drop for LeaseGuard {
             runtime.spawn(async move {
                 let _pending = pending;
                 let span = tracing::debug_span!("release", key = %lease.key(), token = lease.token());
-                if let Err(e) = backend.release(&lease).instrument(span).await {
+                if let Err(e) = release_any(&*backend, &lease).instrument(span).await {
                     tracing::warn!(key = %lease.key(), error = %e, "best-effort release on drop failed; the lease will expire");
                 }
             });
@@ -341,7 +351,7 @@ async fn renew_until_deadline(
         let attempt_deadline = (sent + renew_attempt_timeout(ttl)).min(deadline);
         let answer = tokio::select! {
             biased;
-            answer = backend.renew(lease, ttl).instrument(span) => Ok(answer),
+            answer = renew_any(backend, lease, ttl).instrument(span) => Ok(answer),
             () = clock.sleep_until(attempt_deadline) => Err(()),
         };
         match answer {

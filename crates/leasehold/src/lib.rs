@@ -169,6 +169,7 @@ mod renewal;
 #[cfg(feature = "postgres")]
 pub mod rowlock;
 pub mod scheme;
+mod semaphore;
 #[cfg(any(feature = "postgres", feature = "redis"))]
 mod shared;
 #[cfg(any(test, feature = "testing"))]
@@ -185,6 +186,7 @@ pub use key::{validate_prefix, Key, MAX_KEY_BYTES};
 pub use lock::{AcquireOptions, Locks, STORE_ANSWER_GRACE};
 pub use multi::{canonical_keys, MultiGuard, MAX_MULTI_KEYS};
 pub use redact::{redact_secrets, redact_url};
+pub use semaphore::{validate_permits, PermitInfo, Semaphore, MAX_PERMITS};
 
 #[cfg(feature = "mongodb")]
 pub use mongodb;
@@ -215,6 +217,8 @@ mod markdown {
 
     #[doc = include_str!("../../../docs/election.md")]
     struct Election;
+    #[doc = include_str!("../../../docs/semaphore.md")]
+    struct Semaphore;
 
     #[cfg(feature = "postgres")]
     #[doc = include_str!("../../../docs/postgres.md")]

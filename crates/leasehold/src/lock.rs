@@ -17,6 +17,7 @@ use crate::local::LocalQueues;
 use crate::notify::Subscription;
 use crate::pending::PendingReleases;
 use crate::renewal::RenewalScheduler;
+use crate::semaphore::{release_any, try_acquire_any};
 use crate::time::{Backoff, DEFAULT_TTL};
 
 /// How long past the caller's wait bound (for a try-once call: past its
@@ -104,6 +105,8 @@ pub struct Locks {
     backend: Arc<dyn Backend>,
     holder_label: Arc<str>,
     local: Arc<LocalQueues>,
+    /// The local queues of semaphore keys: apart from the mutexes'.
+    permit_queues: Arc<LocalQueues>,
     renewals: RenewalScheduler,
     pending: Arc<PendingReleases>,
 }
@@ -135,6 +138,7 @@ impl Locks {
             backend,
             holder_label: default_holder_label().into(),
             local: Arc::default(),
+            permit_queues: Arc::default(),
             renewals: RenewalScheduler::default(),
             pending: Arc::default(),
         }
@@ -160,6 +164,32 @@ impl Locks {
     setters! {
         /// Replaces the human label stored beside each lease (default `host:pid`).
         with_holder_label(label: &str) => holder_label = label.into();
+    }
+
+    /// The human label stored beside each lease.
+    pub(crate) fn holder_label(&self) -> &str {
+        &self.holder_label
+    }
+
+    /// Takes a semaphore permit: the mutex's engine on the permit queues.
+    pub(crate) async fn acquire_permit(
+        &self,
+        request: AcquireRequest,
+        options: &AcquireOptions,
+    ) -> Result<LeaseGuard> {
+        let span = tracing::debug_span!("acquire_permit", key = %request.key(), permits = request.permits(), ttl = ?options.ttl);
+        self.acquire_request(request, options)
+            .instrument(span)
+            .await
+    }
+
+    /// The local queues for `request`'s kind of lock.
+    fn queues(&self, request: &AcquireRequest) -> &Arc<LocalQueues> {
+        if request.permits().is_some() {
+            &self.permit_queues
+        } else {
+            &self.local
+        }
     }
 
     /// The store behind this handle.
@@ -278,7 +308,7 @@ impl Locks {
             tokio::select! {
                 biased;
                 _ = cancelled(options) => return Err(Error::Cancelled { key: request.key().to_string() }),
-                turn = self.local.turn(request.key()) => Some(turn),
+                turn = self.queues(&request).turn(request.key()) => Some(turn),
                 _ = sleep_until_some(deadline) => return Err(self.timeout(&request, started)),
             }
         };
@@ -309,7 +339,7 @@ impl Locks {
                 }
                 Acquire::Granted(lease) => {
                     tracing::debug!(token = lease.token(), "granted");
-                    let hold = self.local.hold(request.key());
+                    let hold = self.queues(&request).hold(request.key());
                     // The next local waiter may go to the store now (local.rs).
                     drop(turn);
                     return Ok(LeaseGuard::start(
@@ -376,7 +406,7 @@ impl Locks {
         let backend = self.backend.clone();
         let owned = request.clone();
         let mut attempt: BoxFuture<'static, Result<Acquire>> =
-            Box::pin(async move { backend.try_acquire(&owned).await });
+            Box::pin(async move { try_acquire_any(&*backend, &owned).await });
         let cut_short = tokio::select! {
             biased;
             outcome = &mut attempt => return outcome,
@@ -409,7 +439,7 @@ impl Locks {
         Error::Timeout {
             key: request.key().to_string(),
             waited: started.elapsed(),
-            held_here: self.local.is_held_here(request.key()),
+            held_here: self.queues(request).is_held_here(request.key()),
         }
     }
 
@@ -450,7 +480,7 @@ impl Locks {
 
 /// Releases `lease`, logging a failure (the lease then expires by itself).
 async fn give_back(backend: &dyn Backend, lease: &Lease) {
-    if let Err(e) = backend.release(lease).await {
+    if let Err(e) = release_any(backend, lease).await {
         tracing::warn!(key = %lease.key(), token = lease.token(), error = %e, "could not give an unused grant back; it will expire");
     }
 }

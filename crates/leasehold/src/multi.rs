@@ -251,6 +251,16 @@ impl MultiGuard {
     }
 }
 
+/// A set of one: lets code that runs under a [`MultiGuard`] (the CLI's
+/// `run`) hold a single lease or a semaphore permit too.
+impl From<LeaseGuard> for MultiGuard {
+    fn from(guard: LeaseGuard) -> Self {
+        MultiGuard {
+            guards: vec![guard],
+        }
+    }
+}
+
 impl fmt::Debug for MultiGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MultiGuard")

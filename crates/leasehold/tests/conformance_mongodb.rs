@@ -44,7 +44,7 @@ async fn store() -> Option<TestStore> {
     Some(store.with_bad_option("store url", || MongoBackend::connect("http://localhost")))
 }
 
-leasehold::conformance_tests!(store; options, unreachable);
+leasehold::conformance_tests!(store; options, unreachable, semaphore);
 
 mod polling {
     async fn store() -> Option<leasehold::conformance::TestStore> {

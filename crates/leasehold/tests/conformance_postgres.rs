@@ -28,7 +28,7 @@ async fn store() -> Option<TestStore> {
     Some(postgres::with_bad_options(store, down))
 }
 
-leasehold::conformance_tests!(store; options, unreachable, blocking);
+leasehold::conformance_tests!(store; options, unreachable, blocking, semaphore);
 
 mod polling {
     async fn store() -> Option<leasehold::conformance::TestStore> {

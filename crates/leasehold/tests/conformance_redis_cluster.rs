@@ -27,7 +27,7 @@ async fn store_with(options: RedisOptions) -> Option<TestStore> {
     redis_fixtures::conformance_store(URL_VAR, "redis+cluster", options).await
 }
 
-leasehold::conformance_tests!(store; options, unreachable);
+leasehold::conformance_tests!(store; options, unreachable, semaphore);
 
 mod polling {
     async fn store() -> Option<leasehold::conformance::TestStore> {
@@ -45,7 +45,7 @@ mod replicated {
         super::store_with(RedisOptions::new().with_min_replicas(1)).await
     }
 
-    leasehold::conformance_tests!(store);
+    leasehold::conformance_tests!(store; semaphore);
 }
 
 /// A plain connection to the first seed node of `url`.

@@ -32,7 +32,7 @@ async fn store() -> Option<TestStore> {
     )
 }
 
-leasehold::conformance_tests!(store; options, blocking);
+leasehold::conformance_tests!(store; options, blocking, semaphore);
 
 mod polling {
     async fn store() -> Option<leasehold::conformance::TestStore> {

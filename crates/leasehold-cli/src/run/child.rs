@@ -73,6 +73,10 @@ pub(super) fn spawn(command: &[String], guard: &MultiGuard) -> Result<Spawned, C
         // (or directly, once it is the foreground group).
         .process_group(0)
         .kill_on_drop(false);
+    if let Some(slot) = guard.guards().first().and_then(|permit| permit.slot()) {
+        // A semaphore permit: fenced writes compare tokens per slot.
+        cmd.env("LEASEHOLD_SLOT", slot.to_string());
+    }
     die_with_parent(&mut cmd, foreground);
     let child = cmd
         .spawn()

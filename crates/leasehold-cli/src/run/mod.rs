@@ -85,6 +85,10 @@ pub struct RunArgs {
     /// inside the lease; at most half the ttl [default: ttl/4]
     #[arg(long, value_parser = parse_duration)]
     pub kill_after: Option<Duration>,
+    /// Take one of N permits of the semaphore KEY (at most N commands run
+    /// at once) instead of the lock KEY; the command also gets LEASEHOLD_SLOT
+    #[arg(long, value_name = "N")]
+    pub permits: Option<u32>,
     /// The command and its arguments
     #[arg(required = true, last = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -124,6 +128,16 @@ pub async fn run(store: &str, args: RunArgs) -> Result<u8, CliError> {
     // Bad input fails before the store is touched.
     leasehold::canonical_keys(&args.keys)?;
     leasehold::time::validate_ttl(args.lease.ttl)?;
+    if let Some(permits) = args.permits {
+        leasehold::validate_permits(permits)?;
+        if args.keys.len() > 1 {
+            return Err(leasehold::Error::invalid(
+                "--permits",
+                "takes one semaphore KEY; several keys are a multi-lock of mutexes",
+            )
+            .into());
+        }
+    }
     let grace = kill_after(&args)?;
     // Caught from here on: a signal while connecting or waiting ends run
     // with 128 + its number instead of killing it.
@@ -152,8 +166,19 @@ async fn run_with(
         .with_ttl(args.lease.ttl)
         .with_wait(args.lease.wait)
         .with_cancel(cancel.clone());
+    let acquire = async {
+        match (args.permits, args.keys.as_slice()) {
+            // A permit is a set of one key (run checked there is one).
+            (Some(permits), [key]) => locks
+                .semaphore(key, permits)?
+                .acquire_with(&options)
+                .await
+                .map(MultiGuard::from),
+            _ => locks.acquire_many(&args.keys, &options).await,
+        }
+    };
     let guard = tokio::select! {
-        guard = locks.acquire_many(&args.keys, &options) => guard?,
+        guard = acquire => guard?,
         signal = signals.recv() => {
             cancel.cancel();
             return Err(signals::interrupted(&args.label(), signal));

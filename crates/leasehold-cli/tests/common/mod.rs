@@ -190,6 +190,88 @@ pub fn counter_under_many_processes(store: &str, dir: &Path, processes: usize, r
     );
 }
 
+/// The semaphore check: `processes` OS processes run `leasehold run KEY
+/// --permits PERMITS -- <mark running, count the marks, sleep, unmark>` at
+/// once. No command may see more than `permits` running (itself included),
+/// some command must see exactly `permits` (they do run side by side), every
+/// slot is below `permits`, and `list` shows the permits while they are held.
+pub fn permits_under_many_processes(store: &str, dir: &Path, processes: usize, permits: usize) {
+    let running = dir.join("running");
+    std::fs::create_dir_all(&running).unwrap();
+    let counts = dir.join("counts.log");
+    std::fs::write(&counts, "").unwrap();
+    let key = format!(
+        "permits-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    );
+    let script = format!(
+        "touch {r}/$$; echo $(ls {r} | wc -l) $LEASEHOLD_SLOT $LEASEHOLD_TOKEN >> {c}; \
+         sleep 0.6; rm {r}/$$",
+        r = running.display(),
+        c = counts.display()
+    );
+    let limit = permits.to_string();
+    let workers: Vec<Child> = (0..processes)
+        .map(|_| {
+            leasehold(store)
+                .args([
+                    "run",
+                    &key,
+                    "--permits",
+                    &limit,
+                    "--wait",
+                    "120s",
+                    "--ttl",
+                    "10s",
+                ])
+                .args(["--", "sh", "-c", &script])
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    // While they run, `list` shows permit rows of the key (at most `permits`).
+    let mut listed = 0;
+    wait_until(Duration::from_secs(20), || {
+        let out = run(leasehold(store).args(["list", "--json", "--prefix", &key]));
+        let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        let n = rows
+            .as_array()
+            .map_or(0, |r| r.iter().filter(|row| row["slot"].is_u64()).count());
+        listed = listed.max(n);
+        n > 0
+    });
+    for mut w in workers {
+        assert!(w.wait().unwrap().success(), "a run under --permits failed");
+    }
+    let lines: Vec<(usize, u64, u64)> = std::fs::read_to_string(&counts)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let f: Vec<u64> = l.split_whitespace().map(|x| x.parse().unwrap()).collect();
+            (f[0] as usize, f[1], f[2])
+        })
+        .collect();
+    assert_eq!(lines.len(), processes, "every command ran once");
+    let most = lines.iter().map(|l| l.0).max().unwrap();
+    assert!(
+        most <= permits,
+        "{most} commands ran at once under --permits {permits}"
+    );
+    assert_eq!(most, permits, "never {permits} at once: {lines:?}");
+    assert!(
+        lines.iter().all(|l| l.1 < permits as u64),
+        "slots: {lines:?}"
+    );
+    assert!(
+        (1..=permits).contains(&listed),
+        "list showed {listed} permits"
+    );
+}
+
 /// Starts `leasehold run KEY --ttl 1s EXTRA -- sh -c ...` whose command
 /// writes its pid to `pidfile` and sleeps; returns once it holds `key` and
 /// its command runs, with the lease's token.
@@ -334,6 +416,13 @@ macro_rules! process_tests {
             let Some(store) = $store else { return };
             let dir = tempfile::tempdir().unwrap();
             $crate::common::counter_under_many_processes(store.as_ref(), dir.path(), 8, 25);
+        }
+
+        #[test]
+        fn ten_processes_under_three_permits_run_three_at_a_time() {
+            let Some(store) = $store else { return };
+            let dir = tempfile::tempdir().unwrap();
+            $crate::common::permits_under_many_processes(store.as_ref(), dir.path(), 10, 3);
         }
 
         #[test]

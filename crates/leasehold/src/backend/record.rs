@@ -5,7 +5,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::{LeaseInfo, OwnerId};
+use super::{LeaseInfo, OwnerId, PermitInfo, MAX_PERMITS};
 use crate::error::{Error, Result};
 use crate::key::Key;
 use crate::time::MAX_TTL;
@@ -177,6 +177,35 @@ impl<'a> RecordDecoder<'a> {
             holder: holder.unwrap_or_default(),
             token: self.token(fence)?,
             remaining: self.remaining(remaining_ms)?,
+        })
+    }
+
+    /// A live semaphore permit as [`Backend::list_permits`](super::Backend::list_permits)
+    /// reports it: the fields of [`lease_info`](Self::lease_info) and the
+    /// slot, kept as a signed integer.
+    ///
+    /// # Errors
+    /// A corrupt record naming the first bad field (a slot outside
+    /// `0..MAX_PERMITS` among them).
+    pub fn permit_info(
+        &self,
+        slot: i64,
+        owner: &str,
+        holder: Option<String>,
+        token: i64,
+        remaining_ms: i64,
+    ) -> Result<PermitInfo> {
+        let info = self.lease_info(owner, holder, token, remaining_ms)?;
+        let slot = u32::try_from(slot)
+            .ok()
+            .filter(|s| *s < MAX_PERMITS)
+            .ok_or_else(|| self.corrupt(format!("slot {slot} is outside 0..{MAX_PERMITS}")))?;
+        Ok(PermitInfo {
+            key: info.key,
+            slot,
+            holder: info.holder,
+            token: info.token,
+            remaining: info.remaining,
         })
     }
 

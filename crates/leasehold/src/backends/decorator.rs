@@ -43,7 +43,7 @@
 use std::fmt::Debug;
 use std::time::Duration;
 
-use crate::backend::{Acquire, AcquireRequest, Backend, BoxFuture, Lease, LeaseInfo};
+use crate::backend::{Acquire, AcquireRequest, Backend, BoxFuture, Lease, LeaseInfo, PermitInfo};
 use crate::error::Result;
 use crate::key::Key;
 use crate::notify::Subscription;
@@ -89,6 +89,23 @@ pub trait Decorator: Debug + Send + Sync + 'static {
     fn announce<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool>> {
         self.inner().announce(key)
     }
+
+    /// [`Backend::try_acquire_permit`]; by default `inner`'s.
+    fn try_acquire_permit<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
+        self.inner().try_acquire_permit(req)
+    }
+    /// [`Backend::renew_permit`]; by default `inner`'s.
+    fn renew_permit<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
+        self.inner().renew_permit(lease, ttl)
+    }
+    /// [`Backend::release_permit`]; by default `inner`'s.
+    fn release_permit<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
+        self.inner().release_permit(lease)
+    }
+    /// [`Backend::list_permits`]; by default `inner`'s.
+    fn list_permits<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<PermitInfo>>> {
+        self.inner().list_permits(prefix)
+    }
 }
 
 impl<D: Decorator> Backend for D {
@@ -115,5 +132,18 @@ impl<D: Decorator> Backend for D {
     }
     fn announce<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool>> {
         Decorator::announce(self, key)
+    }
+
+    fn try_acquire_permit<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
+        Decorator::try_acquire_permit(self, req)
+    }
+    fn renew_permit<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
+        Decorator::renew_permit(self, lease, ttl)
+    }
+    fn release_permit<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
+        Decorator::release_permit(self, lease)
+    }
+    fn list_permits<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<PermitInfo>>> {
+        Decorator::list_permits(self, prefix)
     }
 }

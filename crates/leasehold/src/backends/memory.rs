@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::memory_permits::PermitTable;
 use crate::backend::{
-    Acquire, AcquireRequest, Backend, BoxFuture, Busy, Lease, LeaseInfo, OwnerId,
+    Acquire, AcquireRequest, Backend, BoxFuture, Busy, Lease, LeaseInfo, OwnerId, PermitInfo,
 };
 use crate::error::Result;
 use crate::key::Key;
@@ -22,6 +23,7 @@ use crate::notify::{Subscription, WakeHub};
 pub struct MemoryBackend {
     records: Arc<Mutex<BTreeMap<Key, Record>>>,
     hub: WakeHub,
+    permits: PermitTable,
 }
 
 /// One key's record; never removed, because the fence lives here.
@@ -184,5 +186,26 @@ impl Backend for MemoryBackend {
             self.hub.notify(key.as_str());
             Ok(true)
         })
+    }
+
+    fn try_acquire_permit<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
+        Box::pin(async move { Ok(self.permits.try_acquire(req)) })
+    }
+
+    fn renew_permit<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async move { Ok(self.permits.renew(lease, ttl)) })
+    }
+
+    fn release_permit<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            if self.permits.release(lease) {
+                self.hub.notify(lease.key().as_str());
+            }
+            Ok(())
+        })
+    }
+
+    fn list_permits<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<PermitInfo>>> {
+        Box::pin(async move { Ok(self.permits.list(prefix)) })
     }
 }

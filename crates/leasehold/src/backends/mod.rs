@@ -3,6 +3,7 @@
 
 pub mod decorator;
 pub mod memory;
+mod memory_permits;
 #[cfg(feature = "mongodb")]
 pub mod mongodb;
 pub mod polling;

@@ -23,6 +23,8 @@
 //! ```
 //!
 //! Groups beyond the protocol, for stores that have what they test:
+//! `semaphore` (the permit rules of docs/semaphore.md; every built-in
+//! store),
 //! `options` (bad options rejected before I/O, registered with
 //! [`TestStore::with_bad_option`]), `unreachable` (a closed port is
 //! [`Error::Unavailable`](crate::Error::Unavailable), with
@@ -35,6 +37,7 @@ mod cross_client;
 mod election;
 mod multi;
 mod protocol;
+mod semaphore;
 mod store;
 
 use std::time::Duration;
@@ -56,6 +59,7 @@ pub use multi::{
     acquire_many_overlapping_sets_do_not_deadlock,
 };
 pub use protocol::*;
+pub use semaphore::*;
 pub use store::{unblock, Capabilities, TestStore, Unblock};
 
 /// Reads the URL of a server for tests from `var`. Returns `None` (and says
@@ -103,6 +107,18 @@ macro_rules! conformance_tests {
     };
     (@group unreachable $factory:path) => {
         $crate::conformance_tests!(@each $factory; a_closed_port_is_unavailable);
+    };
+    (@group semaphore $factory:path) => {
+        $crate::conformance_tests!(@each $factory;
+            semaphore_never_more_than_n_live,
+            semaphore_reaches_n,
+            semaphore_crashed_permit_returns_after_ttl,
+            semaphore_fence_never_goes_backwards,
+            semaphore_owner_checked_renew_release,
+            semaphore_release_wakes_a_waiter,
+            semaphore_disagreeing_permits,
+            semaphore_bad_input_rejected_before_io
+        );
     };
     (@group blocking $factory:path) => {
         $crate::conformance_tests!(@each $factory;

@@ -140,6 +140,12 @@ impl TestStore {
         Locks::from_arc(self.backend.clone()).with_holder_label("conformance")
     }
 
+    pub(super) fn second_arc(&self) -> Arc<dyn Backend> {
+        self.second
+            .clone()
+            .expect("the store's factory names a second client (TestStore::with_second_client)")
+    }
+
     pub(super) fn second_client(&self) -> &dyn Backend {
         self.second
             .as_deref()

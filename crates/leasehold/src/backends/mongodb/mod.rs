@@ -33,6 +33,7 @@ mod errors;
 pub mod helpers;
 mod options;
 mod record;
+mod semaphore;
 mod watch;
 
 use std::sync::Arc;
@@ -50,6 +51,7 @@ pub use options::{MongoOptions, DEFAULT_COLLECTION};
 
 use crate::backend::{
     duration_to_millis, Acquire, AcquireRequest, Backend, BoxFuture, Busy, Lease, LeaseInfo,
+    PermitInfo,
 };
 use crate::error::{Error, Result};
 use crate::key::Key;
@@ -416,6 +418,22 @@ impl Backend for MongoBackend {
             self.inner.watcher.wake_local(key.as_str());
             Ok(true)
         })
+    }
+
+    fn try_acquire_permit<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
+        Box::pin(self.acquire_permit(req))
+    }
+
+    fn renew_permit<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(self.renew_permit_now(lease, ttl))
+    }
+
+    fn release_permit<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.release_permit_now(lease))
+    }
+
+    fn list_permits<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<PermitInfo>>> {
+        Box::pin(self.list_permits_now(prefix))
     }
 
     /// Stops the change stream, then shuts the driver's client down (if

@@ -101,6 +101,8 @@ async fn open(
         { "operationType": "update", "updateDescription.updatedFields.owner": { "$type": "null" } },
         // A grant announced for observers (`Backend::announce`).
         { "operationType": "update", "updateDescription.updatedFields.announced": { "$exists": true } },
+        // A semaphore permit's release (semaphore.rs).
+        { "operationType": "update", "updateDescription.updatedFields.releases": { "$exists": true } },
     ] } };
     // Only the key is needed; `_id` (the resume token) must stay.
     let project = doc! { "$project": { "documentKey": 1 } };
@@ -139,8 +141,10 @@ impl Feed for Releases {
                             .get_document("documentKey")
                             .ok()
                             .and_then(|k| k.get("_id"));
-                        if let Some(Bson::String(key)) = key {
-                            return Some(Ok(News::Released(key.clone())));
+                        if let Some(Bson::String(id)) = key {
+                            // A semaphore's document wakes the waiters of its key.
+                            let key = id.strip_prefix(super::semaphore::PERMITS_ID).unwrap_or(id);
+                            return Some(Ok(News::Released(key.to_owned())));
                         }
                     }
                     Ok(None) if self.stream.is_alive() => {}

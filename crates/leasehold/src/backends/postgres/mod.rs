@@ -51,6 +51,7 @@ mod exec;
 mod listen;
 mod options;
 mod pooler;
+mod semaphore;
 mod session;
 mod sql;
 mod store_url;
@@ -63,7 +64,7 @@ use sqlx::{FromRow, Row};
 
 use crate::backend::{
     duration_to_millis, millis_to_duration, token_to_i64, Acquire, AcquireRequest, Backend,
-    BoxFuture, Busy, Lease, LeaseInfo, RecordDecoder, Subscription,
+    BoxFuture, Busy, Lease, LeaseInfo, PermitInfo, RecordDecoder, Subscription,
 };
 use crate::error::{Error, Result};
 use crate::key::Key;
@@ -243,6 +244,7 @@ impl PostgresBackend {
                     &[Param::Text(&lock_name)],
                 ),
                 Statement::new(&sql.migrate, &[]),
+                Statement::new(&sql.permits.migrate, &[]),
             ];
             session
                 .transaction(steps)
@@ -271,6 +273,7 @@ impl PostgresBackend {
     async fn finish(pool: PgPool, sql: Statements, options: PostgresOptions) -> Result<Self> {
         if options.migrate {
             migrate(&pool, options.pooler, &options.table, &sql.migrate).await?;
+            migrate(&pool, options.pooler, &options.table, &sql.permits.migrate).await?;
         }
         // Data connections never LISTEN behind a transaction pooler: the
         // server connection would keep listening for its next client. A
@@ -307,9 +310,16 @@ impl PostgresBackend {
         }
     }
 
-    /// The idempotent `CREATE TABLE IF NOT EXISTS` for this backend's table.
+    /// The idempotent `CREATE TABLE IF NOT EXISTS` for this backend's table
+    /// (semaphores need [`permits_migration_sql`](Self::permits_migration_sql) too).
     pub fn migration_sql(&self) -> &str {
         &self.inner.sql.migrate
+    }
+
+    /// The idempotent `CREATE TABLE IF NOT EXISTS` for the semaphores' table
+    /// beside the lease table (`<table>_permits`).
+    pub fn permits_migration_sql(&self) -> &str {
+        &self.inner.sql.permits.migrate
     }
 
     /// Inside the caller's transaction, checks that `lease` still holds its
@@ -458,6 +468,15 @@ pub fn is_transient_pg_error(e: &sqlx::Error) -> bool {
 const ROW_LOCKED_HOLDER: &str = "another transaction (row locked)";
 
 /// SQLSTATE 55P03: `lock_timeout` passed (or `NOWAIT` found a lock).
+/// The answer when another transaction kept the key's row locked for the
+/// whole wait: the key is not free to take, so it is busy.
+fn row_locked() -> Acquire {
+    Acquire::Busy(Busy {
+        holder: ROW_LOCKED_HOLDER.to_owned(),
+        remaining: Duration::ZERO,
+    })
+}
+
 fn is_lock_not_available(e: &sqlx::Error) -> bool {
     e.as_database_error()
         .and_then(|db| db.code())
@@ -580,12 +599,7 @@ impl Backend for PostgresBackend {
                 Ok(rows) => rows,
                 // Another transaction kept the row locked for the whole
                 // wait: the key is not free to take, so it is busy.
-                Err(Failed::Sql(e)) if is_lock_not_available(&e) => {
-                    return Ok(Acquire::Busy(Busy {
-                        holder: ROW_LOCKED_HOLDER.to_owned(),
-                        remaining: Duration::ZERO,
-                    }))
-                }
+                Err(Failed::Sql(e)) if is_lock_not_available(&e) => return Ok(row_locked()),
                 Err(e) => return Err(e.into_error()),
             };
             let row = rows
@@ -697,5 +711,21 @@ impl Backend for PostgresBackend {
             self.inner.wake_local(key);
             Ok(true)
         })
+    }
+
+    fn try_acquire_permit<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
+        Box::pin(self.inner.acquire_permit(req))
+    }
+
+    fn renew_permit<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(self.inner.renew_permit(lease, ttl))
+    }
+
+    fn release_permit<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.inner.release_permit(lease))
+    }
+
+    fn list_permits<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<PermitInfo>>> {
+        Box::pin(self.inner.list_permits(prefix))
     }
 }

@@ -5,6 +5,7 @@
 //! comparison, not the start of the transaction), and durations travel as
 //! whole milliseconds.
 
+use super::semaphore::PermitStatements;
 use crate::error::{Error, Result};
 
 /// The table used when none is configured.
@@ -84,6 +85,8 @@ pub(super) struct Statements {
     pub check: String,
     /// Wakes every listener of a key, as a release does (`Backend::announce`).
     pub announce: String,
+    /// The semaphores' statements (`semaphore.rs`).
+    pub permits: PermitStatements,
 }
 
 impl Statements {
@@ -172,6 +175,7 @@ impl Statements {
             // FOR SHARE conflicts with the row lock every acquire, renew,
             // release and force-release takes, so none of them can change
             // this row until the caller's transaction ends.
+            permits: PermitStatements::new(table),
             check: format!(
                 "SELECT fence FROM {table} WHERE key = $1 AND owner = $2 AND fence = $3 \
                  AND expires_at > clock_timestamp() FOR SHARE"

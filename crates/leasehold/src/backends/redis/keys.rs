@@ -60,6 +60,32 @@ impl Namespace {
         format!("{}:fence:{{{}}}", self.prefix, encode(key.as_str()))
     }
 
+    /// The hash of `key`'s semaphore permits (one field per slot), with
+    /// the lock's hash tag.
+    pub(super) fn permits(&self, key: &Key) -> String {
+        format!("{}:permits:{{{}}}", self.prefix, encode(key.as_str()))
+    }
+
+    /// `key`'s permit fence counter, with the lock's hash tag.
+    pub(super) fn permit_fence(&self, key: &Key) -> String {
+        format!("{}:pfence:{{{}}}", self.prefix, encode(key.as_str()))
+    }
+
+    /// A `SCAN MATCH` pattern for the permit hashes of keys starting with
+    /// `prefix`.
+    pub(super) fn permits_pattern(&self, prefix: &str) -> String {
+        format!(
+            "{}:permits:{{{}*",
+            glob_escape(&self.prefix),
+            glob_escape(&encode(prefix))
+        )
+    }
+
+    /// The key a permit hash's name stands for, as [`key_of_lock`](Self::key_of_lock).
+    pub(super) fn key_of_permits(&self, name: &str) -> Option<Result<Key>> {
+        self.key_of(name, ":permits:{")
+    }
+
     /// The one pub/sub channel of this prefix; the released key is the payload.
     pub(super) fn channel(&self) -> String {
         format!("{}:released", self.prefix)
@@ -78,9 +104,13 @@ impl Namespace {
     /// ours; a corrupt record if it is in our namespace but this store
     /// never writes it.
     pub(super) fn key_of_lock(&self, name: &str) -> Option<Result<Key>> {
+        self.key_of(name, ":lock:{")
+    }
+
+    fn key_of(&self, name: &str, kind: &str) -> Option<Result<Key>> {
         let encoded = name
             .strip_prefix(self.prefix.as_str())?
-            .strip_prefix(":lock:{")?
+            .strip_prefix(kind)?
             .strip_suffix('}')?;
         Some(match decode(encoded) {
             Some(key) => RecordDecoder::new(super::STORE, &key).key(),
@@ -202,6 +232,15 @@ mod tests {
         for k in ["k", "{x}", "}", "{", "a}b{c", "{}", "%7B", "*?[]\\", "ü€"] {
             let (lock, fence) = (n.lock(&key(k)), n.fence(&key(k)));
             assert_eq!(hash_tag(&lock), hash_tag(&fence), "{k:?}");
+            // A semaphore's keys share the tag too: its scripts stay in one slot.
+            let (permits, permit_fence) = (n.permits(&key(k)), n.permit_fence(&key(k)));
+            assert_eq!(hash_tag(&permits), hash_tag(&lock), "{k:?}");
+            assert_eq!(hash_tag(&permit_fence), hash_tag(&lock), "{k:?}");
+            assert_eq!(n.key_of_permits(&permits).map(Result::unwrap), Some(key(k)));
+            assert!(
+                n.key_of_lock(&permits).is_none(),
+                "a permits hash is no lock"
+            );
             assert_eq!(
                 decode(hash_tag(&lock)).as_deref(),
                 Some(k),

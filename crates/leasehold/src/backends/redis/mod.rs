@@ -30,6 +30,7 @@
 mod cluster;
 mod keys;
 mod options;
+mod semaphore;
 mod wake;
 
 use std::fmt;
@@ -43,7 +44,7 @@ use cluster::Connection;
 
 use crate::backend::{
     duration_to_millis, millis_to_duration, Acquire, AcquireRequest, Backend, BoxFuture, Busy,
-    Lease, LeaseInfo, RecordDecoder, Subscription,
+    Lease, LeaseInfo, PermitInfo, RecordDecoder, Subscription,
 };
 use crate::error::{Error, Result};
 use crate::key::Key;
@@ -519,6 +520,22 @@ impl Backend for RedisBackend {
             Ok(true)
         })
     }
+
+    fn try_acquire_permit<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
+        Box::pin(self.acquire_permit(req))
+    }
+
+    fn renew_permit<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(self.renew_permit_now(lease, ttl))
+    }
+
+    fn release_permit<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.release_permit_now(lease))
+    }
+
+    fn list_permits<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<PermitInfo>>> {
+        Box::pin(self.list_permits_now(prefix))
+    }
 }
 
 impl RedisBackend {
@@ -564,17 +581,32 @@ impl RedisBackend {
         key: &Key,
         args: &[&str],
     ) -> Result<T> {
+        self.run_on(script, self.lock_keys(key), args).await
+    }
+
+    /// `key`'s lock and fence keys: the two keys of every mutex script.
+    fn lock_keys(&self, key: &Key) -> [String; 2] {
+        [self.inner.ns.lock(key), self.inner.ns.fence(key)]
+    }
+
+    /// Runs `script` on `keys` (two keys of one hash tag), confirmed by
+    /// `min_replicas` replicas when that option is set.
+    async fn run_on<T: redis::FromRedisValue>(
+        &self,
+        script: &Script,
+        keys: [String; 2],
+        args: &[&str],
+    ) -> Result<T> {
         let replicas = self.inner.options.min_replicas;
         if replicas == 0 {
             let mut call = script.prepare_invoke();
-            call.key(self.inner.ns.lock(key))
-                .key(self.inner.ns.fence(key));
+            call.key(&keys[0]).key(&keys[1]);
             for arg in args {
                 call.arg(*arg);
             }
             return call.invoke_async(&mut self.conn()).await.map_err(classify);
         }
-        let (answer, confirmed) = self.run_and_wait(script, key, args, replicas).await?;
+        let (answer, confirmed) = self.run_and_wait_on(script, keys, args, replicas).await?;
         if confirmed < i64::from(replicas) {
             return Err(unconfirmed(confirmed, replicas));
         }
@@ -592,13 +624,24 @@ impl RedisBackend {
         args: &[&str],
         replicas: u32,
     ) -> Result<(T, i64)> {
+        self.run_and_wait_on(script, self.lock_keys(key), args, replicas)
+            .await
+    }
+
+    /// [`run_and_wait`](Self::run_and_wait) on any two keys of one hash tag.
+    async fn run_and_wait_on<T: redis::FromRedisValue>(
+        &self,
+        script: &Script,
+        keys: [String; 2],
+        args: &[&str],
+        replicas: u32,
+    ) -> Result<(T, i64)> {
         let wait_ms = duration_to_millis(self.inner.options.response_timeout / 2).max(1);
         let mut call = redis::pipe();
         call.cmd("EVALSHA")
             .arg(script.get_hash())
             .arg(2)
-            .arg(self.inner.ns.lock(key))
-            .arg(self.inner.ns.fence(key))
+            .arg(&keys)
             .arg(args)
             .cmd("WAIT")
             .arg(replicas)

@@ -25,7 +25,7 @@ use sqlx::Row;
 
 use crate::backend::{
     duration_to_millis, millis_to_duration, token_to_i64, Acquire, AcquireRequest, Backend,
-    BoxFuture, Busy, Lease, LeaseInfo, RecordDecoder, Subscription,
+    BoxFuture, Busy, Lease, LeaseInfo, PermitInfo, RecordDecoder, Subscription,
 };
 use crate::error::{Error, Result};
 use crate::key::Key;
@@ -41,6 +41,9 @@ macro_rules! now_ms {
         "CAST(unixepoch('subsec') * 1000 AS INTEGER)"
     };
 }
+
+// After `now_ms!`, which its statements use.
+mod semaphore;
 
 /// Creates the lease table; safe to run any number of times.
 const MIGRATION: &str = "CREATE TABLE IF NOT EXISTS leasehold_locks (
@@ -195,6 +198,7 @@ async fn connect_and_migrate(
         .connect_with(connect)
         .await?;
     sqlx::query(MIGRATION).execute(&pool).await?;
+    semaphore::migrate(&pool).await?;
     Ok(pool)
 }
 
@@ -250,6 +254,15 @@ fn info_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<LeaseInfo> {
 /// The holder reported when another connection kept the database's write
 /// lock for the whole wait (SQLite does not say whose, nor for how long).
 const WRITE_LOCKED_HOLDER: &str = "another transaction (database locked)";
+
+/// The answer when another connection kept the write lock for the whole
+/// wait: the key cannot be taken now, so it is busy.
+fn write_locked() -> Acquire {
+    Acquire::Busy(Busy {
+        holder: WRITE_LOCKED_HOLDER.to_owned(),
+        remaining: Duration::ZERO,
+    })
+}
 
 /// A pool connection whose busy timeout an acquisition has bounded by its
 /// caller's wait. Dropped before [`restore`](Self::restore) (the acquire
@@ -335,12 +348,7 @@ async fn acquire_statements(conn: &mut SqliteConnection, req: &AcquireRequest) -
         Ok(granted) => granted,
         // Another connection held the write lock for the whole wait: the
         // key cannot be taken now, so it is busy.
-        Err(e) if is_locked(&e) => {
-            return Ok(Acquire::Busy(Busy {
-                holder: WRITE_LOCKED_HOLDER.to_owned(),
-                remaining: Duration::ZERO,
-            }))
-        }
+        Err(e) if is_locked(&e) => return Ok(write_locked()),
         Err(e) => return Err(classify(e)),
     };
     if let Some(fence) = granted {
@@ -463,5 +471,21 @@ impl Backend for SqliteBackend {
             self.wake.wake(key);
             Ok(true)
         })
+    }
+
+    fn try_acquire_permit<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
+        self.permit_acquire(req)
+    }
+
+    fn renew_permit<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
+        self.permit_renew(lease, ttl)
+    }
+
+    fn release_permit<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
+        self.permit_release(lease)
+    }
+
+    fn list_permits<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<PermitInfo>>> {
+        self.permit_list(prefix)
     }
 }

@@ -1,0 +1,241 @@
+//! MongoDB's semaphores: one document per semaphore key in the lease
+//! collection, `{_id: "\u{1}permits:" + key, fence, releases, slots: {"<slot>":
+//! {owner, holder, token, expiresAt, ttlMs}}}`, never deleted (the fence
+//! lives there). Its `_id` starts with a control character, which no key
+//! has, so it never meets a mutex's document; the lease queries skip it
+//! (it has no top-level `owner`).
+//!
+//! A grant reads the document and writes it back on condition that its
+//! fence is unchanged: the write is the one atomic step that decides (any
+//! grant in between bumps the fence and the write matches nothing; a
+//! release or renewal in between cannot make the count wrong). Counting
+//! live slots needs an expression no classic update operator has, and
+//! this store keeps to classic operators (wire-compatible servers). A lost
+//! race is retried a few times, then reported busy with no time left, so
+//! a waiter tries again at once. Expiry uses the clock estimate's bounds
+//! like the mutex: a slot is free only once `expiresAt` is at or below the
+//! lower bound of the server's "now". A release bumps `releases`, which
+//! the change stream reports (the waiters of the key wake).
+
+use std::time::Duration;
+
+use futures_util::TryStreamExt;
+use mongodb::bson::{doc, Bson, Document};
+use mongodb::results::UpdateResult;
+
+use super::errors::{is_duplicate_key, STORE};
+use super::record::{as_i64, date, token_as_i64};
+use super::MongoBackend;
+use crate::backend::{
+    duration_to_millis, millis_to_duration, Acquire, AcquireRequest, Busy, Lease, PermitInfo,
+    RecordDecoder,
+};
+use crate::error::Result;
+use crate::key::Key;
+
+/// What a permits document's `_id` starts with; a key has no control
+/// characters, so this never collides with a mutex's `_id`.
+pub(super) const PERMITS_ID: &str = "\u{1}permits:";
+
+/// Grant attempts per call when another grant of the key wins the race.
+const RACES: usize = 3;
+
+fn id_of(key: &Key) -> String {
+    format!("{PERMITS_ID}{}", key.as_str())
+}
+
+/// One slot as read back.
+struct Slot {
+    slot: u32,
+    owner: String,
+    holder: String,
+    token: i64,
+    expires: i64,
+    ttl: i64,
+}
+
+fn slots_of(d: &Document, record: &RecordDecoder<'_>) -> Result<Vec<Slot>> {
+    let Ok(slots) = d.get_document("slots") else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for (name, value) in slots {
+        let bad = |what: &str| record.corrupt(format!("permit slot {name:?}: {what}"));
+        let Bson::Document(s) = value else {
+            return Err(bad("not a document"));
+        };
+        out.push(Slot {
+            slot: name.parse().map_err(|_| bad("not a slot number"))?,
+            owner: s.get_str("owner").map_err(|_| bad("no owner"))?.to_owned(),
+            holder: s.get_str("holder").unwrap_or_default().to_owned(),
+            token: s
+                .get("token")
+                .and_then(as_i64)
+                .ok_or_else(|| bad("no token"))?,
+            expires: s
+                .get_datetime("expiresAt")
+                .map_err(|_| bad("no expiresAt date"))?
+                .timestamp_millis(),
+            ttl: s.get("ttlMs").and_then(as_i64).unwrap_or(i64::MAX),
+        });
+    }
+    Ok(out)
+}
+
+impl MongoBackend {
+    /// One single-document update of a semaphore's document.
+    async fn update_slot(&self, filter: Document, update: Document) -> Result<UpdateResult> {
+        let coll = &self.inner.coll;
+        coll.update_one(filter, update)
+            .await
+            .map_err(|e| self.fail(e))
+    }
+
+    pub(super) async fn acquire_permit(&self, req: &AcquireRequest) -> Result<Acquire> {
+        let id = id_of(req.key());
+        let record = RecordDecoder::new(STORE, req.key().as_str());
+        let permits = req.permits().unwrap_or(1);
+        let ttl = duration_to_millis(req.ttl());
+        for _ in 0..RACES {
+            let now = self.now().await?;
+            let found = self
+                .inner
+                .coll
+                .find_one(doc! { "_id": &id })
+                .await
+                .map_err(|e| self.fail(e))?;
+            let (fence, slots) = match &found {
+                Some(d) => (
+                    d.get("fence")
+                        .and_then(as_i64)
+                        .ok_or_else(|| record.corrupt("the permit fence is missing"))?,
+                    slots_of(d, &record)?,
+                ),
+                None => (0, Vec::new()),
+            };
+            // Live unless surely expired by the server's clock.
+            let live: Vec<&Slot> = slots.iter().filter(|s| s.expires > now.lower).collect();
+            if live.len() >= permits as usize {
+                let first = live.iter().min_by_key(|s| s.expires);
+                return Ok(Acquire::Busy(Busy {
+                    holder: first.map(|s| s.holder.clone()).unwrap_or_default(),
+                    remaining: first.map_or(Duration::ZERO, |s| {
+                        millis_to_duration((s.expires - now.lower).min(s.ttl))
+                    }),
+                }));
+            }
+            let slot = (0..permits)
+                .find(|n| !live.iter().any(|s| s.slot == *n))
+                .expect("a free slot below permits");
+            let token = fence + 1;
+            let entry = doc! {
+                "owner": req.owner().to_string(),
+                "holder": req.holder(),
+                "token": token,
+                "expiresAt": date(now.upper.saturating_add(ttl)),
+                "ttlMs": ttl,
+            };
+            let won = match found {
+                None => {
+                    let fresh = doc! { "_id": &id, "fence": token, "releases": 0_i64,
+                    "slots": { slot.to_string(): entry } };
+                    match self.inner.coll.insert_one(fresh).await {
+                        Ok(_) => true,
+                        Err(e) if is_duplicate_key(&e) => false,
+                        Err(e) => return Err(self.fail(e)),
+                    }
+                }
+                Some(_) => {
+                    let update =
+                        doc! { "$set": { format!("slots.{slot}"): entry, "fence": token } };
+                    let done = self
+                        .update_slot(doc! { "_id": &id, "fence": fence }, update)
+                        .await?;
+                    done.matched_count == 1
+                }
+            };
+            if won {
+                return Ok(Acquire::Granted(
+                    req.granted_permit(slot, record.token(token)?),
+                ));
+            }
+        }
+        Ok(Acquire::Busy(Busy {
+            holder: String::new(),
+            remaining: Duration::ZERO,
+        }))
+    }
+
+    /// The filter matching `lease`'s slot while it holds it.
+    fn held(lease: &Lease) -> Result<(Document, String)> {
+        let slot = format!("slots.{}", lease.slot().unwrap_or(u32::MAX));
+        let filter = doc! {
+            "_id": id_of(lease.key()),
+            format!("{slot}.owner"): lease.owner().to_string(),
+            format!("{slot}.token"): token_as_i64(lease)?,
+        };
+        Ok((filter, slot))
+    }
+
+    pub(super) async fn renew_permit_now(&self, lease: &Lease, ttl: Duration) -> Result<bool> {
+        let now = self.now().await?;
+        let ttl = duration_to_millis(ttl);
+        let (mut filter, slot) = Self::held(lease)?;
+        // Not expired even by the latest possible "now": never revived.
+        filter.insert(format!("{slot}.expiresAt"), doc! { "$gt": date(now.upper) });
+        let update = doc! { "$set": {
+            format!("{slot}.expiresAt"): date(now.upper.saturating_add(ttl)),
+            format!("{slot}.ttlMs"): ttl,
+        } };
+        let done = self.update_slot(filter, update).await?;
+        Ok(done.matched_count == 1)
+    }
+
+    pub(super) async fn release_permit_now(&self, lease: &Lease) -> Result<()> {
+        let (filter, slot) = Self::held(lease)?;
+        let update = doc! { "$unset": { slot: "" }, "$inc": { "releases": 1_i64 } };
+        let done = self.update_slot(filter, update).await?;
+        if done.modified_count == 1 {
+            self.inner.watcher.wake_local(lease.key().as_str());
+        }
+        Ok(())
+    }
+
+    pub(super) async fn list_permits_now(&self, prefix: &str) -> Result<Vec<PermitInfo>> {
+        let now = self.now().await?;
+        let start = format!("{PERMITS_ID}{prefix}");
+        let mut cursor = self
+            .inner
+            .coll
+            .find(doc! { "_id": { "$gte": &start } })
+            .sort(doc! { "_id": 1 })
+            .await
+            .map_err(|e| self.fail(e))?;
+        let mut out = Vec::new();
+        while let Some(d) = cursor.try_next().await.map_err(|e| self.fail(e))? {
+            let Some(key) = d
+                .get_str("_id")
+                .ok()
+                .and_then(|id| id.strip_prefix(PERMITS_ID))
+            else {
+                break;
+            };
+            if !key.starts_with(prefix) {
+                break;
+            }
+            let record = RecordDecoder::new(STORE, key);
+            let mut slots = slots_of(&d, &record)?;
+            slots.sort_by_key(|s| s.slot);
+            for s in slots.iter().filter(|s| s.expires > now.lower) {
+                out.push(record.permit_info(
+                    i64::from(s.slot),
+                    &s.owner,
+                    Some(s.holder.clone()),
+                    s.token,
+                    (s.expires - now.lower).min(s.ttl),
+                )?);
+            }
+        }
+        Ok(out)
+    }
+}

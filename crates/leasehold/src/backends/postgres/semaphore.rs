@@ -1,0 +1,258 @@
+//! PostgreSQL's semaphores: one row per semaphore key in `<table>_permits`,
+//! holding the key's permit fence and its slots as a `jsonb` object
+//! (`{"slot": {"o": owner, "h": holder, "t": token, "e": expiry ms}}`),
+//! never deleted (the fence lives there).
+//!
+//! Keeping a key's slots in one row is what makes a grant one statement
+//! that is right under concurrency: `INSERT ... ON CONFLICT DO UPDATE`
+//! locks the row and evaluates the count of live slots, the free slot and
+//! the new fence on the row's latest committed version, so two concurrent
+//! grants of one key take turns. (Slots in rows of their own would be
+//! counted on the statement's snapshot, which misses a grant that commits
+//! while the statement waits.) Expiry is the server's `clock_timestamp()`
+//! in epoch milliseconds. Releases are announced on the mutex's channel.
+
+use std::time::Duration;
+
+use sqlx::postgres::PgRow;
+use sqlx::Row;
+
+use super::exec::Param;
+use super::sql::CHANNEL;
+use super::{classify, is_lock_not_available, row_locked, token_as_i64, Failed, Inner, STORE};
+use crate::backend::{
+    duration_to_millis, millis_to_duration, Acquire, AcquireRequest, Busy, Lease, PermitInfo,
+    RecordDecoder,
+};
+use crate::error::Result;
+use crate::renewal::renew_attempt_timeout;
+
+/// The server's clock in epoch milliseconds.
+const NOW: &str = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+
+/// The statements for the permits table of one lease table.
+#[derive(Debug, Clone)]
+pub(super) struct PermitStatements {
+    pub migrate: String,
+    acquire: String,
+    renew: String,
+    release: String,
+    list: String,
+}
+
+/// `"schema"."table"` (quoted) → `"schema"."table_permits"`.
+fn permits_table(table: &str) -> String {
+    let unquoted_end = table.len() - 1;
+    format!("{}_permits\"", &table[..unquoted_end])
+}
+
+impl PermitStatements {
+    /// `table` is the quoted lease table ([`super::sql::quote_table_name`]).
+    pub(super) fn new(table: &str) -> Self {
+        let p = permits_table(table);
+        let live = |slots: &str| {
+            format!("(SELECT count(*) FROM jsonb_each({slots}) AS s(k, v) WHERE (s.v->>'e')::bigint > {NOW})")
+        };
+        let entry = |token: &str| {
+            format!("jsonb_build_object('o', $2::text, 'h', $3::text, 't', {token}, 'e', {NOW} + $4::bigint)")
+        };
+        PermitStatements {
+            migrate: format!(
+                "CREATE TABLE IF NOT EXISTS {p} ( \
+                   key TEXT COLLATE \"C\" PRIMARY KEY, \
+                   fence BIGINT NOT NULL, \
+                   slots JSONB NOT NULL)"
+            ),
+            // $1 key, $2 owner, $3 holder, $4 ttl ms, $5 lock wait ms
+            // (text), $6 permits. Expired slots are dropped as the row is
+            // rewritten; the busy branch names the holder that expires first.
+            acquire: format!(
+                "WITH granted AS ( \
+                   INSERT INTO {p} AS l (key, fence, slots) \
+                   SELECT $1, 1, jsonb_build_object('0', {first}) \
+                   FROM (SELECT set_config('lock_timeout', $5::text, true)) AS bounded \
+                   ON CONFLICT (key) DO UPDATE SET fence = l.fence + 1, \
+                     slots = (SELECT coalesce(jsonb_object_agg(s.k, s.v), '{{}}'::jsonb) \
+                              FROM jsonb_each(l.slots) AS s(k, v) WHERE (s.v->>'e')::bigint > {NOW}) \
+                       || jsonb_build_object( \
+                            (SELECT min(i) FROM generate_series(0, $6::bigint - 1) AS i \
+                             WHERE NOT coalesce((l.slots->(i::text)->>'e')::bigint > {NOW}, false))::text, \
+                            {next}) \
+                   WHERE {live_l} < $6::bigint \
+                   RETURNING l.fence, (SELECT s.k::bigint FROM jsonb_each(l.slots) AS s(k, v) \
+                     WHERE s.v->>'o' = $2::text AND (s.v->>'t')::bigint = l.fence) AS slot) \
+                 SELECT fence, slot, NULL::text AS holder, NULL::bigint AS remaining_ms FROM granted \
+                 UNION ALL \
+                 (SELECT NULL::bigint, NULL::bigint, s.v->>'h', (s.v->>'e')::bigint - {NOW} \
+                  FROM {p} AS r CROSS JOIN LATERAL jsonb_each(r.slots) AS s(k, v) \
+                  WHERE r.key = $1 AND NOT EXISTS (SELECT FROM granted) \
+                    AND (s.v->>'e')::bigint > {NOW} ORDER BY 4 LIMIT 1)",
+                first = entry("1"),
+                next = entry("l.fence + 1"),
+                live_l = live("l.slots"),
+            ),
+            // $1 key, $2 slot (text), $3 owner, $4 token, $5 ttl ms, $6
+            // lock wait ms (text), bounded like the mutex's renewal.
+            renew: format!(
+                "UPDATE {p} SET slots = jsonb_set(slots, ARRAY[$2::text, 'e'], \
+                   to_jsonb({NOW} + $5::bigint)) \
+                 FROM (SELECT set_config('lock_timeout', $6::text, true)) AS bounded \
+                 WHERE key = $1 AND slots->$2::text->>'o' = $3::text \
+                   AND (slots->$2::text->>'t')::bigint = $4::bigint \
+                   AND (slots->$2::text->>'e')::bigint > {NOW}"
+            ),
+            // $1 key, $2 slot (text), $3 owner, $4 token; notifies in the
+            // same statement, so only a committed release wakes.
+            release: format!(
+                "WITH freed AS ( \
+                   UPDATE {p} SET slots = slots - $2::text \
+                   WHERE key = $1 AND slots->$2::text->>'o' = $3::text \
+                     AND (slots->$2::text->>'t')::bigint = $4::bigint RETURNING key) \
+                 SELECT pg_notify('{CHANNEL}', key) FROM freed"
+            ),
+            list: format!(
+                "SELECT r.key, s.k::bigint, s.v->>'o', s.v->>'h', (s.v->>'t')::bigint, \
+                   (s.v->>'e')::bigint - {NOW} \
+                 FROM {p} AS r CROSS JOIN LATERAL jsonb_each(r.slots) AS s(k, v) \
+                 WHERE starts_with(r.key, $1) AND (s.v->>'e')::bigint > {NOW} \
+                 ORDER BY r.key, 2"
+            ),
+        }
+    }
+}
+
+fn permit_from_row(row: &PgRow) -> Result<PermitInfo> {
+    let key: String = row.try_get(0).map_err(classify)?;
+    let record = RecordDecoder::new(STORE, &key);
+    let wrong = |e: sqlx::Error| record.corrupt(e.to_string());
+    record.permit_info(
+        row.try_get(1).map_err(wrong)?,
+        &row.try_get::<Option<String>, _>(2)
+            .map_err(wrong)?
+            .unwrap_or_default(),
+        row.try_get(3).map_err(wrong)?,
+        row.try_get::<Option<i64>, _>(4)
+            .map_err(wrong)?
+            .unwrap_or(-1),
+        row.try_get::<Option<i64>, _>(5)
+            .map_err(wrong)?
+            .unwrap_or(0),
+    )
+}
+
+/// The slot of `lease` as the text the statements take.
+fn slot_text(lease: &Lease) -> String {
+    lease
+        .slot()
+        .map_or_else(|| "none".to_owned(), |s| s.to_string())
+}
+
+impl Inner {
+    pub(super) async fn acquire_permit(&self, req: &AcquireRequest) -> Result<Acquire> {
+        let owner = req.owner().to_string();
+        let lock_wait = duration_to_millis(self.row_lock_wait(req.lock_wait())).to_string();
+        let params = [
+            Param::Text(req.key().as_str()),
+            Param::Text(&owner),
+            Param::Text(req.holder()),
+            Param::Int(duration_to_millis(req.ttl())),
+            Param::Text(&lock_wait),
+            Param::Int(i64::from(req.permits().unwrap_or(1))),
+        ];
+        let rows = match self.fetch_all(&self.sql.permits.acquire, &params).await {
+            Ok(rows) => rows,
+            // Another transaction kept the row locked for the whole wait.
+            Err(Failed::Sql(e)) if is_lock_not_available(&e) => return Ok(row_locked()),
+            Err(e) => return Err(e.into_error()),
+        };
+        let record = RecordDecoder::new(STORE, req.key().as_str());
+        let Some(row) = rows.first() else {
+            // Taken by a transaction that committed after this statement's
+            // snapshot: busy, retry at once.
+            return Ok(Acquire::Busy(Busy {
+                holder: String::new(),
+                remaining: Duration::ZERO,
+            }));
+        };
+        let wrong = |e: sqlx::Error| record.corrupt(e.to_string());
+        let fence: Option<i64> = row.try_get(0).map_err(wrong)?;
+        let slot: Option<i64> = row.try_get(1).map_err(wrong)?;
+        match (fence, slot) {
+            (Some(fence), Some(slot)) => {
+                let slot = u32::try_from(slot)
+                    .map_err(|_| record.corrupt(format!("slot {slot} is negative")))?;
+                Ok(Acquire::Granted(
+                    req.granted_permit(slot, record.token(fence)?),
+                ))
+            }
+            (Some(fence), None) => Err(record.corrupt(format!("grant {fence} has no slot"))),
+            (None, _) => Ok(Acquire::Busy(Busy {
+                holder: row
+                    .try_get::<Option<String>, _>(2)
+                    .map_err(wrong)?
+                    .unwrap_or_default(),
+                remaining: millis_to_duration(
+                    row.try_get::<Option<i64>, _>(3)
+                        .map_err(wrong)?
+                        .unwrap_or(0),
+                ),
+            })),
+        }
+    }
+
+    pub(super) async fn renew_permit(&self, lease: &Lease, ttl: Duration) -> Result<bool> {
+        let owner = lease.owner().to_string();
+        let slot = slot_text(lease);
+        let lock_wait =
+            duration_to_millis(self.row_lock_wait(renew_attempt_timeout(ttl))).to_string();
+        let params = [
+            Param::Text(lease.key().as_str()),
+            Param::Text(&slot),
+            Param::Text(&owner),
+            Param::Int(token_as_i64(lease)?),
+            Param::Int(duration_to_millis(ttl)),
+            Param::Text(&lock_wait),
+        ];
+        let done = self.execute(&self.sql.permits.renew, &params).await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    pub(super) async fn release_permit(&self, lease: &Lease) -> Result<()> {
+        let owner = lease.owner().to_string();
+        let slot = slot_text(lease);
+        let params = [
+            Param::Text(lease.key().as_str()),
+            Param::Text(&slot),
+            Param::Text(&owner),
+            Param::Int(token_as_i64(lease)?),
+        ];
+        let freed = self
+            .fetch_all(&self.sql.permits.release, &params)
+            .await
+            .map_err(Failed::into_error)?;
+        if !freed.is_empty() {
+            self.wake_local(lease.key());
+        }
+        Ok(())
+    }
+
+    pub(super) async fn list_permits(&self, prefix: &str) -> Result<Vec<PermitInfo>> {
+        let rows = self
+            .fetch_all(&self.sql.permits.list, &[Param::Text(prefix)])
+            .await
+            .map_err(Failed::into_error)?;
+        rows.iter().map(permit_from_row).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_permits_table_sits_beside_the_lease_table() {
+        assert_eq!(super::permits_table("\"locks\""), "\"locks_permits\"");
+        assert_eq!(
+            super::permits_table("\"app\".\"l\""),
+            "\"app\".\"l_permits\""
+        );
+    }
+}

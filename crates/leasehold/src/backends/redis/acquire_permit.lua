@@ -1,0 +1,37 @@
+-- Grants one permit of a semaphore iff fewer than ARGV[4] of its permits are
+-- live by the server's clock (TIME); takes the lowest free slot below that.
+-- KEYS[1] the permits hash (field: slot; value: expiry ms:owner:token:holder),
+-- KEYS[2] the permit fence (no ttl, never deleted); ARGV[1] owner, ARGV[2]
+-- ttl in ms, ARGV[3] holder label, ARGV[4] permits.
+-- Returns {token, slot, '', 0} when granted, {0, -1, holder, ms left} of the
+-- permit that expires first when busy. Expired slots are dropped here.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local permits = tonumber(ARGV[4])
+local all = redis.call('HGETALL', KEYS[1])
+local live, taken = 0, {}
+local first_exp, first_holder = nil, ''
+for i = 1, #all, 2 do
+  local exp, holder = string.match(all[i + 1], '^(%d+):%x+:%d+:(.*)$')
+  exp = tonumber(exp)
+  if exp and exp > now then
+    live = live + 1
+    taken[all[i]] = true
+    if not first_exp or exp < first_exp then
+      first_exp, first_holder = exp, holder
+    end
+  else
+    redis.call('HDEL', KEYS[1], all[i])
+  end
+end
+if live >= permits then
+  return {0, -1, first_holder, first_exp - now}
+end
+local slot = 0
+while taken[tostring(slot)] do
+  slot = slot + 1
+end
+local token = redis.call('INCR', KEYS[2])
+redis.call('HSET', KEYS[1], slot,
+  string.format('%d:%s:%d:%s', now + tonumber(ARGV[2]), ARGV[1], token, ARGV[3]))
+return {token, slot, '', 0}

@@ -1,0 +1,182 @@
+//! Redis's semaphores: per key, a hash of slots (`p:permits:{k}`, field the
+//! slot, value `expiry ms:owner:token:holder` by the server's `TIME`) and a
+//! permit fence (`p:pfence:{k}`, no ttl, never deleted), under the lock's
+//! hash tag, so every script touches one cluster slot. Each operation is
+//! one script; a grant scans the key's slots inside it (at most
+//! `MAX_PERMITS`), so it is one round trip.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::Script;
+
+use super::{classify, unconfirmed, RedisBackend, STORE};
+use crate::backend::{
+    duration_to_millis, millis_to_duration, Acquire, AcquireRequest, Busy, Lease, PermitInfo,
+    RecordDecoder,
+};
+use crate::error::Result;
+use crate::key::Key;
+
+/// The permit scripts: acquire, renew, release, read. Loaded on first use
+/// (`Script` and `run_and_wait_on` load a script a server does not know).
+static SCRIPTS: LazyLock<[Script; 4]> = LazyLock::new(|| {
+    [
+        Script::new(include_str!("acquire_permit.lua")),
+        Script::new(include_str!("renew_permit.lua")),
+        Script::new(include_str!("release_permit.lua")),
+        Script::new(include_str!("read_permits.lua")),
+    ]
+});
+
+impl RedisBackend {
+    fn permit_keys(&self, key: &Key) -> [String; 2] {
+        [self.inner.ns.permits(key), self.inner.ns.permit_fence(key)]
+    }
+
+    pub(super) async fn acquire_permit(&self, req: &AcquireRequest) -> Result<Acquire> {
+        let owner = req.owner().to_string();
+        let ttl = duration_to_millis(req.ttl()).to_string();
+        let permits = req.permits().unwrap_or(1).to_string();
+        let args = [owner.as_str(), &ttl, req.holder(), &permits];
+        let keys = self.permit_keys(req.key());
+        type Answer = (i64, i64, String, i64);
+        let (token, slot, holder, left): Answer = match self.inner.options.min_replicas {
+            0 => self.run_on(&SCRIPTS[0], keys, &args).await?,
+            replicas => {
+                let (answer, confirmed): (Answer, i64) = self
+                    .run_and_wait_on(&SCRIPTS[0], keys, &args, replicas)
+                    .await?;
+                if confirmed < i64::from(replicas) {
+                    // Not trusted: give it back (or let it expire).
+                    if answer.0 != 0 {
+                        let lease = req.granted_permit(answer.1.max(0) as u32, answer.0 as u64);
+                        if let Err(e) = self.release_permit_now(&lease).await {
+                            tracing::debug!(key = %req.key(), error = %e, "could not release an unconfirmed permit; it expires with its ttl");
+                        }
+                    }
+                    return Err(unconfirmed(confirmed, replicas));
+                }
+                answer
+            }
+        };
+        if token == 0 {
+            return Ok(Acquire::Busy(Busy {
+                holder,
+                remaining: millis_to_duration(left),
+            }));
+        }
+        let record = RecordDecoder::new(STORE, req.key().as_str());
+        let slot =
+            u32::try_from(slot).map_err(|_| record.corrupt(format!("slot {slot} is negative")))?;
+        Ok(Acquire::Granted(
+            req.granted_permit(slot, record.token(token)?),
+        ))
+    }
+
+    pub(super) async fn renew_permit_now(&self, lease: &Lease, ttl: Duration) -> Result<bool> {
+        let args = [
+            lease.owner().to_string(),
+            lease.token().to_string(),
+            duration_to_millis(ttl).to_string(),
+            slot_text(lease),
+        ];
+        let args = args.each_ref().map(String::as_str);
+        let renewed: i64 = self
+            .run_on(&SCRIPTS[1], self.permit_keys(lease.key()), &args)
+            .await?;
+        Ok(renewed == 1)
+    }
+
+    pub(super) async fn release_permit_now(&self, lease: &Lease) -> Result<()> {
+        let args = [
+            lease.owner().to_string(),
+            lease.token().to_string(),
+            slot_text(lease),
+            self.inner.ns.channel(),
+            lease.key().as_str().to_owned(),
+        ];
+        let args = args.each_ref().map(String::as_str);
+        let freed: i64 = self
+            .run_on(&SCRIPTS[2], self.permit_keys(lease.key()), &args)
+            .await?;
+        if freed == 1 {
+            self.wake_local(lease.key());
+        }
+        Ok(())
+    }
+
+    pub(super) async fn list_permits_now(&self, prefix: &str) -> Result<Vec<PermitInfo>> {
+        let pattern = self.inner.ns.permits_pattern(prefix);
+        let mut found = std::collections::BTreeSet::new();
+        for name in self.scan(&pattern).await? {
+            if let Some(key) = self.inner.ns.key_of_permits(&name) {
+                found.insert(key?);
+            }
+        }
+        // One read script per key, concurrently: on a cluster the keys sit
+        // in different slots.
+        let reads = found.into_iter().map(|key| async move {
+            let mut call = SCRIPTS[3].prepare_invoke();
+            let [permits, fence] = self.permit_keys(&key);
+            call.key(permits).key(fence);
+            let read: Vec<String> = call
+                .invoke_async(&mut self.conn())
+                .await
+                .map_err(classify)?;
+            permits_of(key, &read)
+        });
+        let mut all = Vec::new();
+        for permits in futures_util::future::try_join_all(reads).await? {
+            all.extend(permits);
+        }
+        Ok(all)
+    }
+}
+
+fn slot_text(lease: &Lease) -> String {
+    lease
+        .slot()
+        .map_or_else(|| "none".to_owned(), |s| s.to_string())
+}
+
+/// The live permits in a `read_permits.lua` answer: the server's time in
+/// ms, then slot and value pairs; by slot.
+fn permits_of(key: Key, read: &[String]) -> Result<Vec<PermitInfo>> {
+    let record = RecordDecoder::new(STORE, key.as_str());
+    let Some((now, slots)) = read.split_first() else {
+        return Ok(Vec::new());
+    };
+    let now: i64 = now
+        .parse()
+        .map_err(|_| record.corrupt(format!("server time {now:?}")))?;
+    let mut out = Vec::new();
+    for pair in slots.chunks(2) {
+        let [slot, value] = pair else {
+            return Err(record.corrupt("an odd permits hash reply"));
+        };
+        let mut fields = value.splitn(4, ':');
+        let (Some(exp), Some(owner), Some(token), Some(holder)) =
+            (fields.next(), fields.next(), fields.next(), fields.next())
+        else {
+            return Err(record.corrupt(format!("permit {slot} is not expiry:owner:token:holder")));
+        };
+        let number = |what: &str, text: &str| {
+            text.parse::<i64>()
+                .map_err(|_| record.corrupt(format!("permit {slot}: {what} {text:?}")))
+        };
+        let remaining = number("expiry", exp)? - now;
+        if remaining <= 0 {
+            continue;
+        }
+        out.push(record.permit_info(
+            number("slot", slot)?,
+            owner,
+            Some(holder.to_owned()),
+            number("token", token)?,
+            remaining,
+        )?);
+    }
+    out.sort_by_key(|p| p.slot);
+    Ok(out)
+}

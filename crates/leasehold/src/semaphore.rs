@@ -1,0 +1,195 @@
+//! Counting semaphores with a lease per permit: [`Semaphore`], made by
+//! [`Locks::semaphore`].
+//!
+//! A permit is a lease like a mutex's and goes through the same engine:
+//! the acquisition loop of [`Locks`] (validation, local queueing, store
+//! wake-ups, deadlines) and [`LeaseGuard`] (renewal, `lost()`, release).
+//! Only the store operation differs, chosen by the lease itself: a request
+//! that names permits goes to [`Backend::try_acquire_permit`], a lease with
+//! a slot is renewed and released with the `_permit` operations. The rules
+//! (what a permit guarantees, which token to compare) are in
+//! docs/semaphore.md.
+
+use std::time::Duration;
+
+use crate::backend::{Acquire, AcquireRequest, Backend, Lease};
+use crate::error::{Error, Result};
+use crate::guard::LeaseGuard;
+use crate::key::{validate_prefix, Key};
+use crate::lock::{AcquireOptions, Locks};
+
+/// The most permits a semaphore may have: a store scans a key's live
+/// permits on every attempt, so the count stays small enough to scan.
+pub const MAX_PERMITS: u32 = 1024;
+
+/// Checks a permit count: 1 ..= [`MAX_PERMITS`] (as
+/// [`Locks::semaphore`] does, for callers that check input before
+/// opening a store).
+///
+/// # Errors
+/// [`Error::InvalidInput`] naming `permits`.
+pub fn validate_permits(permits: u32) -> Result<u32> {
+    if (1..=MAX_PERMITS).contains(&permits) {
+        Ok(permits)
+    } else {
+        Err(Error::invalid(
+            "permits",
+            format!("must be 1 ..= {MAX_PERMITS}, got {permits}"),
+        ))
+    }
+}
+
+/// A live permit, as [`Backend::list_permits`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PermitInfo {
+    /// The semaphore's key.
+    pub key: Key,
+    /// The permit's slot, `0..permits` of the grant that took it.
+    pub slot: u32,
+    /// The holder's human label.
+    pub holder: String,
+    /// The permit's fencing token (see docs/semaphore.md).
+    pub token: u64,
+    /// Time left before the permit expires, by the store's clock.
+    pub remaining: Duration,
+}
+
+/// One attempt at the store for `request`: a permit if it names permits,
+/// else the mutex.
+pub(crate) async fn try_acquire_any(
+    backend: &dyn Backend,
+    request: &AcquireRequest,
+) -> Result<Acquire> {
+    if request.permits().is_some() {
+        backend.try_acquire_permit(request).await
+    } else {
+        backend.try_acquire(request).await
+    }
+}
+
+/// Renews `lease`, a permit or a mutex lease.
+pub(crate) async fn renew_any(backend: &dyn Backend, lease: &Lease, ttl: Duration) -> Result<bool> {
+    if lease.slot().is_some() {
+        backend.renew_permit(lease, ttl).await
+    } else {
+        backend.renew(lease, ttl).await
+    }
+}
+
+/// Releases `lease`, a permit or a mutex lease.
+pub(crate) async fn release_any(backend: &dyn Backend, lease: &Lease) -> Result<()> {
+    if lease.slot().is_some() {
+        backend.release_permit(lease).await
+    } else {
+        backend.release(lease).await
+    }
+}
+
+/// A counting semaphore: at most `permits` holders of `key` at once, each
+/// with its own lease and fencing token. Cheap to clone.
+///
+/// ```
+/// use leasehold::{backends::memory::MemoryBackend, Locks};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> leasehold::Result<()> {
+///
+/// let locks = Locks::new(MemoryBackend::new());
+/// let workers = locks.semaphore("jobs:export", 2)?;
+/// let a = workers.try_acquire().await?;
+/// let b = workers.try_acquire().await?;
+/// assert!(workers.try_acquire().await.is_err(), "only two permits");
+/// assert_ne!(a.slot(), b.slot());
+/// a.release().await?;
+/// let c = workers.try_acquire().await?;
+/// assert!(c.token() > b.token(), "tokens grow across the key");
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Semaphore {
+    locks: Locks,
+    key: Key,
+    permits: u32,
+}
+
+impl Locks {
+    /// The semaphore `key` with `permits` permits. Semaphores live apart
+    /// from mutexes: the mutex `key` is another lock.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] (no I/O) for a bad key or `permits` outside
+    /// 1 ..= [`MAX_PERMITS`].
+    pub fn semaphore(&self, key: &str, permits: u32) -> Result<Semaphore> {
+        Ok(Semaphore {
+            key: Key::new(key)?,
+            permits: validate_permits(permits)?,
+            locks: self.clone(),
+        })
+    }
+
+    /// Live permits of every semaphore whose key starts with `prefix`
+    /// (`""` for all), ordered by key then slot.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a bad prefix; store errors otherwise.
+    pub async fn list_permits(&self, prefix: &str) -> Result<Vec<PermitInfo>> {
+        validate_prefix(prefix)?;
+        self.backend().list_permits(prefix).await
+    }
+}
+
+impl Semaphore {
+    /// The semaphore's key.
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+
+    /// How many permits this handle counts.
+    pub fn permits(&self) -> u32 {
+        self.permits
+    }
+
+    /// Tries once to take a permit with the default ttl (30 s).
+    ///
+    /// # Errors
+    /// [`Error::Busy`] if every permit is taken (naming the holder whose
+    /// permit expires first); store errors otherwise.
+    pub async fn try_acquire(&self) -> Result<LeaseGuard> {
+        self.acquire_with(&AcquireOptions::new()).await
+    }
+
+    /// Takes a permit, waiting up to `wait` for one to be released.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] if none came within `wait`; otherwise as
+    /// [`try_acquire`](Self::try_acquire).
+    pub async fn acquire(&self, wait: Duration) -> Result<LeaseGuard> {
+        self.acquire_with(&AcquireOptions::new().with_wait(wait))
+            .await
+    }
+
+    /// Takes a permit as `options` say, with the mutex's rules
+    /// ([`Locks::acquire_with`]): waiters of this handle's key queue
+    /// locally and the first waits at the store, woken by any permit
+    /// release of the key.
+    ///
+    /// # Errors
+    /// As [`Locks::acquire_with`].
+    pub async fn acquire_with(&self, options: &AcquireOptions) -> Result<LeaseGuard> {
+        let request = AcquireRequest::permit(
+            self.key.clone(),
+            options.ttl(),
+            self.locks.holder_label(),
+            self.permits,
+        )?;
+        self.locks.acquire_permit(request, options).await
+    }
+
+    /// The live permits of this semaphore, by slot.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn holders(&self) -> Result<Vec<PermitInfo>> {
+        let mut all = self.locks.backend().list_permits(self.key.as_str()).await?;
+        all.retain(|p| p.key == self.key);
+        Ok(all)
+    }
+}
