@@ -347,13 +347,24 @@ fn classify(e: RedisError) -> Error {
             e.kind(),
             K::Server(S::BusyLoading | S::TryAgain | S::MasterDown | S::ReadOnly)
         )
-        || e.code() == Some("BUSY");
+        || e.code() == Some("BUSY")
+        || cut_short_by_failover(&e);
     if transient {
         Error::unavailable(e)
     } else {
         Error::backend(e)
     }
     .in_store(STORE)
+}
+
+/// A `WAIT` a primary ended with `UNBLOCKED` because it was turning into a
+/// replica (a failover): whether the write survives is unknown, as after a
+/// timeout. In a pipeline the error sits at the `WAIT`'s index, where
+/// [`RedisError::code`] does not look.
+fn cut_short_by_failover(e: &RedisError) -> bool {
+    e.clone()
+        .into_server_errors()
+        .is_some_and(|errors| errors.iter().any(|(_, e)| e.code() == "UNBLOCKED"))
 }
 
 /// A call that fewer than `min_replicas` replicas confirmed: retryable (a
