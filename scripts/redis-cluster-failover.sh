@@ -31,6 +31,7 @@
 # every node reports cluster_state:ok; exits non-zero (the fault then
 # counts as not hit) if any step does not happen within its limit.
 set -euo pipefail
+trap 'echo "redis-cluster-failover: line $LINENO failed: $BASH_COMMAND" >&2' ERR
 seed=${1:?usage: redis-cluster-failover.sh HOST:PORT [takeover|lagging|graceful]}
 mode=${2:-takeover}
 key=${LEASEHOLD_TORTURE_KEYS:-}
@@ -76,7 +77,8 @@ all_ok() {
 }
 
 slot=$(cli "$seed" cluster keyslot "$key")
-nodes=$(cli "$seed" cluster nodes | sed 's/@[0-9]*//; s/,[^ ]*//')
+# Addresses as HOST:PORT (without `@BUSPORT[,HOSTNAME]`).
+nodes=$(cli "$seed" cluster nodes | awk '{ sub(/@.*/, "", $2); print }')
 nodes_addrs=$(awk '{print $2}' <<<"$nodes")
 # The primary whose ranges (`a-b` or `a`; `[...]` marks a migration) hold the slot.
 read -r primary_id primary < <(awk -v s="$slot" '$3 ~ /master/ && $3 !~ /fail/ {
@@ -85,7 +87,7 @@ read -r primary_id primary < <(awk -v s="$slot" '$3 ~ /master/ && $3 !~ /fail/ {
     n = split($i, r, "-"); lo = r[1] + 0; hi = (n == 2 ? r[2] : r[1]) + 0
     if (s >= lo && s <= hi) { print $1, $2; exit }
   }
-}' <<<"$nodes")
+}' <<<"$nodes") || true
 replica=$(awk -v m="$primary_id" '$4 == m && $3 ~ /slave/ && $3 !~ /fail/ { print $2; exit }' <<<"$nodes")
 if [ -z "${primary:-}" ] || [ -z "$replica" ]; then
   echo "redis-cluster-failover: slot $slot of $key has no primary with a healthy replica" >&2

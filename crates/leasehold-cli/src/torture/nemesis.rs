@@ -234,6 +234,9 @@ impl Nemesis<'_> {
                 // The run's keys, so a command can aim at the server that
                 // holds them (a cluster's failover of that slot's primary).
                 .env(KEYS_ENV, self.keys.join(" "))
+                // Its output goes to stderr: stdout carries the report
+                // (`--json` must stay one object).
+                .stdout(std::io::stderr())
                 .kill_on_drop(true)
                 .status(),
         )
