@@ -126,9 +126,11 @@ fn with_min_replicas_lagging_failovers_never_regress_the_fence() {
         assert_eq!(run.n(zero), 0, "{zero}: {}", run.output);
     }
     // Failovers happened (the script exits non-zero if the roles did not
-    // swap), and leases were granted around them.
+    // swap), and leases were granted around them. Few: while a promoted
+    // primary has no replica yet, every grant waits out its WAIT and is
+    // refused (an unknown outcome for the worker), as it must be.
     assert!(run.n("/faults/restart/hit") >= 1, "{}", run.output);
-    assert!(run.n("/acquisitions") > 10, "{}", run.output);
+    assert!(run.n("/acquisitions") > 0, "{}", run.output);
     // A worker that died on a store error would hide its grants.
     let notes = run.setup["notes"].to_string();
     assert!(!notes.contains("ended with"), "{}", run.output);
