@@ -21,6 +21,9 @@ fn cluster_store() -> Option<String> {
 }
 
 process_tests!(cluster_store());
+// The demo's product and its lock share a slot: the race and both safe
+// strategies show on a cluster as on one server.
+redis_demo_test!(cluster_store());
 
 /// The report: through one node, half the keys failed with MOVED.
 /// Twelve keys spread over the slots of all three primaries.
@@ -54,15 +57,6 @@ fn a_cluster_that_is_down_exits_69_quickly_with_one_line() {
     assert!(took < Duration::from_secs(10), "took {took:?}");
     let err = stderr(&out);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
-}
-
-/// The demo's product and its lock share a slot; the race and both safe
-/// strategies show on a cluster as on one server.
-#[test]
-fn demo_shows_the_race_and_two_safe_strategies() {
-    let Some(store) = cluster_store() else { return };
-    let out = run(leasehold(&store).args(["demo", "--workers", "4", "--json"]));
-    assert_demo_shows_race_and_safety(&out, &["none", "lease", "optimistic"]);
 }
 
 /// Kills and pauses aimed at holders, on a cluster (no proxy: the URL names

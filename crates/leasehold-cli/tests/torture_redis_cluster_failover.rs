@@ -115,16 +115,7 @@ fn with_min_replicas_lagging_failovers_never_regress_the_fence() {
         ],
     );
     assert_eq!(run.code, 0, "{}", run.output);
-    for zero in [
-        "/token_regressions",
-        "/token_duplicates",
-        "/stale_writes_accepted",
-        "/stale_reads_accepted",
-        "/lost_increments",
-        "/locks_held_after_end",
-    ] {
-        assert_eq!(run.n(zero), 0, "{zero}: {}", run.output);
-    }
+    assert_every_promise_kept(&run);
     // Failovers happened (the script exits non-zero if the roles did not
     // swap), and leases were granted around them. Few: while a promoted
     // primary has no replica yet, every grant waits out its WAIT and is
