@@ -19,10 +19,14 @@ dir="$(mktemp -d "${TMPDIR:-/tmp}/leasehold-torture.XXXXXX")"
 trap 'leasehold_stop_services; rm -rf "$dir"' EXIT
 
 stores=("sqlite://$dir/locks.db")
-for var in LEASEHOLD_TEST_POSTGRES LEASEHOLD_TEST_PGBOUNCER LEASEHOLD_TEST_REDIS LEASEHOLD_TEST_MONGODB; do
+for var in LEASEHOLD_TEST_POSTGRES LEASEHOLD_TEST_PGBOUNCER LEASEHOLD_TEST_REDIS LEASEHOLD_TEST_REDIS_CLUSTER LEASEHOLD_TEST_MONGODB; do
   if [ -n "${!var:-}" ] && [ "$var" = LEASEHOLD_TEST_PGBOUNCER ]; then
     # PostgreSQL through PgBouncer in transaction mode, LISTEN past it.
     stores+=("${!var}?pooler=transaction&listen_url=${LEASEHOLD_TEST_POSTGRES}")
+  elif [ -n "${!var:-}" ] && [ "$var" = LEASEHOLD_TEST_REDIS_CLUSTER ]; then
+    # Grants confirmed by a replica; the restart step below fails over the
+    # lock's primary with its replica behind.
+    stores+=("${!var}?min_replicas=1")
   elif [ -n "${!var:-}" ]; then
     stores+=("${!var}")
   elif [ "${LEASEHOLD_REQUIRE_SERVERS:-}" = 1 ]; then
@@ -37,9 +41,17 @@ failed=0
 for store in "${stores[@]}"; do
   name=${store%%://*}
   case "$store" in *pooler=transaction*) name="$name via pgbouncer" ;; esac
+  faults=()
+  case "$store" in redis+cluster://*)
+    name="$name, failing over the lock's primary"
+    seed_node=${store#redis+cluster://}
+    faults=(--faults kill,pause,restart
+      --restart-cmd "scripts/redis-cluster-failover.sh ${seed_node%%[,?]*} lagging")
+    ;;
+  esac
   echo "== torture on $name"
   # The seed is printed in the report; pass --seed to replay a schedule.
-  if ! "$bin" --store "$store" torture --duration "${seconds}s" --ttl 500ms --workers 5; then
+  if ! "$bin" --store "$store" torture --duration "${seconds}s" --ttl 500ms --workers 5 "${faults[@]}"; then
     failed=1
   fi
   echo

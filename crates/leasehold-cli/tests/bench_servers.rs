@@ -94,6 +94,15 @@ fn redis() {
     );
 }
 
+/// On a cluster only the hand-written pair: rslock has no cluster client.
+#[test]
+fn redis_cluster() {
+    let Some(url) = common::redis_store_of("LEASEHOLD_TEST_REDIS_CLUSTER") else {
+        return;
+    };
+    quick_bench(&url, &["SET NX PX + EVAL compare-and-delete"], &[]);
+}
+
 #[cfg(feature = "mongodb")]
 #[test]
 fn mongodb() {

@@ -17,13 +17,7 @@ fn redis_store() -> Option<String> {
 }
 
 process_tests!(redis_store());
-
-#[test]
-fn demo_shows_the_race_and_two_safe_strategies() {
-    let Some(store) = redis_store() else { return };
-    let out = run(leasehold(&store).args(["demo", "--workers", "4", "--json"]));
-    assert_demo_shows_race_and_safety(&out, &["none", "lease", "optimistic"]);
-}
+redis_demo_test!(redis_store());
 
 #[test]
 fn row_lock_on_redis_is_refused_with_64_naming_the_alternatives() {

@@ -3,9 +3,12 @@
 //! Reads the cluster from `LEASEHOLD_TEST_REDIS_CLUSTER` (a
 //! `redis+cluster://` URL; `scripts/services/redis-cluster.sh` starts one);
 //! without it these tests skip (or fail, with `LEASEHOLD_REQUIRE_SERVERS=1`).
-//! Each test uses its own key prefix.
+//! Each test uses its own key prefix. The demo, the bench and torture run
+//! on the cluster too: their own Redis traffic goes through the same
+//! cluster-aware connection as the locks.
 
 mod common;
+mod torture_common;
 
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
@@ -18,6 +21,9 @@ fn cluster_store() -> Option<String> {
 }
 
 process_tests!(cluster_store());
+// The demo's product and its lock share a slot: the race and both safe
+// strategies show on a cluster as on one server.
+redis_demo_test!(cluster_store());
 
 /// The report: through one node, half the keys failed with MOVED.
 /// Twelve keys spread over the slots of all three primaries.
@@ -51,4 +57,12 @@ fn a_cluster_that_is_down_exits_69_quickly_with_one_line() {
     assert!(took < Duration::from_secs(10), "took {took:?}");
     let err = stderr(&out);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
+
+/// Kills and pauses aimed at holders, on a cluster (no proxy: the URL names
+/// several nodes). The failover run is in torture_redis_cluster_failover.rs.
+#[test]
+fn torture_passes_under_kills_and_pauses() {
+    let Some(store) = cluster_store() else { return };
+    torture_common::fenced_run_passes_and_faults_hit(&store, &["--faults", "kill,pause"]);
 }

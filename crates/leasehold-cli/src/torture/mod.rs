@@ -88,7 +88,9 @@ pub struct TortureArgs {
     /// [default: kill,pause, plus proxy for a store reached over TCP]
     #[arg(long, value_enum, value_delimiter = ',')]
     pub faults: Option<Vec<FaultArg>>,
-    /// Shell command that restarts the store (with --faults ...,restart)
+    /// Shell command that restarts the store or fails over its primary
+    /// (with --faults ...,restart); it gets the run's lock keys,
+    /// space-separated, in $LEASEHOLD_TORTURE_KEYS
     #[arg(long, value_name = "CMD")]
     pub restart_cmd: Option<String>,
     /// Seed of the fault schedule and the workers' random choices (default: random)

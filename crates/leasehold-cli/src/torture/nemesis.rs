@@ -20,6 +20,10 @@ use super::history::{Fault, FaultKind};
 use super::proxy::Control;
 use crate::exit::CliError;
 
+/// The variable that hands the restart command the run's lock keys,
+/// space-separated.
+const KEYS_ENV: &str = "LEASEHOLD_TORTURE_KEYS";
+
 /// The fault families `--faults` can enable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Family {
@@ -29,7 +33,7 @@ pub enum Family {
     Pause,
     /// Latency, stalls and connection resets between workers and store
     Proxy,
-    /// Run --restart-cmd (restart the store)
+    /// Run --restart-cmd (restart the store, or fail over its primary)
     Restart,
 }
 
@@ -227,6 +231,12 @@ impl Nemesis<'_> {
             Duration::from_secs(60),
             tokio::process::Command::new("sh")
                 .args(["-c", &cmd])
+                // The run's keys, so a command can aim at the server that
+                // holds them (a cluster's failover of that slot's primary).
+                .env(KEYS_ENV, self.keys.join(" "))
+                // Its output goes to stderr: stdout carries the report
+                // (`--json` must stay one object).
+                .stdout(std::io::stderr())
                 .kill_on_drop(true)
                 .status(),
         )

@@ -405,6 +405,29 @@ pub fn assert_demo_shows_race_and_safety(out: &Output, expected: &[&str]) {
     }
 }
 
+/// The demo test of a Redis store, one server or a cluster (`$store` as in
+/// [`process_tests!`]): the race, and both safe strategies Redis offers
+/// (`lease`, `optimistic`; no `row-lock`).
+#[macro_export]
+macro_rules! redis_demo_test {
+    ($store:expr) => {
+        #[test]
+        fn demo_shows_the_race_and_two_safe_strategies() {
+            let Some(store) = $store else { return };
+            let out = $crate::common::run($crate::common::leasehold(store.as_ref()).args([
+                "demo",
+                "--workers",
+                "4",
+                "--json",
+            ]));
+            $crate::common::assert_demo_shows_race_and_safety(
+                &out,
+                &["none", "lease", "optimistic"],
+            );
+        }
+    };
+}
+
 /// The three multi-process checks every store must pass, as one `#[test]`
 /// each: `$store` is an expression giving `Option<S>` (`None` skips) where
 /// `S: AsRef<str>` is the store URL and may clean up when dropped.

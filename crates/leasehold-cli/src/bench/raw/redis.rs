@@ -1,14 +1,15 @@
 //! Redis: the pair everyone writes by hand (`SET NX PX`, then a Lua
 //! compare-and-delete), and rslock, the Redlock client most Rust code uses
-//! (lock + unlock, and its retry loop for the hand-off).
+//! (lock + unlock, and its retry loop for the hand-off). On a Redis Cluster
+//! only the hand-written pair: rslock cannot talk to one.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use leasehold::backend::BoxFuture;
-use leasehold::scheme::StoreUrl;
+use leasehold::backends::redis::{Connection, RedisOptions};
+use leasehold::scheme::{Scheme, StoreUrl};
 use leasehold::{Locks, OwnerId};
-use redis::aio::MultiplexedConnection;
 use rslock::LockManager;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
@@ -25,19 +26,28 @@ pub async fn open(url: &str, parsed: &StoreUrl) -> Result<Measured, CliError> {
     let locks = Locks::open(url).await?;
     // Without leasehold's own options (`prefix`); the redis crate rejects them.
     let plain = parsed.driver_url();
-    let client = redis::Client::open(plain).map_err(baseline_error)?;
-    let conn = client
-        .get_multiplexed_async_connection()
+    let conn = Connection::open(plain, &RedisOptions::default())
         .await
         .map_err(baseline_error)?;
+    let raw_pair: Box<dyn Baseline> = Box::new(RawPair {
+        conn,
+        unlock: redis::Script::new(UNLOCK),
+    });
+    // rslock runs Redlock over independent single servers: it has no
+    // cluster client, so on a cluster the hand-written pair is the baseline.
+    if Scheme::names_a_cluster(plain) {
+        eprintln!("leasehold: rslock has no Redis Cluster client; its rows are left out");
+        return Ok(Measured {
+            locks,
+            baselines: vec![raw_pair],
+            handoff_peers: Vec::new(),
+        });
+    }
     let rslock = LockManager::new(vec![plain]);
     Ok(Measured {
         locks,
         baselines: vec![
-            Box::new(RawPair {
-                conn,
-                unlock: redis::Script::new(UNLOCK),
-            }),
+            raw_pair,
             Box::new(Rslock {
                 manager: rslock.clone(),
                 held: Mutex::default(),
@@ -48,7 +58,9 @@ pub async fn open(url: &str, parsed: &StoreUrl) -> Result<Measured, CliError> {
 }
 
 struct RawPair {
-    conn: MultiplexedConnection,
+    /// One server or a cluster: each call names one key, so a cluster
+    /// routes it to that key's primary.
+    conn: Connection,
     unlock: redis::Script,
 }
 

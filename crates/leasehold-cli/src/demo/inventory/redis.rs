@@ -2,11 +2,9 @@
 //! the locks, under the store's key prefix. The checked writes are Lua
 //! scripts, so each compare and its write are one atomic step.
 
-use std::time::Duration;
-
+use leasehold::backends::redis::{Connection, RedisOptions};
 use leasehold::scheme::StoreUrl;
-use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client, Script};
+use redis::Script;
 
 use super::{store_error, Answer, Check, Inventory, Stock};
 use crate::exit::CliError;
@@ -41,7 +39,8 @@ return 1
 ";
 
 pub struct RedisInventory {
-    conn: MultiplexedConnection,
+    /// One server or a cluster (every call names one key).
+    conn: Connection,
     prefix: String,
     write_fenced: Script,
     write_versioned: Script,
@@ -52,14 +51,8 @@ impl RedisInventory {
     pub async fn open(url: &StoreUrl) -> Result<Self, CliError> {
         // The library's default prefix, when the URL names none.
         let prefix = url.option("prefix").unwrap_or("leasehold").to_owned();
-        let client = Client::open(url.driver_url())
-            .map_err(|e| CliError::usage(format!("invalid store url: {e}")))?;
-        // Fail fast when the server is down, like the lock store does.
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(2)))
-            .set_response_timeout(Some(Duration::from_secs(5)));
-        let conn = client
-            .get_multiplexed_async_connection_with_config(&config)
+        // The lock store's timeouts: fail fast when the server is down.
+        let conn = Connection::open(url.driver_url(), &RedisOptions::default())
             .await
             .map_err(store_error)?;
         Ok(RedisInventory {
@@ -70,8 +63,11 @@ impl RedisInventory {
         })
     }
 
+    /// The product's hash. Its hash tag is the product's lock key
+    /// (`demo:PRODUCT`), so on a cluster the product and its lock live in
+    /// one slot, on one primary: a failover moves both together.
     fn key(&self, product: &str) -> String {
-        format!("{}:demo:{product}", self.prefix)
+        format!("{}:demo:{{demo:{product}}}", self.prefix)
     }
 
     async fn checked(

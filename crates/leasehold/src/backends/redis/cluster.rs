@@ -7,16 +7,18 @@
 //! slot and follows `MOVED`/`ASK` itself; nothing else in the engine knows
 //! whether it talks to one server or many.
 
-use redis::aio::{ConnectionLike, ConnectionManager};
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
-use redis::{Cmd, Pipeline, RedisFuture, Value};
+use redis::{Client, Cmd, Pipeline, RedisFuture, Value};
 
+use super::classify;
 use super::options::RedisOptions;
 use crate::error::{Error, Result};
-
-use crate::scheme::REDIS_CLUSTER;
+use crate::scheme::{Scheme, REDIS_CLUSTER};
 
 /// How often the cluster client retries one command (redirects, a node
 /// that went away, `TRYAGAIN`) and how long it waits between tries. The
@@ -27,9 +29,13 @@ const RETRIES: u32 = 6;
 const MIN_RETRY_WAIT_MS: u64 = 10;
 const MAX_RETRY_WAIT_MS: u64 = 500;
 
-/// The connection the engine sends its commands and scripts on.
+/// The connection the engine sends its commands and scripts on; public so
+/// tools that keep their own data next to the locks (the `leasehold` CLI's
+/// demo product, its bench baselines) reach the same server or cluster the
+/// same way. Cheap to clone; clones share the connection.
 #[derive(Clone)]
-pub(super) enum Connection {
+#[non_exhaustive]
+pub enum Connection {
     /// One server (`redis://`, `redis+unix://`), reconnecting on its own.
     Single(ConnectionManager),
     /// A Redis Cluster: commands routed by slot, redirects followed.
@@ -62,6 +68,58 @@ impl ConnectionLike for Connection {
             Connection::Cluster(c) => c.get_db(),
         }
     }
+}
+
+impl Connection {
+    /// Opens a connection to the server or cluster `url` names
+    /// (`redis://`, `redis+unix://`, `redis+cluster://`), with `options`'
+    /// timeouts. `url` is the driver's: without leasehold's own options
+    /// ([`StoreUrl::driver_url`](crate::scheme::StoreUrl::driver_url)).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] (before any I/O) for a URL the driver does
+    /// not take or a bad cluster seed list; [`Error::Unavailable`] if no
+    /// node answers within the connect timeout.
+    pub async fn open(url: &str, options: &RedisOptions) -> Result<Connection> {
+        options.validate()?;
+        let opened = if Scheme::names_a_cluster(url) {
+            Connection::Cluster(open_cluster(&seed_urls(url)?, options).await?)
+        } else {
+            Connection::Single(open_single(single_client(url)?, options).await?)
+        };
+        Ok(opened)
+    }
+}
+
+/// A driver client for one server, checked before any I/O.
+pub(super) fn single_client(url: &str) -> Result<Client> {
+    Client::open(url).map_err(|e| Error::invalid_from("store url", "not a Redis URL", e))
+}
+
+/// A reconnecting connection to the one server of `client`.
+pub(super) async fn open_single(
+    client: Client,
+    options: &RedisOptions,
+) -> Result<ConnectionManager> {
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(options.connect_timeout))
+        .set_response_timeout(Some(options.response_timeout))
+        .set_number_of_retries(2)
+        .set_max_delay(Duration::from_secs(1));
+    ConnectionManager::new_with_config(client, config)
+        .await
+        .map_err(classify)
+}
+
+/// A connection to the cluster behind `seeds` (see [`seed_urls`]).
+pub(super) async fn open_cluster(
+    seeds: &[String],
+    options: &RedisOptions,
+) -> Result<ClusterConnection> {
+    client(seeds, options)?
+        .get_async_connection()
+        .await
+        .map_err(classify)
 }
 
 /// The seed nodes of a `redis+cluster://[user:pass@]HOST:PORT[,HOST:PORT...][/0][?query]`
@@ -106,7 +164,7 @@ pub(super) fn seed_urls(url: &str) -> Result<Vec<String>> {
 }
 
 /// A cluster client on `seeds` with `options`' timeouts.
-pub(super) fn client(seeds: &[String], options: &RedisOptions) -> Result<ClusterClient> {
+fn client(seeds: &[String], options: &RedisOptions) -> Result<ClusterClient> {
     ClusterClient::builder(seeds.iter().map(String::as_str))
         .connection_timeout(options.connect_timeout)
         .response_timeout(options.response_timeout)

@@ -37,10 +37,10 @@ use std::fmt;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 use redis::{Client, RedisError, Script};
 
-use cluster::Connection;
+pub use cluster::Connection;
 
 use crate::backend::{
     duration_to_millis, millis_to_duration, Acquire, AcquireRequest, Backend, BoxFuture, Busy,
@@ -145,26 +145,16 @@ impl RedisBackend {
         if crate::scheme::Scheme::names_a_cluster(url) {
             return Self::connect_to_cluster(url, options).await;
         }
-        let client = Client::open(url)
-            .map_err(|e| Error::invalid_from("store url", "not a Redis URL", e))?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(options.connect_timeout))
-            .set_response_timeout(Some(options.response_timeout))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_secs(1));
-        let conn = ConnectionManager::new_with_config(client.clone(), config)
-            .await
-            .map_err(classify)?;
+        let client = cluster::single_client(url)?;
+        let conn = cluster::open_single(client.clone(), &options).await?;
         Self::from_manager_with(conn, client, options).await
     }
 
     async fn connect_to_cluster(url: &str, options: RedisOptions) -> Result<Self> {
         let ns = options.validate()?;
         let seeds = cluster::seed_urls(url)?;
-        let pubsub = Client::open(seeds[0].as_str())
-            .map_err(|e| Error::invalid_from("store url", "not a Redis URL", e))?;
-        let client = cluster::client(&seeds, &options)?;
-        let conn = client.get_async_connection().await.map_err(classify)?;
+        let pubsub = cluster::single_client(&seeds[0])?;
+        let conn = cluster::open_cluster(&seeds, &options).await?;
         Self::start(Connection::Cluster(conn), pubsub, options, ns).await
     }
 
@@ -358,13 +348,24 @@ fn classify(e: RedisError) -> Error {
             e.kind(),
             K::Server(S::BusyLoading | S::TryAgain | S::MasterDown | S::ReadOnly)
         )
-        || e.code() == Some("BUSY");
+        || e.code() == Some("BUSY")
+        || cut_short_by_failover(&e);
     if transient {
         Error::unavailable(e)
     } else {
         Error::backend(e)
     }
     .in_store(STORE)
+}
+
+/// A `WAIT` a primary ended with `UNBLOCKED` because it was turning into a
+/// replica (a failover): whether the write survives is unknown, as after a
+/// timeout. In a pipeline the error sits at the `WAIT`'s index, where
+/// [`RedisError::code`] does not look.
+fn cut_short_by_failover(e: &RedisError) -> bool {
+    e.clone()
+        .into_server_errors()
+        .is_some_and(|errors| errors.iter().any(|(_, e)| e.code() == "UNBLOCKED"))
 }
 
 /// A call that fewer than `min_replicas` replicas confirmed: retryable (a
