@@ -29,19 +29,35 @@ function checkSignal(signal) {
 /** A held lease. Renewed on native threads until released or lost. */
 class Lease {
   #native;
-  #controller = new AbortController();
+  /** Made with the lost-lease watcher, on first need (see #watch). */
+  #controller;
 
   constructor(token, nativeLease, maxHoldMs) {
     if (token !== LOCKS_TOKEN) throw new TypeError('leases come from Locks.acquire/tryAcquire');
     this.#native = nativeLease;
+    // A hold bound is enforced by the watcher, so it starts at once.
+    if (maxHoldMs !== undefined) this.#watch(maxHoldMs);
+  }
+
+  /**
+   * Starts the native lost-lease watcher (a task and a threadsafe callback)
+   * and returns the controller it aborts. Without a hold bound it starts
+   * when `signal` is first read: most leases are released without anyone
+   * reading it, and starting it costs every acquire several microseconds.
+   * A lease already lost by then is aborted at once.
+   */
+  #watch(maxHoldMs) {
+    const controller = new AbortController();
+    this.#controller = controller;
     // The callback captures only the controller and the key, never this
     // object or the native lease, so an abandoned lease can still be
     // garbage-collected (then its renewal stops and it expires).
-    const controller = this.#controller;
-    const key = nativeLease.key;
-    nativeLease.watchLost((byBound) => {
+    const key = this.#native.key;
+    const lostAlready = this.#native.watchLost((byBound) => {
       controller.abort(lostError(key, byBound ? 'held longer than maxHold' : undefined));
     }, maxHoldMs);
+    if (lostAlready) controller.abort(lostError(key));
+    return controller;
   }
 
   /** The locked key. */
@@ -56,7 +72,7 @@ class Lease {
 
   /** Aborted, with a LEASEHOLD_LOST error as its reason, when the lease is lost. */
   get signal() {
-    return this.#controller.signal;
+    return (this.#controller ?? this.#watch(undefined)).signal;
   }
 
   /** Whether the lease can no longer be relied on (lost or released). */
@@ -152,7 +168,10 @@ class Locks {
       failed = true;
       failure = error;
     }
-    const lost = lease.signal.aborted || lease.isLost();
+    // isLost() covers an aborted signal too (a lease ended by maxHold is
+    // released, hence lost); reading `signal` only when lost spares a
+    // watcher for the common case.
+    const lost = lease.isLost();
     // A release that fails leaves the lease to expire after its ttl.
     await lease.release().catch(() => {});
     if (lost) {

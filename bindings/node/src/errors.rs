@@ -12,12 +12,6 @@ use serde_json::{json, Map, Value};
 /// The prefix the JS wrapper recognises; anything else is rethrown as is.
 const TAG: &str = "LEASEHOLD_ERROR:";
 
-/// Who holds a contested key and for how long, when known.
-pub(crate) struct Contention {
-    pub holder: String,
-    pub remaining: Duration,
-}
-
 /// The JS error code for a library error.
 fn code(error: &Error) -> &'static str {
     match error {
@@ -47,35 +41,37 @@ fn message(error: &Error) -> String {
     text
 }
 
-/// Converts a library error, adding who holds the key when the caller found
-/// out (a timeout carries no holder of its own).
-pub(crate) fn to_js(error: Error, contention: Option<Contention>) -> napi::Error {
+/// Who holds a contested key and the longest its lease can still last:
+/// from a busy answer, or the last one a timed-out wait saw (none if the
+/// wait ended before reaching the store).
+fn contention(error: &Error) -> Option<(&str, Duration)> {
+    match error {
+        Error::Busy {
+            holder, remaining, ..
+        } => Some((holder, *remaining)),
+        Error::Timeout {
+            holder: Some(holder),
+            remaining: Some(remaining),
+            ..
+        } => Some((holder, *remaining)),
+        _ => None,
+    }
+}
+
+/// Converts a library error.
+pub(crate) fn js(error: Error) -> napi::Error {
     let mut record = Map::new();
     record.insert("code".into(), json!(code(&error)));
     record.insert("message".into(), json!(message(&error)));
     record.insert("retryable".into(), json!(error.is_retryable()));
-    let contention = match &error {
-        Error::Busy {
-            holder, remaining, ..
-        } => Some(Contention {
-            holder: holder.clone(),
-            remaining: *remaining,
-        }),
-        _ => contention,
-    };
-    if let Some(c) = contention {
-        record.insert("holder".into(), json!(c.holder));
-        record.insert("retryAfterMs".into(), json!(ceil_millis(c.remaining)));
+    if let Some((holder, remaining)) = contention(&error) {
+        record.insert("holder".into(), json!(holder));
+        record.insert("retryAfterMs".into(), json!(ceil_millis(remaining)));
     }
     napi::Error::new(
         Status::GenericFailure,
         format!("{TAG}{}", Value::Object(record)),
     )
-}
-
-/// Shorthand for errors without contention details.
-pub(crate) fn js(error: Error) -> napi::Error {
-    to_js(error, None)
 }
 
 /// Milliseconds rounded up, so "retry after" never undershoots.

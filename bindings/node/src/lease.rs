@@ -109,14 +109,19 @@ impl NativeLease {
     /// and `by_bound` is true). The
     /// callback is weak: it never keeps the process alive, and the watcher
     /// holds the lease only weakly, so an abandoned lease is dropped.
+    ///
+    /// Returns true, and watches nothing, if the lease is lost already; a
+    /// released lease is not watched either (a release is not a loss).
     #[napi]
     pub fn watch_lost(
         &self,
         on_lost: Function<bool, ()>,
         max_hold_ms: Option<f64>,
-    ) -> napi::Result<()> {
-        let Some(lost) = lock(&self.slot.guard).as_ref().map(LeaseGuard::lost) else {
-            return Ok(());
+    ) -> napi::Result<bool> {
+        let lost = match lock(&self.slot.guard).as_ref() {
+            None => return Ok(false),
+            Some(guard) if guard.is_lost() => return Ok(true),
+            Some(guard) => guard.lost(),
         };
         let notify = on_lost
             .build_threadsafe_function::<bool>()
@@ -141,7 +146,7 @@ impl NativeLease {
             };
             notify.call(by_bound, ThreadsafeFunctionCallMode::NonBlocking);
         });
-        Ok(())
+        Ok(false)
     }
 }
 

@@ -14,6 +14,7 @@ mod errors;
 mod lease;
 mod locks;
 mod options;
+mod runtime;
 
 pub use lease::NativeLease;
 pub use locks::{LeaseInfo, NativeLocks};

@@ -11,11 +11,8 @@ use napi::bindgen_prelude::BigInt;
 use napi_derive::napi;
 use tokio_util::sync::CancellationToken;
 
-use crate::errors::{js, to_js, Contention};
+use crate::errors::js;
 use crate::lease::{LeaseSlot, NativeLease};
-
-/// How long a timed-out acquire spends finding out who holds the key.
-const HOLDER_LOOKUP: Duration = Duration::from_secs(1);
 
 /// What one `Locks` object shares with the leases it granted.
 pub(crate) struct Shared {
@@ -139,14 +136,7 @@ impl NativeLocks {
         if let Some(id) = cancel_id {
             lock(&shared.cancels).remove(&id);
         }
-        let guard = match acquired {
-            Ok(guard) => guard,
-            Err(e @ Error::Timeout { .. }) => {
-                let holder = holder_of(&shared.locks, &key).await;
-                return Err(to_js(e, holder));
-            }
-            Err(e) => return Err(js(e)),
-        };
+        let guard = acquired.map_err(js)?;
         if shared.closed.is_cancelled() {
             // close() ran while the store granted it: hand it straight back.
             let _ = guard.release().await;
@@ -204,16 +194,4 @@ impl NativeLocks {
 
 fn closed() -> Error {
     Error::invalid("call", "this Locks was closed")
-}
-
-/// Who holds `key` now, looked up after a timeout (best effort, bounded).
-async fn holder_of(locks: &Locks, key: &str) -> Option<Contention> {
-    let info = tokio::time::timeout(HOLDER_LOOKUP, locks.inspect(key))
-        .await
-        .ok()?
-        .ok()??;
-    Some(Contention {
-        holder: info.holder,
-        remaining: info.remaining,
-    })
 }

@@ -163,6 +163,21 @@ for (const store of stores()) {
       assert.deepEqual(unhandled, []);
     });
 
+    test('a signal first read after the loss is aborted at once', async () => {
+      const key = uniqueKey('lost-late');
+      const ttl = 900;
+      const lease = await locks.tryAcquire(key, { ttl });
+      assert.equal(await other.forceRelease(key), true);
+      // The next renewal (every ttl/3) finds the lease gone; slack for load.
+      const giveUp = Date.now() + ttl / 3 + 3000;
+      while (!lease.isLost() && Date.now() < giveUp) await sleep(20);
+      assert.equal(lease.isLost(), true);
+      // Read for the first time only now: no event-loop turn in between.
+      assert.equal(lease.signal.aborted, true);
+      assert.equal(lease.signal.reason.code, 'LEASEHOLD_LOST');
+      await lease.release();
+    });
+
     test('withLock runs fn, returns its result and always releases', async () => {
       const key = uniqueKey('with');
       const result = await locks.withLock(key, { ttl: '10s', wait: '1s' }, async (lease) => {

@@ -49,6 +49,15 @@ pub enum Error {
         /// (from this [`Locks`](crate::Locks) or a clone) held the key: the
         /// wait was behind the caller's own program.
         held_here: bool,
+        /// The holder's label (`host:pid`) as the store reported it at the
+        /// wait's last attempt; `None` if the wait ended before any attempt
+        /// (queued behind other waiters of this process). Set together with
+        /// `remaining`.
+        holder: Option<String>,
+        /// The longest that holder's lease could still last when the wait
+        /// ended: the remaining ttl the store reported at the last attempt,
+        /// less the time since. A "retry after" hint; `None` with `holder`.
+        remaining: Option<Duration>,
     },
 
     /// The caller cancelled the wait.
@@ -344,6 +353,8 @@ mod tests {
             key: "k".into(),
             waited: Duration::from_secs(1),
             held_here: false,
+            holder: None,
+            remaining: None,
         }
         .is_retryable());
         assert!(!Error::invalid("key", "empty").is_retryable());
@@ -444,6 +455,8 @@ mod tests {
             key: "k".into(),
             waited,
             held_here: false,
+            holder: Some("h:1".into()),
+            remaining: Some(Duration::from_secs(3)),
         };
         assert_eq!(
             timeout(Duration::from_nanos(5_001_659_909)).to_string(),
@@ -480,6 +493,8 @@ mod tests {
             key: "k".into(),
             waited: Duration::from_secs(5),
             held_here,
+            holder: None,
+            remaining: None,
         };
         assert_eq!(
             timeout(false).to_string(),

@@ -205,6 +205,14 @@ impl Locks {
     ///
     /// Today only the MongoDB store needs it: its driver can panic when the
     /// runtime stops under a request in flight.
+    ///
+    /// It does not release the leases of guards that are still alive: each
+    /// [`LeaseGuard`] owns its lease, and releasing it behind the guard's
+    /// back would leave that guard reporting a lease it no longer has
+    /// (until its next renewal), while a clone of this handle may still be
+    /// in use. Release or drop the guards first; a binding that hands
+    /// leases to code it does not own (the Node package) keeps its own list
+    /// of the guards it still holds and releases them in its `close()`.
     pub async fn close(self) {
         self.backend.shutdown().await;
     }
@@ -309,7 +317,7 @@ impl Locks {
                 biased;
                 _ = cancelled(options) => return Err(Error::Cancelled { key: request.key().to_string() }),
                 turn = self.queues(&request).turn(request.key()) => Some(turn),
-                _ = sleep_until_some(deadline) => return Err(self.timeout(&request, started)),
+                _ = sleep_until_some(deadline) => return Err(self.timeout(&request, started, None)),
             }
         };
         // A release of this key that a dropped guard of this handle still
@@ -363,7 +371,7 @@ impl Locks {
             }
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
-                return Err(self.timeout(&request, started));
+                return Err(self.timeout(&request, started, Some((busy, now))));
             }
             let Some(w) = waiting.as_mut() else {
                 // Subscribe, then try again at once: a release between the
@@ -387,7 +395,7 @@ impl Locks {
                 _ = sleep_until(wake_at) => {}
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Err(self.timeout(&request, started));
+                return Err(self.timeout(&request, started, Some((busy, now))));
             }
         }
     }
@@ -435,11 +443,27 @@ impl Locks {
         }
     }
 
-    fn timeout(&self, request: &AcquireRequest, started: Instant) -> Error {
+    /// The timeout error, with the holder of the last busy answer (`seen`,
+    /// and when it came) and what remains of its lease now.
+    fn timeout(
+        &self,
+        request: &AcquireRequest,
+        started: Instant,
+        seen: Option<(Busy, Instant)>,
+    ) -> Error {
+        let (holder, remaining) = match seen {
+            Some((busy, at)) => (
+                Some(busy.holder),
+                Some(busy.remaining.saturating_sub(at.elapsed())),
+            ),
+            None => (None, None),
+        };
         Error::Timeout {
             key: request.key().to_string(),
             waited: started.elapsed(),
             held_here: self.queues(request).is_held_here(request.key()),
+            holder,
+            remaining,
         }
     }
 

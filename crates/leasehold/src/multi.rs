@@ -132,10 +132,18 @@ pub fn canonical_keys<S: AsRef<str>>(keys: &[S]) -> Result<Vec<Key>> {
 /// A timeout reports the wait of the whole call, not of its last key.
 fn whole_call_error(error: Error, started: Instant) -> Error {
     match error {
-        Error::Timeout { key, held_here, .. } => Error::Timeout {
+        Error::Timeout {
+            key,
+            held_here,
+            holder,
+            remaining,
+            ..
+        } => Error::Timeout {
             key,
             waited: started.elapsed(),
             held_here,
+            holder,
+            remaining,
         },
         other => other,
     }

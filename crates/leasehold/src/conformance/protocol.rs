@@ -378,15 +378,31 @@ pub(super) async fn waiter_takes_over_after_release(
     guard.release().await.unwrap();
 }
 
-/// A waiter gives up at its bound, not later, with `Timeout`.
+/// A waiter gives up at its bound, not later, with `Timeout`, which names
+/// the holder it waited behind and what remains of that lease.
 pub async fn waiter_never_exceeds_its_bound(store: &TestStore) {
     let k = key(format!("{}k", prefix()));
     grant(store, &k, LONG).await;
     let bound = Duration::from_millis(300);
     let started = Instant::now();
     match store.locks().acquire(k.as_str(), bound).await {
-        Err(Error::Timeout { waited, .. }) => {
+        Err(Error::Timeout {
+            waited,
+            holder,
+            remaining,
+            ..
+        }) => {
             assert!(waited >= bound, "gave up early: {waited:?}");
+            // `grant` labels its leases "conformance".
+            assert_eq!(holder.as_deref(), Some("conformance"));
+            let remaining = remaining.expect("a remaining ttl with the holder");
+            // Less than the ttl by at least the wait (minus clock slack), and
+            // not run out: the lease has most of its 30 s left.
+            assert!(
+                remaining <= LONG - bound + Duration::from_millis(50),
+                "{remaining:?}"
+            );
+            assert!(remaining > LONG / 2, "{remaining:?}");
         }
         other => panic!("expected Timeout, got {other:?}"),
     }

@@ -129,6 +129,10 @@ async fn acquire(settings: &Settings, key: &str) -> Result<LeaseGuard, Problem> 
     };
     let problem = match error {
         Error::Busy { remaining, .. } => Problem::locked(key, remaining),
+        Error::Timeout {
+            remaining: Some(remaining),
+            ..
+        } => Problem::locked(key, remaining),
         Error::Timeout { .. } => Problem::locked(key, remaining_after_wait(settings, key).await),
         Error::InvalidInput { problem, .. } => Problem::invalid_key(key, problem),
         Error::Unavailable { .. } | Error::Backend { .. } => {
@@ -145,7 +149,8 @@ async fn acquire(settings: &Settings, key: &str) -> Result<LeaseGuard, Problem> 
     Err(problem)
 }
 
-/// After a timed-out wait the error carries no remaining ttl: ask the store.
+/// A wait that timed out before any attempt at the store (queued behind
+/// this process's own waiters) carries no remaining ttl: ask the store.
 /// A failed or slow answer, or a lock freed meanwhile, gives the minimum.
 async fn remaining_after_wait(settings: &Settings, key: &str) -> Duration {
     match timeout(settings.store_timeout, settings.locks.inspect(key)).await {
