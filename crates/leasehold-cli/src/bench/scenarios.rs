@@ -407,6 +407,9 @@ pub struct Renewal {
     pub lost: usize,
 }
 
+/// How long the renewal scenario's setup waits for each of its leases.
+const SETUP_WAIT: Duration = Duration::from_secs(30);
+
 /// N held leases renewing themselves for `duration`: the store load that
 /// renewal costs.
 pub async fn renewal(
@@ -419,7 +422,11 @@ pub async fn renewal(
         store.client().await?.backend().clone(),
     ));
     let locks = Locks::from_arc(counting.clone());
-    let opts = AcquireOptions::new().with_ttl(ttl);
+    // The keys are fresh, so nobody holds them; the wait bound only keeps
+    // a slow store's answer (the leases taken so far already renew on the
+    // same connections) from tripping the core's 1 s backstop of a
+    // zero-wait acquire.
+    let opts = AcquireOptions::new().with_ttl(ttl).with_wait(SETUP_WAIT);
     let mut guards = Vec::with_capacity(leases);
     for _ in 0..leases {
         guards.push(locks.acquire_with(&unique_key("renewal"), &opts).await?);
