@@ -41,9 +41,13 @@ pub(super) struct PermitStatements {
 }
 
 /// `"schema"."table"` (quoted) → `"schema"."table_permits"`.
-fn permits_table(table: &str) -> String {
+pub(super) fn permits_table(table: &str) -> String {
     let unquoted_end = table.len() - 1;
-    format!("{}_permits\"", &table[..unquoted_end])
+    format!(
+        "{}{}\"",
+        &table[..unquoted_end],
+        super::sql::PERMITS_TABLE_SUFFIX
+    )
 }
 
 impl PermitStatements {
