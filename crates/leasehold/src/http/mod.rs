@@ -90,7 +90,9 @@ pub mod problem;
 mod service;
 
 pub use body::LockBody;
-pub use layer::{KeyFn, LeaseLayer, LeaseLayerBuilder, Mode, NoKey, DEFAULT_STORE_TIMEOUT};
+pub use layer::{
+    KeyFn, LeaseLayer, LeaseLayerBuilder, LimitStatus, Mode, NoKey, DEFAULT_STORE_TIMEOUT,
+};
 pub use path_key::PathKey;
 pub use service::LeaseService;
 
