@@ -131,6 +131,8 @@ async fn n_permits_admit_n_requests_across_processes_and_refuse_the_next() {
                 assert_eq!(response.status(), StatusCode::OK, "{store}");
                 axum::body::to_bytes(response.into_body(), 64).await.unwrap();
             }
+            // The bodies are sent; their releases run on tasks of their own.
+            eventually_free(&a, &key, store).await;
             let again = send(&app_b.router);
             app_b.entered.recv().await.unwrap();
             finish.notify_waiters();
