@@ -2,7 +2,12 @@
 //! "processes": two `Locks` with their own clients on one store, each
 //! serving the same router. On the memory store, SQLite, PostgreSQL
 //! (`LEASEHOLD_TEST_POSTGRES`) and Redis (`LEASEHOLD_TEST_REDIS`).
-#![cfg(all(feature = "http", feature = "sqlite", feature = "postgres", feature = "redis"))]
+#![cfg(all(
+    feature = "http",
+    feature = "sqlite",
+    feature = "postgres",
+    feature = "redis"
+))]
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -82,21 +87,33 @@ fn send(router: &Router) -> JoinHandle<axum::response::Response> {
 /// Reads the body of a refused request and checks it against its headers.
 async fn refused(response: axum::response::Response, status: StatusCode, key: &str) {
     assert_eq!(response.status(), status);
-    assert_eq!(response.headers()[header::CONTENT_TYPE], problem::CONTENT_TYPE);
+    assert_eq!(
+        response.headers()[header::CONTENT_TYPE],
+        problem::CONTENT_TYPE
+    );
     let retry_after: u64 = response.headers()[header::RETRY_AFTER]
         .to_str()
         .unwrap()
         .parse()
         .unwrap();
-    let body = axum::body::to_bytes(response.into_body(), 4096).await.unwrap();
+    let body = axum::body::to_bytes(response.into_body(), 4096)
+        .await
+        .unwrap();
     let doc: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(doc["type"], problem::LIMITED);
     assert_eq!(doc["status"], status.as_u16());
     assert_eq!(doc["key"], key);
     // The first permit's remaining time, which the header rounds up.
     let ms = doc["retry_after_ms"].as_u64().unwrap();
-    assert!(ms > 0 && ms <= TTL.as_millis() as u64, "retry_after_ms {ms}");
-    assert_eq!(retry_after, ms.div_ceil(1000).max(1), "Retry-After of {ms} ms");
+    assert!(
+        ms > 0 && ms <= TTL.as_millis() as u64,
+        "retry_after_ms {ms}"
+    );
+    assert_eq!(
+        retry_after,
+        ms.div_ceil(1000).max(1),
+        "Retry-After of {ms} ms"
+    );
 }
 
 #[tokio::test]
@@ -108,7 +125,10 @@ async fn n_permits_admit_n_requests_across_processes_and_refuse_the_next() {
         };
         let key = format!("limit:{:016x}", rand::random::<u64>());
         for (status, expected) in [
-            (LimitStatus::ServiceUnavailable, StatusCode::SERVICE_UNAVAILABLE),
+            (
+                LimitStatus::ServiceUnavailable,
+                StatusCode::SERVICE_UNAVAILABLE,
+            ),
             (LimitStatus::TooManyRequests, StatusCode::TOO_MANY_REQUESTS),
         ] {
             let finish = Arc::new(Notify::new());
@@ -129,7 +149,9 @@ async fn n_permits_admit_n_requests_across_processes_and_refuse_the_next() {
             for done in [first, second] {
                 let response = done.await.unwrap();
                 assert_eq!(response.status(), StatusCode::OK, "{store}");
-                axum::body::to_bytes(response.into_body(), 64).await.unwrap();
+                axum::body::to_bytes(response.into_body(), 64)
+                    .await
+                    .unwrap();
             }
             // The bodies are sent; their releases run on tasks of their own.
             eventually_free(&a, &key, store).await;
@@ -176,11 +198,22 @@ async fn a_waiting_request_gets_the_permit_another_process_releases() {
         // A wait that ends without a permit is refused as Reject is.
         let mut app_a = app(a.clone(), &key, wait, status, finish_a.clone());
         let short = Mode::Wait(Duration::from_millis(300));
-        let app_b = app(b.clone(), &key, short, LimitStatus::TooManyRequests, finish_b);
+        let app_b = app(
+            b.clone(),
+            &key,
+            short,
+            LimitStatus::TooManyRequests,
+            finish_b,
+        );
         let held = [send(&app_a.router), send(&app_a.router)];
         app_a.entered.recv().await.unwrap();
         app_a.entered.recv().await.unwrap();
-        refused(send(&app_b.router).await.unwrap(), StatusCode::TOO_MANY_REQUESTS, &key).await;
+        refused(
+            send(&app_b.router).await.unwrap(),
+            StatusCode::TOO_MANY_REQUESTS,
+            &key,
+        )
+        .await;
         finish_a.notify_waiters();
         for done in held {
             assert_eq!(done.await.unwrap().status(), StatusCode::OK);
@@ -199,5 +232,8 @@ async fn eventually_free(locks: &Locks, key: &str, store: &str) {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    panic!("{store}: permits of {key} still held: {:?}", semaphore.holders().await);
+    panic!(
+        "{store}: permits of {key} still held: {:?}",
+        semaphore.holders().await
+    );
 }

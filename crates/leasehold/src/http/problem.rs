@@ -187,7 +187,10 @@ mod tests {
 
     #[tokio::test]
     async fn limited_has_its_status_retry_after_and_type() {
-        for status in [StatusCode::SERVICE_UNAVAILABLE, StatusCode::TOO_MANY_REQUESTS] {
+        for status in [
+            StatusCode::SERVICE_UNAVAILABLE,
+            StatusCode::TOO_MANY_REQUESTS,
+        ] {
             let r = Problem::limited("api", Duration::from_millis(4001), status)
                 .into_response::<String>();
             assert_eq!(r.status(), status);

@@ -180,7 +180,11 @@ async fn acquire(settings: &Settings, key: &str) -> Result<LeaseGuard, Problem> 
 async fn remaining_after_wait(settings: &Settings, key: &str) -> Duration {
     let remaining = async {
         match settings.permits {
-            None => Ok(settings.locks.inspect(key).await?.map(|info| info.remaining)),
+            None => Ok(settings
+                .locks
+                .inspect(key)
+                .await?
+                .map(|info| info.remaining)),
             Some(permits) => {
                 let holders = settings.locks.semaphore(key, permits)?.holders().await?;
                 Ok::<_, Error>(holders.iter().map(|p| p.remaining).min())

@@ -228,7 +228,13 @@ fn limit(locks: &Locks, permits: u32) -> LeaseLayer<String> {
 }
 
 async fn live_permits(locks: &Locks, key: &str) -> usize {
-    locks.semaphore(key, 1).unwrap().holders().await.unwrap().len()
+    locks
+        .semaphore(key, 1)
+        .unwrap()
+        .holders()
+        .await
+        .unwrap()
+        .len()
 }
 
 /// A streamed body: one frame per message, ends when the sender is dropped.
@@ -264,10 +270,9 @@ async fn the_permit_is_held_while_the_body_streams_and_released_at_its_end() {
     assert_eq!(live_permits(&locks, "a").await, 1, "held after the head");
     let mut body = response.into_body();
     chunks.send(bytes::Bytes::from_static(b"part")).unwrap();
-    let frame = std::future::poll_fn(|cx| {
-        http_body::Body::poll_frame(std::pin::Pin::new(&mut body), cx)
-    })
-    .await;
+    let frame =
+        std::future::poll_fn(|cx| http_body::Body::poll_frame(std::pin::Pin::new(&mut body), cx))
+            .await;
     assert!(frame.is_some());
     assert_eq!(live_permits(&locks, "a").await, 1, "held mid-body");
     drop(chunks);
@@ -298,8 +303,14 @@ async fn the_limit_refuses_with_the_first_permits_remaining_time() {
     let locks = Locks::new(MemoryBackend::new());
     let sem = locks.semaphore("a", 2).unwrap();
     let options = crate::AcquireOptions::new();
-    let _long = sem.acquire_with(&options.clone().with_ttl(Duration::from_secs(20))).await.unwrap();
-    let _short = sem.acquire_with(&options.with_ttl(Duration::from_millis(4200))).await.unwrap();
+    let _long = sem
+        .acquire_with(&options.clone().with_ttl(Duration::from_secs(20)))
+        .await
+        .unwrap();
+    let _short = sem
+        .acquire_with(&options.with_ttl(Duration::from_millis(4200)))
+        .await
+        .unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
     let svc = limit(&locks, 2).layer(counting(calls.clone()));
     let response = svc.clone().oneshot(post("/k/a")).await.unwrap();
@@ -311,7 +322,10 @@ async fn the_limit_refuses_with_the_first_permits_remaining_time() {
     assert_eq!(calls.load(Ordering::SeqCst), 0);
     // A limit of 3 on the same key lets a third through.
     let wider = limit(&locks, 3).layer(counting(calls.clone()));
-    assert_eq!(wider.oneshot(post("/k/a")).await.unwrap().status(), StatusCode::OK);
+    assert_eq!(
+        wider.oneshot(post("/k/a")).await.unwrap().status(),
+        StatusCode::OK
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -319,7 +333,11 @@ async fn the_limit_releases_on_handler_error_and_dropped_request() {
     let locks = Locks::new(MemoryBackend::new());
     let failing =
         tower::service_fn(|_: Req| async { Err::<Response<String>, _>("handler failed") });
-    assert!(limit(&locks, 1).layer(failing).oneshot(post("/k/a")).await.is_err());
+    assert!(limit(&locks, 1)
+        .layer(failing)
+        .oneshot(post("/k/a"))
+        .await
+        .is_err());
     assert_eq!(live_permits(&locks, "a").await, 0, "released on error");
 
     let (entered_tx, entered) = tokio::sync::oneshot::channel::<()>();

@@ -280,14 +280,21 @@ mod tests {
         let store = Faulty::default();
         for op in Op::ALL {
             let before = store.calls(op);
-            call(&store, op).await.unwrap_or_else(|e| panic!("{op:?}: {e}"));
+            call(&store, op)
+                .await
+                .unwrap_or_else(|e| panic!("{op:?}: {e}"));
             assert_eq!(store.calls(op), before + 1, "{op:?} counted");
             store.set(op, Fault::Unavailable("down".into()));
             let failed = call(&store, op).await;
-            assert!(matches!(failed, Err(Error::Unavailable { .. })), "{op:?}: {failed:?}");
+            assert!(
+                matches!(failed, Err(Error::Unavailable { .. })),
+                "{op:?}: {failed:?}"
+            );
             // Only `op` was switched: every other operation still works.
             for other in Op::ALL.into_iter().filter(|o| *o != op) {
-                call(&store, other).await.unwrap_or_else(|e| panic!("{other:?} while {op:?} fails: {e}"));
+                call(&store, other)
+                    .await
+                    .unwrap_or_else(|e| panic!("{other:?} while {op:?} fails: {e}"));
             }
             store.clear(op);
         }
@@ -297,7 +304,9 @@ mod tests {
         }
         store.recover();
         for op in Op::ALL {
-            call(&store, op).await.unwrap_or_else(|e| panic!("{op:?} after recover: {e}"));
+            call(&store, op)
+                .await
+                .unwrap_or_else(|e| panic!("{op:?} after recover: {e}"));
         }
     }
 }
