@@ -125,12 +125,13 @@ impl Election {
     pub async fn observe(&self) -> Result<Observer> {
         let backend = self.locks.backend().clone();
         let subscription = backend.subscribe(&self.key).await?;
-        let backoff = idle_backoff(&subscription);
+        let backoff = idle_backoff(&subscription, SAFETY_POLL);
         Ok(Observer {
             backend,
             key: self.key.clone(),
             subscription,
             backoff,
+            safety_poll: SAFETY_POLL,
             last_token: None,
         })
     }
@@ -156,12 +157,17 @@ fn leader_of(info: LeaseInfo) -> Leader {
     }
 }
 
+/// The first look of an observer with no leader to watch, on a store that
+/// notifies: only a safety net for a notification lost with a dropped
+/// connection.
+const SAFETY_POLL: Duration = Duration::from_millis(50);
+
 /// How an observer with no leader to watch looks again: notifications do the
-/// work when the store sends them (the timer is only a safety net for one
-/// lost with a dropped connection), else it polls.
-fn idle_backoff(subscription: &Subscription) -> Backoff {
+/// work when the store sends them (the timer, from `safety_poll` up, is only
+/// a safety net), else it polls.
+fn idle_backoff(subscription: &Subscription, safety_poll: Duration) -> Backoff {
     if subscription.is_live() {
-        Backoff::new(Duration::from_millis(50), Duration::from_secs(2))
+        Backoff::new(safety_poll, safety_poll.max(Duration::from_secs(2)))
     } else {
         Backoff::new(Duration::from_millis(5), Duration::from_millis(250))
     }
@@ -217,10 +223,22 @@ pub struct Observer {
     key: Key,
     subscription: Subscription,
     backoff: Backoff,
+    safety_poll: Duration,
     last_token: Option<u64>,
 }
 
 impl Observer {
+    /// Sets the safety-net poll of a notified observer with no leader to
+    /// watch (50 ms by default, doubling to 2 s). The conformance suite makes
+    /// it longer than its bounds, so that an observer that notices a new
+    /// leader in time can only have been woken by the announcement.
+    #[cfg(feature = "conformance")]
+    pub(crate) fn with_safety_poll(mut self, poll: Duration) -> Self {
+        self.safety_poll = poll;
+        self.backoff = idle_backoff(&self.subscription, poll);
+        self
+    }
+
     /// The next leader: the current one on the first call, then each new
     /// term in token order. Waits as long as it takes; race it against a
     /// timer or a cancel token to bound it.
@@ -237,7 +255,7 @@ impl Observer {
             let wait = match current {
                 Some(info) if self.last_token.is_none_or(|last| info.token > last) => {
                     self.last_token = Some(info.token);
-                    self.backoff = idle_backoff(&self.subscription);
+                    self.backoff = idle_backoff(&self.subscription, self.safety_poll);
                     return Ok(leader_of(info));
                 }
                 // The same leader: its term can only end at a release (we

@@ -3,10 +3,13 @@
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
+
+use crate::guard::LeaseGuard;
 
 pin_project! {
     /// The body of a response that went through the lease layer: the inner
@@ -15,9 +18,14 @@ pin_project! {
     ///
     /// It is an `http_body::Body` with `Bytes` data whenever the inner body
     /// is, so axum, hyper and tonic accept it as they accept the inner body.
+    ///
+    /// Under a concurrency limit the body holds the request's permit: it is
+    /// released when the body ends (or fails), and by the guard's `Drop` when
+    /// the server drops the body unfinished (the client went away).
     pub struct LockBody<B> {
         #[pin]
         kind: Kind<B>,
+        permit: Option<(LeaseGuard, Duration)>,
     }
 }
 
@@ -35,12 +43,34 @@ impl<B> LockBody<B> {
     pub fn inner(body: B) -> Self {
         LockBody {
             kind: Kind::Inner { body },
+            permit: None,
+        }
+    }
+
+    /// Wraps the inner service's body, holding `permit` until it ends;
+    /// `store_timeout` bounds the release.
+    pub(crate) fn holding(body: B, permit: LeaseGuard, store_timeout: Duration) -> Self {
+        LockBody {
+            kind: Kind::Inner { body },
+            permit: Some((permit, store_timeout)),
         }
     }
 
     pub(crate) fn problem(json: Bytes) -> Self {
         LockBody {
             kind: Kind::Problem { json: Some(json) },
+            permit: None,
+        }
+    }
+}
+
+/// Releases a permit whose body ended, on a task of its own (a body is
+/// polled, not awaited). Without a runtime, dropping the guard leaves the
+/// permit to expire after its ttl, which is all that can be done there.
+fn release_permit(permit: &mut Option<(LeaseGuard, Duration)>) {
+    if let Some((guard, store_timeout)) = permit.take() {
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(super::service::release(guard, store_timeout));
         }
     }
 }
@@ -53,8 +83,18 @@ impl<B: Body<Data = Bytes>> Body for LockBody<B> {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
-        match self.project().kind.project() {
-            KindProj::Inner { body } => body.poll_frame(cx),
+        let this = self.project();
+        match this.kind.project() {
+            KindProj::Inner { body } => {
+                let frame = body.poll_frame(cx);
+                // The end of the body (or its failure) is the end of the
+                // request's work: give the permit back now rather than when
+                // the server gets round to dropping the body.
+                if matches!(frame, Poll::Ready(None | Some(Err(_)))) {
+                    release_permit(this.permit);
+                }
+                frame
+            }
             KindProj::Problem { json } => Poll::Ready(json.take().map(|b| Ok(Frame::data(b)))),
         }
     }

@@ -5,12 +5,13 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ::http::Request;
+use ::http::{Request, StatusCode};
 use tower::Layer;
 
 use super::LeaseService;
 use crate::error::{Error, Result};
 use crate::lock::Locks;
+use crate::semaphore::validate_permits;
 use crate::time::{validate_ttl, DEFAULT_TTL, MAX_TTL};
 
 /// What a request does when its lock is held by another request.
@@ -22,6 +23,30 @@ pub enum Mode {
     /// Wait up to this long (woken by the store's release notification),
     /// then proceed, or answer `409` as [`Mode::Reject`] does.
     Wait(Duration),
+}
+
+/// What a request of a concurrency-limited layer
+/// ([`LeaseLayerBuilder::with_permits`]) is answered when no permit came.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum LimitStatus {
+    /// `503 Service Unavailable`: the service is at capacity (the default;
+    /// what load balancers and retrying clients expect of an overloaded
+    /// backend).
+    #[default]
+    ServiceUnavailable,
+    /// `429 Too Many Requests`: for a limit that is a quota of the caller's
+    /// (a key per tenant or per API key), not the service's capacity.
+    TooManyRequests,
+}
+
+impl LimitStatus {
+    pub(crate) fn status(self) -> StatusCode {
+        match self {
+            LimitStatus::ServiceUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            LimitStatus::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
+        }
+    }
 }
 
 /// Default bound on one store operation made by the layer (acquire beyond
@@ -61,6 +86,18 @@ pub(crate) struct Settings {
     pub(crate) ttl: Duration,
     pub(crate) mode: Mode,
     pub(crate) store_timeout: Duration,
+    /// `Some(n)`: a concurrency limit, each request takes one of `n` permits
+    /// of its key (a semaphore) instead of the key's mutex.
+    pub(crate) permits: Option<u32>,
+    pub(crate) limit_status: Option<LimitStatus>,
+}
+
+impl Settings {
+    /// The status of a request that got no permit; `None` for a lock (409).
+    pub(crate) fn limit_status(&self) -> Option<::http::StatusCode> {
+        self.permits
+            .map(|_| self.limit_status.unwrap_or_default().status())
+    }
 }
 
 /// Builds a [`LeaseLayer`]. Start with [`LeaseLayer::builder`].
@@ -75,6 +112,8 @@ pub struct LeaseLayerBuilder<K = NoKey> {
     ttl: Duration,
     mode: Mode,
     store_timeout: Duration,
+    permits: Option<u32>,
+    limit_status: Option<LimitStatus>,
 }
 
 impl<K> LeaseLayerBuilder<K> {
@@ -91,6 +130,27 @@ impl<K> LeaseLayerBuilder<K> {
         /// Bound on each store call beyond the wait (10 ms ..= 24 h, checked by
         /// `build`); a store that does not answer in time gives a 503.
         with_store_timeout(timeout: Duration) => store_timeout = timeout;
+    }
+
+    /// Makes the layer a concurrency limit across every process sharing the
+    /// store: each request takes one of `permits` permits of its key (a
+    /// [`Semaphore`](crate::Semaphore), `1 ..=` [`MAX_PERMITS`](crate::MAX_PERMITS),
+    /// checked by `build`) instead of the key's lock, so up to `permits`
+    /// requests of a key run at once. The permit is held until the response
+    /// body has been sent (or dropped), not only until the response head.
+    /// A request that gets no permit within the [`Mode`] is answered with
+    /// [`LimitStatus`] (503 by default) and `Retry-After`.
+    pub fn with_permits(mut self, permits: u32) -> Self {
+        self.permits = Some(permits);
+        self
+    }
+
+    /// The answer of a concurrency limit when no permit came: 503 (the
+    /// default) or 429. Only with [`with_permits`](Self::with_permits)
+    /// (`build` refuses it otherwise).
+    pub fn with_limit_status(mut self, status: LimitStatus) -> Self {
+        self.limit_status = Some(status);
+        self
     }
 
     /// Which lock a request takes: `Some(key)` to lock, `None` to let the
@@ -112,6 +172,8 @@ impl<K> LeaseLayerBuilder<K> {
             ttl: self.ttl,
             mode: self.mode,
             store_timeout: self.store_timeout,
+            permits: self.permits,
+            limit_status: self.limit_status,
         }
     }
 }
@@ -121,9 +183,19 @@ impl<B> LeaseLayerBuilder<KeyFn<B>> {
     ///
     /// # Errors
     /// [`Error::InvalidInput`] for a ttl outside 100 ms ..= 24 h, a wait
-    /// bound of zero or over 24 h, or a store timeout outside 10 ms ..= 24 h.
+    /// bound of zero or over 24 h, a store timeout outside 10 ms ..= 24 h,
+    /// permits outside 1 ..= [`MAX_PERMITS`](crate::MAX_PERMITS), or a limit
+    /// status without permits.
     pub fn build(self) -> Result<LeaseLayer<B>> {
         validate_ttl(self.ttl)?;
+        if let Some(permits) = self.permits {
+            validate_permits(permits)?;
+        } else if self.limit_status.is_some() {
+            return Err(Error::invalid(
+                "limit status",
+                "applies to a concurrency limit only: set with_permits too",
+            ));
+        }
         if let Mode::Wait(bound) = self.mode {
             if bound.is_zero() || bound > MAX_TTL {
                 return Err(Error::invalid(
@@ -145,6 +217,8 @@ impl<B> LeaseLayerBuilder<KeyFn<B>> {
                 ttl: self.ttl,
                 mode: self.mode,
                 store_timeout: self.store_timeout,
+                permits: self.permits,
+                limit_status: self.limit_status,
             }),
         })
     }
@@ -168,6 +242,8 @@ impl LeaseLayer<()> {
             ttl: DEFAULT_TTL,
             mode: Mode::Reject,
             store_timeout: DEFAULT_STORE_TIMEOUT,
+            permits: None,
+            limit_status: None,
         }
     }
 }
@@ -181,6 +257,11 @@ impl<B> LeaseLayer<B> {
     /// What a request does when its lock is held.
     pub fn mode(&self) -> Mode {
         self.settings.mode
+    }
+
+    /// The permits of each key of a concurrency limit; `None` for a lock.
+    pub fn permits(&self) -> Option<u32> {
+        self.settings.permits
     }
 }
 
@@ -240,5 +321,24 @@ mod tests {
             .unwrap();
         assert_eq!(layer.ttl(), Duration::from_secs(2));
         assert_eq!(layer.mode(), Mode::Wait(Duration::from_secs(1)));
+        assert_eq!(layer.permits(), None);
+    }
+
+    #[test]
+    fn build_validates_the_limit() {
+        let limit = builder()
+            .with_permits(3)
+            .with_limit_status(LimitStatus::TooManyRequests)
+            .build()
+            .unwrap();
+        assert_eq!(limit.permits(), Some(3));
+        assert!(builder().with_permits(crate::MAX_PERMITS).build().is_ok());
+        for bad in [0, crate::MAX_PERMITS + 1] {
+            assert!(problem(builder().with_permits(bad)).contains("invalid permits"));
+        }
+        let status_alone = builder().with_limit_status(LimitStatus::TooManyRequests);
+        assert!(problem(status_alone).contains("invalid limit status"));
+        // The ttl bounds hold for permits as for locks.
+        assert!(problem(builder().with_permits(2).with_ttl(MAX_TTL * 2)).contains("invalid ttl"));
     }
 }

@@ -1,6 +1,6 @@
 //! HTTP middleware (feature `http`): run a request under a lease lock, and
 //! answer `409 Conflict` while another request holds it, or wait a bounded
-//! time.
+//! time; or limit how many requests of a key run at once across processes.
 //!
 //! [`LeaseLayer`] is a `tower::Layer`, so it works in axum, hyper and tonic.
 //! For each request:
@@ -43,6 +43,15 @@
 //! after the timeout fired goes unused and expires after its ttl.) The layer never panics on a
 //! request. Every answer the layer writes itself has the type URIs in
 //! [`problem`].
+//!
+//! **Concurrency limit.** With
+//! [`with_permits(n)`](LeaseLayerBuilder::with_permits) a request takes one
+//! of `n` permits of its key (a [`Semaphore`](crate::Semaphore)) instead of
+//! the key's lock: at most `n` requests of a key are in flight across every
+//! process on the store. The permit is held until the response *body* ends
+//! (or is dropped); a request that gets none within the mode is answered
+//! `503` (or `429`, [`LimitStatus`]) with `Retry-After` from the permit that
+//! expires first, type [`problem::LIMITED`]. Everything else is as above.
 //!
 //! The layer speaks HTTP statuses. Under tonic it works as it does anywhere
 //! (the response body type is generic), but gRPC clients see a 409 or 503
@@ -90,7 +99,9 @@ pub mod problem;
 mod service;
 
 pub use body::LockBody;
-pub use layer::{KeyFn, LeaseLayer, LeaseLayerBuilder, Mode, NoKey, DEFAULT_STORE_TIMEOUT};
+pub use layer::{
+    KeyFn, LeaseLayer, LeaseLayerBuilder, LimitStatus, Mode, NoKey, DEFAULT_STORE_TIMEOUT,
+};
 pub use path_key::PathKey;
 pub use service::LeaseService;
 

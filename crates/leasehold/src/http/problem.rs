@@ -1,7 +1,7 @@
 //! RFC 9457 problem documents for the answers the layer gives itself.
 //!
 //! Every body has `type`, `title`, `status`, `detail` and `key` (the lock
-//! key); a 409 adds `retry_after_ms`. Store errors are logged, never sent to
+//! key); a 409, and a 503/429 of a concurrency limit, add `retry_after_ms`. Store errors are logged, never sent to
 //! the client: their text can name hosts and paths.
 
 use std::time::Duration;
@@ -16,6 +16,9 @@ pub const CONTENT_TYPE: &str = "application/problem+json";
 
 /// `type` of a 409: the resource is locked by another request.
 pub const LOCKED: &str = "tag:leasehold,2025:locked";
+/// `type` of the 503 (or 429) of a concurrency limit: every permit of the
+/// key is taken by other requests.
+pub const LIMITED: &str = "tag:leasehold,2025:concurrency-limit";
 /// `type` of a 503: the lock store failed or did not answer in time.
 pub const STORE_UNAVAILABLE: &str = "tag:leasehold,2025:store-unavailable";
 /// `type` of a 400: the key function derived a key that is not a valid lock
@@ -44,6 +47,22 @@ impl Problem {
             kind: LOCKED,
             title: "Resource is locked",
             detail: format!("another request holds the lock on this resource; retry in {secs} s"),
+            key: key.to_owned(),
+            retry_after: Some(remaining),
+        }
+    }
+
+    /// 503 or 429 (`status`): every permit of `key` is taken, the first of
+    /// them for up to `remaining` more.
+    pub(crate) fn limited(key: &str, remaining: Duration, status: StatusCode) -> Self {
+        let secs = retry_after_secs(remaining);
+        Problem {
+            status,
+            kind: LIMITED,
+            title: "Concurrency limit reached",
+            detail: format!(
+                "every permit for this resource is taken by other requests; retry in {secs} s"
+            ),
             key: key.to_owned(),
             retry_after: Some(remaining),
         }
@@ -164,6 +183,25 @@ mod tests {
         assert_eq!(doc["key"], "users");
         assert_eq!(doc["retry_after_ms"], 1200);
         assert!(doc["title"].is_string() && doc["detail"].is_string());
+    }
+
+    #[tokio::test]
+    async fn limited_has_its_status_retry_after_and_type() {
+        for status in [
+            StatusCode::SERVICE_UNAVAILABLE,
+            StatusCode::TOO_MANY_REQUESTS,
+        ] {
+            let r = Problem::limited("api", Duration::from_millis(4001), status)
+                .into_response::<String>();
+            assert_eq!(r.status(), status);
+            assert_eq!(r.headers()[header::RETRY_AFTER], "5");
+            let doc: serde_json::Value =
+                serde_json::from_slice(&collect(r.into_body()).await).unwrap();
+            assert_eq!(doc["type"], LIMITED);
+            assert_eq!(doc["status"], status.as_u16());
+            assert_eq!(doc["key"], "api");
+            assert_eq!(doc["retry_after_ms"], 4001);
+        }
     }
 
     #[tokio::test]

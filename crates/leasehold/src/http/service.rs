@@ -106,8 +106,18 @@ where
     // A panic in here unwinds through this future; whoever catches it drops
     // the future, and with it the guard, whose Drop releases best-effort.
     let outcome = inner.call(request).await;
-    release(guard, settings.store_timeout).await;
-    Ok(outcome?.map(LockBody::inner))
+    match outcome {
+        // A concurrency limit counts requests in flight, and a request is in
+        // flight until its body is sent: the body takes the permit along.
+        Ok(response) if settings.permits.is_some() => {
+            let store_timeout = settings.store_timeout;
+            Ok(response.map(|body| LockBody::holding(body, guard, store_timeout)))
+        }
+        outcome => {
+            release(guard, settings.store_timeout).await;
+            Ok(outcome?.map(LockBody::inner))
+        }
+    }
 }
 
 /// Takes the lock as the mode says, or explains why not as a problem.
@@ -118,7 +128,17 @@ async fn acquire(settings: &Settings, key: &str) -> Result<LeaseGuard, Problem> 
         options = options.with_wait(wait);
         bound = bound.saturating_add(wait);
     }
-    let attempt = timeout(bound, settings.locks.acquire_with(key, &options)).await;
+    let attempt = timeout(bound, async {
+        match settings.permits {
+            None => settings.locks.acquire_with(key, &options).await,
+            Some(permits) => {
+                // A bad key fails here, before any I/O, as the mutex's does.
+                let semaphore = settings.locks.semaphore(key, permits)?;
+                semaphore.acquire_with(&options).await
+            }
+        }
+    })
+    .await;
     let error = match attempt {
         Ok(Ok(guard)) => return Ok(guard),
         Ok(Err(error)) => error,
@@ -127,13 +147,17 @@ async fn acquire(settings: &Settings, key: &str) -> Result<LeaseGuard, Problem> 
             return Err(Problem::unavailable(key, true));
         }
     };
+    let taken = |remaining| match settings.limit_status() {
+        None => Problem::locked(key, remaining),
+        Some(status) => Problem::limited(key, remaining, status),
+    };
     let problem = match error {
-        Error::Busy { remaining, .. } => Problem::locked(key, remaining),
+        Error::Busy { remaining, .. } => taken(remaining),
         Error::Timeout {
             remaining: Some(remaining),
             ..
-        } => Problem::locked(key, remaining),
-        Error::Timeout { .. } => Problem::locked(key, remaining_after_wait(settings, key).await),
+        } => taken(remaining),
+        Error::Timeout { .. } => taken(remaining_after_wait(settings, key).await),
         Error::InvalidInput { problem, .. } => Problem::invalid_key(key, problem),
         Error::Unavailable { .. } | Error::Backend { .. } => {
             tracing::warn!(key, error = %error, "lock store failed");
@@ -150,18 +174,32 @@ async fn acquire(settings: &Settings, key: &str) -> Result<LeaseGuard, Problem> 
 }
 
 /// A wait that timed out before any attempt at the store (queued behind
-/// this process's own waiters) carries no remaining ttl: ask the store.
-/// A failed or slow answer, or a lock freed meanwhile, gives the minimum.
+/// this process's own waiters) carries no remaining ttl: ask the store (for
+/// a limit, the permit that expires first). A failed or slow answer, or a
+/// lock freed meanwhile, gives the minimum.
 async fn remaining_after_wait(settings: &Settings, key: &str) -> Duration {
-    match timeout(settings.store_timeout, settings.locks.inspect(key)).await {
-        Ok(Ok(Some(info))) => info.remaining,
+    let remaining = async {
+        match settings.permits {
+            None => Ok(settings
+                .locks
+                .inspect(key)
+                .await?
+                .map(|info| info.remaining)),
+            Some(permits) => {
+                let holders = settings.locks.semaphore(key, permits)?.holders().await?;
+                Ok::<_, Error>(holders.iter().map(|p| p.remaining).min())
+            }
+        }
+    };
+    match timeout(settings.store_timeout, remaining).await {
+        Ok(Ok(Some(remaining))) => remaining,
         _ => Duration::ZERO,
     }
 }
 
 /// Releases on a task of its own, so that a client that disconnects while
 /// the release is in flight cannot cut it short.
-async fn release(guard: LeaseGuard, store_timeout: Duration) {
+pub(crate) async fn release(guard: LeaseGuard, store_timeout: Duration) {
     let key = guard.key().to_string();
     let task = tokio::spawn(async move { timeout(store_timeout, guard.release()).await });
     match task.await {

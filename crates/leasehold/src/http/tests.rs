@@ -214,3 +214,163 @@ async fn dropped_request_releases() {
     tokio::time::sleep(Duration::from_millis(10)).await;
     assert!(locks.inspect("a").await.unwrap().is_none());
 }
+
+// The concurrency limit (`with_permits`): the permit's release paths.
+
+fn limit(locks: &Locks, permits: u32) -> LeaseLayer<String> {
+    LeaseLayer::builder(locks.clone())
+        .with_ttl(Duration::from_secs(10))
+        .with_permits(permits)
+        .with_store_timeout(Duration::from_millis(500))
+        .with_key(key_of)
+        .build()
+        .unwrap()
+}
+
+async fn live_permits(locks: &Locks, key: &str) -> usize {
+    locks
+        .semaphore(key, 1)
+        .unwrap()
+        .holders()
+        .await
+        .unwrap()
+        .len()
+}
+
+/// A streamed body: one frame per message, ends when the sender is dropped.
+struct Streamed(tokio::sync::mpsc::UnboundedReceiver<bytes::Bytes>);
+
+impl http_body::Body for Streamed {
+    type Data = bytes::Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Infallible>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|chunk| chunk.map(|c| Ok(http_body::Frame::data(c))))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_permit_is_held_while_the_body_streams_and_released_at_its_end() {
+    let locks = Locks::new(MemoryBackend::new());
+    let (chunks, rx) = tokio::sync::mpsc::unbounded_channel();
+    let rx = Arc::new(std::sync::Mutex::new(Some(rx)));
+    let streaming = tower::service_fn(move |req: Req| {
+        let body = Streamed(rx.lock().unwrap().take().expect("one request"));
+        assert!(req.extensions().get::<FencingToken>().is_some());
+        async move { Ok::<_, Infallible>(Response::new(body)) }
+    });
+    let svc = limit(&locks, 1).layer(streaming);
+    let response = svc.oneshot(post("/k/a")).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(live_permits(&locks, "a").await, 1, "held after the head");
+    let mut body = response.into_body();
+    chunks.send(bytes::Bytes::from_static(b"part")).unwrap();
+    let frame =
+        std::future::poll_fn(|cx| http_body::Body::poll_frame(std::pin::Pin::new(&mut body), cx))
+            .await;
+    assert!(frame.is_some());
+    assert_eq!(live_permits(&locks, "a").await, 1, "held mid-body");
+    drop(chunks);
+    assert_eq!(collect(body).await, "");
+    tokio::time::sleep(Duration::from_millis(10)).await; // the release task
+    assert_eq!(live_permits(&locks, "a").await, 0, "released at the end");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_body_dropped_unfinished_releases_the_permit() {
+    let locks = Locks::new(MemoryBackend::new());
+    let (_chunks, rx) = tokio::sync::mpsc::unbounded_channel();
+    let rx = Arc::new(std::sync::Mutex::new(Some(rx)));
+    let streaming = tower::service_fn(move |_: Req| {
+        let body = Streamed(rx.lock().unwrap().take().expect("one request"));
+        async move { Ok::<_, Infallible>(Response::new(body)) }
+    });
+    let svc = limit(&locks, 1).layer(streaming);
+    let response = svc.oneshot(post("/k/a")).await.unwrap();
+    assert_eq!(live_permits(&locks, "a").await, 1);
+    drop(response); // the client went away mid-body
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(live_permits(&locks, "a").await, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_limit_refuses_with_the_first_permits_remaining_time() {
+    let locks = Locks::new(MemoryBackend::new());
+    let sem = locks.semaphore("a", 2).unwrap();
+    let options = crate::AcquireOptions::new();
+    let _long = sem
+        .acquire_with(&options.clone().with_ttl(Duration::from_secs(20)))
+        .await
+        .unwrap();
+    let _short = sem
+        .acquire_with(&options.with_ttl(Duration::from_millis(4200)))
+        .await
+        .unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = limit(&locks, 2).layer(counting(calls.clone()));
+    let response = svc.clone().oneshot(post("/k/a")).await.unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(response.headers()[header::RETRY_AFTER], "5");
+    let doc = json(response).await;
+    assert_eq!(doc["type"], problem::LIMITED);
+    assert_eq!(doc["retry_after_ms"], 4200);
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    // A limit of 3 on the same key lets a third through.
+    let wider = limit(&locks, 3).layer(counting(calls.clone()));
+    assert_eq!(
+        wider.oneshot(post("/k/a")).await.unwrap().status(),
+        StatusCode::OK
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_limit_releases_on_handler_error_and_dropped_request() {
+    let locks = Locks::new(MemoryBackend::new());
+    let failing =
+        tower::service_fn(|_: Req| async { Err::<Response<String>, _>("handler failed") });
+    assert!(limit(&locks, 1)
+        .layer(failing)
+        .oneshot(post("/k/a"))
+        .await
+        .is_err());
+    assert_eq!(live_permits(&locks, "a").await, 0, "released on error");
+
+    let (entered_tx, entered) = tokio::sync::oneshot::channel::<()>();
+    let entered_tx = Arc::new(std::sync::Mutex::new(Some(entered_tx)));
+    let stuck = tower::service_fn(move |_: Req| {
+        if let Some(tx) = entered_tx.lock().unwrap().take() {
+            let _ = tx.send(());
+        }
+        std::future::pending::<Result<Response<String>, Infallible>>()
+    });
+    let request = tokio::spawn(limit(&locks, 1).layer(stuck).oneshot(post("/k/a")));
+    entered.await.unwrap();
+    assert_eq!(live_permits(&locks, "a").await, 1);
+    request.abort();
+    let _ = request.await;
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(live_permits(&locks, "a").await, 0, "released on drop");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_limit_answers_503_store_problems_and_400_bad_keys() {
+    let store = Faulty::default();
+    let locks = Locks::new(store.clone());
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = limit(&locks, 2).layer(counting(calls.clone()));
+    for state in [Fault::Unavailable("down".into()), Fault::Hang] {
+        store.set_all(state);
+        let response = svc.clone().oneshot(post("/k/a")).await.unwrap();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(json(response).await["type"], problem::STORE_UNAVAILABLE);
+    }
+    store.recover();
+    let response = svc.oneshot(post("/k/")).await.unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+}

@@ -11,6 +11,7 @@ use crate::backends::memory::MemoryBackend;
 use crate::error::{Error, Result};
 use crate::key::Key;
 use crate::notify::Subscription;
+use crate::semaphore::PermitInfo;
 
 /// A [`Backend`] operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -30,11 +31,21 @@ pub enum Op {
     ForceRelease,
     /// [`Backend::subscribe`].
     Subscribe,
+    /// [`Backend::announce`].
+    Announce,
+    /// [`Backend::try_acquire_permit`].
+    TryAcquirePermit,
+    /// [`Backend::renew_permit`].
+    RenewPermit,
+    /// [`Backend::release_permit`].
+    ReleasePermit,
+    /// [`Backend::list_permits`].
+    ListPermits,
 }
 
 impl Op {
     /// Every operation.
-    pub const ALL: [Op; 7] = [
+    pub const ALL: [Op; OPS] = [
         Op::TryAcquire,
         Op::Renew,
         Op::Release,
@@ -42,6 +53,11 @@ impl Op {
         Op::List,
         Op::ForceRelease,
         Op::Subscribe,
+        Op::Announce,
+        Op::TryAcquirePermit,
+        Op::RenewPermit,
+        Op::ReleasePermit,
+        Op::ListPermits,
     ];
 
     fn index(self) -> usize {
@@ -70,10 +86,14 @@ struct Plan {
     left: Option<u32>,
 }
 
+/// How many operations [`Op`] names: every [`Backend`] method that reaches
+/// the store (not `shutdown`).
+const OPS: usize = 12;
+
 #[derive(Debug, Default)]
 struct State {
-    plans: Mutex<[Option<Plan>; 7]>,
-    calls: [AtomicU64; 7],
+    plans: Mutex<[Option<Plan>; OPS]>,
+    calls: [AtomicU64; OPS],
 }
 
 /// `inner` with faults switched on and off per operation from the test;
@@ -197,5 +217,96 @@ impl Decorator for Faulty {
     }
     fn subscribe<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Subscription>> {
         self.run(Op::Subscribe, || self.inner.subscribe(key))
+    }
+    // The operations below have defaults in `Decorator` that forward to
+    // `inner`; they are overridden so that they too are counted and meet
+    // faults (a store that is down fails its announcements and permits too).
+    fn announce<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool>> {
+        self.run(Op::Announce, || self.inner.announce(key))
+    }
+    fn try_acquire_permit<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
+        self.run(Op::TryAcquirePermit, || self.inner.try_acquire_permit(req))
+    }
+    fn renew_permit<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
+        self.run(Op::RenewPermit, move || self.inner.renew_permit(lease, ttl))
+    }
+    fn release_permit<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
+        self.run(Op::ReleasePermit, || self.inner.release_permit(lease))
+    }
+    fn list_permits<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<PermitInfo>>> {
+        self.run(Op::ListPermits, || self.inner.list_permits(prefix))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::OwnerId;
+
+    /// Calls `op` on `store` once; `Ok` when the call reached a working store.
+    async fn call(store: &Faulty, op: Op) -> Result<()> {
+        let key = Key::new("k")?;
+        let req = AcquireRequest::new(key.clone(), Duration::from_secs(5), "t")?
+            .with_owner(OwnerId::random());
+        let permit = AcquireRequest::permit(key.clone(), Duration::from_secs(5), "t", 2)?
+            .with_owner(OwnerId::random());
+        let backend: &dyn Backend = store;
+        match op {
+            Op::TryAcquire => backend.try_acquire(&req).await.map(drop),
+            Op::Renew => backend.renew(&req.granted(1), req.ttl()).await.map(drop),
+            Op::Release => backend.release(&req.granted(1)).await,
+            Op::Inspect => backend.inspect(&key).await.map(drop),
+            Op::List => backend.list("").await.map(drop),
+            Op::ForceRelease => backend.force_release(&key).await.map(drop),
+            Op::Subscribe => backend.subscribe(&key).await.map(drop),
+            Op::Announce => {
+                // The memory store announces: `true` proves the call got
+                // through to it rather than to the trait's `Ok(false)`.
+                assert!(backend.announce(&key).await?, "announce reached the store");
+                Ok(())
+            }
+            Op::TryAcquirePermit => backend.try_acquire_permit(&permit).await.map(drop),
+            Op::RenewPermit => backend
+                .renew_permit(&permit.granted_permit(0, 1), permit.ttl())
+                .await
+                .map(drop),
+            Op::ReleasePermit => backend.release_permit(&permit.granted_permit(0, 1)).await,
+            Op::ListPermits => backend.list_permits("").await.map(drop),
+        }
+    }
+
+    #[tokio::test]
+    async fn every_operation_is_counted_meets_its_fault_and_forwards() {
+        let store = Faulty::default();
+        for op in Op::ALL {
+            let before = store.calls(op);
+            call(&store, op)
+                .await
+                .unwrap_or_else(|e| panic!("{op:?}: {e}"));
+            assert_eq!(store.calls(op), before + 1, "{op:?} counted");
+            store.set(op, Fault::Unavailable("down".into()));
+            let failed = call(&store, op).await;
+            assert!(
+                matches!(failed, Err(Error::Unavailable { .. })),
+                "{op:?}: {failed:?}"
+            );
+            // Only `op` was switched: every other operation still works.
+            for other in Op::ALL.into_iter().filter(|o| *o != op) {
+                call(&store, other)
+                    .await
+                    .unwrap_or_else(|e| panic!("{other:?} while {op:?} fails: {e}"));
+            }
+            store.clear(op);
+        }
+        store.set_all(Fault::Unavailable("down".into()));
+        for op in Op::ALL {
+            assert!(call(&store, op).await.is_err(), "{op:?} under set_all");
+        }
+        store.recover();
+        for op in Op::ALL {
+            call(&store, op)
+                .await
+                .unwrap_or_else(|e| panic!("{op:?} after recover: {e}"));
+        }
     }
 }
