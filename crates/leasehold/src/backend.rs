@@ -25,7 +25,7 @@
 mod record;
 
 pub use crate::notify::{Subscription, WakeHub};
-pub use crate::rwlock::{RwSide, WRITER_MARK_MIN, WRITER_SLOT};
+pub use crate::rwlock::{RwSide, WRITER_MARK_MAX, WRITER_SLOT};
 pub use crate::semaphore::{PermitInfo, MAX_PERMITS};
 pub use record::{
     duration_to_millis, millis_to_duration, token_from_i64, token_to_i64, CorruptRecord,
@@ -322,12 +322,20 @@ impl AcquireRequest {
         self.permit.and_then(PermitKind::rw_side)
     }
 
-    /// How long a waiting writer's marker lives at the store, from the
-    /// attempt that set or refreshed it: the writer's ttl, and at least
-    /// [`WRITER_MARK_MIN`] so that it outlives the longest sleep of a
-    /// waiter between two attempts (see docs/rw-lock.md).
-    pub fn writer_mark_ttl(&self) -> Duration {
-        self.ttl.max(WRITER_MARK_MIN)
+    /// For a writer of a reader-writer lock that waits: how long the
+    /// marker that turns new readers away may live at the store from this
+    /// attempt (docs/rw-lock.md): until the caller's wait deadline, and at
+    /// most [`WRITER_MARK_MAX`], which outlasts the longest sleep of a
+    /// waiter between two attempts. `None` for a writer that does not wait
+    /// (it leaves no marker) and for every other request.
+    pub fn writer_mark_ttl(&self) -> Option<Duration> {
+        if self.permit != Some(PermitKind::Write) {
+            return None;
+        }
+        let left = self
+            .lock_deadline?
+            .saturating_duration_since(Instant::now());
+        (!left.is_zero()).then(|| left.min(WRITER_MARK_MAX))
     }
 
     /// Bounds the time the store may spend waiting for locks held by other

@@ -9,8 +9,9 @@
 //! readers are permits in slots `0..MAX_PERMITS`, the writer is the reserved
 //! slot [`WRITER_SLOT`], granted only when no reader is live, and every
 //! grant takes its token from the one fence of the key. A writer that finds
-//! readers leaves a marker (its owner, for [`WRITER_MARK_MIN`] or its ttl)
-//! that turns new readers away, so a stream of readers cannot starve it.
+//! readers while it waits leaves a marker (its owner, living at most
+//! [`WRITER_MARK_MAX`] past its last attempt) that turns new readers
+//! away, so a stream of readers cannot starve it.
 //! The rules are in docs/rw-lock.md.
 
 use std::time::Duration;
@@ -26,12 +27,13 @@ use crate::semaphore::{PermitInfo, MAX_PERMITS};
 /// `0..MAX_PERMITS`, so the two never meet.
 pub const WRITER_SLOT: u32 = MAX_PERMITS;
 
-/// The shortest life of a waiting writer's marker at the store. A waiter
-/// sleeps at most 2 s between attempts (its backoff cap) plus a round
-/// trip, and each attempt refreshes the marker, so a marker of at least
-/// this long does not lapse under a writer that still waits; a writer that
-/// gives up blocks new readers for at most this long (or its ttl).
-pub const WRITER_MARK_MIN: Duration = Duration::from_secs(5);
+/// The longest life of a waiting writer's marker at the store, from the
+/// attempt that set or refreshed it (never past the writer's wait
+/// deadline). A waiter sleeps at most 2 s between attempts (its backoff
+/// cap) plus a round trip, and each attempt refreshes the marker, so it
+/// does not lapse under a writer that still waits; a writer that gives up
+/// (cancelled, crashed) turns new readers away for at most this long.
+pub const WRITER_MARK_MAX: Duration = Duration::from_secs(5);
 
 /// One side of a reader-writer lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -56,9 +58,10 @@ pub enum RwSide {
 /// let r2 = table.try_read().await?;
 /// assert!(table.try_write().await.is_err(), "readers exclude the writer");
 /// r1.release().await?;
+/// let last_reader = r2.token();
 /// r2.release().await?;
 /// let w = table.try_write().await?;
-/// assert!(w.token() > r2.token(), "a writer's token is above every earlier grant");
+/// assert!(w.token() > last_reader, "a writer's token is above every earlier grant");
 /// assert!(table.try_read().await.is_err(), "the writer excludes readers");
 /// # Ok(()) }
 /// ```
@@ -127,8 +130,7 @@ impl RwLock {
     }
 
     /// Tries once to take the exclusive (writer) grant with the default
-    /// ttl. Finding readers, the attempt marks the lock as wanted by this
-    /// writer (see [`WRITER_MARK_MIN`]); trying once, nobody waits on it.
+    /// ttl. Trying once, it leaves no marker: readers keep coming.
     ///
     /// # Errors
     /// [`Error::Busy`](crate::Error::Busy) if readers, a writer, or another

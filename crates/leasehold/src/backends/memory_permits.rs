@@ -105,10 +105,10 @@ impl Semaphore {
                     return self.busy(now, |_| true);
                 }
                 if !self.slots.is_empty() {
-                    self.mark = Some(Mark {
+                    self.mark = req.writer_mark_ttl().map(|life| Mark {
                         owner: req.owner(),
                         label: req.holder().to_owned(),
-                        expires_at: now + req.writer_mark_ttl(),
+                        expires_at: now + life,
                     });
                     // The readers it waits for, not its own marker.
                     let mark = self.mark.take();
