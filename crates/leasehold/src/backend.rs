@@ -136,6 +136,21 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     /// ([`AcquireRequest::granted_permit`]). One atomic operation, like
     /// `try_acquire`; a busy answer names the live holder that expires
     /// first. See docs/semaphore.md.
+    ///
+    /// A request of kind [`PermitKind::Read`] or [`PermitKind::Write`] is
+    /// one attempt at the reader-writer lock `req.key()` instead, kept
+    /// apart from the semaphore and the mutex of that key, in the same one
+    /// atomic operation (docs/rw-lock.md): a reader is granted the lowest
+    /// free slot below [`MAX_PERMITS`] unless the writer
+    /// ([`WRITER_SLOT`]) is live or another owner's live writer's marker
+    /// stands; a writer is granted [`WRITER_SLOT`] only while nothing is
+    /// live and no other owner's marker stands, and then clears the
+    /// marker; a writer that finds only readers (and no other owner's
+    /// marker) sets or refreshes its own marker for
+    /// [`AcquireRequest::writer_mark_ttl`] (none if that is `None`) and
+    /// answers busy. Every grant takes the next value of the lock's own
+    /// fence; busy names the live holder or other owner's marker that
+    /// expires first.
     fn try_acquire_permit<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>>;
 
     /// `renew` for a permit: extends it iff key, slot, owner and token
@@ -147,8 +162,12 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     /// channel as the mutex of that key; a spurious wake costs one attempt).
     fn release_permit<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>>;
 
-    /// Live permits of every semaphore whose key starts with `prefix`
-    /// (already validated), ordered by key then slot.
+    /// Live permits of every semaphore, and live readers and writers of
+    /// every reader-writer lock ([`PermitInfo::rw`] set), whose key starts
+    /// with `prefix` (already validated), ordered by key, then the
+    /// semaphore's permits before the lock's holders, then slot. A
+    /// `renew_permit` or `release_permit` of a lease with
+    /// [`Lease::rw_side`] acts on the reader-writer lock's records.
     fn list_permits<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<PermitInfo>>>;
 
     /// Closes the store's connections and stops its background tasks, so
@@ -500,6 +519,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_writer_marks_only_while_it_waits_and_never_past_its_deadline() {
+        let key = Key::new("k").unwrap();
+        let ttl = Duration::from_secs(30);
+        let writer = AcquireRequest::rw(key.clone(), ttl, "h", RwSide::Write).unwrap();
+        assert_eq!(
+            writer.writer_mark_ttl(),
+            None,
+            "a try-once writer leaves no mark"
+        );
+        let far = writer.clone().with_lock_deadline(Instant::now() + ttl * 2);
+        assert_eq!(far.writer_mark_ttl(), Some(WRITER_MARK_MAX));
+        let near = writer
+            .clone()
+            .with_lock_deadline(Instant::now() + Duration::from_secs(1));
+        let life = near.writer_mark_ttl().unwrap();
+        assert!(life > Duration::ZERO && life <= Duration::from_secs(1));
+        let past = writer.with_lock_deadline(Instant::now() - Duration::from_millis(1));
+        assert_eq!(past.writer_mark_ttl(), None);
+        let reader = AcquireRequest::rw(key, ttl, "h", RwSide::Read)
+            .unwrap()
+            .with_lock_deadline(Instant::now() + ttl);
+        assert_eq!(reader.writer_mark_ttl(), None);
+        assert_eq!(reader.permits(), None);
+        assert_eq!(reader.granted_permit(3, 9).rw_side(), Some(RwSide::Read));
+    }
+
+    #[test]
     fn owner_hex_round_trip() {
         let o = OwnerId::random();
         assert_eq!(OwnerId::from_hex(&o.to_string()), Some(o));
@@ -623,7 +669,30 @@ mod tests {
         let bad_ttl = AcquireOptions::new().with_ttl(Duration::ZERO);
         assert!(sem.acquire_with(&bad_ttl).await.is_err());
         assert!(locks.list_permits("x\u{7}").await.is_err());
+        assert!(locks.rw_lock("").is_err());
+        let rw = locks.rw_lock("k").unwrap();
+        assert!(rw.read_with(&bad_ttl).await.is_err());
+        assert!(rw.write_with(&bad_ttl).await.is_err());
         assert_eq!(*recording.0.lock().unwrap(), Vec::<&str>::new());
+        // Both sides of a reader-writer lock go to the permit operations,
+        // and their leases say which side they hold.
+        for side in [crate::RwSide::Read, crate::RwSide::Write] {
+            let guard = match side {
+                crate::RwSide::Read => rw.try_read().await.unwrap(),
+                crate::RwSide::Write => rw.try_write().await.unwrap(),
+            };
+            assert_eq!(guard.rw_side(), Some(side));
+            guard.release().await.unwrap();
+        }
+        assert_eq!(
+            std::mem::take(&mut *recording.0.lock().unwrap()),
+            [
+                "try_acquire_permit",
+                "release_permit",
+                "try_acquire_permit",
+                "release_permit"
+            ]
+        );
         // A permit goes to the permit operations, a mutex to the mutex's.
         let permit = sem.try_acquire().await.unwrap();
         assert_eq!(permit.slot(), Some(0));
