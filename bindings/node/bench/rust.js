@@ -13,7 +13,11 @@ const REPO = path.resolve(__dirname, '..', '..', '..');
  * so cargo resolves one feature set and compiles the dependencies once.
  */
 function buildCli() {
-  const args = ['build', '--release', '-p', 'leasehold-cli', '-p', 'leasehold-node', '--message-format=json-render-diagnostics'];
+  // `--bin leasehold` builds the CLI alone, while selecting both packages
+  // keeps cargo's feature resolution identical to the addon's build, so no
+  // dependency is compiled twice and the addon (whose build script reruns
+  // on napi-rs's type-definition variable) is not rebuilt without it.
+  const args = ['build', '--release', '-p', 'leasehold-cli', '-p', 'leasehold-node', '--bin', 'leasehold', '--message-format=json-render-diagnostics'];
   const child = spawnSync('cargo', args, {
     cwd: REPO,
     encoding: 'utf8',

@@ -82,6 +82,7 @@ impl NativeLocks {
     /// Opens the store named by `url` (the CLI's URLs).
     #[napi(factory)]
     pub async fn open(url: String) -> napi::Result<NativeLocks> {
+        crate::runtime::check_setting().map_err(js)?;
         let locks = Locks::open(&url).await.map_err(js)?;
         Ok(NativeLocks {
             shared: Arc::new(Shared {

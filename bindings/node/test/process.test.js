@@ -80,3 +80,37 @@ test('loads with require and with import', () => {
     console.log(typeof Locks.open, leasehold.Locks === Locks);`);
   assertExitsCleanly(esm, 'function true');
 });
+
+// LEASEHOLD_NODE_WORKERS sizes the native runtime when the addon loads; a
+// value that is not a positive integer must not be silently ignored.
+function runWithWorkers(value, body) {
+  const started = Date.now();
+  const child = spawnSync(process.execPath, ['-e', `
+    const { Locks } = require('leasehold');
+    (async () => {
+${body}
+    })();`], { cwd: PACKAGE, timeout: LIMIT_MS, encoding: 'utf8', env: { ...process.env, LEASEHOLD_NODE_WORKERS: value } });
+  return { ...child, elapsed: Date.now() - started };
+}
+
+test('LEASEHOLD_NODE_WORKERS: a positive integer sizes the runtime', () => {
+  const child = runWithWorkers('3', `
+      const locks = await Locks.open('memory://');
+      const lease = await locks.acquire('k', { ttl: '30s' });
+      await lease.release();
+      console.log('ok');`);
+  assertExitsCleanly(child, 'ok');
+});
+
+for (const bad of ['0', 'two', '-1', '']) {
+  test(`LEASEHOLD_NODE_WORKERS=${JSON.stringify(bad)}: Locks.open rejects with LEASEHOLD_INVALID_INPUT`, () => {
+    const child = runWithWorkers(bad, `
+      try {
+        await Locks.open('memory://');
+        console.log('opened');
+      } catch (error) {
+        console.log(error.code, /LEASEHOLD_NODE_WORKERS/.test(error.message));
+      }`);
+    assertExitsCleanly(child, 'LEASEHOLD_INVALID_INPUT true');
+  });
+}

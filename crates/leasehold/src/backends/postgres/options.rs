@@ -77,8 +77,10 @@ impl PostgresOptions {
 
     setters! {
         /// The lease table, `table` or `schema.table` of ASCII letters, digits
-        /// and `_` (checked by `connect`/`from_pool` before any I/O; quoted in
-        /// SQL, so case is kept).
+        /// and `_`: a schema of at most 63 bytes, a table of at most 55, as
+        /// the semaphores' table `<table>_permits` sits beside it (checked by
+        /// `connect`/`from_pool` before any I/O; quoted in SQL, so case is
+        /// kept).
         with_table(table: &str) => table = table.to_owned();
 
         /// Whether to create the table on connect (default true).

@@ -46,8 +46,14 @@ pub(super) struct PermitStatements {
 }
 
 /// `"schema"."table"` (quoted) → `"schema"."table_permits"`.
-fn permits_table(table: &str) -> String {
-    beside(table, "_permits")
+pub(super) fn permits_table(table: &str) -> String {
+    beside(table, super::sql::PERMITS_TABLE_SUFFIX)
+}
+
+/// `"schema"."table"` (quoted) → `"schema"."table_rw"`: shorter than the
+/// permits table's suffix, so the table name's bound leaves room for it.
+fn rw_table(table: &str) -> String {
+    beside(table, "_rw")
 }
 
 /// `"schema"."table"` (quoted) → `"schema"."table<suffix>"`.
@@ -74,10 +80,12 @@ fn rw_acquire(p: &str) -> String {
     let w = WRITER_SLOT;
     let max = MAX_PERMITS;
     let readers = format!(
-        "(SELECT count(*) FROM jsonb_each(l.slots) AS s(k, v)           WHERE s.k <> '{w}' AND (s.v->>'e')::bigint > {now})"
+        "(SELECT count(*) FROM jsonb_each(l.slots) AS s(k, v) \
+          WHERE s.k <> '{w}' AND (s.v->>'e')::bigint > {now})"
     );
     let open = format!(
-        "(NOT coalesce((l.slots->'{w}'->>'e')::bigint > {now}, false)           AND NOT coalesce((l.mark->>'e')::bigint > {now} AND l.mark->>'o' <> $2::text, false))"
+        "(NOT coalesce((l.slots->'{w}'->>'e')::bigint > {now}, false) \
+          AND NOT coalesce((l.mark->>'e')::bigint > {now} AND l.mark->>'o' <> $2::text, false))"
     );
     let ok = format!(
         "({open} AND CASE WHEN $6::text = 'w' THEN {readers} = 0 ELSE {readers} < {max} END)"
@@ -86,11 +94,36 @@ fn rw_acquire(p: &str) -> String {
         format!("jsonb_build_object('o', $2::text, 'h', $3::text, 't', {token}, 'e', {now} + $4::bigint)")
     };
     let slot = format!(
-        "CASE WHEN $6::text = 'w' THEN '{w}' ELSE            (SELECT min(i) FROM generate_series(0, {max} - 1) AS i             WHERE NOT coalesce((l.slots->(i::text)->>'e')::bigint > {now}, false))::text END"
+        "CASE WHEN $6::text = 'w' THEN '{w}' ELSE \
+           (SELECT min(i) FROM generate_series(0, {max} - 1) AS i \
+            WHERE NOT coalesce((l.slots->(i::text)->>'e')::bigint > {now}, false))::text END"
     );
     let first_slot = format!("CASE WHEN $6::text = 'w' THEN '{w}' ELSE '0' END");
     format!(
-        "WITH up AS (            INSERT INTO {p} AS l (key, fence, slots, mark)            SELECT $1, 1, jsonb_build_object({first_slot}, {first}), NULL::jsonb            FROM (SELECT set_config('lock_timeout', $5::text, true)) AS bounded            ON CONFLICT (key) DO UPDATE SET              fence = CASE WHEN {ok} THEN l.fence + 1 ELSE l.fence END,              slots = CASE WHEN {ok} THEN                (SELECT coalesce(jsonb_object_agg(s.k, s.v), '{{}}'::jsonb)                 FROM jsonb_each(l.slots) AS s(k, v) WHERE (s.v->>'e')::bigint > {now})                || jsonb_build_object({slot}, {next}) ELSE l.slots END,              mark = CASE WHEN {ok} AND $6::text = 'w' THEN NULL::jsonb                WHEN {open} AND $6::text = 'w' AND $7::bigint > 0 THEN                  jsonb_build_object('o', $2::text, 'h', $3::text, 'e', {now} + $7::bigint)                ELSE l.mark END            RETURNING l.fence, l.slots, l.mark, (SELECT s.k::bigint FROM jsonb_each(l.slots) AS s(k, v)              WHERE s.v->>'o' = $2::text AND (s.v->>'t')::bigint = l.fence) AS slot)          SELECT CASE WHEN up.slot IS NOT NULL THEN up.fence END, up.slot, b.h, b.left_ms FROM up LEFT JOIN LATERAL (            SELECT x.h, x.e - {now} AS left_ms FROM (              SELECT s.v->>'h' AS h, (s.v->>'e')::bigint AS e FROM jsonb_each(up.slots) AS s(k, v)              UNION ALL SELECT up.mark->>'h', (up.mark->>'e')::bigint                WHERE up.mark->>'o' IS DISTINCT FROM $2::text) AS x            WHERE x.e > {now} ORDER BY x.e LIMIT 1) AS b ON up.slot IS NULL",
+        "WITH up AS ( \
+           INSERT INTO {p} AS l (key, fence, slots, mark) \
+           SELECT $1, 1, jsonb_build_object({first_slot}, {first}), NULL::jsonb \
+           FROM (SELECT set_config('lock_timeout', $5::text, true)) AS bounded \
+           ON CONFLICT (key) DO UPDATE SET \
+             fence = CASE WHEN {ok} THEN l.fence + 1 ELSE l.fence END, \
+             slots = CASE WHEN {ok} THEN \
+               (SELECT coalesce(jsonb_object_agg(s.k, s.v), '{{}}'::jsonb) \
+                FROM jsonb_each(l.slots) AS s(k, v) WHERE (s.v->>'e')::bigint > {now}) \
+               || jsonb_build_object({slot}, {next}) ELSE l.slots END, \
+             mark = CASE WHEN {ok} AND $6::text = 'w' THEN NULL::jsonb \
+               WHEN {open} AND $6::text = 'w' AND $7::bigint > 0 THEN \
+                 jsonb_build_object('o', $2::text, 'h', $3::text, 'e', {now} + $7::bigint) \
+               ELSE l.mark END \
+           RETURNING l.fence, l.slots, l.mark, \
+             (SELECT s.k::bigint FROM jsonb_each(l.slots) AS s(k, v) \
+              WHERE s.v->>'o' = $2::text AND (s.v->>'t')::bigint = l.fence) AS slot) \
+         SELECT CASE WHEN up.slot IS NOT NULL THEN up.fence END, up.slot, b.h, b.left_ms \
+         FROM up LEFT JOIN LATERAL ( \
+           SELECT x.h, x.e - {now} AS left_ms FROM ( \
+             SELECT s.v->>'h' AS h, (s.v->>'e')::bigint AS e FROM jsonb_each(up.slots) AS s(k, v) \
+             UNION ALL SELECT up.mark->>'h', (up.mark->>'e')::bigint \
+               WHERE up.mark->>'o' IS DISTINCT FROM $2::text) AS x \
+           WHERE x.e > {now} ORDER BY x.e LIMIT 1) AS b ON up.slot IS NULL",
         first = entry("1"),
         next = entry("l.fence + 1"),
     )
@@ -99,11 +132,15 @@ fn rw_acquire(p: &str) -> String {
 impl PermitStatements {
     /// The reader-writer locks' statements, on `<table>_rw`.
     pub(super) fn rw(table: &str) -> Self {
-        let p = beside(table, "_rw");
+        let p = rw_table(table);
         let permits = Self::on(&p);
         PermitStatements {
             migrate: format!(
-                "CREATE TABLE IF NOT EXISTS {p} (                    key TEXT COLLATE \"C\" PRIMARY KEY,                    fence BIGINT NOT NULL,                    slots JSONB NOT NULL,                    mark JSONB)"
+                "CREATE TABLE IF NOT EXISTS {p} ( \
+                   key TEXT COLLATE \"C\" PRIMARY KEY, \
+                   fence BIGINT NOT NULL, \
+                   slots JSONB NOT NULL, \
+                   mark JSONB)"
             ),
             acquire: rw_acquire(&p),
             ..permits

@@ -16,12 +16,20 @@ pub const DEFAULT_TABLE: &str = "leasehold_locks";
 /// bytes, far below the 8000-byte payload limit).
 pub const CHANNEL: &str = "leasehold_release";
 
-/// Longest identifier PostgreSQL keeps (NAMEDATALEN - 1).
+/// Longest identifier PostgreSQL keeps (NAMEDATALEN - 1); a longer one is
+/// silently truncated by the server.
 const MAX_IDENT_BYTES: usize = 63;
+
+/// What the semaphores' table appends to the lease table's name (see
+/// `semaphore::permits_table`).
+pub(super) const PERMITS_TABLE_SUFFIX: &str = "_permits";
 
 /// Checks `name` as `table` or `schema.table`, each part an unquoted-style
 /// SQL identifier (ASCII letter or `_`, then letters, digits, `_`; at most
-/// 63 bytes), and returns it double-quoted, ready to paste into SQL.
+/// 63 bytes, and the table at most 55, so that the semaphores' table
+/// `<table>_permits` still fits: the server would truncate it and two lease
+/// tables could then share one), and returns it double-quoted, ready to
+/// paste into SQL.
 ///
 /// # Errors
 /// [`Error::InvalidInput`] naming what is wrong with the name.
@@ -35,6 +43,18 @@ pub fn quote_table_name(name: &str) -> Result<String> {
     }
     for part in &parts {
         check_ident(name, part)?;
+    }
+    let table = parts[parts.len() - 1];
+    let max_table = MAX_IDENT_BYTES - PERMITS_TABLE_SUFFIX.len();
+    if table.len() > max_table {
+        return Err(Error::invalid(
+            "table name",
+            format!(
+                "{name:?} has a table name of {} bytes; at most {max_table} allowed, \
+                 so that `{table}{PERMITS_TABLE_SUFFIX}` fits PostgreSQL's {MAX_IDENT_BYTES}",
+                table.len()
+            ),
+        ));
     }
     Ok(parts
         .iter()
@@ -225,10 +245,24 @@ mod tests {
             assert!(e.starts_with("invalid table name: "), "{e}");
             assert!(e.contains(why), "{bad:?}: {e}");
         }
-        assert!(quote_table_name(&"t".repeat(63)).is_ok());
+        // A schema may use all 63 bytes; a table leaves room for the
+        // semaphores' `_permits` table.
+        assert!(quote_table_name(&format!("{}.t", "s".repeat(63))).is_ok());
+        assert!(quote_table_name(&"t".repeat(55)).is_ok());
+        let e = quote_table_name(&"t".repeat(56)).unwrap_err().to_string();
+        assert!(e.contains("56 bytes; at most 55"), "{e}");
         assert!(quote_table_name(&"t".repeat(64))
             .unwrap_err()
             .to_string()
             .contains("64 bytes"));
+    }
+
+    #[test]
+    fn the_longest_table_name_keeps_its_permits_table_distinct() {
+        let table = "t".repeat(55);
+        let permits = super::super::semaphore::permits_table(&quote_table_name(&table).unwrap());
+        let unquoted = permits.trim_matches('"');
+        assert_eq!(unquoted.len(), MAX_IDENT_BYTES);
+        assert_eq!(unquoted, format!("{table}{PERMITS_TABLE_SUFFIX}"));
     }
 }
