@@ -25,6 +25,7 @@
 mod record;
 
 pub use crate::notify::{Subscription, WakeHub};
+pub use crate::rwlock::{RwSide, WRITER_MARK_MAX, WRITER_SLOT};
 pub use crate::semaphore::{PermitInfo, MAX_PERMITS};
 pub use record::{
     duration_to_millis, millis_to_duration, token_from_i64, token_to_i64, CorruptRecord,
@@ -135,6 +136,21 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     /// ([`AcquireRequest::granted_permit`]). One atomic operation, like
     /// `try_acquire`; a busy answer names the live holder that expires
     /// first. See docs/semaphore.md.
+    ///
+    /// A request of kind [`PermitKind::Read`] or [`PermitKind::Write`] is
+    /// one attempt at the reader-writer lock `req.key()` instead, kept
+    /// apart from the semaphore and the mutex of that key, in the same one
+    /// atomic operation (docs/rw-lock.md): a reader is granted the lowest
+    /// free slot below [`MAX_PERMITS`] unless the writer
+    /// ([`WRITER_SLOT`]) is live or another owner's live writer's marker
+    /// stands; a writer is granted [`WRITER_SLOT`] only while nothing is
+    /// live and no other owner's marker stands, and then clears the
+    /// marker; a writer that finds only readers (and no other owner's
+    /// marker) sets or refreshes its own marker for
+    /// [`AcquireRequest::writer_mark_ttl`] (none if that is `None`) and
+    /// answers busy. Every grant takes the next value of the lock's own
+    /// fence; busy names the live holder or other owner's marker that
+    /// expires first.
     fn try_acquire_permit<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>>;
 
     /// `renew` for a permit: extends it iff key, slot, owner and token
@@ -146,8 +162,12 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     /// channel as the mutex of that key; a spurious wake costs one attempt).
     fn release_permit<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>>;
 
-    /// Live permits of every semaphore whose key starts with `prefix`
-    /// (already validated), ordered by key then slot.
+    /// Live permits of every semaphore, and live readers and writers of
+    /// every reader-writer lock ([`PermitInfo::rw`] set), whose key starts
+    /// with `prefix` (already validated), ordered by key, then the
+    /// semaphore's permits before the lock's holders, then slot. A
+    /// `renew_permit` or `release_permit` of a lease with
+    /// [`Lease::rw_side`] acts on the reader-writer lock's records.
     fn list_permits<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<PermitInfo>>>;
 
     /// Closes the store's connections and stops its background tasks, so
@@ -212,8 +232,37 @@ pub struct AcquireRequest {
     ttl: Duration,
     /// The caller's wait bound, if it waits; see [`AcquireRequest::lock_wait`].
     lock_deadline: Option<Instant>,
-    /// For a semaphore permit: how many permits the caller counts.
-    permits: Option<u32>,
+    /// For a permit: which kind (a semaphore's count, or a side of a
+    /// reader-writer lock).
+    permit: Option<PermitKind>,
+}
+
+/// What a permit request asks for ([`Backend::try_acquire_permit`]): one
+/// permit of a counting semaphore, or one side of a reader-writer lock.
+///
+/// A reader-writer lock lives apart from the semaphore and the mutex of
+/// the same key. Its readers are permits in slots `0..MAX_PERMITS`, its
+/// writer the reserved slot [`WRITER_SLOT`], all from one fence; see
+/// docs/rw-lock.md for the store's rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PermitKind {
+    /// A permit of a semaphore of this many permits.
+    Semaphore(u32),
+    /// A shared (reader) grant of a reader-writer lock.
+    Read,
+    /// The exclusive (writer) grant of a reader-writer lock.
+    Write,
+}
+
+impl PermitKind {
+    /// The side of a reader-writer lock, `None` for a semaphore.
+    pub fn rw_side(self) -> Option<RwSide> {
+        match self {
+            PermitKind::Semaphore(_) => None,
+            PermitKind::Read => Some(RwSide::Read),
+            PermitKind::Write => Some(RwSide::Write),
+        }
+    }
 }
 
 /// How long an attempt that does not wait (a try-once acquire) may still
@@ -241,7 +290,7 @@ impl AcquireRequest {
             holder: sanitize_label(holder),
             ttl: validate_ttl(ttl)?,
             lock_deadline: None,
-            permits: None,
+            permit: None,
         })
     }
 
@@ -254,13 +303,58 @@ impl AcquireRequest {
     pub fn permit(key: Key, ttl: Duration, holder: &str, permits: u32) -> Result<Self> {
         let permits = crate::semaphore::validate_permits(permits)?;
         let mut request = Self::new(key, ttl, holder)?;
-        request.permits = Some(permits);
+        request.permit = Some(PermitKind::Semaphore(permits));
         Ok(request)
     }
 
-    /// For a permit request, how many permits the caller counts.
+    /// A request for one side of the reader-writer lock `key`
+    /// ([`Backend::try_acquire_permit`] with [`PermitKind::Read`] or
+    /// [`PermitKind::Write`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput) for a bad ttl.
+    pub fn rw(key: Key, ttl: Duration, holder: &str, side: RwSide) -> Result<Self> {
+        let mut request = Self::new(key, ttl, holder)?;
+        request.permit = Some(match side {
+            RwSide::Read => PermitKind::Read,
+            RwSide::Write => PermitKind::Write,
+        });
+        Ok(request)
+    }
+
+    /// For a semaphore permit request, how many permits the caller counts
+    /// (`None` for a mutex or a reader-writer lock).
     pub fn permits(&self) -> Option<u32> {
-        self.permits
+        match self.permit {
+            Some(PermitKind::Semaphore(n)) => Some(n),
+            _ => None,
+        }
+    }
+
+    /// What a permit request asks for; `None` for a mutex request.
+    pub fn permit_kind(&self) -> Option<PermitKind> {
+        self.permit
+    }
+
+    /// For a reader-writer lock request, its side.
+    pub fn rw_side(&self) -> Option<RwSide> {
+        self.permit.and_then(PermitKind::rw_side)
+    }
+
+    /// For a writer of a reader-writer lock that waits: how long the
+    /// marker that turns new readers away may live at the store from this
+    /// attempt (docs/rw-lock.md): until the caller's wait deadline, and at
+    /// most [`WRITER_MARK_MAX`], which outlasts the longest sleep of a
+    /// waiter between two attempts. `None` for a writer that does not wait
+    /// (it leaves no marker) and for every other request.
+    pub fn writer_mark_ttl(&self) -> Option<Duration> {
+        if self.permit != Some(PermitKind::Write) {
+            return None;
+        }
+        let left = self
+            .lock_deadline?
+            .saturating_duration_since(Instant::now());
+        (!left.is_zero()).then(|| left.min(WRITER_MARK_MAX))
     }
 
     /// Bounds the time the store may spend waiting for locks held by other
@@ -317,6 +411,7 @@ impl AcquireRequest {
             token,
             ttl: self.ttl,
             slot: None,
+            rw: None,
         }
     }
 
@@ -325,6 +420,7 @@ impl AcquireRequest {
     pub fn granted_permit(&self, slot: u32, token: u64) -> Lease {
         Lease {
             slot: Some(slot),
+            rw: self.rw_side(),
             ..self.granted(token)
         }
     }
@@ -354,12 +450,19 @@ pub struct Lease {
     ttl: Duration,
     /// A semaphore permit's slot; `None` for a mutex lease.
     slot: Option<u32>,
+    /// For a reader-writer lock's grant, its side.
+    rw: Option<RwSide>,
 }
 
 impl Lease {
     /// For a semaphore permit, its slot (`0..permits`); `None` for a mutex.
     pub fn slot(&self) -> Option<u32> {
         self.slot
+    }
+    /// For a reader-writer lock's grant, its side (a reader's slot is
+    /// `0..MAX_PERMITS`, the writer's [`WRITER_SLOT`]); `None` otherwise.
+    pub fn rw_side(&self) -> Option<RwSide> {
+        self.rw
     }
     /// The locked key.
     pub fn key(&self) -> &Key {
@@ -414,6 +517,33 @@ pub struct LeaseInfo {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_writer_marks_only_while_it_waits_and_never_past_its_deadline() {
+        let key = Key::new("k").unwrap();
+        let ttl = Duration::from_secs(30);
+        let writer = AcquireRequest::rw(key.clone(), ttl, "h", RwSide::Write).unwrap();
+        assert_eq!(
+            writer.writer_mark_ttl(),
+            None,
+            "a try-once writer leaves no mark"
+        );
+        let far = writer.clone().with_lock_deadline(Instant::now() + ttl * 2);
+        assert_eq!(far.writer_mark_ttl(), Some(WRITER_MARK_MAX));
+        let near = writer
+            .clone()
+            .with_lock_deadline(Instant::now() + Duration::from_secs(1));
+        let life = near.writer_mark_ttl().unwrap();
+        assert!(life > Duration::ZERO && life <= Duration::from_secs(1));
+        let past = writer.with_lock_deadline(Instant::now() - Duration::from_millis(1));
+        assert_eq!(past.writer_mark_ttl(), None);
+        let reader = AcquireRequest::rw(key, ttl, "h", RwSide::Read)
+            .unwrap()
+            .with_lock_deadline(Instant::now() + ttl);
+        assert_eq!(reader.writer_mark_ttl(), None);
+        assert_eq!(reader.permits(), None);
+        assert_eq!(reader.granted_permit(3, 9).rw_side(), Some(RwSide::Read));
+    }
 
     #[test]
     fn owner_hex_round_trip() {
@@ -539,7 +669,30 @@ mod tests {
         let bad_ttl = AcquireOptions::new().with_ttl(Duration::ZERO);
         assert!(sem.acquire_with(&bad_ttl).await.is_err());
         assert!(locks.list_permits("x\u{7}").await.is_err());
+        assert!(locks.rw_lock("").is_err());
+        let rw = locks.rw_lock("k").unwrap();
+        assert!(rw.read_with(&bad_ttl).await.is_err());
+        assert!(rw.write_with(&bad_ttl).await.is_err());
         assert_eq!(*recording.0.lock().unwrap(), Vec::<&str>::new());
+        // Both sides of a reader-writer lock go to the permit operations,
+        // and their leases say which side they hold.
+        for side in [crate::RwSide::Read, crate::RwSide::Write] {
+            let guard = match side {
+                crate::RwSide::Read => rw.try_read().await.unwrap(),
+                crate::RwSide::Write => rw.try_write().await.unwrap(),
+            };
+            assert_eq!(guard.rw_side(), Some(side));
+            guard.release().await.unwrap();
+        }
+        assert_eq!(
+            std::mem::take(&mut *recording.0.lock().unwrap()),
+            [
+                "try_acquire_permit",
+                "release_permit",
+                "try_acquire_permit",
+                "release_permit"
+            ]
+        );
         // A permit goes to the permit operations, a mutex to the mutex's.
         let permit = sem.try_acquire().await.unwrap();
         assert_eq!(permit.slot(), Some(0));
