@@ -18,6 +18,8 @@ fn ev(t: u64, pid: u32, op: Op, kind: Kind, token: Option<u64>, valid_until: Opt
         valid_until: valid_until.map(|v| v * MS),
         error: None,
         sent: None,
+        slot: None,
+        shared: false,
     }
 }
 
@@ -106,6 +108,9 @@ fn check_requested(
         lost_slack: Duration::from_millis(50),
         held_after_end: 0,
         requested,
+        primitive: Primitive::Mutex,
+        permits: 1,
+        workers: 2,
     })
 }
 
