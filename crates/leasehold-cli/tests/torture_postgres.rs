@@ -25,3 +25,11 @@ fn unfenced_in_store_resource_loses_updates() {
     };
     unfenced_run_reports_lost_updates(&url, &["--resource", "store"]);
 }
+
+#[test]
+fn fenced_semaphore_run_with_the_counter_in_the_store_passes() {
+    let Some(url) = server_url("LEASEHOLD_TEST_POSTGRES") else {
+        return;
+    };
+    fenced_primitive_run_passes(&url, "semaphore", &["--resource", "store"]);
+}
