@@ -37,6 +37,19 @@ fn quick_bench_reports_every_scenario() {
     assert_eq!(u["baselines"][0]["name"], "two sqlite statements by hand");
     assert_eq!(u["baselines"][0]["samples"], 100);
     assert!(u["baselines"][0]["leasehold_p50_ratio"].as_f64().unwrap() > 0.0);
+    let primitives = u["primitives"].as_array().unwrap();
+    let names: Vec<&str> = primitives
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["semaphore permit (3 permits)", "acquire_many, 2 keys"]
+    );
+    for p in primitives {
+        assert_eq!(p["samples"], 100, "{p}");
+        assert!(p["p50_per_mutex"].as_f64().unwrap() > 0.0, "{p}");
+    }
 
     let h = &s["handoff"];
     for series in ["acquire", "notified", "notified_after_release", "polling"] {

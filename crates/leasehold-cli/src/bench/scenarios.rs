@@ -34,6 +34,61 @@ pub struct NamedLatency {
 pub struct Uncontended {
     pub leasehold: Latency,
     pub baselines: Vec<NamedLatency>,
+    /// The other primitives on the same store, in the same rounds.
+    pub primitives: Vec<PrimitiveLatency>,
+}
+
+/// Acquire + release of another primitive, next to the mutex's.
+#[derive(Debug, Serialize)]
+pub struct PrimitiveLatency {
+    pub name: &'static str,
+    #[serde(flatten)]
+    pub latency: Latency,
+    /// p50 of this primitive divided by p50 of the mutex (target ≤ 1.5).
+    pub p50_per_mutex: f64,
+    pub p99_per_mutex: f64,
+}
+
+/// The primitives the uncontended scenario times beside the mutex.
+#[derive(Debug, Clone, Copy)]
+enum Primitive {
+    /// One permit of a 3-permit semaphore.
+    Permit,
+    /// `acquire_many` of two keys.
+    TwoKeys,
+}
+
+const PRIMITIVES: [Primitive; 2] = [Primitive::Permit, Primitive::TwoKeys];
+
+impl Primitive {
+    fn name(self) -> &'static str {
+        match self {
+            Primitive::Permit => "semaphore permit (3 permits)",
+            Primitive::TwoKeys => "acquire_many, 2 keys",
+        }
+    }
+
+    /// One acquire + release on free keys of its own.
+    async fn round(self, locks: &Locks, key: &str) -> leasehold::Result<()> {
+        match self {
+            Primitive::Permit => {
+                locks
+                    .semaphore(key, 3)?
+                    .try_acquire()
+                    .await?
+                    .release()
+                    .await
+            }
+            Primitive::TwoKeys => {
+                let keys = [format!("{key}:a"), format!("{key}:b")];
+                locks
+                    .acquire_many(&keys, &AcquireOptions::new())
+                    .await?
+                    .release()
+                    .await
+            }
+        }
+    }
 }
 
 /// Acquire + release on a free key, leasehold and each baseline in turn
@@ -46,13 +101,20 @@ pub async fn uncontended(
 ) -> Result<Uncontended, CliError> {
     let key = unique_key("uncontended");
     let raw_keys: Vec<String> = store.baselines.iter().map(|_| unique_key("raw")).collect();
+    let primitive_keys: Vec<String> = PRIMITIVES.iter().map(|_| unique_key("primitive")).collect();
     let mut ours = Vec::with_capacity(rounds);
     let mut theirs: Vec<Vec<Duration>> = vec![Vec::with_capacity(rounds); store.baselines.len()];
+    let mut primitives: Vec<Vec<Duration>> = vec![Vec::with_capacity(rounds); PRIMITIVES.len()];
     for _ in 0..rounds {
         let t = Instant::now();
         let guard = locks.try_acquire(&key).await?;
         guard.release().await?;
         ours.push(t.elapsed());
+        for ((primitive, key), out) in PRIMITIVES.iter().zip(&primitive_keys).zip(&mut primitives) {
+            let t = Instant::now();
+            primitive.round(locks, key).await?;
+            out.push(t.elapsed());
+        }
         for ((baseline, raw_key), out) in store.baselines.iter().zip(&raw_keys).zip(&mut theirs) {
             let t = Instant::now();
             let held = baseline.try_acquire(raw_key).await?.ok_or_else(|| {
@@ -77,6 +139,19 @@ pub async fn uncontended(
             }
         })
         .collect();
+    let primitives = PRIMITIVES
+        .iter()
+        .zip(&primitives)
+        .map(|(p, s)| {
+            let latency = Latency::of(s);
+            PrimitiveLatency {
+                name: p.name(),
+                p50_per_mutex: ratio(latency.p50_us, leasehold.p50_us),
+                p99_per_mutex: ratio(latency.p99_us, leasehold.p99_us),
+                latency,
+            }
+        })
+        .collect();
     samples.push(("leasehold", ours));
     for (b, s) in store.baselines.iter().zip(theirs) {
         samples.push((b.name(), s));
@@ -84,6 +159,7 @@ pub async fn uncontended(
     Ok(Uncontended {
         leasehold,
         baselines,
+        primitives,
     })
 }
 
