@@ -166,7 +166,7 @@ pub async fn worker(store: &str, args: WorkerArgs) -> Result<u8, CliError> {
         log.put(granted)?;
         let watcher = watch_lost(&log, key, guard);
         critical_section(&log, &mut *resource, key, &held, &mut rng).await?;
-        log.put(holding(log.event(Op::Release, Kind::Invoke, key), &guard))?;
+        log.put(holding(log.event(Op::Release, Kind::Invoke, key), guard))?;
         let token = guard.token();
         watcher.abort();
         match held.guard.release().await {
