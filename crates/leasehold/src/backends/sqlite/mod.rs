@@ -474,6 +474,9 @@ impl Backend for SqliteBackend {
     }
 
     fn try_acquire_permit<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
+        if req.rw_side().is_some() {
+            return Box::pin(async { Err(crate::rwlock::not_here(STORE)) });
+        }
         self.permit_acquire(req)
     }
 
