@@ -4,6 +4,8 @@
 //! A semaphore's resource is fenced per slot (docs/semaphore.md), so each
 //! slot is its own cell, `KEY#sSLOT`, and the checker follows each slot as
 //! one lease: a slot has at most one live holder, as a mutex key does.
+//! A read-write lock's cell is its key: readers share it (their reads are
+//! fenced by writers' tokens only), a writer has it alone.
 
 use clap::ValueEnum;
 use leasehold::{AcquireOptions, LeaseGuard, Locks};
@@ -17,6 +19,8 @@ pub enum Primitive {
     Mutex,
     /// `locks.semaphore(key, --permits)`: at most N holders, fenced per slot
     Semaphore,
+    /// `locks.rw_lock(key)`: readers (two rounds in three) or one writer
+    Rw,
 }
 
 impl Primitive {
@@ -25,6 +29,7 @@ impl Primitive {
         match self {
             Primitive::Mutex => "mutex",
             Primitive::Semaphore => "semaphore",
+            Primitive::Rw => "rw",
         }
     }
 }
@@ -42,12 +47,14 @@ pub struct Held {
     pub guard: LeaseGuard,
     /// The read side of a read-write lock.
     pub shared: bool,
+    /// A semaphore permit's slot: the resource fences per slot.
+    pub slot: Option<u32>,
 }
 
 impl Held {
     /// The resource cell this grant reads and writes.
     pub fn cell(&self, key: &str) -> String {
-        cell(key, self.guard.slot())
+        cell(key, self.slot)
     }
 }
 
@@ -69,7 +76,7 @@ impl Lock {
     /// Every resource cell a run on `keys` may use.
     pub fn cells(&self, keys: &[String]) -> Vec<String> {
         match self.primitive {
-            Primitive::Mutex => keys.to_vec(),
+            Primitive::Mutex | Primitive::Rw => keys.to_vec(),
             Primitive::Semaphore => keys
                 .iter()
                 .flat_map(|k| (0..self.permits).map(move |s| cell(k, Some(s))))
@@ -80,9 +87,11 @@ impl Lock {
     /// Whether a worker's next round takes the read side (read-write lock
     /// only; the other primitives draw nothing, so their seeded schedules
     /// stay as they were).
-    pub fn shared_round(&self, _rng: &mut impl rand::Rng) -> bool {
+    pub fn shared_round(&self, rng: &mut impl rand::Rng) -> bool {
         match self.primitive {
             Primitive::Mutex | Primitive::Semaphore => false,
+            // Mostly readers, so they overlap and writers wait behind them.
+            Primitive::Rw => rng.gen_bool(2.0 / 3.0),
         }
     }
 
@@ -93,20 +102,25 @@ impl Lock {
         locks: &Locks,
         key: &str,
         options: &AcquireOptions,
-        _shared: bool,
+        shared: bool,
     ) -> leasehold::Result<Held> {
-        let guard = match self.primitive {
-            Primitive::Mutex => locks.acquire_with(key, options).await?,
+        let (guard, shared) = match self.primitive {
+            Primitive::Mutex => (locks.acquire_with(key, options).await?, false),
             Primitive::Semaphore => {
-                locks
-                    .semaphore(key, self.permits)?
-                    .acquire_with(options)
-                    .await?
+                let semaphore = locks.semaphore(key, self.permits)?;
+                (semaphore.acquire_with(options).await?, false)
             }
+            Primitive::Rw if shared => (locks.rw_lock(key)?.read_with(options).await?, true),
+            Primitive::Rw => (locks.rw_lock(key)?.write_with(options).await?, false),
+        };
+        let slot = match self.primitive {
+            Primitive::Semaphore => guard.slot(),
+            Primitive::Mutex | Primitive::Rw => None,
         };
         Ok(Held {
             guard,
-            shared: false,
+            shared,
+            slot,
         })
     }
 
@@ -122,16 +136,20 @@ impl Lock {
                 })
                 .into_iter()
                 .collect(),
-            Primitive::Semaphore => locks
-                .semaphore(key, self.permits)?
-                .holders()
-                .await?
-                .into_iter()
-                .map(|p| Holder {
-                    label: p.holder,
-                    token: p.token,
-                })
-                .collect(),
+            Primitive::Semaphore | Primitive::Rw => {
+                let permits = if self.primitive == Primitive::Rw {
+                    locks.rw_lock(key)?.holders().await?
+                } else {
+                    locks.semaphore(key, self.permits)?.holders().await?
+                };
+                permits
+                    .into_iter()
+                    .map(|p| Holder {
+                        label: p.holder,
+                        token: p.token,
+                    })
+                    .collect()
+            }
         })
     }
 

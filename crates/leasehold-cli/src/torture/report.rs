@@ -101,10 +101,17 @@ pub fn print_table(setup: &Setup, r: &Report) {
         ),
         (
             "holders at once",
-            format!(
-                "max {} (limit {})",
-                r.holders_at_once.max, r.holders_at_once.limit
-            ),
+            if setup.primitive == super::Primitive::Rw {
+                format!(
+                    "max {} (readers together, a writer alone)",
+                    r.holders_at_once.max
+                )
+            } else {
+                format!(
+                    "max {} (limit {})",
+                    r.holders_at_once.max, r.holders_at_once.limit
+                )
+            },
             zero(r.holders_at_once.over_limit),
         ),
         must_be_zero("stale writes accepted", r.stale_writes_accepted),

@@ -161,7 +161,7 @@ pub async fn worker(store: &str, args: WorkerArgs) -> Result<u8, CliError> {
         let guard = &held.guard;
         let mut granted = holding(log.event(Op::Acquire, Kind::Ok, key), guard);
         granted.sent = Some(granted_request_sent.load(Ordering::SeqCst));
-        granted.slot = guard.slot();
+        granted.slot = held.slot;
         granted.shared = held.shared;
         log.put(granted)?;
         let watcher = watch_lost(&log, key, guard);
