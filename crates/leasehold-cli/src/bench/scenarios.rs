@@ -36,6 +36,9 @@ pub struct Uncontended {
     pub baselines: Vec<NamedLatency>,
     /// The other primitives on the same store, in the same rounds.
     pub primitives: Vec<PrimitiveLatency>,
+    /// Primitives the store refused (not implemented there), with why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub primitives_skipped: Vec<String>,
 }
 
 /// Acquire + release of another primitive, next to the mutex's.
@@ -56,15 +59,26 @@ enum Primitive {
     Permit,
     /// `acquire_many` of two keys.
     TwoKeys,
+    /// A reader-writer lock's read side.
+    Read,
+    /// A reader-writer lock's write side.
+    Write,
 }
 
-const PRIMITIVES: [Primitive; 2] = [Primitive::Permit, Primitive::TwoKeys];
+const PRIMITIVES: [Primitive; 4] = [
+    Primitive::Permit,
+    Primitive::TwoKeys,
+    Primitive::Read,
+    Primitive::Write,
+];
 
 impl Primitive {
     fn name(self) -> &'static str {
         match self {
             Primitive::Permit => "semaphore permit (3 permits)",
             Primitive::TwoKeys => "acquire_many, 2 keys",
+            Primitive::Read => "rw lock, read",
+            Primitive::Write => "rw lock, write",
         }
     }
 
@@ -87,8 +101,28 @@ impl Primitive {
                     .release()
                     .await
             }
+            Primitive::Read => locks.rw_lock(key)?.try_read().await?.release().await,
+            Primitive::Write => locks.rw_lock(key)?.try_write().await?.release().await,
         }
     }
+}
+
+/// The primitives `locks`' store serves, each with a fresh key, tried once
+/// each; the others (refused for good: a store that does not implement one
+/// yet) with why. A retryable error fails the run, as anywhere else.
+async fn served_primitives(
+    locks: &Locks,
+) -> Result<(Vec<(Primitive, String)>, Vec<String>), CliError> {
+    let (mut served, mut skipped) = (Vec::new(), Vec::new());
+    for p in PRIMITIVES {
+        let key = unique_key("primitive");
+        match p.round(locks, &key).await {
+            Ok(()) => served.push((p, key)),
+            Err(e) if !e.is_retryable() => skipped.push(format!("{}: {e}", p.name())),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok((served, skipped))
 }
 
 /// Acquire + release on a free key, leasehold and each baseline in turn
@@ -101,16 +135,16 @@ pub async fn uncontended(
 ) -> Result<Uncontended, CliError> {
     let key = unique_key("uncontended");
     let raw_keys: Vec<String> = store.baselines.iter().map(|_| unique_key("raw")).collect();
-    let primitive_keys: Vec<String> = PRIMITIVES.iter().map(|_| unique_key("primitive")).collect();
+    let (served, primitives_skipped) = served_primitives(locks).await?;
     let mut ours = Vec::with_capacity(rounds);
     let mut theirs: Vec<Vec<Duration>> = vec![Vec::with_capacity(rounds); store.baselines.len()];
-    let mut primitives: Vec<Vec<Duration>> = vec![Vec::with_capacity(rounds); PRIMITIVES.len()];
+    let mut primitives: Vec<Vec<Duration>> = vec![Vec::with_capacity(rounds); served.len()];
     for _ in 0..rounds {
         let t = Instant::now();
         let guard = locks.try_acquire(&key).await?;
         guard.release().await?;
         ours.push(t.elapsed());
-        for ((primitive, key), out) in PRIMITIVES.iter().zip(&primitive_keys).zip(&mut primitives) {
+        for ((primitive, key), out) in served.iter().zip(&mut primitives) {
             let t = Instant::now();
             primitive.round(locks, key).await?;
             out.push(t.elapsed());
@@ -139,10 +173,10 @@ pub async fn uncontended(
             }
         })
         .collect();
-    let primitives = PRIMITIVES
+    let primitives = served
         .iter()
         .zip(&primitives)
-        .map(|(p, s)| {
+        .map(|((p, _), s)| {
             let latency = Latency::of(s);
             PrimitiveLatency {
                 name: p.name(),
@@ -160,6 +194,7 @@ pub async fn uncontended(
         leasehold,
         baselines,
         primitives,
+        primitives_skipped,
     })
 }
 
