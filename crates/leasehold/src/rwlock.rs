@@ -193,6 +193,15 @@ impl RwLock {
     }
 }
 
+/// A store's semaphore permits and reader-writer holders in one listing,
+/// ordered as [`Backend::list_permits`](crate::backend::Backend::list_permits)
+/// says: by key, semaphore permits before the lock's holders, then slot.
+pub(crate) fn merge_listings(mut permits: Vec<PermitInfo>, rw: Vec<PermitInfo>) -> Vec<PermitInfo> {
+    permits.extend(rw);
+    permits.sort_by(|a, b| (&a.key, a.rw.is_some(), a.slot).cmp(&(&b.key, b.rw.is_some(), b.slot)));
+    permits
+}
+
 /// The error of a store that does not keep reader-writer locks yet.
 // TODO(rw): removed once every store implements them.
 pub(crate) fn not_here(store: &'static str) -> crate::Error {

@@ -215,10 +215,9 @@ impl PermitTable {
     }
 
     pub(super) fn list(&self, prefix: &str) -> Vec<PermitInfo> {
-        let mut all = self.list_in(&self.keys(), prefix, false);
-        all.extend(self.list_in(&self.table(Some(RwSide::Read)), prefix, true));
-        all.sort_by(|a, b| (&a.key, a.rw.is_some(), a.slot).cmp(&(&b.key, b.rw.is_some(), b.slot)));
-        all
+        let permits = self.list_in(&self.keys(), prefix, false);
+        let rw = self.list_in(&self.table(Some(RwSide::Read)), prefix, true);
+        crate::rwlock::merge_listings(permits, rw)
     }
 
     fn list_in(&self, keys: &BTreeMap<Key, Semaphore>, prefix: &str, rw: bool) -> Vec<PermitInfo> {

@@ -245,6 +245,7 @@ impl PostgresBackend {
                 ),
                 Statement::new(&sql.migrate, &[]),
                 Statement::new(&sql.permits.migrate, &[]),
+                Statement::new(&sql.rw.migrate, &[]),
             ];
             session
                 .transaction(steps)
@@ -274,6 +275,7 @@ impl PostgresBackend {
         if options.migrate {
             migrate(&pool, options.pooler, &options.table, &sql.migrate).await?;
             migrate(&pool, options.pooler, &options.table, &sql.permits.migrate).await?;
+            migrate(&pool, options.pooler, &options.table, &sql.rw.migrate).await?;
         }
         // Data connections never LISTEN behind a transaction pooler: the
         // server connection would keep listening for its next client. A
@@ -311,7 +313,8 @@ impl PostgresBackend {
     }
 
     /// The idempotent `CREATE TABLE IF NOT EXISTS` for this backend's table
-    /// (semaphores need [`permits_migration_sql`](Self::permits_migration_sql) too).
+    /// (semaphores need [`permits_migration_sql`](Self::permits_migration_sql)
+    /// too, reader-writer locks [`rw_migration_sql`](Self::rw_migration_sql)).
     pub fn migration_sql(&self) -> &str {
         &self.inner.sql.migrate
     }
@@ -320,6 +323,12 @@ impl PostgresBackend {
     /// beside the lease table (`<table>_permits`).
     pub fn permits_migration_sql(&self) -> &str {
         &self.inner.sql.permits.migrate
+    }
+
+    /// The idempotent `CREATE TABLE IF NOT EXISTS` for the reader-writer
+    /// locks' table beside the lease table (`<table>_rw`).
+    pub fn rw_migration_sql(&self) -> &str {
+        &self.inner.sql.rw.migrate
     }
 
     /// Inside the caller's transaction, checks that `lease` still holds its
@@ -714,9 +723,6 @@ impl Backend for PostgresBackend {
     }
 
     fn try_acquire_permit<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
-        if req.rw_side().is_some() {
-            return Box::pin(async { Err(crate::rwlock::not_here("postgres")) });
-        }
         Box::pin(self.inner.acquire_permit(req))
     }
 

@@ -11,6 +11,11 @@
 //! counted on the statement's snapshot, which misses a grant that commits
 //! while the statement waits.) Expiry is the server's `clock_timestamp()`
 //! in epoch milliseconds. Releases are announced on the mutex's channel.
+//!
+//! Reader-writer locks keep the same row shape in `<table>_rw`, with the
+//! writer in slot `WRITER_SLOT` and a waiting writer's marker in a `mark`
+//! column (`{"o", "h", "e"}`); their grant is [`rw_acquire`], renew,
+//! release and list are the permits' statements on that table.
 
 use std::time::Duration;
 
@@ -22,7 +27,7 @@ use super::sql::CHANNEL;
 use super::{classify, is_lock_not_available, row_locked, token_as_i64, Failed, Inner, STORE};
 use crate::backend::{
     duration_to_millis, millis_to_duration, Acquire, AcquireRequest, Busy, Lease, PermitInfo,
-    RecordDecoder,
+    RecordDecoder, RwSide, MAX_PERMITS, WRITER_SLOT,
 };
 use crate::error::Result;
 use crate::renewal::renew_attempt_timeout;
@@ -42,14 +47,76 @@ pub(super) struct PermitStatements {
 
 /// `"schema"."table"` (quoted) → `"schema"."table_permits"`.
 fn permits_table(table: &str) -> String {
+    beside(table, "_permits")
+}
+
+/// `"schema"."table"` (quoted) → `"schema"."table<suffix>"`.
+fn beside(table: &str, suffix: &str) -> String {
     let unquoted_end = table.len() - 1;
-    format!("{}_permits\"", &table[..unquoted_end])
+    format!("{}{suffix}\"", &table[..unquoted_end])
+}
+
+/// The grant of a reader-writer lock on table `p`: one
+/// `INSERT ... ON CONFLICT DO UPDATE`, so the row lock orders concurrent
+/// attempts and each sees the latest committed slots and mark (see the
+/// module's notes on the permits). Every attempt rewrites the row: a
+/// refused one keeps slots and fence, and a waiting writer's sets or
+/// refreshes its mark. $1 key, $2 owner, $3 holder, $4 ttl ms, $5 lock
+/// wait ms (text), $6 'r' or 'w', $7 the mark's life in ms (0: none).
+/// Answers the new fence and the granted slot (both null when refused), and
+/// the holder that expires first with its time left (not our own mark).
+fn rw_acquire(p: &str) -> String {
+    // One instant for the whole statement: `ok` is evaluated once per
+    // column, and columns that disagreed on it would break the fence. The
+    // statement's start is at most its row-lock wait early, which only
+    // keeps holders live longer and grants end sooner (conservative).
+    let now = "(extract(epoch FROM statement_timestamp()) * 1000)::bigint";
+    let w = WRITER_SLOT;
+    let max = MAX_PERMITS;
+    let readers = format!(
+        "(SELECT count(*) FROM jsonb_each(l.slots) AS s(k, v)           WHERE s.k <> '{w}' AND (s.v->>'e')::bigint > {now})"
+    );
+    let open = format!(
+        "(NOT coalesce((l.slots->'{w}'->>'e')::bigint > {now}, false)           AND NOT coalesce((l.mark->>'e')::bigint > {now} AND l.mark->>'o' <> $2::text, false))"
+    );
+    let ok = format!(
+        "({open} AND CASE WHEN $6::text = 'w' THEN {readers} = 0 ELSE {readers} < {max} END)"
+    );
+    let entry = |token: &str| {
+        format!("jsonb_build_object('o', $2::text, 'h', $3::text, 't', {token}, 'e', {now} + $4::bigint)")
+    };
+    let slot = format!(
+        "CASE WHEN $6::text = 'w' THEN '{w}' ELSE            (SELECT min(i) FROM generate_series(0, {max} - 1) AS i             WHERE NOT coalesce((l.slots->(i::text)->>'e')::bigint > {now}, false))::text END"
+    );
+    let first_slot = format!("CASE WHEN $6::text = 'w' THEN '{w}' ELSE '0' END");
+    format!(
+        "WITH up AS (            INSERT INTO {p} AS l (key, fence, slots, mark)            SELECT $1, 1, jsonb_build_object({first_slot}, {first}), NULL::jsonb            FROM (SELECT set_config('lock_timeout', $5::text, true)) AS bounded            ON CONFLICT (key) DO UPDATE SET              fence = CASE WHEN {ok} THEN l.fence + 1 ELSE l.fence END,              slots = CASE WHEN {ok} THEN                (SELECT coalesce(jsonb_object_agg(s.k, s.v), '{{}}'::jsonb)                 FROM jsonb_each(l.slots) AS s(k, v) WHERE (s.v->>'e')::bigint > {now})                || jsonb_build_object({slot}, {next}) ELSE l.slots END,              mark = CASE WHEN {ok} AND $6::text = 'w' THEN NULL::jsonb                WHEN {open} AND $6::text = 'w' AND $7::bigint > 0 THEN                  jsonb_build_object('o', $2::text, 'h', $3::text, 'e', {now} + $7::bigint)                ELSE l.mark END            RETURNING l.fence, l.slots, l.mark, (SELECT s.k::bigint FROM jsonb_each(l.slots) AS s(k, v)              WHERE s.v->>'o' = $2::text AND (s.v->>'t')::bigint = l.fence) AS slot)          SELECT CASE WHEN up.slot IS NOT NULL THEN up.fence END, up.slot, b.h, b.left_ms FROM up LEFT JOIN LATERAL (            SELECT x.h, x.e - {now} AS left_ms FROM (              SELECT s.v->>'h' AS h, (s.v->>'e')::bigint AS e FROM jsonb_each(up.slots) AS s(k, v)              UNION ALL SELECT up.mark->>'h', (up.mark->>'e')::bigint                WHERE up.mark->>'o' IS DISTINCT FROM $2::text) AS x            WHERE x.e > {now} ORDER BY x.e LIMIT 1) AS b ON up.slot IS NULL",
+        first = entry("1"),
+        next = entry("l.fence + 1"),
+    )
 }
 
 impl PermitStatements {
+    /// The reader-writer locks' statements, on `<table>_rw`.
+    pub(super) fn rw(table: &str) -> Self {
+        let p = beside(table, "_rw");
+        let permits = Self::on(&p);
+        PermitStatements {
+            migrate: format!(
+                "CREATE TABLE IF NOT EXISTS {p} (                    key TEXT COLLATE \"C\" PRIMARY KEY,                    fence BIGINT NOT NULL,                    slots JSONB NOT NULL,                    mark JSONB)"
+            ),
+            acquire: rw_acquire(&p),
+            ..permits
+        }
+    }
+
     /// `table` is the quoted lease table ([`super::sql::quote_table_name`]).
     pub(super) fn new(table: &str) -> Self {
-        let p = permits_table(table);
+        Self::on(&permits_table(table))
+    }
+
+    /// The semaphore's statements on table `p` (quoted).
+    fn on(p: &str) -> Self {
         let live = |slots: &str| {
             format!("(SELECT count(*) FROM jsonb_each({slots}) AS s(k, v) WHERE (s.v->>'e')::bigint > {NOW})")
         };
@@ -121,11 +188,17 @@ impl PermitStatements {
     }
 }
 
-fn permit_from_row(row: &PgRow) -> Result<PermitInfo> {
+fn permit_from_row(row: &PgRow, rw: bool) -> Result<PermitInfo> {
     let key: String = row.try_get(0).map_err(classify)?;
     let record = RecordDecoder::new(STORE, &key);
     let wrong = |e: sqlx::Error| record.corrupt(e.to_string());
-    record.permit_info(
+    let info = if rw {
+        RecordDecoder::rw_info
+    } else {
+        RecordDecoder::permit_info
+    };
+    info(
+        &record,
         row.try_get(1).map_err(wrong)?,
         &row.try_get::<Option<String>, _>(2)
             .map_err(wrong)?
@@ -148,18 +221,35 @@ fn slot_text(lease: &Lease) -> String {
 }
 
 impl Inner {
+    /// The statements of a semaphore's permit or of a reader-writer lock.
+    fn permit_sql(&self, rw: Option<RwSide>) -> &PermitStatements {
+        match rw {
+            Some(_) => &self.sql.rw,
+            None => &self.sql.permits,
+        }
+    }
+
     pub(super) async fn acquire_permit(&self, req: &AcquireRequest) -> Result<Acquire> {
         let owner = req.owner().to_string();
         let lock_wait = duration_to_millis(self.row_lock_wait(req.lock_wait())).to_string();
-        let params = [
+        let mut params = vec![
             Param::Text(req.key().as_str()),
             Param::Text(&owner),
             Param::Text(req.holder()),
             Param::Int(duration_to_millis(req.ttl())),
             Param::Text(&lock_wait),
-            Param::Int(i64::from(req.permits().unwrap_or(1))),
         ];
-        let rows = match self.fetch_all(&self.sql.permits.acquire, &params).await {
+        match req.rw_side() {
+            None => params.push(Param::Int(i64::from(req.permits().unwrap_or(1)))),
+            Some(side) => {
+                params.push(Param::Text(if side == RwSide::Read { "r" } else { "w" }));
+                params.push(Param::Int(
+                    req.writer_mark_ttl().map_or(0, duration_to_millis),
+                ));
+            }
+        }
+        let sql = &self.permit_sql(req.rw_side()).acquire;
+        let rows = match self.fetch_all(sql, &params).await {
             Ok(rows) => rows,
             // Another transaction kept the row locked for the whole wait.
             Err(Failed::Sql(e)) if is_lock_not_available(&e) => return Ok(row_locked()),
@@ -213,7 +303,8 @@ impl Inner {
             Param::Int(duration_to_millis(ttl)),
             Param::Text(&lock_wait),
         ];
-        let done = self.execute(&self.sql.permits.renew, &params).await?;
+        let sql = &self.permit_sql(lease.rw_side()).renew;
+        let done = self.execute(sql, &params).await?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -227,7 +318,7 @@ impl Inner {
             Param::Int(token_as_i64(lease)?),
         ];
         let freed = self
-            .fetch_all(&self.sql.permits.release, &params)
+            .fetch_all(&self.permit_sql(lease.rw_side()).release, &params)
             .await
             .map_err(Failed::into_error)?;
         if !freed.is_empty() {
@@ -237,11 +328,22 @@ impl Inner {
     }
 
     pub(super) async fn list_permits(&self, prefix: &str) -> Result<Vec<PermitInfo>> {
-        let rows = self
-            .fetch_all(&self.sql.permits.list, &[Param::Text(prefix)])
-            .await
-            .map_err(Failed::into_error)?;
-        rows.iter().map(permit_from_row).collect()
+        let mut both = Vec::new();
+        for rw in [false, true] {
+            let sql = &self.permit_sql(rw.then_some(RwSide::Read)).list;
+            let rows = self
+                .fetch_all(sql, &[Param::Text(prefix)])
+                .await
+                .map_err(Failed::into_error)?;
+            let infos = rows
+                .iter()
+                .map(|row| permit_from_row(row, rw))
+                .collect::<Result<Vec<_>>>()?;
+            both.push(infos);
+        }
+        let rw = both.pop().unwrap_or_default();
+        let permits = both.pop().unwrap_or_default();
+        Ok(crate::rwlock::merge_listings(permits, rw))
     }
 }
 

@@ -87,6 +87,8 @@ pub(super) struct Statements {
     pub announce: String,
     /// The semaphores' statements (`semaphore.rs`).
     pub permits: PermitStatements,
+    /// The reader-writer locks' statements (`semaphore.rs`).
+    pub rw: PermitStatements,
 }
 
 impl Statements {
@@ -176,6 +178,7 @@ impl Statements {
             // release and force-release takes, so none of them can change
             // this row until the caller's transaction ends.
             permits: PermitStatements::new(table),
+            rw: PermitStatements::rw(table),
             check: format!(
                 "SELECT fence FROM {table} WHERE key = $1 AND owner = $2 AND fence = $3 \
                  AND expires_at > clock_timestamp() FOR SHARE"

@@ -523,9 +523,6 @@ impl Backend for RedisBackend {
     }
 
     fn try_acquire_permit<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
-        if req.rw_side().is_some() {
-            return Box::pin(async { Err(crate::rwlock::not_here("redis")) });
-        }
         Box::pin(self.acquire_permit(req))
     }
 
