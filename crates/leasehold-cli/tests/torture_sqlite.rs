@@ -91,6 +91,16 @@ fn unfenced_semaphore_run_loses_updates() {
 }
 
 #[test]
+fn fenced_rw_run_passes_with_readers_together_and_writers_alone() {
+    on_temp_sqlite(|store| fenced_primitive_run_passes(store, "rw", &[]));
+}
+
+#[test]
+fn unfenced_rw_run_accepts_stale_operations() {
+    on_temp_sqlite(|store| unfenced_primitive_run_fails(store, "rw", &[]));
+}
+
+#[test]
 fn the_history_file_holds_every_source() {
     let dir = tempfile::tempdir().unwrap();
     let history = dir.path().join("history.jsonl");
@@ -159,6 +169,10 @@ fn bad_torture_arguments_exit_64_naming_the_problem() {
             "--permits applies to --primitive semaphore, not mutex",
         ),
         (&["--primitive", "semaphore", "--permits", "0"], "--permits"),
+        (
+            &["--primitive", "rw", "--resource", "store"],
+            "--resource store has no shared reads",
+        ),
         (
             &["--primitive", "semaphore", "--permits", "1025"],
             "--permits",

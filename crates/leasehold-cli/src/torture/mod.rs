@@ -68,7 +68,9 @@ Workers loop: acquire (waiting up to 3 ttl), read the counter, sleep 2-10 % of t
 (one hold in ten: 1.5-3 ttl, so the lease lives on renewals), write counter + 1 with \
 the fencing token, release. With --primitive semaphore each permit slot has its own \
 counter, fenced by the slot's tokens (docs/semaphore.md), and the checker also \
-counts holders at once against --permits. The nemesis aims kills and pauses at the current lease \
+counts holders at once against --permits. With --primitive rw two rounds in three \
+are readers, which read, sleep and read again, fenced by writers' tokens only; \
+writers are fenced by every token and hold the key alone. The nemesis aims kills and pauses at the current lease \
 holder. The proxy faults sit between the workers and a network store; they cannot \
 apply to SQLite (a file): asking for them there exits 64, and the default leaves them out.
 
@@ -173,6 +175,11 @@ fn plan(store: &str, args: &TortureArgs) -> Result<Plan, CliError> {
             }
         },
     };
+    if lock.primitive == Primitive::Rw && args.resource == ResourceKind::Store {
+        return Err(CliError::usage(
+            "--resource store has no shared reads for --primitive rw; use --resource server",
+        ));
+    }
     let proxy_endpoint = stores::endpoint(store);
     let faults = match &args.faults {
         Some(faults) => faults.clone(),

@@ -274,3 +274,27 @@ macro_rules! network_torture_tests {
         }
     };
 }
+
+/// The read-write lock's torture checks, one `#[test]` each, against the
+/// server named by `$var`: a fenced run passes with readers overlapping and
+/// writers alone; an unfenced run is caught accepting stale operations.
+#[macro_export]
+macro_rules! rw_torture_tests {
+    ($var:literal) => {
+        #[test]
+        fn fenced_rw_run_passes_with_readers_together_and_writers_alone() {
+            let Some(url) = leasehold::conformance::server_url($var) else {
+                return;
+            };
+            $crate::torture_common::fenced_primitive_run_passes(&url, "rw", &[]);
+        }
+
+        #[test]
+        fn unfenced_rw_run_accepts_stale_operations() {
+            let Some(url) = leasehold::conformance::server_url($var) else {
+                return;
+            };
+            $crate::torture_common::unfenced_primitive_run_fails(&url, "rw", &[]);
+        }
+    };
+}
