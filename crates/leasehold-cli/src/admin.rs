@@ -1,7 +1,7 @@
 //! `status`, `list` and `release --force`: inspecting and breaking locks.
 
 use clap::Args;
-use leasehold::{LeaseInfo, Locks, PermitInfo};
+use leasehold::{LeaseInfo, Locks, PermitInfo, RwSide};
 use serde::Serialize;
 
 use crate::exit::CliError;
@@ -13,7 +13,8 @@ pub struct StatusArgs {
     pub key: String,
     /// Print {"key","held","holder","token","expires_in_ms"}, and
     /// "permits" (each {"slot","holder","token","expires_in_ms"}) when the
-    /// semaphore KEY has live permits
+    /// semaphore KEY has live permits, and "rw" (each with "side": "read" or
+    /// "write") when the reader-writer lock KEY has live holders
     #[arg(long)]
     pub json: bool,
 }
@@ -24,7 +25,8 @@ pub struct ListArgs {
     /// Only keys starting with this
     #[arg(long, default_value = "")]
     pub prefix: String,
-    /// Print a JSON array of status objects (a semaphore permit's has "slot")
+    /// Print a JSON array of status objects (a semaphore permit's has
+    /// "slot", a reader-writer lock holder's "slot" and "side")
     #[arg(long)]
     pub json: bool,
 }
@@ -48,6 +50,9 @@ struct Status<'a> {
     /// For a semaphore permit, its slot.
     #[serde(skip_serializing_if = "Option::is_none")]
     slot: Option<u32>,
+    /// For a reader-writer lock's holder, "read" or "write".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    side: Option<&'static str>,
     held: bool,
     holder: Option<&'a str>,
     token: Option<u64>,
@@ -55,6 +60,9 @@ struct Status<'a> {
     /// `status` of a semaphore key: its live permits.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     permits: Vec<Status<'a>>,
+    /// `status` of a reader-writer lock key: its live readers and writer.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    rw: Vec<Status<'a>>,
 }
 
 impl<'a> Status<'a> {
@@ -62,11 +70,16 @@ impl<'a> Status<'a> {
         Status {
             key: permit.key.as_str(),
             slot: Some(permit.slot),
+            side: permit.rw.map(|side| match side {
+                RwSide::Read => "read",
+                RwSide::Write => "write",
+            }),
             held: true,
             holder: Some(permit.holder.as_str()),
             token: Some(permit.token),
             expires_in_ms: Some(permit.remaining.as_millis()),
             permits: Vec::new(),
+            rw: Vec::new(),
         }
     }
 
@@ -74,7 +87,9 @@ impl<'a> Status<'a> {
         Status {
             key,
             slot: None,
+            side: None,
             permits: Vec::new(),
+            rw: Vec::new(),
             held: info.is_some(),
             holder: info.map(|i| i.holder.as_str()),
             token: info.map(|i| i.token),
@@ -83,9 +98,11 @@ impl<'a> Status<'a> {
     }
 
     fn line(&self) -> String {
-        let what = match self.slot {
-            Some(slot) => format!("{} permit {slot}", self.key),
-            None => self.key.to_owned(),
+        let what = match (self.side, self.slot) {
+            (Some("write"), _) => format!("{} writer", self.key),
+            (Some(_), Some(slot)) => format!("{} reader {slot}", self.key),
+            (_, Some(slot)) => format!("{} permit {slot}", self.key),
+            _ => self.key.to_owned(),
         };
         match (self.holder, self.token, self.expires_in_ms) {
             (Some(holder), Some(token), Some(ms)) => format!(
@@ -106,16 +123,19 @@ pub async fn status(store: &str, args: StatusArgs) -> Result<u8, CliError> {
     let locks = Locks::open(store).await?;
     let info = locks.inspect(&args.key).await?;
     let permits = locks.semaphore(&args.key, 1)?.holders().await?;
+    let rw = locks.rw_lock(&args.key)?.holders().await?;
     let mut status = Status::of(&args.key, info.as_ref());
     status.permits = permits.iter().map(Status::of_permit).collect();
+    status.rw = rw.iter().map(Status::of_permit).collect();
     if args.json {
         println!("{}", to_json(&status));
     } else {
-        // The lock's line, then one per live permit of the semaphore KEY.
-        if info.is_some() || status.permits.is_empty() {
+        // The lock's line, then one per live permit of the semaphore KEY
+        // and per holder of the reader-writer lock KEY.
+        if info.is_some() || (status.permits.is_empty() && status.rw.is_empty()) {
             println!("{}", status.line());
         }
-        for permit in &status.permits {
+        for permit in status.permits.iter().chain(&status.rw) {
             println!("{}", permit.line());
         }
     }
@@ -132,8 +152,9 @@ pub async fn list(store: &str, args: ListArgs) -> Result<u8, CliError> {
         .map(|i| Status::of(i.key.as_str(), Some(i)))
         .chain(permits.iter().map(Status::of_permit))
         .collect();
-    // By key; a lock before the permits of the semaphore of the same key.
-    rows.sort_by_key(|r| (r.key, r.slot));
+    // By key; a lock before the permits of the semaphore of the same key,
+    // and those before the reader-writer lock's holders.
+    rows.sort_by_key(|r| (r.key, r.side.is_some(), r.slot));
     if args.json {
         println!("{}", to_json(&rows));
     } else if rows.is_empty() {

@@ -50,6 +50,22 @@ fn bad_input_exits_64_naming_the_problem_and_the_store_keeps_working() {
             &["run", "k", "--permits", "2000", "--", "true"],
             "invalid permits",
         ),
+        (
+            &["run", "a", "b", "--shared", "--", "true"],
+            "invalid --shared: takes one reader-writer lock KEY",
+        ),
+        (
+            &["run", "a", "b", "--exclusive", "--", "true"],
+            "invalid --exclusive",
+        ),
+        (
+            &["run", "k", "--shared", "--permits", "2", "--", "true"],
+            "cannot be used with",
+        ),
+        (
+            &["run", "k", "--shared", "--exclusive", "--", "true"],
+            "cannot be used with",
+        ),
         (&["release", "k"], "--force"),
         (&["list", "--prefix", "a\u{7}"], "invalid prefix"),
         (&["frobnicate"], "unrecognized subcommand"),

@@ -187,6 +187,13 @@ impl LeaseGuard {
         self.lease.slot()
     }
 
+    /// For a grant of a reader-writer lock, its side (a reader's slot is
+    /// `0..MAX_PERMITS`, the writer's
+    /// [`WRITER_SLOT`](crate::backend::WRITER_SLOT)); `None` otherwise.
+    pub fn rw_side(&self) -> Option<crate::RwSide> {
+        self.lease.rw_side()
+    }
+
     /// The store-side owner id of this acquisition.
     pub fn owner(&self) -> OwnerId {
         self.lease.owner()

@@ -222,6 +222,9 @@ mod markdown {
     #[doc = include_str!("../../../docs/semaphore.md")]
     struct Semaphore;
 
+    #[doc = include_str!("../../../docs/rw-lock.md")]
+    struct RwLock;
+
     #[cfg(feature = "postgres")]
     #[doc = include_str!("../../../docs/postgres.md")]
     struct Postgres;

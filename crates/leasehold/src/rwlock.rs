@@ -201,10 +201,3 @@ pub(crate) fn merge_listings(mut permits: Vec<PermitInfo>, rw: Vec<PermitInfo>) 
     permits.sort_by(|a, b| (&a.key, a.rw.is_some(), a.slot).cmp(&(&b.key, b.rw.is_some(), b.slot)));
     permits
 }
-
-/// The error of a store that does not keep reader-writer locks yet.
-// TODO(rw): removed once every store implements them.
-pub(crate) fn not_here(store: &'static str) -> crate::Error {
-    crate::Error::backend("reader-writer locks are not implemented on this store yet")
-        .in_store(store)
-}

@@ -44,12 +44,12 @@ async fn store() -> Option<TestStore> {
     Some(store.with_bad_option("store url", || MongoBackend::connect("http://localhost")))
 }
 
-leasehold::conformance_tests!(store; options, unreachable, semaphore);
+leasehold::conformance_tests!(store; options, unreachable, semaphore, rwlock);
 
 mod polling {
     async fn store() -> Option<leasehold::conformance::TestStore> {
         Some(super::store().await?.polling_only())
     }
 
-    leasehold::conformance_tests!(store);
+    leasehold::conformance_tests!(store; rwlock);
 }

@@ -73,7 +73,11 @@ pub(super) fn spawn(command: &[String], guard: &MultiGuard) -> Result<Spawned, C
         // (or directly, once it is the foreground group).
         .process_group(0)
         .kill_on_drop(false);
-    if let Some(slot) = guard.guards().first().and_then(|permit| permit.slot()) {
+    let first = guard.guards().first();
+    // A reader-writer lock's grant has a slot too, but its token alone is
+    // what a resource compares (docs/rw-lock.md).
+    let rw = first.and_then(|g| g.rw_side()).is_some();
+    if let Some(slot) = first.and_then(|permit| permit.slot()).filter(|_| !rw) {
         // A semaphore permit: fenced writes compare tokens per slot.
         cmd.env("LEASEHOLD_SLOT", slot.to_string());
     }

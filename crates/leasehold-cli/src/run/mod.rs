@@ -89,6 +89,15 @@ pub struct RunArgs {
     /// at once) instead of the lock KEY; the command also gets LEASEHOLD_SLOT
     #[arg(long, value_name = "N")]
     pub permits: Option<u32>,
+    /// Take a shared (reader) grant of the reader-writer lock KEY: shared
+    /// runs of KEY overlap, an --exclusive run of KEY excludes them all
+    #[arg(long, conflicts_with_all = ["permits", "exclusive"])]
+    pub shared: bool,
+    /// Take the exclusive (writer) grant of the reader-writer lock KEY: it
+    /// waits for the --shared runs of KEY to end, and new ones wait for it
+    /// (a plain `run KEY` is the mutex KEY, another lock)
+    #[arg(long, conflicts_with = "permits")]
+    pub exclusive: bool,
     /// The command and its arguments
     #[arg(required = true, last = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -138,6 +147,18 @@ pub async fn run(store: &str, args: RunArgs) -> Result<u8, CliError> {
             .into());
         }
     }
+    if (args.shared || args.exclusive) && args.keys.len() > 1 {
+        let flag = if args.shared {
+            "--shared"
+        } else {
+            "--exclusive"
+        };
+        return Err(leasehold::Error::invalid(
+            flag,
+            "takes one reader-writer lock KEY; several keys are a multi-lock of mutexes",
+        )
+        .into());
+    }
     let grace = kill_after(&args)?;
     // Caught from here on: a signal while connecting or waiting ends run
     // with 128 + its number instead of killing it.
@@ -172,6 +193,17 @@ async fn run_with(
             (Some(permits), [key]) => locks
                 .semaphore(key, permits)?
                 .acquire_with(&options)
+                .await
+                .map(MultiGuard::from),
+            // So is a side of a reader-writer lock.
+            (None, [key]) if args.shared => locks
+                .rw_lock(key)?
+                .read_with(&options)
+                .await
+                .map(MultiGuard::from),
+            (None, [key]) if args.exclusive => locks
+                .rw_lock(key)?
+                .write_with(&options)
                 .await
                 .map(MultiGuard::from),
             _ => locks.acquire_many(&args.keys, &options).await,

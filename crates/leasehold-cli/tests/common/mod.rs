@@ -272,6 +272,99 @@ pub fn permits_under_many_processes(store: &str, dir: &Path, processes: usize, p
     );
 }
 
+/// The reader-writer check: three `leasehold run KEY --shared` commands
+/// (each records its start and end times and sleeps 1 s) run side by side;
+/// an `--exclusive` run started while they hold KEY, and a fourth shared
+/// run started while the exclusive one waits, overlap it in no instant;
+/// `status` lists the readers and then the writer, and every command gets
+/// LEASEHOLD_TOKEN, the writer's above every reader's before it.
+pub fn shared_and_exclusive_runs(store: &str, dir: &Path) {
+    let times = dir.join("times.log");
+    std::fs::write(&times, "").unwrap();
+    let key = format!(
+        "rw-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    );
+    let script = |side: &str| {
+        format!(
+            "s=$(date +%s%N); sleep 1; echo {side} $s $(date +%s%N) $LEASEHOLD_TOKEN >> {t}",
+            t = times.display()
+        )
+    };
+    let spawn = |flag: &str, side: &str| {
+        leasehold(store)
+            .args(["run", &key, flag, "--wait", "60s", "--ttl", "10s"])
+            .args(["--", "sh", "-c", &script(side)])
+            .spawn()
+            .unwrap()
+    };
+    let readers_listed = |n: usize| {
+        let s = status(store, &key);
+        s["rw"].as_array().map_or(0, |rows| {
+            rows.iter().filter(|r| r["side"] == "read").count()
+        }) == n
+    };
+    let mut children: Vec<Child> = (0..3).map(|_| spawn("--shared", "S")).collect();
+    assert!(
+        wait_until(Duration::from_secs(20), || readers_listed(3)),
+        "three shared runs never held KEY together: {}",
+        status(store, &key)
+    );
+    children.push(spawn("--exclusive", "X"));
+    // The exclusive run is waiting (its mark is down) before the late reader comes.
+    std::thread::sleep(Duration::from_millis(300));
+    children.push(spawn("--shared", "L"));
+    assert!(
+        wait_until(Duration::from_secs(20), || status(store, &key)["rw"]
+            .as_array()
+            .is_some_and(|rows| rows.iter().any(|r| r["side"] == "write"))),
+        "the writer never held KEY"
+    );
+    for mut child in children {
+        assert!(child.wait().unwrap().success(), "a run failed");
+    }
+    let rows: Vec<(String, u128, u128, u64)> = std::fs::read_to_string(&times)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (
+                f[0].to_owned(),
+                f[1].parse().unwrap(),
+                f[2].parse().unwrap(),
+                f[3].parse().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(rows.len(), 5, "every command ran once: {rows:?}");
+    let overlap =
+        |a: &(String, u128, u128, u64), b: &(String, u128, u128, u64)| a.1 < b.2 && b.1 < a.2;
+    let shared: Vec<_> = rows.iter().filter(|r| r.0 == "S").collect();
+    let writer = rows.iter().find(|r| r.0 == "X").unwrap();
+    let late = rows.iter().find(|r| r.0 == "L").unwrap();
+    for (i, a) in shared.iter().enumerate() {
+        for b in &shared[i + 1..] {
+            assert!(overlap(a, b), "shared runs did not overlap: {rows:?}");
+        }
+    }
+    for other in rows.iter().filter(|r| r.0 != "X") {
+        assert!(
+            !overlap(writer, other),
+            "the exclusive run overlapped {other:?}: {rows:?}"
+        );
+    }
+    assert!(
+        late.1 > writer.2,
+        "the late reader ran before the waiting writer: {rows:?}"
+    );
+    assert!(shared.iter().all(|r| writer.3 > r.3), "tokens: {rows:?}");
+    assert!(late.3 > writer.3, "tokens: {rows:?}");
+}
+
 /// Starts `leasehold run KEY --ttl 1s EXTRA -- sh -c ...` whose command
 /// writes its pid to `pidfile` and sleeps; returns once it holds `key` and
 /// its command runs, with the lease's token.
@@ -428,7 +521,7 @@ macro_rules! redis_demo_test {
     };
 }
 
-/// The three multi-process checks every store must pass, as one `#[test]`
+/// The multi-process checks every store must pass, as one `#[test]`
 /// each: `$store` is an expression giving `Option<S>` (`None` skips) where
 /// `S: AsRef<str>` is the store URL and may clean up when dropped.
 #[macro_export]
@@ -446,6 +539,13 @@ macro_rules! process_tests {
             let Some(store) = $store else { return };
             let dir = tempfile::tempdir().unwrap();
             $crate::common::permits_under_many_processes(store.as_ref(), dir.path(), 10, 3);
+        }
+
+        #[test]
+        fn shared_runs_overlap_and_an_exclusive_run_overlaps_none() {
+            let Some(store) = $store else { return };
+            let dir = tempfile::tempdir().unwrap();
+            $crate::common::shared_and_exclusive_runs(store.as_ref(), dir.path());
         }
 
         #[test]

@@ -16,6 +16,13 @@
 //! like the mutex: a slot is free only once `expiresAt` is at or below the
 //! lower bound of the server's "now". A release bumps `releases`, which
 //! the change stream reports (the waiters of the key wake).
+//!
+//! A reader-writer lock has a document of the same shape under its own
+//! `_id` prefix (`"\u{1}rw:" + key`): readers in slots `0..MAX_PERMITS`,
+//! the writer in `WRITER_SLOT`, and a waiting writer's `mark: {owner,
+//! holder, expiresAt}`. Its grant is the same read and conditional write;
+//! setting the mark bumps the fence too, so a reader's grant racing with it
+//! matches nothing and reads again (see docs/rw-lock.md).
 
 use std::time::Duration;
 
@@ -28,7 +35,7 @@ use super::record::{as_i64, date, token_as_i64};
 use super::MongoBackend;
 use crate::backend::{
     duration_to_millis, millis_to_duration, Acquire, AcquireRequest, Busy, Lease, PermitInfo,
-    RecordDecoder,
+    RecordDecoder, RwSide, MAX_PERMITS, WRITER_SLOT,
 };
 use crate::error::Result;
 use crate::key::Key;
@@ -37,11 +44,33 @@ use crate::key::Key;
 /// characters, so this never collides with a mutex's `_id`.
 pub(super) const PERMITS_ID: &str = "\u{1}permits:";
 
+/// What a reader-writer lock's document's `_id` starts with.
+pub(super) const RW_ID: &str = "\u{1}rw:";
+
 /// Grant attempts per call when another grant of the key wins the race.
 const RACES: usize = 3;
 
 fn id_of(key: &Key) -> String {
     format!("{PERMITS_ID}{}", key.as_str())
+}
+
+/// The `_id` of `key`'s semaphore, or of its reader-writer lock.
+fn family_id(key: &Key, rw: bool) -> String {
+    if rw {
+        format!("{RW_ID}{}", key.as_str())
+    } else {
+        id_of(key)
+    }
+}
+
+/// A waiting writer's mark: owner, holder, expiry in ms.
+fn mark_of(d: &Document) -> Option<(String, String, i64)> {
+    let m = d.get_document("mark").ok()?;
+    Some((
+        m.get_str("owner").ok()?.to_owned(),
+        m.get_str("holder").unwrap_or_default().to_owned(),
+        m.get_datetime("expiresAt").ok()?.timestamp_millis(),
+    ))
 }
 
 /// One slot as read back.
@@ -92,9 +121,10 @@ impl MongoBackend {
     }
 
     pub(super) async fn acquire_permit(&self, req: &AcquireRequest) -> Result<Acquire> {
-        let id = id_of(req.key());
+        let side = req.rw_side();
+        let id = family_id(req.key(), side.is_some());
         let record = RecordDecoder::new(STORE, req.key().as_str());
-        let permits = req.permits().unwrap_or(1);
+        let owner = req.owner().to_string();
         let ttl = duration_to_millis(req.ttl());
         for _ in 0..RACES {
             let now = self.now().await?;
@@ -115,21 +145,64 @@ impl MongoBackend {
             };
             // Live unless surely expired by the server's clock.
             let live: Vec<&Slot> = slots.iter().filter(|s| s.expires > now.lower).collect();
-            if live.len() >= permits as usize {
-                let first = live.iter().min_by_key(|s| s.expires);
-                return Ok(Acquire::Busy(Busy {
-                    holder: first.map(|s| s.holder.clone()).unwrap_or_default(),
-                    remaining: first.map_or(Duration::ZERO, |s| {
-                        millis_to_duration((s.expires - now.lower).min(s.ttl))
-                    }),
-                }));
-            }
-            let slot = (0..permits)
-                .find(|n| !live.iter().any(|s| s.slot == *n))
-                .expect("a free slot below permits");
+            // Another owner's live mark (a waiting writer), as a holder.
+            let others_mark = found
+                .as_ref()
+                .and_then(mark_of)
+                .filter(|(o, _, exp)| *o != owner && *exp > now.lower);
+            let busy = || {
+                let first = live
+                    .iter()
+                    .map(|s| (&s.holder, (s.expires - now.lower).min(s.ttl)))
+                    .chain(others_mark.iter().map(|(_, h, exp)| (h, exp - now.lower)))
+                    .min_by_key(|(_, left)| *left);
+                Acquire::Busy(Busy {
+                    holder: first.map(|(h, _)| h.clone()).unwrap_or_default(),
+                    remaining: first.map_or(Duration::ZERO, |(_, left)| millis_to_duration(left)),
+                })
+            };
+            let writer_live = live.iter().any(|s| s.slot == WRITER_SLOT);
+            let slot = match side {
+                None => {
+                    let permits = req.permits().unwrap_or(1);
+                    if live.len() >= permits as usize {
+                        return Ok(busy());
+                    }
+                    (0..permits)
+                        .find(|n| !live.iter().any(|s| s.slot == *n))
+                        .expect("a free slot below permits")
+                }
+                Some(_) if writer_live || others_mark.is_some() => return Ok(busy()),
+                Some(RwSide::Read) => {
+                    match (0..MAX_PERMITS).find(|n| !live.iter().any(|s| s.slot == *n)) {
+                        Some(slot) => slot,
+                        None => return Ok(busy()),
+                    }
+                }
+                Some(RwSide::Write) if !live.is_empty() => {
+                    // Readers hold: mark the lock as wanted, if this writer
+                    // waits. The fence moves, so a racing reader's grant fails.
+                    if let (Some(life), Some(_)) = (req.writer_mark_ttl(), &found) {
+                        let mark = doc! {
+                            "owner": &owner,
+                            "holder": req.holder(),
+                            "expiresAt": date(now.upper.saturating_add(duration_to_millis(life))),
+                        };
+                        let update = doc! { "$set": { "mark": mark, "fence": fence + 1 } };
+                        let done = self
+                            .update_slot(doc! { "_id": &id, "fence": fence }, update)
+                            .await?;
+                        if done.matched_count != 1 {
+                            continue;
+                        }
+                    }
+                    return Ok(busy());
+                }
+                Some(RwSide::Write) => WRITER_SLOT,
+            };
             let token = fence + 1;
             let entry = doc! {
-                "owner": req.owner().to_string(),
+                "owner": &owner,
                 "holder": req.holder(),
                 "token": token,
                 "expiresAt": date(now.upper.saturating_add(ttl)),
@@ -146,8 +219,12 @@ impl MongoBackend {
                     }
                 }
                 Some(_) => {
-                    let update =
+                    let mut update =
                         doc! { "$set": { format!("slots.{slot}"): entry, "fence": token } };
+                    if side == Some(RwSide::Write) {
+                        // Granted: its own mark has done its work.
+                        update.insert("$unset", doc! { "mark": "" });
+                    }
                     let done = self
                         .update_slot(doc! { "_id": &id, "fence": fence }, update)
                         .await?;
@@ -170,7 +247,7 @@ impl MongoBackend {
     fn held(lease: &Lease) -> Result<(Document, String)> {
         let slot = format!("slots.{}", lease.slot().unwrap_or(u32::MAX));
         let filter = doc! {
-            "_id": id_of(lease.key()),
+            "_id": family_id(lease.key(), lease.rw_side().is_some()),
             format!("{slot}.owner"): lease.owner().to_string(),
             format!("{slot}.token"): token_as_i64(lease)?,
         };
@@ -202,8 +279,15 @@ impl MongoBackend {
     }
 
     pub(super) async fn list_permits_now(&self, prefix: &str) -> Result<Vec<PermitInfo>> {
+        let permits = self.list_family(prefix, false).await?;
+        let rw = self.list_family(prefix, true).await?;
+        Ok(crate::rwlock::merge_listings(permits, rw))
+    }
+
+    async fn list_family(&self, prefix: &str, rw: bool) -> Result<Vec<PermitInfo>> {
+        let id_prefix = if rw { RW_ID } else { PERMITS_ID };
         let now = self.now().await?;
-        let start = format!("{PERMITS_ID}{prefix}");
+        let start = format!("{id_prefix}{prefix}");
         let mut cursor = self
             .inner
             .coll
@@ -216,7 +300,7 @@ impl MongoBackend {
             let Some(key) = d
                 .get_str("_id")
                 .ok()
-                .and_then(|id| id.strip_prefix(PERMITS_ID))
+                .and_then(|id| id.strip_prefix(id_prefix))
             else {
                 break;
             };
@@ -227,7 +311,13 @@ impl MongoBackend {
             let mut slots = slots_of(&d, &record)?;
             slots.sort_by_key(|s| s.slot);
             for s in slots.iter().filter(|s| s.expires > now.lower) {
-                out.push(record.permit_info(
+                let info = if rw {
+                    RecordDecoder::rw_info
+                } else {
+                    RecordDecoder::permit_info
+                };
+                out.push(info(
+                    &record,
                     i64::from(s.slot),
                     &s.owner,
                     Some(s.holder.clone()),

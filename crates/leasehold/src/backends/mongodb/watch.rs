@@ -143,7 +143,10 @@ impl Feed for Releases {
                             .and_then(|k| k.get("_id"));
                         if let Some(Bson::String(id)) = key {
                             // A semaphore's document wakes the waiters of its key.
-                            let key = id.strip_prefix(super::semaphore::PERMITS_ID).unwrap_or(id);
+                            let key = id
+                                .strip_prefix(super::semaphore::PERMITS_ID)
+                                .or_else(|| id.strip_prefix(super::semaphore::RW_ID))
+                                .unwrap_or(id);
                             return Some(Ok(News::Released(key.to_owned())));
                         }
                     }
