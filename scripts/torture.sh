@@ -2,12 +2,14 @@
 # A short `leasehold torture` against each store available: kills, pauses
 # (and, for network stores, proxy faults), fenced resource. Fails on any
 # violation and on an inconclusive run (a fault kind that never landed on a
-# holder, no lease renewed).
-#   bash scripts/torture.sh [seconds per store, default 25]
+# holder, no lease renewed). Then a shorter run of the semaphore (3 permits,
+# the resource fenced per slot) under kills and pauses on each store.
+#   bash scripts/torture.sh [seconds per store, default 25] [semaphore seconds, default 6]
 # Uses target/debug/leasehold (built by the test command) or $LEASEHOLD_BIN.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-25}"
+semaphore_seconds="${2:-6}"
 bin="${LEASEHOLD_BIN:-target/debug/leasehold}"
 if [ ! -x "$bin" ]; then
   cargo build --quiet -p leasehold-cli
@@ -52,6 +54,12 @@ for store in "${stores[@]}"; do
   echo "== torture on $name"
   # The seed is printed in the report; pass --seed to replay a schedule.
   if ! "$bin" --store "$store" torture --duration "${seconds}s" --ttl 500ms --workers 5 "${faults[@]}"; then
+    failed=1
+  fi
+  echo
+  echo "== torture --primitive semaphore on ${name%%,*}"
+  if ! "$bin" --store "$store" torture --primitive semaphore --duration "${semaphore_seconds}s" \
+    --ttl 500ms --workers 5 --faults kill,pause; then
     failed=1
   fi
   echo

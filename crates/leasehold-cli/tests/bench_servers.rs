@@ -38,6 +38,17 @@ fn quick_bench(store: &str, baselines: &[&str], peers: &[&str]) {
     for b in s["uncontended"]["baselines"].as_array().unwrap() {
         assert_eq!(b["samples"], 60, "{b}");
     }
+    // The other primitives, timed in the same rounds as the mutex.
+    let primitives = s["uncontended"]["primitives"].as_array().unwrap();
+    let skipped = s["uncontended"]["primitives_skipped"]
+        .as_array()
+        .map_or(0, Vec::len);
+    assert!(primitives.len() >= 2, "{s}");
+    assert_eq!(primitives.len() + skipped, 4, "{s}");
+    for p in primitives {
+        assert_eq!(p["samples"], 60, "{p}");
+        assert!(p["p50_per_mutex"].as_f64().unwrap() > 0.0, "{p}");
+    }
     for series in ["acquire", "notified", "notified_after_release", "polling"] {
         assert!(
             s["handoff"][series]["samples"].as_u64().unwrap() >= 10,

@@ -37,6 +37,22 @@ fn quick_bench_reports_every_scenario() {
     assert_eq!(u["baselines"][0]["name"], "two sqlite statements by hand");
     assert_eq!(u["baselines"][0]["samples"], 100);
     assert!(u["baselines"][0]["leasehold_p50_ratio"].as_f64().unwrap() > 0.0);
+    let primitives = u["primitives"].as_array().unwrap();
+    let names: Vec<&str> = primitives
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names[..2],
+        ["semaphore permit (3 permits)", "acquire_many, 2 keys"]
+    );
+    // Every primitive is either timed or said to be missing on the store.
+    let skipped = u["primitives_skipped"].as_array().map_or(0, Vec::len);
+    assert_eq!(names.len() + skipped, 4, "{u}");
+    for p in primitives {
+        assert_eq!(p["samples"], 100, "{p}");
+        assert!(p["p50_per_mutex"].as_f64().unwrap() > 0.0, "{p}");
+    }
 
     let h = &s["handoff"];
     for series in ["acquire", "notified", "notified_after_release", "polling"] {

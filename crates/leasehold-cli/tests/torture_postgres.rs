@@ -9,6 +9,7 @@ use leasehold::conformance::server_url;
 use torture_common::*;
 
 network_torture_tests!("LEASEHOLD_TEST_POSTGRES");
+rw_torture_tests!("LEASEHOLD_TEST_POSTGRES");
 
 #[test]
 fn fenced_in_store_resource_passes_under_kills_and_pauses() {
@@ -24,4 +25,12 @@ fn unfenced_in_store_resource_loses_updates() {
         return;
     };
     unfenced_run_reports_lost_updates(&url, &["--resource", "store"]);
+}
+
+#[test]
+fn fenced_semaphore_run_with_the_counter_in_the_store_passes() {
+    let Some(url) = server_url("LEASEHOLD_TEST_POSTGRES") else {
+        return;
+    };
+    fenced_primitive_run_passes(&url, "semaphore", &["--resource", "store"]);
 }

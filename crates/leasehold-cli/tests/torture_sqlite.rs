@@ -66,6 +66,41 @@ fn unfenced_in_store_resource_loses_updates() {
 }
 
 #[test]
+fn fenced_semaphore_run_passes_with_its_permits_at_once() {
+    let run = on_temp_sqlite(|store| fenced_primitive_run_passes(store, "semaphore", &[]));
+    assert_eq!(run.n("/holders_at_once/limit"), 3, "{}", run.output);
+    assert_eq!(run.setup["permits"], 3, "{}", run.output);
+}
+
+#[test]
+fn fenced_semaphore_run_with_the_counter_in_the_store_passes() {
+    // Two permits: each slot's counter row is fenced by that slot's tokens.
+    on_temp_sqlite(|store| {
+        fenced_primitive_run_passes(
+            store,
+            "semaphore",
+            &["--permits", "2", "--resource", "store"],
+        )
+    });
+}
+
+#[test]
+fn unfenced_semaphore_run_loses_updates() {
+    let run = on_temp_sqlite(|store| unfenced_primitive_run_fails(store, "semaphore", &[]));
+    assert!(run.n("/lost_increments") > 0, "{}", run.output);
+}
+
+#[test]
+fn fenced_rw_run_passes_with_readers_together_and_writers_alone() {
+    on_temp_sqlite(|store| fenced_primitive_run_passes(store, "rw", &[]));
+}
+
+#[test]
+fn unfenced_rw_run_accepts_stale_operations() {
+    on_temp_sqlite(|store| unfenced_primitive_run_fails(store, "rw", &[]));
+}
+
+#[test]
 fn the_history_file_holds_every_source() {
     let dir = tempfile::tempdir().unwrap();
     let history = dir.path().join("history.jsonl");
@@ -128,6 +163,20 @@ fn bad_torture_arguments_exit_64_naming_the_problem() {
         (&["--faults", "kill,proxy"], "--faults proxy cannot apply"),
         (&["--restart-cmd", "true"], "--faults restart"),
         (&["--resource", "disk"], "invalid value 'disk'"),
+        (&["--primitive", "barrier"], "invalid value 'barrier'"),
+        (
+            &["--permits", "2"],
+            "--permits applies to --primitive semaphore, not mutex",
+        ),
+        (&["--primitive", "semaphore", "--permits", "0"], "--permits"),
+        (
+            &["--primitive", "rw", "--resource", "store"],
+            "--resource store has no shared reads",
+        ),
+        (
+            &["--primitive", "semaphore", "--permits", "1025"],
+            "--permits",
+        ),
         (
             &["--history", "/nonexistent-dir/h.jsonl"],
             "--history /nonexistent-dir/h.jsonl",

@@ -23,6 +23,8 @@ pub use worker::{bench_worker, BenchWorkerArgs};
 #[serde(rename_all = "kebab-case")]
 pub enum Scenario {
     /// Acquire + release on a free key, interleaved with the raw baseline
+    /// and the other primitives (a semaphore permit, acquire_many of 2
+    /// keys, a reader-writer lock's read and write)
     Uncontended,
     /// Release to next holder, woken by the store vs polling only
     Handoff,
@@ -264,6 +266,22 @@ fn print_table(report: &Report) {
                 "  {:<34} {:>10.1} {:>10.1} {:>10.1} {:>9.2}x",
                 b.name, x.p50_us, x.p99_us, x.p999_us, b.leasehold_p50_ratio
             );
+        }
+        if !u.primitives.is_empty() {
+            println!(
+                "  {:<34} {:>10} {:>10} {:>10} {:>10}",
+                "other primitives", "p50 µs", "p99 µs", "p99.9 µs", "vs mutex"
+            );
+        }
+        for p in &u.primitives {
+            let x = &p.latency;
+            println!(
+                "  {:<34} {:>10.1} {:>10.1} {:>10.1} {:>9.2}x",
+                p.name, x.p50_us, x.p99_us, x.p999_us, p.p50_per_mutex
+            );
+        }
+        for why in &u.primitives_skipped {
+            println!("  not on this store: {why}");
         }
     }
     if let Some(h) = &s.handoff {

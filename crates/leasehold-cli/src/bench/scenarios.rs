@@ -34,6 +34,95 @@ pub struct NamedLatency {
 pub struct Uncontended {
     pub leasehold: Latency,
     pub baselines: Vec<NamedLatency>,
+    /// The other primitives on the same store, in the same rounds.
+    pub primitives: Vec<PrimitiveLatency>,
+    /// Primitives the store refused (not implemented there), with why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub primitives_skipped: Vec<String>,
+}
+
+/// Acquire + release of another primitive, next to the mutex's.
+#[derive(Debug, Serialize)]
+pub struct PrimitiveLatency {
+    pub name: &'static str,
+    #[serde(flatten)]
+    pub latency: Latency,
+    /// p50 of this primitive divided by p50 of the mutex (target ≤ 1.5).
+    pub p50_per_mutex: f64,
+    pub p99_per_mutex: f64,
+}
+
+/// The primitives the uncontended scenario times beside the mutex.
+#[derive(Debug, Clone, Copy)]
+enum Primitive {
+    /// One permit of a 3-permit semaphore.
+    Permit,
+    /// `acquire_many` of two keys.
+    TwoKeys,
+    /// A reader-writer lock's read side.
+    Read,
+    /// A reader-writer lock's write side.
+    Write,
+}
+
+const PRIMITIVES: [Primitive; 4] = [
+    Primitive::Permit,
+    Primitive::TwoKeys,
+    Primitive::Read,
+    Primitive::Write,
+];
+
+impl Primitive {
+    fn name(self) -> &'static str {
+        match self {
+            Primitive::Permit => "semaphore permit (3 permits)",
+            Primitive::TwoKeys => "acquire_many, 2 keys",
+            Primitive::Read => "rw lock, read",
+            Primitive::Write => "rw lock, write",
+        }
+    }
+
+    /// One acquire + release on free keys of its own.
+    async fn round(self, locks: &Locks, key: &str) -> leasehold::Result<()> {
+        match self {
+            Primitive::Permit => {
+                locks
+                    .semaphore(key, 3)?
+                    .try_acquire()
+                    .await?
+                    .release()
+                    .await
+            }
+            Primitive::TwoKeys => {
+                let keys = [format!("{key}:a"), format!("{key}:b")];
+                locks
+                    .acquire_many(&keys, &AcquireOptions::new())
+                    .await?
+                    .release()
+                    .await
+            }
+            Primitive::Read => locks.rw_lock(key)?.try_read().await?.release().await,
+            Primitive::Write => locks.rw_lock(key)?.try_write().await?.release().await,
+        }
+    }
+}
+
+/// The primitives `locks`' store serves, each with a fresh key, tried once
+/// each; the others (refused for good: a store that does not implement one
+/// yet) with why. A retryable error fails the run, as anywhere else.
+async fn served_primitives(
+    locks: &Locks,
+) -> Result<(Vec<(Primitive, String)>, Vec<String>), CliError> {
+    let (mut served, mut skipped) = (Vec::new(), Vec::new());
+    for p in PRIMITIVES {
+        let key = unique_key("primitive");
+        match p.round(locks, &key).await {
+            Ok(()) => served.push((p, key)),
+            Err(e) if !e.is_retryable() => skipped.push(format!("{}: {e}", p.name())),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok((served, skipped))
 }
 
 /// Acquire + release on a free key, leasehold and each baseline in turn
@@ -46,13 +135,20 @@ pub async fn uncontended(
 ) -> Result<Uncontended, CliError> {
     let key = unique_key("uncontended");
     let raw_keys: Vec<String> = store.baselines.iter().map(|_| unique_key("raw")).collect();
+    let (served, primitives_skipped) = served_primitives(locks).await?;
     let mut ours = Vec::with_capacity(rounds);
     let mut theirs: Vec<Vec<Duration>> = vec![Vec::with_capacity(rounds); store.baselines.len()];
+    let mut primitives: Vec<Vec<Duration>> = vec![Vec::with_capacity(rounds); served.len()];
     for _ in 0..rounds {
         let t = Instant::now();
         let guard = locks.try_acquire(&key).await?;
         guard.release().await?;
         ours.push(t.elapsed());
+        for ((primitive, key), out) in served.iter().zip(&mut primitives) {
+            let t = Instant::now();
+            primitive.round(locks, key).await?;
+            out.push(t.elapsed());
+        }
         for ((baseline, raw_key), out) in store.baselines.iter().zip(&raw_keys).zip(&mut theirs) {
             let t = Instant::now();
             let held = baseline.try_acquire(raw_key).await?.ok_or_else(|| {
@@ -77,6 +173,19 @@ pub async fn uncontended(
             }
         })
         .collect();
+    let primitives = served
+        .iter()
+        .zip(&primitives)
+        .map(|((p, _), s)| {
+            let latency = Latency::of(s);
+            PrimitiveLatency {
+                name: p.name(),
+                p50_per_mutex: ratio(latency.p50_us, leasehold.p50_us),
+                p99_per_mutex: ratio(latency.p99_us, leasehold.p99_us),
+                latency,
+            }
+        })
+        .collect();
     samples.push(("leasehold", ours));
     for (b, s) in store.baselines.iter().zip(theirs) {
         samples.push((b.name(), s));
@@ -84,6 +193,8 @@ pub async fn uncontended(
     Ok(Uncontended {
         leasehold,
         baselines,
+        primitives,
+        primitives_skipped,
     })
 }
 

@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::history::{Decision, Event, Fault, FaultKind, Kind, Op, ResourceOp};
+use super::primitive::{cell, Primitive};
 
 /// What the checker reads.
 pub struct Input<'a> {
@@ -24,6 +25,12 @@ pub struct Input<'a> {
     pub held_after_end: usize,
     /// The fault families asked for (`Family::name`): each must land.
     pub requested: &'a [&'static str],
+    /// The lock under test.
+    pub primitive: Primitive,
+    /// Semaphore permits (1 for the other primitives).
+    pub permits: u32,
+    /// Worker processes (a semaphore run with one worker cannot overlap).
+    pub workers: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -76,6 +83,20 @@ pub struct LostSignal {
     pub slack_ms: f64,
 }
 
+/// Holders that trusted their grant at the same time, per lock: from each
+/// grant's answer until its `valid_until` or its release, whichever first.
+#[derive(Debug, Default, Serialize)]
+pub struct HoldersAtOnce {
+    /// Mutex 1, semaphore its permits (a read-write lock: 1 writer alone,
+    /// or any number of readers).
+    pub limit: u32,
+    /// The most at one instant.
+    pub max: u64,
+    /// Grants that began while the limit was already reached (a writer
+    /// beside anyone, or anyone beside a writer).
+    pub over_limit: u64,
+}
+
 /// The guard's background renewals, as the workers' store client saw them.
 #[derive(Debug, Default, Serialize)]
 pub struct Renewals {
@@ -110,6 +131,7 @@ pub struct Report {
     pub token_regressions: u64,
     pub token_duplicates: u64,
     pub lost_increments: u64,
+    pub holders_at_once: HoldersAtOnce,
     pub takeover: Takeover,
     pub renewals: Renewals,
     pub lost_signal: LostSignal,
@@ -128,7 +150,13 @@ pub struct Report {
 /// One granted lease, as its holder saw it.
 #[derive(Debug, Clone)]
 struct Grant {
+    /// The lock's key.
+    lock: String,
+    /// The resource cell, which one holder at a time may use: the key, or
+    /// a semaphore permit's slot of it.
     key: String,
+    /// A read-write lock's reader: readers may hold a cell together.
+    shared: bool,
     token: u64,
     worker: u32,
     pid: u32,
@@ -162,6 +190,7 @@ pub fn check(input: &Input<'_>) -> Report {
         token_regressions: 0,
         token_duplicates: 0,
         lost_increments: 0,
+        holders_at_once: HoldersAtOnce::default(),
         takeover: Takeover::default(),
         renewals: Renewals::default(),
         lost_signal: LostSignal::default(),
@@ -176,6 +205,7 @@ pub fn check(input: &Input<'_>) -> Report {
     count_renewals(input, &grants, &mut r);
     check_tokens(&grants, &mut r);
     check_beliefs(input, &grants, &mut r);
+    check_holders_at_once(input, &grants, &mut r);
     check_lost_signals(input, &grants, &mut r);
     check_resource(input.decisions, &mut r);
     check_takeovers(input, &grants, &mut r);
@@ -214,7 +244,9 @@ fn grants(events: &[Event], r: &mut Report) -> Vec<Grant> {
                 (Op::Acquire, Kind::Ok) => {
                     r.acquisitions += 1;
                     out.push(Grant {
-                        key: e.key.clone(),
+                        lock: e.key.clone(),
+                        key: cell(&e.key, e.slot),
+                        shared: e.shared,
                         token: e.token.unwrap_or(0),
                         worker: e.worker,
                         pid: e.pid,
@@ -258,13 +290,16 @@ fn grants(events: &[Event], r: &mut Report) -> Vec<Grant> {
 
 /// No two grants of a key share a token, and a grant that completed before
 /// another started has the smaller token.
+///
+/// Across the whole lock: a semaphore's slots and a read-write lock's
+/// readers and writers all draw from the key's one fence.
 fn check_tokens(grants: &[Grant], r: &mut Report) {
     let mut seen: HashMap<(&str, u64), u64> = HashMap::new();
     for g in grants {
-        *seen.entry((&g.key, g.token)).or_default() += 1;
+        *seen.entry((&g.lock, g.token)).or_default() += 1;
     }
     r.token_duplicates = seen.values().map(|n| n - 1).sum();
-    for key_grants in per_key(grants).values() {
+    for key_grants in per_lock(grants).values() {
         let mut by_ok = key_grants.clone();
         by_ok.sort_by_key(|g| g.ok);
         let mut by_invoke = key_grants.clone();
@@ -299,7 +334,8 @@ fn count_renewals(input: &Input<'_>, grants: &[Grant], r: &mut Report) {
         .count() as u64;
 }
 
-/// For each holder and the next grant of its key: did the holder's local
+/// For each holder and the next grant of its cell that excludes it (any
+/// grant, except a reader's after a reader): did the holder's local
 /// deadline pass before the next holder even sent the request that got the
 /// grant (it must: a deadline counted from the wrong instant hides behind
 /// the answer's travel time otherwise), and did it still use the resource
@@ -326,7 +362,8 @@ fn check_beliefs(input: &Input<'_>, grants: &[Grant], r: &mut Report) {
         let mut by_token = key_grants.clone();
         by_token.sort_by_key(|g| g.token);
         for (i, h) in by_token.iter().enumerate() {
-            let Some(next) = by_token[i + 1..].iter().find(|n| n.token > h.token) else {
+            let excludes = |n: &&&Grant| n.token > h.token && !(h.shared && n.shared);
+            let Some(next) = by_token[i + 1..].iter().find(excludes) else {
                 continue;
             };
             if h.release.is_none_or(|rel| rel > next.ok) {
@@ -458,8 +495,8 @@ pub fn mark_proxy_hits(events: &[Event], faults: &mut [Fault], ttl: Duration) {
 }
 
 /// Replays the resource's decisions per key: no accepted operation may
-/// carry a token below one already accepted, and every accepted write must
-/// build on the value before it.
+/// carry a token below one already accepted (a reader's shared read: below
+/// a writer's), and every accepted write must build on the value before it.
 fn check_resource(decisions: &[Decision], r: &mut Report) {
     let mut by_key: BTreeMap<&str, Vec<&Decision>> = BTreeMap::new();
     for d in decisions {
@@ -467,15 +504,19 @@ fn check_resource(decisions: &[Decision], r: &mut Report) {
     }
     for ds in by_key.values_mut() {
         ds.sort_by_key(|d| d.seq);
-        let (mut highest, mut value) = (0u64, 0i64);
+        let (mut highest, mut highest_writer, mut value) = (0u64, 0u64, 0i64);
         for d in ds.iter() {
             match (d.op, d.accepted) {
-                (ResourceOp::Read, false) => r.fenced_reads += 1,
+                (ResourceOp::Read | ResourceOp::SharedRead, false) => r.fenced_reads += 1,
                 (ResourceOp::Write, false) => r.fenced_writes += 1,
                 (op, true) => {
-                    let stale = d.token < highest;
+                    let shared = op == ResourceOp::SharedRead;
+                    let stale = d.token < if shared { highest_writer } else { highest };
                     highest = highest.max(d.token);
-                    if op == ResourceOp::Read {
+                    if !shared {
+                        highest_writer = highest_writer.max(d.token);
+                    }
+                    if op != ResourceOp::Write {
                         r.reads_accepted += 1;
                         r.stale_reads_accepted += u64::from(stale);
                         continue;
@@ -492,8 +533,51 @@ fn check_resource(decisions: &[Decision], r: &mut Report) {
     r.trials = r.writes_accepted + r.fenced_writes;
 }
 
+/// At no instant may more holders trust their grants than the lock allows:
+/// one for a mutex, the permits for a semaphore, a writer alone or readers
+/// only for a read-write lock. Implied by the per-cell deadline check above
+/// when every slot stays below the permits; counted here as the promise
+/// itself, so a slot past the permits or an overlap of the cells shows.
+fn check_holders_at_once(input: &Input<'_>, grants: &[Grant], r: &mut Report) {
+    let limit = input.permits.max(1);
+    r.holders_at_once.limit = limit;
+    for key_grants in per_lock(grants).values() {
+        // (instant, starts, shared); ends sort before starts at one instant.
+        let mut edges: Vec<(u64, bool, bool)> = Vec::new();
+        for g in key_grants {
+            let end = g
+                .release
+                .map_or(g.valid_until, |rel| rel.min(g.valid_until));
+            if end > g.ok {
+                edges.push((g.ok, true, g.shared));
+                edges.push((end, false, g.shared));
+            }
+        }
+        edges.sort();
+        let (mut readers, mut others) = (0u64, 0u64);
+        for (_, starts, shared) in edges {
+            if !starts {
+                *if shared { &mut readers } else { &mut others } -= 1;
+                continue;
+            }
+            let over = if shared {
+                others > 0 // a reader beside a writer
+            } else if readers > 0 {
+                true // a writer beside readers
+            } else {
+                // A mutex's or a semaphore's holders, or writers (limit 1).
+                others + 1 > u64::from(limit)
+            };
+            *if shared { &mut readers } else { &mut others } += 1;
+            r.holders_at_once.max = r.holders_at_once.max.max(readers + others);
+            r.holders_at_once.over_limit += u64::from(over);
+        }
+    }
+}
+
 /// After a holder is killed, a worker already waiting must get the key
-/// within ttl + retry + 250 ms.
+/// within ttl + retry + 250 ms. (A read-write lock's reader is not timed:
+/// a writer behind it also waits for the other readers' holds.)
 fn check_takeovers(input: &Input<'_>, grants: &[Grant], r: &mut Report) {
     let ttl = input.ttl.as_nanos() as u64;
     let bound = input.ttl + input.retry + Duration::from_millis(250);
@@ -506,10 +590,20 @@ fn check_takeovers(input: &Input<'_>, grants: &[Grant], r: &mut Report) {
         let (Some(key), Some(token)) = (&kill.key, kill.token) else {
             continue;
         };
-        let next = grants
+        let killed_reader = grants
             .iter()
-            .filter(|g| &g.key == key && g.token > token)
-            .min_by_key(|g| g.token);
+            .any(|g| &g.lock == key && g.token == token && g.shared);
+        if killed_reader {
+            continue;
+        }
+        let later = grants.iter().filter(|g| &g.lock == key && g.token > token);
+        // A semaphore's waiter takes whichever permit frees first, maybe
+        // before the killed one expires: the first grant after the kill.
+        let next = if input.primitive == Primitive::Semaphore {
+            later.filter(|g| g.ok >= kill.start).min_by_key(|g| g.ok)
+        } else {
+            later.min_by_key(|g| g.token)
+        };
         let Some(next) = next.filter(|n| n.invoke <= kill.start + ttl) else {
             continue; // nobody was waiting when the lease ran out
         };
@@ -534,6 +628,10 @@ fn judge(input: &Input<'_>, r: &mut Report) {
     must_be_zero(r.token_regressions, "token regressions");
     must_be_zero(r.token_duplicates, "duplicate tokens");
     must_be_zero(r.lost_increments, "lost increments");
+    must_be_zero(
+        r.holders_at_once.over_limit,
+        "grants beyond the lock's limit of holders at once",
+    );
     must_be_zero(r.takeover.over_bound, "takeovers over the bound");
     must_be_zero(
         r.lost_signal.superseded - r.lost_signal.deadline_before_next_grant,
@@ -569,6 +667,10 @@ fn untested(input: &Input<'_>, r: &Report) -> Vec<String> {
     if r.renewals.renewed == 0 {
         why.push("no lease was renewed".to_owned());
     }
+    let could_overlap = input.permits.min(input.workers) >= 2;
+    if input.primitive == Primitive::Semaphore && could_overlap && r.holders_at_once.max < 2 {
+        why.push("the semaphore never had two holders at once".to_owned());
+    }
     for family in input.requested {
         let (injected, hit) = r
             .faults
@@ -591,6 +693,14 @@ fn untested(input: &Input<'_>, r: &Report) -> Vec<String> {
 /// `proxy` for `proxy-stall`: fault kinds are named `FAMILY[-variant]`.
 fn family_of(kind: &str) -> &str {
     kind.split('-').next().unwrap_or(kind)
+}
+
+fn per_lock(grants: &[Grant]) -> BTreeMap<&str, Vec<&Grant>> {
+    let mut m: BTreeMap<&str, Vec<&Grant>> = BTreeMap::new();
+    for g in grants {
+        m.entry(&g.lock).or_default().push(g);
+    }
+    m
 }
 
 fn per_key(grants: &[Grant]) -> BTreeMap<&str, Vec<&Grant>> {

@@ -18,6 +18,8 @@ fn ev(t: u64, pid: u32, op: Op, kind: Kind, token: Option<u64>, valid_until: Opt
         valid_until: valid_until.map(|v| v * MS),
         error: None,
         sent: None,
+        slot: None,
+        shared: false,
     }
 }
 
@@ -106,6 +108,9 @@ fn check_requested(
         lost_slack: Duration::from_millis(50),
         held_after_end: 0,
         requested,
+        primitive: Primitive::Mutex,
+        permits: 1,
+        workers: 2,
     })
 }
 
@@ -395,5 +400,139 @@ fn slow_takeover_after_a_kill_is_a_violation() {
     let r = run(&events, &[], &[kill(40)], false);
     assert_eq!(r.takeover.over_bound, 1);
     assert_eq!(r.faults["kill"].injected, 1);
+    assert_eq!(r.verdict, Verdict::Violation);
+}
+
+/// `round` of a semaphore permit in `slot`, or of a reader (`slot` None,
+/// `shared`), each with its own renewal so the run counts as tested.
+fn permit_round(pid: u32, at: u64, token: u64, slot: Option<u32>, shared: bool) -> Vec<Event> {
+    let mut events = round(pid, at, token);
+    events[1].slot = slot;
+    events[1].shared = shared;
+    events.extend(renewal(pid, at + 5, token, Kind::Ok));
+    events
+}
+
+fn check_lock(
+    events: &[Event],
+    decisions: &[Decision],
+    primitive: Primitive,
+    permits: u32,
+) -> Report {
+    check(&Input {
+        events,
+        decisions,
+        faults: &[],
+        ttl: Duration::from_secs(1),
+        retry: Duration::from_millis(100),
+        lost_slack: Duration::from_millis(50),
+        held_after_end: 0,
+        requested: &[],
+        primitive,
+        permits,
+        workers: 5,
+    })
+}
+
+#[test]
+fn a_semaphore_may_have_its_permits_at_once_and_no_more() {
+    // Three holders in three slots overlap: within 3 permits.
+    let three: Vec<_> = (0..3)
+        .flat_map(|i| permit_round(i + 1, i as u64, u64::from(i) + 1, Some(i), false))
+        .collect();
+    let r = check_lock(&three, &[], Primitive::Semaphore, 3);
+    assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.violations);
+    assert_eq!((r.holders_at_once.max, r.holders_at_once.limit), (3, 3));
+    // The same with 2 permits: the third holder is one too many.
+    let r = check_lock(&three, &[], Primitive::Semaphore, 2);
+    assert_eq!(r.holders_at_once.over_limit, 1);
+    assert_eq!(r.verdict, Verdict::Violation);
+    assert_first_mentions(&r.violations, "beyond the lock's limit");
+    // A mutex with those grants: two too many (tokens differ, so only
+    // the count catches what the overlapping grants mean).
+    let r = check_lock(&three, &[], Primitive::Mutex, 1);
+    assert_eq!(r.holders_at_once.over_limit, 2);
+}
+
+#[test]
+fn a_semaphore_that_never_overlapped_is_inconclusive() {
+    let apart: Vec<_> = [
+        permit_round(1, 0, 1, Some(0), false),
+        permit_round(2, 100, 2, Some(0), false),
+    ]
+    .concat();
+    let r = check_lock(&apart, &[], Primitive::Semaphore, 3);
+    assert_eq!(r.verdict, Verdict::Inconclusive);
+    assert_first_mentions(&r.inconclusive, "never had two holders at once");
+}
+
+#[test]
+fn one_slot_is_one_lease_and_other_slots_do_not_supersede_it() {
+    // Slot 0's holder (token 1) is still trusting its permit when token 2
+    // is granted in slot 1: fine. Token 3 in slot 0 while token 1 trusts
+    // it: the deadline check catches it per slot.
+    let mut events: Vec<_> = [
+        permit_round(1, 0, 1, Some(0), false),
+        permit_round(2, 5, 2, Some(1), false),
+    ]
+    .concat();
+    let r = check_lock(&events, &[], Primitive::Semaphore, 2);
+    assert_eq!(r.lost_signal.superseded, 0, "{:?}", r.violations);
+    assert_eq!(r.verdict, Verdict::Pass, "{:?}", r.violations);
+    events.extend(permit_round(3, 8, 3, Some(0), false));
+    let r = check_lock(&events, &[], Primitive::Semaphore, 3);
+    assert_eq!(r.lost_signal.superseded, 1);
+    assert_eq!(r.verdict, Verdict::Violation);
+}
+
+fn decision(seq: u64, op: ResourceOp, token: u64, value: i64) -> Decision {
+    Decision {
+        op,
+        value,
+        ..write(seq, token, value, true)
+    }
+}
+
+#[test]
+fn shared_reads_are_stale_only_behind_a_writer() {
+    // Readers 2 and 3 read in either order: both fine. Writer 4 reads and
+    // writes; reader 3 reading after it is stale, and so is writer 1
+    // writing after reader 3 registered a higher token.
+    let ok = [
+        decision(0, ResourceOp::SharedRead, 3, 0),
+        decision(1, ResourceOp::SharedRead, 2, 0),
+        decision(2, ResourceOp::Read, 4, 0),
+        decision(3, ResourceOp::Write, 4, 1),
+    ];
+    let events: Vec<_> = [round(1, 0, 1), renewal(1, 5, 1, Kind::Ok)].concat();
+    let r = check_lock(&events, &ok, Primitive::Mutex, 1);
+    assert_eq!((r.stale_reads_accepted, r.stale_writes_accepted), (0, 0));
+    let mut late = ok.to_vec();
+    late.push(decision(4, ResourceOp::SharedRead, 3, 1));
+    late.push(decision(5, ResourceOp::Write, 3, 2));
+    let r = check_lock(&events, &late, Primitive::Mutex, 1);
+    assert_eq!((r.stale_reads_accepted, r.stale_writes_accepted), (1, 1));
+    assert_eq!(r.verdict, Verdict::Violation);
+}
+
+#[test]
+fn readers_overlap_and_a_writer_overlaps_nobody() {
+    let readers: Vec<_> = [
+        permit_round(1, 0, 1, None, true),
+        permit_round(2, 5, 2, None, true),
+    ]
+    .concat();
+    let r = check_lock(&readers, &[], Primitive::Mutex, 1);
+    assert_eq!(r.holders_at_once.max, 2);
+    assert_eq!(r.holders_at_once.over_limit, 0, "{:?}", r.violations);
+    assert_eq!(
+        r.lost_signal.superseded, 0,
+        "readers do not supersede readers"
+    );
+    let mut with_writer = readers.clone();
+    with_writer.extend(permit_round(3, 8, 3, None, false));
+    let r = check_lock(&with_writer, &[], Primitive::Mutex, 1);
+    assert_eq!(r.holders_at_once.over_limit, 1);
+    assert_eq!(r.lost_signal.superseded, 2, "the writer supersedes both");
     assert_eq!(r.verdict, Verdict::Violation);
 }

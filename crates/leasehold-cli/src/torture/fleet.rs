@@ -11,6 +11,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 
+use super::primitive::Lock;
 use super::worker_store::TestFault;
 use crate::exit::CliError;
 
@@ -22,6 +23,7 @@ pub struct WorkerConfig {
     pub ttl: Duration,
     pub wait: Duration,
     pub resource: String,
+    pub lock: Lock,
     pub no_fencing: bool,
     /// A planted store fault, for the harness's own tests.
     pub test_fault: Option<TestFault>,
@@ -96,6 +98,8 @@ impl Fleet {
             .args(["--ttl", &format!("{}ms", c.ttl.as_millis())])
             .args(["--wait", &format!("{}ms", c.wait.as_millis())])
             .args(["--resource", &c.resource])
+            .args(["--primitive", c.lock.primitive.name()])
+            .args(["--permits", &c.lock.permits.to_string()])
             .args(["--stop-at", &c.stop_at.to_string()])
             .args(["--seed", &seed.to_string()])
             .arg("--history")

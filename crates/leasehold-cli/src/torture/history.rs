@@ -57,6 +57,13 @@ pub struct Event {
     /// that waited sends several; the store granted the last one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sent: Option<u64>,
+    /// Acquire `ok` of a semaphore permit: its slot (the resource fences
+    /// per slot, so the checker follows each slot as one lease).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<u32>,
+    /// Acquire `ok` of a read-write lock's read side: readers may overlap.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shared: bool,
 }
 
 /// An operation on the protected resource.
@@ -65,6 +72,9 @@ pub struct Event {
 pub enum ResourceOp {
     Read,
     Write,
+    /// A read-write lock reader's read: fenced only by writers' tokens, so
+    /// readers holding the lock together do not refuse each other.
+    SharedRead,
 }
 
 impl ResourceOp {
@@ -73,6 +83,7 @@ impl ResourceOp {
         match self {
             ResourceOp::Read => "read",
             ResourceOp::Write => "write",
+            ResourceOp::SharedRead => "shared_read",
         }
     }
 }
@@ -88,7 +99,8 @@ pub struct Decision {
     /// Read: the value returned. Write: the value written (or refused).
     pub value: i64,
     pub accepted: bool,
-    /// The highest token the resource had accepted for the key before.
+    /// The highest token the resource compared with: the highest it had
+    /// accepted for the key before (for a shared read, from writers only).
     pub highest: u64,
     pub worker: u32,
 }

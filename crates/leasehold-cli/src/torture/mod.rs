@@ -13,6 +13,7 @@ mod clock;
 mod fleet;
 mod history;
 mod nemesis;
+mod primitive;
 mod proxy;
 mod report;
 mod resource;
@@ -34,6 +35,8 @@ use checker::Verdict;
 use fleet::{Fleet, WorkerConfig};
 use history::Event;
 pub use nemesis::Family;
+use primitive::Lock;
+pub use primitive::Primitive;
 use resource::Resource;
 pub use worker::{worker, WorkerArgs};
 use worker_store::TestFault;
@@ -63,7 +66,11 @@ pub enum ResourceKind {
 #[command(after_help = "\
 Workers loop: acquire (waiting up to 3 ttl), read the counter, sleep 2-10 % of the ttl \
 (one hold in ten: 1.5-3 ttl, so the lease lives on renewals), write counter + 1 with \
-the fencing token, release. The nemesis aims kills and pauses at the current lease \
+the fencing token, release. With --primitive semaphore each permit slot has its own \
+counter, fenced by the slot's tokens (docs/semaphore.md), and the checker also \
+counts holders at once against --permits. With --primitive rw two rounds in three \
+are readers, which read, sleep and read again, fenced by writers' tokens only; \
+writers are fenced by every token and hold the key alone. The nemesis aims kills and pauses at the current lease \
 holder. The proxy faults sit between the workers and a network store; they cannot \
 apply to SQLite (a file): asking for them there exits 64, and the default leaves them out.
 
@@ -99,6 +106,12 @@ pub struct TortureArgs {
     /// Where the counter lives
     #[arg(long, value_enum, default_value = "server")]
     pub resource: ResourceKind,
+    /// The lock under test
+    #[arg(long, value_enum, default_value = "mutex")]
+    pub primitive: Primitive,
+    /// Permits of the semaphore (--primitive semaphore only) [default: 3]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub permits: Option<u32>,
     /// The resource ignores tokens: shows the lost updates fencing prevents
     #[arg(long)]
     pub no_fencing: bool,
@@ -126,6 +139,7 @@ pub enum FaultArg {
 
 /// The validated plan: which faults run, and notes on those that cannot.
 struct Plan {
+    lock: Lock,
     families: Vec<Family>,
     proxy: Option<stores::Endpoint>,
     notes: Vec<String>,
@@ -148,6 +162,24 @@ fn plan(store: &str, args: &TortureArgs) -> Result<Plan, CliError> {
             args.ttl
         )));
     }
+    let lock = Lock {
+        primitive: args.primitive,
+        permits: match (args.primitive, args.permits) {
+            (Primitive::Semaphore, permits) => permits.unwrap_or(3),
+            (_, None) => 1,
+            (other, Some(_)) => {
+                return Err(CliError::usage(format!(
+                    "--permits applies to --primitive semaphore, not {}",
+                    other.name()
+                )))
+            }
+        },
+    };
+    if lock.primitive == Primitive::Rw && args.resource == ResourceKind::Store {
+        return Err(CliError::usage(
+            "--resource store has no shared reads for --primitive rw; use --resource server",
+        ));
+    }
     let proxy_endpoint = stores::endpoint(store);
     let faults = match &args.faults {
         Some(faults) => faults.clone(),
@@ -166,6 +198,7 @@ fn plan(store: &str, args: &TortureArgs) -> Result<Plan, CliError> {
         ));
     }
     let mut plan = Plan {
+        lock,
         families: Vec::new(),
         proxy: None,
         notes: Vec::new(),
@@ -212,7 +245,8 @@ pub async fn torture(store: &str, args: TortureArgs) -> Result<u8, CliError> {
     create_history_file(&args)?;
     let run = Run::new(store, &args);
     let locks = Locks::open(&run.store).await?;
-    let resource = Resource::set_up(args.resource, store, &run.keys, !args.no_fencing).await?;
+    let cells = plan.lock.cells(&run.keys);
+    let resource = Resource::set_up(args.resource, store, &cells, !args.no_fencing).await?;
     let proxy = start_proxy(&plan).await?;
     let sampler = crate::connections::start(&run.store, run.app.as_deref()).await;
     // Only now: a run refused above leaves nothing behind.
@@ -222,9 +256,9 @@ pub async fn torture(store: &str, args: TortureArgs) -> Result<u8, CliError> {
     let connections = sampler.map(crate::connections::Sampler::finish);
     // Every lease must be gone once the last one could have expired.
     tokio::time::sleep(args.ttl + Duration::from_millis(200)).await;
-    let held_after_end = list_after_end(&locks, &run.key_prefix()).await?;
+    let held_after_end = list_after_end(&plan.lock, &locks, &run.key_prefix()).await?;
     let events = read_events(&run.dir)?;
-    let decisions = resource.decisions(&run.keys).await?;
+    let decisions = resource.decisions(&cells).await?;
     let mut faults = ran.faults;
     checker::mark_proxy_hits(&events, &mut faults, args.ttl);
     let report = checker::check(&checker::Input {
@@ -236,6 +270,9 @@ pub async fn torture(store: &str, args: TortureArgs) -> Result<u8, CliError> {
         lost_slack: lost_slack(args.ttl),
         held_after_end,
         requested: &plan.requested(),
+        primitive: plan.lock.primitive,
+        permits: plan.lock.permits,
+        workers: args.workers,
     });
     if let Some(path) = &args.history {
         history::write_merged(path, &events, &decisions, &faults)?;
@@ -248,6 +285,8 @@ pub async fn torture(store: &str, args: TortureArgs) -> Result<u8, CliError> {
         duration_ms: args.duration.as_millis() as u64,
         ttl_ms: args.ttl.as_millis() as u64,
         seed: run.seed,
+        primitive: plan.lock.primitive,
+        permits: (plan.lock.primitive == Primitive::Semaphore).then_some(plan.lock.permits),
         resource: resource.name(),
         fencing: !args.no_fencing,
         faults: plan.requested().iter().map(|f| f.to_string()).collect(),
@@ -354,6 +393,7 @@ async fn run_fleet(
             ttl: args.ttl,
             wait,
             resource: resource.spec(),
+            lock: plan.lock,
             no_fencing: args.no_fencing,
             test_fault: args.test_fault,
             stop_at,
@@ -367,6 +407,7 @@ async fn run_fleet(
         fleet: &mut fleet,
         locks,
         keys: &run.keys,
+        lock: plan.lock,
         proxy: proxy.map(|(p, _)| p.control()),
         restart_cmd: args.restart_cmd.clone(),
         families: plan.families.clone(),
@@ -415,11 +456,11 @@ fn final_notes(
 
 /// Live leases under `prefix`, retrying while the store comes back from a
 /// restart the nemesis may have just done.
-async fn list_after_end(locks: &Locks, prefix: &str) -> Result<usize, CliError> {
+async fn list_after_end(lock: &Lock, locks: &Locks, prefix: &str) -> Result<usize, CliError> {
     let mut attempts = 0;
     loop {
-        match locks.list(prefix).await {
-            Ok(held) => return Ok(held.len()),
+        match lock.live(locks, prefix).await {
+            Ok(held) => return Ok(held),
             Err(e) if e.is_retryable() && attempts < 20 => {
                 attempts += 1;
                 tokio::time::sleep(Duration::from_millis(250)).await;

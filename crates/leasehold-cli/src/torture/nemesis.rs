@@ -1,8 +1,8 @@
 //! The seeded nemesis: one fault at a time, cycling through the enabled
 //! kinds in a shuffled order, so every kind is injected in any run longer
-//! than a few ttls. Kills and pauses are aimed at the process that holds a
-//! lease right now (found through `inspect` and the holder label), since a
-//! fault on an idle process proves nothing.
+//! than a few ttls. Kills and pauses are aimed at a process that holds a
+//! lease right now (found through `inspect`, or a semaphore's holders, and
+//! the holder label), since a fault on an idle process proves nothing.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,6 +17,7 @@ use tokio::time::sleep;
 use super::clock::mono_ns;
 use super::fleet::Fleet;
 use super::history::{Fault, FaultKind};
+use super::primitive::Lock;
 use super::proxy::Control;
 use crate::exit::CliError;
 
@@ -54,6 +55,8 @@ pub struct Nemesis<'a> {
     /// A direct connection (not through the proxy) for finding holders.
     pub locks: &'a Locks,
     pub keys: &'a [String],
+    /// The lock under test: how holders are found.
+    pub lock: Lock,
     pub proxy: Option<Arc<Control>>,
     pub restart_cmd: Option<String>,
     pub families: Vec<Family>,
@@ -113,14 +116,26 @@ impl Nemesis<'_> {
         while mono_ns() < deadline {
             let key = &self.keys[self.rng.gen_range(0..self.keys.len())];
             // The store may be restarting (our own fault): ask again.
-            if let Ok(Some(info)) = self.locks.inspect(key).await {
-                let worker = parse_pid(&info.holder).and_then(|pid| self.fleet.by_pid(pid));
-                if let Some(worker) = worker {
-                    return Ok(Some(Target {
-                        worker,
-                        key: key.clone(),
-                        token: info.token,
-                    }));
+            if let Ok(holders) = self.lock.holders(self.locks, key).await {
+                let mut targets: Vec<Target> = holders
+                    .into_iter()
+                    .filter_map(|h| {
+                        let worker = parse_pid(&h.label).and_then(|pid| self.fleet.by_pid(pid))?;
+                        Some(Target {
+                            worker,
+                            key: key.clone(),
+                            token: h.token,
+                        })
+                    })
+                    .collect();
+                if !targets.is_empty() {
+                    // A mutex has one holder: draw nothing, so its seeded
+                    // schedules stay as they were.
+                    let i = match targets.len() {
+                        1 => 0,
+                        n => self.rng.gen_range(0..n),
+                    };
+                    return Ok(Some(targets.swap_remove(i)));
                 }
             }
             sleep(Duration::from_millis(3)).await;
@@ -131,8 +146,8 @@ impl Nemesis<'_> {
     /// Whether `target` still holds its lease: run right after a signal, it
     /// tells whether the signal landed inside the lease.
     async fn still_holds(&self, target: &Target) -> Result<bool, CliError> {
-        Ok(match self.locks.inspect(&target.key).await {
-            Ok(info) => info.is_some_and(|i| i.token == target.token),
+        Ok(match self.lock.holders(self.locks, &target.key).await {
+            Ok(holders) => holders.iter().any(|h| h.token == target.token),
             Err(e) if e.is_retryable() => false,
             Err(e) => return Err(e.into()),
         })

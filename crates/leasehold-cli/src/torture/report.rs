@@ -13,6 +13,10 @@ pub struct Setup {
     pub duration_ms: u64,
     pub ttl_ms: u64,
     pub seed: u64,
+    pub primitive: super::Primitive,
+    /// Semaphore permits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub permits: Option<u32>,
     pub resource: &'static str,
     pub fencing: bool,
     pub faults: Vec<String>,
@@ -34,7 +38,12 @@ pub fn print_table(setup: &Setup, r: &Report) {
         setup.store, setup.workers, setup.keys, setup.duration_ms, setup.ttl_ms, setup.seed
     );
     println!(
-        "resource: {} ({}); faults: {}",
+        "lock: {}{}; resource: {} ({}); faults: {}",
+        setup.primitive.name(),
+        setup
+            .permits
+            .map(|n| format!(" of {n} permits"))
+            .unwrap_or_default(),
         setup.resource,
         if setup.fencing {
             "fenced"
@@ -89,6 +98,21 @@ pub fn print_table(setup: &Setup, r: &Report) {
             "overlapping beliefs",
             r.overlapping_beliefs.to_string(),
             "stale holders that acted",
+        ),
+        (
+            "holders at once",
+            if setup.primitive == super::Primitive::Rw {
+                format!(
+                    "max {} (readers together, a writer alone)",
+                    r.holders_at_once.max
+                )
+            } else {
+                format!(
+                    "max {} (limit {})",
+                    r.holders_at_once.max, r.holders_at_once.limit
+                )
+            },
+            zero(r.holders_at_once.over_limit),
         ),
         must_be_zero("stale writes accepted", r.stale_writes_accepted),
         must_be_zero("stale reads accepted", r.stale_reads_accepted),

@@ -21,6 +21,7 @@ use rand::{Rng, SeedableRng};
 
 use super::clock::{mono_ns, to_mono};
 use super::history::{Event, Kind, Op};
+use super::primitive::{Held, Lock, Primitive};
 use super::resource::{self, Answer};
 use super::worker_store::{TestFault, WorkerStore};
 use crate::exit::CliError;
@@ -54,6 +55,12 @@ pub struct WorkerArgs {
     /// A planted store fault, for the harness's own tests (see `TestFault`)
     #[arg(long, value_enum)]
     pub test_fault: Option<TestFault>,
+    /// The lock under test
+    #[arg(long, value_enum, default_value = "mutex")]
+    pub primitive: Primitive,
+    /// Semaphore permits
+    #[arg(long, default_value_t = 1)]
+    pub permits: u32,
 }
 
 /// The share of holds that last several ttls (the rest last 2-10 % of one).
@@ -82,6 +89,8 @@ impl Log {
             valid_until: None,
             error: None,
             sent: None,
+            slot: None,
+            shared: false,
         }
     }
 
@@ -126,12 +135,17 @@ pub async fn worker(store: &str, args: WorkerArgs) -> Result<u8, CliError> {
     let options = AcquireOptions::new()
         .with_ttl(args.ttl)
         .with_wait(args.wait);
+    let lock = Lock {
+        primitive: args.primitive,
+        permits: args.permits,
+    };
 
     while mono_ns() < args.stop_at {
         let key = &args.keys[rng.gen_range(0..args.keys.len())];
+        let shared = lock.shared_round(&mut rng);
         log.put(log.event(Op::Acquire, Kind::Invoke, key))?;
-        let guard = match locks.acquire_with(key, &options).await {
-            Ok(guard) => guard,
+        let held = match lock.acquire(&locks, key, &options, shared).await {
+            Ok(held) => held,
             Err(e @ (Error::Timeout { .. } | Error::Busy { .. })) => {
                 log.put(failed(log.event(Op::Acquire, Kind::Fail, key), &e))?;
                 continue;
@@ -144,15 +158,18 @@ pub async fn worker(store: &str, args: WorkerArgs) -> Result<u8, CliError> {
             }
             Err(e) => return Err(e.into()),
         };
-        let mut granted = holding(log.event(Op::Acquire, Kind::Ok, key), &guard);
+        let guard = &held.guard;
+        let mut granted = holding(log.event(Op::Acquire, Kind::Ok, key), guard);
         granted.sent = Some(granted_request_sent.load(Ordering::SeqCst));
+        granted.slot = held.slot;
+        granted.shared = held.shared;
         log.put(granted)?;
-        let watcher = watch_lost(&log, key, &guard);
-        critical_section(&log, &mut *resource, key, &guard, &mut rng).await?;
-        log.put(holding(log.event(Op::Release, Kind::Invoke, key), &guard))?;
+        let watcher = watch_lost(&log, key, guard);
+        critical_section(&log, &mut *resource, key, &held, &mut rng).await?;
+        log.put(holding(log.event(Op::Release, Kind::Invoke, key), guard))?;
         let token = guard.token();
         watcher.abort();
-        match guard.release().await {
+        match held.guard.release().await {
             Ok(()) => {
                 let mut e = log.event(Op::Release, Kind::Ok, key);
                 e.token = Some(token);
@@ -183,17 +200,26 @@ fn watch_lost(log: &Log, key: &str, guard: &LeaseGuard) -> tokio::task::JoinHand
     })
 }
 
-/// Read, sleep, write + 1, all with the lease's token.
+/// Read, sleep, write + 1, all with the lease's token, on the grant's
+/// resource cell. A reader of a read-write lock reads, sleeps and reads
+/// again instead (a paused reader's late read is what fencing must stop).
 async fn critical_section(
     log: &Log,
     resource: &mut dyn resource::FencedResource,
     key: &str,
-    guard: &LeaseGuard,
+    held: &Held,
     rng: &mut StdRng,
 ) -> Result<(), CliError> {
+    let guard = &held.guard;
+    let cell = held.cell(key);
     let token = guard.token();
     log.put(holding(log.event(Op::Read, Kind::Invoke, key), guard))?;
-    let value = match resource.read(key, token).await {
+    let read = if held.shared {
+        resource.shared_read(&cell, token).await
+    } else {
+        resource.read(&cell, token).await
+    };
+    let value = match read {
         Ok(Answer::Accepted(v)) => {
             let mut e = holding(log.event(Op::Read, Kind::Ok, key), guard);
             e.value = Some(v);
@@ -220,10 +246,13 @@ async fn critical_section(
         rng.gen_range(0.02..0.1)
     };
     tokio::time::sleep(ttl.mul_f64(hold)).await;
+    if held.shared {
+        return shared_read_again(log, resource, key, &cell, guard).await;
+    }
     let mut e = holding(log.event(Op::Write, Kind::Invoke, key), guard);
     e.value = Some(value + 1);
     log.put(e)?;
-    let mut e = match resource.write(key, token, value + 1).await {
+    let mut e = match resource.write(&cell, token, value + 1).await {
         Ok(Answer::Accepted(())) => log.event(Op::Write, Kind::Ok, key),
         Ok(Answer::Fenced { highest }) => {
             let mut e = log.event(Op::Write, Kind::Fail, key);
@@ -238,6 +267,36 @@ async fn critical_section(
     };
     e.token = Some(token);
     e.value = Some(value + 1);
+    Ok(log.put(e)?)
+}
+
+/// A reader's second read, at the end of its hold.
+async fn shared_read_again(
+    log: &Log,
+    resource: &mut dyn resource::FencedResource,
+    key: &str,
+    cell: &str,
+    guard: &LeaseGuard,
+) -> Result<(), CliError> {
+    log.put(holding(log.event(Op::Read, Kind::Invoke, key), guard))?;
+    let mut e = match resource.shared_read(cell, guard.token()).await {
+        Ok(Answer::Accepted(v)) => {
+            let mut e = holding(log.event(Op::Read, Kind::Ok, key), guard);
+            e.value = Some(v);
+            e
+        }
+        Ok(Answer::Fenced { highest }) => {
+            let mut e = holding(log.event(Op::Read, Kind::Fail, key), guard);
+            e.error = Some(format!("fenced: resource has seen token {highest}"));
+            e
+        }
+        Err(err) => {
+            let mut e = holding(log.event(Op::Read, Kind::Unknown, key), guard);
+            e.error = Some(err.to_string());
+            e
+        }
+    };
+    e.token = Some(guard.token());
     Ok(log.put(e)?)
 }
 

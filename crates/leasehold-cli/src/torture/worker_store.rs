@@ -80,18 +80,37 @@ impl Decorator for WorkerStore {
     }
 
     fn renew<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(async move {
-            self.renew_event(lease, Kind::Invoke, None);
-            let outcome = match self.fault {
-                Some(TestFault::BrokenRenew) => Ok(true),
-                None => self.inner.renew(lease, ttl).await,
-            };
-            match &outcome {
-                Ok(true) => self.renew_event(lease, Kind::Ok, None),
-                Ok(false) => self.renew_event(lease, Kind::Fail, Some("lease gone".into())),
-                Err(e) => self.renew_event(lease, Kind::Unknown, Some(e.to_string())),
-            }
-            outcome
-        })
+        Box::pin(self.logged_renew(lease, self.inner.renew(lease, ttl)))
+    }
+
+    fn try_acquire_permit<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
+        self.last_attempt.store(mono_ns(), Ordering::SeqCst);
+        self.inner.try_acquire_permit(req)
+    }
+
+    fn renew_permit<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(self.logged_renew(lease, self.inner.renew_permit(lease, ttl)))
+    }
+}
+
+impl WorkerStore {
+    /// Logs a renewal request and its outcome; the planted fault answers
+    /// without sending it.
+    async fn logged_renew(
+        &self,
+        lease: &Lease,
+        renew: BoxFuture<'_, Result<bool>>,
+    ) -> Result<bool> {
+        self.renew_event(lease, Kind::Invoke, None);
+        let outcome = match self.fault {
+            Some(TestFault::BrokenRenew) => Ok(true),
+            None => renew.await,
+        };
+        match &outcome {
+            Ok(true) => self.renew_event(lease, Kind::Ok, None),
+            Ok(false) => self.renew_event(lease, Kind::Fail, Some("lease gone".into())),
+            Err(e) => self.renew_event(lease, Kind::Unknown, Some(e.to_string())),
+        }
+        outcome
     }
 }

@@ -162,6 +162,63 @@ pub fn unfenced_run_reports_lost_updates(store: &str, extra: &[&str]) {
     run.remove_kept_logs();
 }
 
+/// A short fenced run of `--primitive PRIMITIVE` under kills and pauses:
+/// passes, its faults hit, and holders overlapped as the lock allows
+/// without going past it.
+pub fn fenced_primitive_run_passes(store: &str, primitive: &str, extra: &[&str]) -> Run {
+    let mut args = vec![
+        "--primitive",
+        primitive,
+        "--duration",
+        "7s",
+        "--ttl",
+        "500ms",
+        "--seed",
+        "7",
+        "--faults",
+        "kill,pause",
+    ];
+    args.extend_from_slice(extra);
+    let run = torture(store, &args);
+    assert_eq!(run.code, 0, "a fenced run must pass: {}", run.output);
+    assert_eq!(run.report["verdict"], "pass", "{}", run.output);
+    assert_eq!(run.setup["primitive"], primitive, "{}", run.output);
+    assert_every_promise_kept(&run);
+    assert_eq!(run.n("/holders_at_once/over_limit"), 0, "{}", run.output);
+    assert!(run.n("/holders_at_once/max") >= 2, "{}", run.output);
+    assert!(run.n("/faults/pause/hit") >= 1, "{}", run.output);
+    assert!(run.n("/faults/kill/hit") >= 1, "{}", run.output);
+    assert!(run.n("/renewals/renewed") > 0, "{}", run.output);
+    run
+}
+
+/// The same primitive with a resource that ignores tokens, under pauses:
+/// the checker must catch the stale operations it lets through.
+pub fn unfenced_primitive_run_fails(store: &str, primitive: &str, extra: &[&str]) -> Run {
+    let mut args = vec![
+        "--primitive",
+        primitive,
+        "--duration",
+        "7s",
+        "--ttl",
+        "500ms",
+        "--seed",
+        "11",
+        "--faults",
+        "pause",
+        "--no-fencing",
+    ];
+    args.extend_from_slice(extra);
+    let run = torture(store, &args);
+    assert_eq!(run.code, 1, "an unfenced run must fail: {}", run.output);
+    assert_eq!(run.report["verdict"], "violation", "{}", run.output);
+    let stale = run.n("/stale_writes_accepted") + run.n("/stale_reads_accepted");
+    assert!(stale > 0, "{}", run.output);
+    assert_eq!(run.n("/fenced_rejections"), 0, "nothing is fenced");
+    run.remove_kept_logs();
+    run
+}
+
 /// The torture checks every network store must pass, one `#[test]` each,
 /// against the server named by the environment variable `$var` (skipped
 /// without it unless `LEASEHOLD_REQUIRE_SERVERS=1`): a fenced run passes with
@@ -196,6 +253,48 @@ macro_rules! network_torture_tests {
                 return;
             };
             $crate::torture_common::unfenced_run_reports_lost_updates(&url, &[]);
+        }
+
+        #[test]
+        fn fenced_semaphore_run_passes_with_its_permits_at_once() {
+            let Some(url) = leasehold::conformance::server_url($var) else {
+                return;
+            };
+            let run = $crate::torture_common::fenced_primitive_run_passes(&url, "semaphore", &[]);
+            assert_eq!(run.n("/holders_at_once/limit"), 3, "{}", run.output);
+        }
+
+        #[test]
+        fn unfenced_semaphore_run_loses_updates() {
+            let Some(url) = leasehold::conformance::server_url($var) else {
+                return;
+            };
+            let run = $crate::torture_common::unfenced_primitive_run_fails(&url, "semaphore", &[]);
+            assert!(run.n("/lost_increments") > 0, "{}", run.output);
+        }
+    };
+}
+
+/// The read-write lock's torture checks, one `#[test]` each, against the
+/// server named by `$var`: a fenced run passes with readers overlapping and
+/// writers alone; an unfenced run is caught accepting stale operations.
+#[macro_export]
+macro_rules! rw_torture_tests {
+    ($var:literal) => {
+        #[test]
+        fn fenced_rw_run_passes_with_readers_together_and_writers_alone() {
+            let Some(url) = leasehold::conformance::server_url($var) else {
+                return;
+            };
+            $crate::torture_common::fenced_primitive_run_passes(&url, "rw", &[]);
+        }
+
+        #[test]
+        fn unfenced_rw_run_accepts_stale_operations() {
+            let Some(url) = leasehold::conformance::server_url($var) else {
+                return;
+            };
+            $crate::torture_common::unfenced_primitive_run_fails(&url, "rw", &[]);
         }
     };
 }

@@ -91,6 +91,20 @@ impl dyn FencedResource + '_ {
         Ok(reply.answer(reply.value))
     }
 
+    /// A read-write lock reader's read: returns the counter, compared with
+    /// writers' tokens only.
+    pub async fn shared_read(&mut self, key: &str, token: u64) -> Result<Answer<i64>> {
+        let reply = self
+            .decide(Operation {
+                op: ResourceOp::SharedRead,
+                key,
+                token,
+                value: 0,
+            })
+            .await?;
+        Ok(reply.answer(reply.value))
+    }
+
     /// Sets the counter to `value`.
     pub async fn write(&mut self, key: &str, token: u64, value: i64) -> Result<Answer<()>> {
         let reply = self

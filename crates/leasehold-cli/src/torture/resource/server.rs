@@ -31,6 +31,9 @@ struct Request {
 struct Cell {
     value: i64,
     highest: u64,
+    /// The highest token of a writer's operation (read or write): what a
+    /// shared read is compared with.
+    highest_writer: u64,
 }
 
 struct State {
@@ -43,18 +46,32 @@ impl State {
     /// The one place the resource decides. With fencing off it accepts
     /// everything but still records the tokens, so the checker can show
     /// which accepted writes were stale.
+    ///
+    /// A shared read (a read-write lock's reader) is compared with writers'
+    /// tokens only: readers overlap, and a reader granted before another
+    /// reader is not stale for it. Any other operation is compared with
+    /// every token seen, readers' included: a writer older than a reader
+    /// that already read has lost its lease.
     fn decide(&mut self, req: &Request) -> Reply {
         let cell = self.cells.entry(req.key.clone()).or_default();
-        let highest = cell.highest;
+        let shared = req.op == ResourceOp::SharedRead;
+        let highest = if shared {
+            cell.highest_writer
+        } else {
+            cell.highest
+        };
         let accepted = !self.fencing || req.token >= highest;
         if accepted {
-            cell.highest = highest.max(req.token);
+            cell.highest = cell.highest.max(req.token);
+            if !shared {
+                cell.highest_writer = cell.highest_writer.max(req.token);
+            }
             if req.op == ResourceOp::Write {
                 cell.value = req.value;
             }
         }
         let value = match req.op {
-            ResourceOp::Read => cell.value,
+            ResourceOp::Read | ResourceOp::SharedRead => cell.value,
             ResourceOp::Write => req.value,
         };
         self.log.push(Decision {

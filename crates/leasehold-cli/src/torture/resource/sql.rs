@@ -131,6 +131,10 @@ impl FencedResource for Conn {
                 token,
                 value,
             } = operation;
+            if op == ResourceOp::SharedRead {
+                // The plan refuses --primitive rw with --resource store.
+                anyhow::bail!("the in-store resource has no shared reads");
+            }
             let token = i64::try_from(token)?;
             let mut tx = self.db.begin_write().await?;
             let highest = tx
@@ -141,7 +145,7 @@ impl FencedResource for Conn {
                 .await?;
             let update = match op {
                 ResourceOp::Read => READ,
-                ResourceOp::Write => WRITE,
+                ResourceOp::Write | ResourceOp::SharedRead => WRITE,
             };
             let condition = if self.fencing { IF_FENCE_ALLOWS } else { "" };
             let result: Option<(i64,)> = tx

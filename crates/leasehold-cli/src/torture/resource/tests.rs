@@ -91,3 +91,32 @@ async fn stores_without_an_in_store_resource_say_so() {
     assert_eq!(e.code, crate::exit::EX_USAGE);
     assert!(e.to_string().contains("use --resource server"), "{e}");
 }
+
+#[tokio::test]
+async fn the_server_fences_shared_reads_by_writers_only() {
+    let server = Server::start(true).await.unwrap();
+    let mut r = Client::connect(&server.addr().to_string(), 1)
+        .await
+        .unwrap();
+    let r: &mut dyn FencedResource = &mut r;
+    // Readers 3 and 2 in either order; writer 4 is above both.
+    assert_eq!(r.shared_read("k", 3).await.unwrap(), Answer::Accepted(0));
+    assert_eq!(r.shared_read("k", 2).await.unwrap(), Answer::Accepted(0));
+    assert_eq!(r.read("k", 4).await.unwrap(), Answer::Accepted(0));
+    assert_eq!(r.write("k", 4, 1).await.unwrap(), Answer::Accepted(()));
+    // Behind writer 4: reader 3 is stale; writer 3 too.
+    assert_eq!(
+        r.shared_read("k", 3).await.unwrap(),
+        Answer::Fenced { highest: 4 }
+    );
+    assert_eq!(
+        r.write("k", 3, 9).await.unwrap(),
+        Answer::Fenced { highest: 4 }
+    );
+    // Reader 6 registers: writer 5 (granted before it) may not write.
+    assert_eq!(r.shared_read("k", 6).await.unwrap(), Answer::Accepted(1));
+    assert_eq!(
+        r.write("k", 5, 2).await.unwrap(),
+        Answer::Fenced { highest: 6 }
+    );
+}
