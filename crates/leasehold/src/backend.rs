@@ -25,6 +25,7 @@
 mod record;
 
 pub use crate::notify::{Subscription, WakeHub};
+pub use crate::rwlock::{RwSide, WRITER_MARK_MAX, WRITER_SLOT};
 pub use crate::semaphore::{PermitInfo, MAX_PERMITS};
 pub use record::{
     duration_to_millis, millis_to_duration, token_from_i64, token_to_i64, CorruptRecord,
@@ -212,8 +213,37 @@ pub struct AcquireRequest {
     ttl: Duration,
     /// The caller's wait bound, if it waits; see [`AcquireRequest::lock_wait`].
     lock_deadline: Option<Instant>,
-    /// For a semaphore permit: how many permits the caller counts.
-    permits: Option<u32>,
+    /// For a permit: which kind (a semaphore's count, or a side of a
+    /// reader-writer lock).
+    permit: Option<PermitKind>,
+}
+
+/// What a permit request asks for ([`Backend::try_acquire_permit`]): one
+/// permit of a counting semaphore, or one side of a reader-writer lock.
+///
+/// A reader-writer lock lives apart from the semaphore and the mutex of
+/// the same key. Its readers are permits in slots `0..MAX_PERMITS`, its
+/// writer the reserved slot [`WRITER_SLOT`], all from one fence; see
+/// docs/rw-lock.md for the store's rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PermitKind {
+    /// A permit of a semaphore of this many permits.
+    Semaphore(u32),
+    /// A shared (reader) grant of a reader-writer lock.
+    Read,
+    /// The exclusive (writer) grant of a reader-writer lock.
+    Write,
+}
+
+impl PermitKind {
+    /// The side of a reader-writer lock, `None` for a semaphore.
+    pub fn rw_side(self) -> Option<RwSide> {
+        match self {
+            PermitKind::Semaphore(_) => None,
+            PermitKind::Read => Some(RwSide::Read),
+            PermitKind::Write => Some(RwSide::Write),
+        }
+    }
 }
 
 /// How long an attempt that does not wait (a try-once acquire) may still
@@ -241,7 +271,7 @@ impl AcquireRequest {
             holder: sanitize_label(holder),
             ttl: validate_ttl(ttl)?,
             lock_deadline: None,
-            permits: None,
+            permit: None,
         })
     }
 
@@ -254,13 +284,58 @@ impl AcquireRequest {
     pub fn permit(key: Key, ttl: Duration, holder: &str, permits: u32) -> Result<Self> {
         let permits = crate::semaphore::validate_permits(permits)?;
         let mut request = Self::new(key, ttl, holder)?;
-        request.permits = Some(permits);
+        request.permit = Some(PermitKind::Semaphore(permits));
         Ok(request)
     }
 
-    /// For a permit request, how many permits the caller counts.
+    /// A request for one side of the reader-writer lock `key`
+    /// ([`Backend::try_acquire_permit`] with [`PermitKind::Read`] or
+    /// [`PermitKind::Write`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput) for a bad ttl.
+    pub fn rw(key: Key, ttl: Duration, holder: &str, side: RwSide) -> Result<Self> {
+        let mut request = Self::new(key, ttl, holder)?;
+        request.permit = Some(match side {
+            RwSide::Read => PermitKind::Read,
+            RwSide::Write => PermitKind::Write,
+        });
+        Ok(request)
+    }
+
+    /// For a semaphore permit request, how many permits the caller counts
+    /// (`None` for a mutex or a reader-writer lock).
     pub fn permits(&self) -> Option<u32> {
-        self.permits
+        match self.permit {
+            Some(PermitKind::Semaphore(n)) => Some(n),
+            _ => None,
+        }
+    }
+
+    /// What a permit request asks for; `None` for a mutex request.
+    pub fn permit_kind(&self) -> Option<PermitKind> {
+        self.permit
+    }
+
+    /// For a reader-writer lock request, its side.
+    pub fn rw_side(&self) -> Option<RwSide> {
+        self.permit.and_then(PermitKind::rw_side)
+    }
+
+    /// For a writer of a reader-writer lock that waits: how long the
+    /// marker that turns new readers away may live at the store from this
+    /// attempt (docs/rw-lock.md): until the caller's wait deadline, and at
+    /// most [`WRITER_MARK_MAX`], which outlasts the longest sleep of a
+    /// waiter between two attempts. `None` for a writer that does not wait
+    /// (it leaves no marker) and for every other request.
+    pub fn writer_mark_ttl(&self) -> Option<Duration> {
+        if self.permit != Some(PermitKind::Write) {
+            return None;
+        }
+        let left = self
+            .lock_deadline?
+            .saturating_duration_since(Instant::now());
+        (!left.is_zero()).then(|| left.min(WRITER_MARK_MAX))
     }
 
     /// Bounds the time the store may spend waiting for locks held by other
@@ -317,6 +392,7 @@ impl AcquireRequest {
             token,
             ttl: self.ttl,
             slot: None,
+            rw: None,
         }
     }
 
@@ -325,6 +401,7 @@ impl AcquireRequest {
     pub fn granted_permit(&self, slot: u32, token: u64) -> Lease {
         Lease {
             slot: Some(slot),
+            rw: self.rw_side(),
             ..self.granted(token)
         }
     }
@@ -354,12 +431,19 @@ pub struct Lease {
     ttl: Duration,
     /// A semaphore permit's slot; `None` for a mutex lease.
     slot: Option<u32>,
+    /// For a reader-writer lock's grant, its side.
+    rw: Option<RwSide>,
 }
 
 impl Lease {
     /// For a semaphore permit, its slot (`0..permits`); `None` for a mutex.
     pub fn slot(&self) -> Option<u32> {
         self.slot
+    }
+    /// For a reader-writer lock's grant, its side (a reader's slot is
+    /// `0..MAX_PERMITS`, the writer's [`WRITER_SLOT`]); `None` otherwise.
+    pub fn rw_side(&self) -> Option<RwSide> {
+        self.rw
     }
     /// The locked key.
     pub fn key(&self) -> &Key {

@@ -168,6 +168,7 @@ pub mod redact;
 mod renewal;
 #[cfg(feature = "postgres")]
 pub mod rowlock;
+mod rwlock;
 pub mod scheme;
 mod semaphore;
 #[cfg(any(feature = "postgres", feature = "redis"))]
@@ -186,6 +187,7 @@ pub use key::{validate_prefix, Key, MAX_KEY_BYTES};
 pub use lock::{AcquireOptions, Locks, STORE_ANSWER_GRACE};
 pub use multi::{canonical_keys, MultiGuard, MAX_MULTI_KEYS};
 pub use redact::{redact_secrets, redact_url};
+pub use rwlock::{RwLock, RwSide};
 pub use semaphore::{validate_permits, PermitInfo, Semaphore, MAX_PERMITS};
 
 #[cfg(feature = "mongodb")]

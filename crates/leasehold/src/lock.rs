@@ -9,7 +9,9 @@ use tokio::time::{sleep_until, timeout_at, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::backend::{Acquire, AcquireRequest, Backend, BoxFuture, Busy, Lease, LeaseInfo};
+use crate::backend::{
+    Acquire, AcquireRequest, Backend, BoxFuture, Busy, Lease, LeaseInfo, PermitKind,
+};
 use crate::error::{Error, Result};
 use crate::guard::{born_dead, LeaseGuard};
 use crate::key::{validate_prefix, Key};
@@ -107,6 +109,8 @@ pub struct Locks {
     local: Arc<LocalQueues>,
     /// The local queues of semaphore keys: apart from the mutexes'.
     permit_queues: Arc<LocalQueues>,
+    /// Waiters for reader-writer locks, apart from semaphores of the same key.
+    rw_queues: Arc<LocalQueues>,
     renewals: RenewalScheduler,
     pending: Arc<PendingReleases>,
 }
@@ -139,6 +143,7 @@ impl Locks {
             holder_label: default_holder_label().into(),
             local: Arc::default(),
             permit_queues: Arc::default(),
+            rw_queues: Arc::default(),
             renewals: RenewalScheduler::default(),
             pending: Arc::default(),
         }
@@ -177,7 +182,7 @@ impl Locks {
         request: AcquireRequest,
         options: &AcquireOptions,
     ) -> Result<LeaseGuard> {
-        let span = tracing::debug_span!("acquire_permit", key = %request.key(), permits = request.permits(), ttl = ?options.ttl);
+        let span = tracing::debug_span!("acquire_permit", key = %request.key(), kind = ?request.permit_kind(), ttl = ?options.ttl);
         self.acquire_request(request, options)
             .instrument(span)
             .await
@@ -185,10 +190,10 @@ impl Locks {
 
     /// The local queues for `request`'s kind of lock.
     fn queues(&self, request: &AcquireRequest) -> &Arc<LocalQueues> {
-        if request.permits().is_some() {
-            &self.permit_queues
-        } else {
-            &self.local
+        match request.permit_kind() {
+            Some(PermitKind::Semaphore(_)) => &self.permit_queues,
+            Some(PermitKind::Read | PermitKind::Write) => &self.rw_queues,
+            None => &self.local,
         }
     }
 

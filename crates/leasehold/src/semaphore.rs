@@ -52,6 +52,10 @@ pub struct PermitInfo {
     pub token: u64,
     /// Time left before the permit expires, by the store's clock.
     pub remaining: Duration,
+    /// For a holder of a reader-writer lock, its side (a reader's slot is
+    /// `0..MAX_PERMITS`, the writer's [`WRITER_SLOT`](crate::backend::WRITER_SLOT));
+    /// `None` for a semaphore permit.
+    pub rw: Option<crate::backend::RwSide>,
 }
 
 /// One attempt at the store for `request`: a permit if it names permits,
@@ -60,7 +64,7 @@ pub(crate) async fn try_acquire_any(
     backend: &dyn Backend,
     request: &AcquireRequest,
 ) -> Result<Acquire> {
-    if request.permits().is_some() {
+    if request.permit_kind().is_some() {
         backend.try_acquire_permit(request).await
     } else {
         backend.try_acquire(request).await
@@ -189,7 +193,7 @@ impl Semaphore {
     /// Store errors.
     pub async fn holders(&self) -> Result<Vec<PermitInfo>> {
         let mut all = self.locks.backend().list_permits(self.key.as_str()).await?;
-        all.retain(|p| p.key == self.key);
+        all.retain(|p| p.key == self.key && p.rw.is_none());
         Ok(all)
     }
 }

@@ -206,7 +206,37 @@ impl<'a> RecordDecoder<'a> {
             holder: info.holder,
             token: info.token,
             remaining: info.remaining,
+            rw: None,
         })
+    }
+
+    /// A live holder of a reader-writer lock as
+    /// [`Backend::list_permits`](super::Backend::list_permits) reports it:
+    /// a reader in slot `0..MAX_PERMITS` or the writer in
+    /// [`WRITER_SLOT`](super::WRITER_SLOT).
+    ///
+    /// # Errors
+    /// A corrupt record naming the first bad field (any other slot among
+    /// them).
+    pub fn rw_info(
+        &self,
+        slot: i64,
+        owner: &str,
+        holder: Option<String>,
+        token: i64,
+        remaining_ms: i64,
+    ) -> Result<PermitInfo> {
+        let writer = slot == i64::from(super::WRITER_SLOT);
+        // A reader's slot is checked like a permit's; the writer's is reserved.
+        let reader_slot = if writer { 0 } else { slot };
+        let mut info = self.permit_info(reader_slot, owner, holder, token, remaining_ms)?;
+        info.slot = u32::try_from(slot).unwrap_or_default();
+        info.rw = Some(if writer {
+            super::RwSide::Write
+        } else {
+            super::RwSide::Read
+        });
+        Ok(info)
     }
 
     /// The error for a record whose shape is wrong in a way only the store

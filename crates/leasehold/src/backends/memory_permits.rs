@@ -1,5 +1,7 @@
-//! The in-memory store's semaphores: per key, a fence counter and the
-//! holders of its slots, behind one mutex (one atomic step per operation).
+//! The in-memory store's semaphores and reader-writer locks: per key, a
+//! fence counter and the holders of its slots, behind one mutex (one atomic
+//! step per operation). Reader-writer locks live in a map of their own, so
+//! they never meet a semaphore of the same key.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -7,13 +9,17 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::{Acquire, AcquireRequest, Busy, Lease, OwnerId, PermitInfo};
+use crate::backend::{
+    Acquire, AcquireRequest, Busy, Lease, OwnerId, PermitInfo, PermitKind, RwSide, MAX_PERMITS,
+    WRITER_SLOT,
+};
 use crate::key::Key;
 
 /// Every semaphore of one memory store. Clones share it.
 #[derive(Debug, Clone, Default)]
 pub(super) struct PermitTable {
     keys: Arc<Mutex<BTreeMap<Key, Semaphore>>>,
+    rw_keys: Arc<Mutex<BTreeMap<Key, Semaphore>>>,
 }
 
 /// One key's permits; never removed, because the fence lives here.
@@ -21,6 +27,15 @@ pub(super) struct PermitTable {
 struct Semaphore {
     fence: u64,
     slots: BTreeMap<u32, Permit>,
+    /// For a reader-writer lock: the writer waiting for its readers to go.
+    mark: Option<Mark>,
+}
+
+#[derive(Debug)]
+struct Mark {
+    owner: OwnerId,
+    label: String,
+    expires_at: Instant,
 }
 
 #[derive(Debug)]
@@ -34,6 +49,77 @@ struct Permit {
 impl Semaphore {
     fn forget_expired(&mut self, now: Instant) {
         self.slots.retain(|_, p| p.expires_at > now);
+        self.mark = self.mark.take().filter(|m| m.expires_at > now);
+    }
+
+    /// Busy, naming the live holder whose grant expires first (among
+    /// `which`), or else the waiting writer's marker.
+    fn busy(&self, now: Instant, which: impl Fn(u32) -> bool) -> Acquire {
+        let first = self
+            .slots
+            .iter()
+            .filter(|(s, _)| which(**s))
+            .map(|(_, p)| (&p.label, p.expires_at))
+            .chain(self.mark.iter().map(|m| (&m.label, m.expires_at)))
+            .min_by_key(|(_, at)| *at);
+        Acquire::Busy(Busy {
+            holder: first.map(|(l, _)| l.clone()).unwrap_or_default(),
+            remaining: first.map_or(Duration::ZERO, |(_, at)| at - now),
+        })
+    }
+
+    fn grant(&mut self, req: &AcquireRequest, slot: u32, now: Instant) -> Acquire {
+        self.fence += 1;
+        self.slots.insert(
+            slot,
+            Permit {
+                owner: req.owner(),
+                token: self.fence,
+                label: req.holder().to_owned(),
+                expires_at: now + req.ttl(),
+            },
+        );
+        Acquire::Granted(req.granted_permit(slot, self.fence))
+    }
+
+    /// One attempt at a reader-writer lock (docs/rw-lock.md): a reader is
+    /// refused while the writer holds or another owner's marker lives; a
+    /// writer is refused while anybody holds, and marks the lock as wanted
+    /// if only readers do and no other writer has marked it.
+    fn try_rw(&mut self, req: &AcquireRequest, side: RwSide, now: Instant) -> Acquire {
+        self.forget_expired(now);
+        let writer_live = self.slots.contains_key(&WRITER_SLOT);
+        let others_mark = self.mark.as_ref().is_some_and(|m| m.owner != req.owner());
+        match side {
+            RwSide::Read => {
+                if writer_live || others_mark {
+                    return self.busy(now, |_| true);
+                }
+                match (0..MAX_PERMITS).find(|s| !self.slots.contains_key(s)) {
+                    Some(slot) => self.grant(req, slot, now),
+                    None => self.busy(now, |_| true),
+                }
+            }
+            RwSide::Write => {
+                if writer_live || others_mark {
+                    return self.busy(now, |_| true);
+                }
+                if !self.slots.is_empty() {
+                    self.mark = req.writer_mark_ttl().map(|life| Mark {
+                        owner: req.owner(),
+                        label: req.holder().to_owned(),
+                        expires_at: now + life,
+                    });
+                    // The readers it waits for, not its own marker.
+                    let mark = self.mark.take();
+                    let busy = self.busy(now, |_| true);
+                    self.mark = mark;
+                    return busy;
+                }
+                self.mark = None;
+                self.grant(req, WRITER_SLOT, now)
+            }
+        }
     }
 
     fn held_by(&mut self, lease: &Lease) -> Option<&mut Permit> {
@@ -50,9 +136,22 @@ impl PermitTable {
         self.keys.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The map a lease of `side` lives in: semaphores, or reader-writer locks.
+    fn table(&self, side: Option<RwSide>) -> std::sync::MutexGuard<'_, BTreeMap<Key, Semaphore>> {
+        match side {
+            None => self.keys(),
+            Some(_) => self.rw_keys.lock().unwrap_or_else(|p| p.into_inner()),
+        }
+    }
+
     pub(super) fn try_acquire(&self, req: &AcquireRequest) -> Acquire {
         let now = Instant::now();
-        let permits = req.permits().unwrap_or(1);
+        let permits = match req.permit_kind() {
+            Some(PermitKind::Semaphore(n)) => n,
+            Some(PermitKind::Read) => return self.try_rw(req, RwSide::Read, now),
+            Some(PermitKind::Write) => return self.try_rw(req, RwSide::Write, now),
+            None => 1,
+        };
         let mut keys = self.keys();
         let sem = keys.entry(req.key().clone()).or_default();
         sem.forget_expired(now);
@@ -80,9 +179,16 @@ impl PermitTable {
         Acquire::Granted(req.granted_permit(slot, sem.fence))
     }
 
+    fn try_rw(&self, req: &AcquireRequest, side: RwSide, now: Instant) -> Acquire {
+        let mut keys = self.table(Some(side));
+        keys.entry(req.key().clone())
+            .or_default()
+            .try_rw(req, side, now)
+    }
+
     pub(super) fn renew(&self, lease: &Lease, ttl: Duration) -> bool {
         let now = Instant::now();
-        let mut keys = self.keys();
+        let mut keys = self.table(lease.rw_side());
         let Some(sem) = keys.get_mut(lease.key()) else {
             return false;
         };
@@ -98,7 +204,7 @@ impl PermitTable {
 
     /// Whether the permit was held (and is now free).
     pub(super) fn release(&self, lease: &Lease) -> bool {
-        let mut keys = self.keys();
+        let mut keys = self.table(lease.rw_side());
         let Some(sem) = keys.get_mut(lease.key()) else {
             return false;
         };
@@ -109,8 +215,13 @@ impl PermitTable {
     }
 
     pub(super) fn list(&self, prefix: &str) -> Vec<PermitInfo> {
+        let permits = self.list_in(&self.keys(), prefix, false);
+        let rw = self.list_in(&self.table(Some(RwSide::Read)), prefix, true);
+        crate::rwlock::merge_listings(permits, rw)
+    }
+
+    fn list_in(&self, keys: &BTreeMap<Key, Semaphore>, prefix: &str, rw: bool) -> Vec<PermitInfo> {
         let now = Instant::now();
-        let keys = self.keys();
         keys.iter()
             .filter(|(k, _)| k.as_str().starts_with(prefix))
             .flat_map(|(key, sem)| {
@@ -123,6 +234,11 @@ impl PermitTable {
                         holder: p.label.clone(),
                         token: p.token,
                         remaining: p.expires_at - now,
+                        rw: rw.then_some(if *slot == WRITER_SLOT {
+                            RwSide::Write
+                        } else {
+                            RwSide::Read
+                        }),
                     })
             })
             .collect()

@@ -25,6 +25,8 @@
 //! Groups beyond the protocol, for stores that have what they test:
 //! `semaphore` (the permit rules of docs/semaphore.md; every built-in
 //! store),
+//! `rwlock` (the reader-writer lock rules of docs/rw-lock.md; every
+//! built-in store),
 //! `options` (bad options rejected before I/O, registered with
 //! [`TestStore::with_bad_option`]), `unreachable` (a closed port is
 //! [`Error::Unavailable`](crate::Error::Unavailable), with
@@ -37,6 +39,7 @@ mod cross_client;
 mod election;
 mod multi;
 mod protocol;
+mod rwlock;
 mod semaphore;
 mod store;
 
@@ -59,6 +62,7 @@ pub use multi::{
     acquire_many_overlapping_sets_do_not_deadlock,
 };
 pub use protocol::*;
+pub use rwlock::*;
 pub use semaphore::*;
 pub use store::{unblock, Capabilities, TestStore, Unblock};
 
@@ -118,6 +122,19 @@ macro_rules! conformance_tests {
             semaphore_release_wakes_a_waiter,
             semaphore_disagreeing_permits,
             semaphore_bad_input_rejected_before_io
+        );
+    };
+    (@group rwlock $factory:path) => {
+        $crate::conformance_tests!(@each $factory;
+            rw_readers_share,
+            rw_writer_excludes_readers_and_writers,
+            rw_tokens_never_go_backwards,
+            rw_owner_checked_renew_release,
+            rw_crashed_holder_returns_after_ttl,
+            rw_waiting_writer_is_not_starved,
+            rw_release_wakes_a_waiter,
+            rw_apart_from_semaphore_and_mutex,
+            rw_bad_input_rejected_before_io
         );
     };
     (@group blocking $factory:path) => {

@@ -421,6 +421,9 @@ impl Backend for MongoBackend {
     }
 
     fn try_acquire_permit<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
+        if req.rw_side().is_some() {
+            return Box::pin(async { Err(crate::rwlock::not_here("mongodb")) });
+        }
         Box::pin(self.acquire_permit(req))
     }
 

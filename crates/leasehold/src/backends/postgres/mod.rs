@@ -714,6 +714,9 @@ impl Backend for PostgresBackend {
     }
 
     fn try_acquire_permit<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
+        if req.rw_side().is_some() {
+            return Box::pin(async { Err(crate::rwlock::not_here("postgres")) });
+        }
         Box::pin(self.inner.acquire_permit(req))
     }
 

@@ -86,6 +86,33 @@ impl Namespace {
         self.key_of(name, ":permits:{")
     }
 
+    /// The hash of `key`'s reader-writer lock (a field per reader slot,
+    /// the writer's slot and a waiting writer's `mark`), with the lock's
+    /// hash tag and apart from the semaphore's.
+    pub(super) fn rw(&self, key: &Key) -> String {
+        format!("{}:rw:{{{}}}", self.prefix, encode(key.as_str()))
+    }
+
+    /// `key`'s reader-writer fence counter, with the lock's hash tag.
+    pub(super) fn rw_fence(&self, key: &Key) -> String {
+        format!("{}:rwfence:{{{}}}", self.prefix, encode(key.as_str()))
+    }
+
+    /// A `SCAN MATCH` pattern for the reader-writer hashes of keys
+    /// starting with `prefix`.
+    pub(super) fn rw_pattern(&self, prefix: &str) -> String {
+        format!(
+            "{}:rw:{{{}*",
+            glob_escape(&self.prefix),
+            glob_escape(&encode(prefix))
+        )
+    }
+
+    /// The key a reader-writer hash's name stands for.
+    pub(super) fn key_of_rw(&self, name: &str) -> Option<Result<Key>> {
+        self.key_of(name, ":rw:{")
+    }
+
     /// The one pub/sub channel of this prefix; the released key is the payload.
     pub(super) fn channel(&self) -> String {
         format!("{}:released", self.prefix)

@@ -4,6 +4,11 @@
 //! hash tag, so every script touches one cluster slot. Each operation is
 //! one script; a grant scans the key's slots inside it (at most
 //! `MAX_PERMITS`), so it is one round trip.
+//!
+//! Reader-writer locks use the same layout under their own names
+//! (`p:rw:{k}`, `p:rwfence:{k}`), with the writer in slot `WRITER_SLOT`
+//! and a waiting writer's marker in field `mark` (`acquire_rw.lua`);
+//! renew and release are the permit scripts on those names.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -13,40 +18,71 @@ use redis::Script;
 use super::{classify, unconfirmed, RedisBackend, STORE};
 use crate::backend::{
     duration_to_millis, millis_to_duration, Acquire, AcquireRequest, Busy, Lease, PermitInfo,
-    RecordDecoder,
+    RecordDecoder, RwSide, MAX_PERMITS, WRITER_SLOT,
 };
 use crate::error::Result;
 use crate::key::Key;
 
 /// The permit scripts: acquire, renew, release, read. Loaded on first use
 /// (`Script` and `run_and_wait_on` load a script a server does not know).
-static SCRIPTS: LazyLock<[Script; 4]> = LazyLock::new(|| {
+static SCRIPTS: LazyLock<[Script; 5]> = LazyLock::new(|| {
     [
         Script::new(include_str!("acquire_permit.lua")),
         Script::new(include_str!("renew_permit.lua")),
         Script::new(include_str!("release_permit.lua")),
         Script::new(include_str!("read_permits.lua")),
+        Script::new(include_str!("acquire_rw.lua")),
     ]
 });
 
 impl RedisBackend {
-    fn permit_keys(&self, key: &Key) -> [String; 2] {
-        [self.inner.ns.permits(key), self.inner.ns.permit_fence(key)]
+    /// The hash and fence of a semaphore (`rw` false) or of a
+    /// reader-writer lock (`rw` true).
+    fn permit_keys(&self, key: &Key, rw: bool) -> [String; 2] {
+        if rw {
+            [self.inner.ns.rw(key), self.inner.ns.rw_fence(key)]
+        } else {
+            [self.inner.ns.permits(key), self.inner.ns.permit_fence(key)]
+        }
     }
 
     pub(super) async fn acquire_permit(&self, req: &AcquireRequest) -> Result<Acquire> {
         let owner = req.owner().to_string();
         let ttl = duration_to_millis(req.ttl()).to_string();
-        let permits = req.permits().unwrap_or(1).to_string();
-        let args = [owner.as_str(), &ttl, req.holder(), &permits];
-        let keys = self.permit_keys(req.key());
+        let side = req.rw_side();
+        let (script, args) = match side {
+            None => (
+                &SCRIPTS[0],
+                vec![
+                    owner.clone(),
+                    ttl,
+                    req.holder().to_owned(),
+                    req.permits().unwrap_or(1).to_string(),
+                ],
+            ),
+            Some(side) => (
+                &SCRIPTS[4],
+                vec![
+                    owner.clone(),
+                    ttl,
+                    req.holder().to_owned(),
+                    if side == RwSide::Read { "r" } else { "w" }.to_owned(),
+                    req.writer_mark_ttl()
+                        .map_or(0, duration_to_millis)
+                        .to_string(),
+                    WRITER_SLOT.to_string(),
+                    MAX_PERMITS.to_string(),
+                ],
+            ),
+        };
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let keys = self.permit_keys(req.key(), side.is_some());
         type Answer = (i64, i64, String, i64);
         let (token, slot, holder, left): Answer = match self.inner.options.min_replicas {
-            0 => self.run_on(&SCRIPTS[0], keys, &args).await?,
+            0 => self.run_on(script, keys, &args).await?,
             replicas => {
-                let (answer, confirmed): (Answer, i64) = self
-                    .run_and_wait_on(&SCRIPTS[0], keys, &args, replicas)
-                    .await?;
+                let (answer, confirmed): (Answer, i64) =
+                    self.run_and_wait_on(script, keys, &args, replicas).await?;
                 if confirmed < i64::from(replicas) {
                     // Not trusted: give it back (or let it expire).
                     if answer.0 != 0 {
@@ -83,7 +119,11 @@ impl RedisBackend {
         ];
         let args = args.each_ref().map(String::as_str);
         let renewed: i64 = self
-            .run_on(&SCRIPTS[1], self.permit_keys(lease.key()), &args)
+            .run_on(
+                &SCRIPTS[1],
+                self.permit_keys(lease.key(), lease.rw_side().is_some()),
+                &args,
+            )
             .await?;
         Ok(renewed == 1)
     }
@@ -98,7 +138,11 @@ impl RedisBackend {
         ];
         let args = args.each_ref().map(String::as_str);
         let freed: i64 = self
-            .run_on(&SCRIPTS[2], self.permit_keys(lease.key()), &args)
+            .run_on(
+                &SCRIPTS[2],
+                self.permit_keys(lease.key(), lease.rw_side().is_some()),
+                &args,
+            )
             .await?;
         if freed == 1 {
             self.wake_local(lease.key());
@@ -107,10 +151,26 @@ impl RedisBackend {
     }
 
     pub(super) async fn list_permits_now(&self, prefix: &str) -> Result<Vec<PermitInfo>> {
-        let pattern = self.inner.ns.permits_pattern(prefix);
+        let permits = self.list_family(prefix, false).await?;
+        let rw = self.list_family(prefix, true).await?;
+        Ok(crate::rwlock::merge_listings(permits, rw))
+    }
+
+    async fn list_family(&self, prefix: &str, rw: bool) -> Result<Vec<PermitInfo>> {
+        let ns = &self.inner.ns;
+        let pattern = if rw {
+            ns.rw_pattern(prefix)
+        } else {
+            ns.permits_pattern(prefix)
+        };
         let mut found = std::collections::BTreeSet::new();
         for name in self.scan(&pattern).await? {
-            if let Some(key) = self.inner.ns.key_of_permits(&name) {
+            let key = if rw {
+                ns.key_of_rw(&name)
+            } else {
+                ns.key_of_permits(&name)
+            };
+            if let Some(key) = key {
                 found.insert(key?);
             }
         }
@@ -118,13 +178,13 @@ impl RedisBackend {
         // in different slots.
         let reads = found.into_iter().map(|key| async move {
             let mut call = SCRIPTS[3].prepare_invoke();
-            let [permits, fence] = self.permit_keys(&key);
+            let [permits, fence] = self.permit_keys(&key, rw);
             call.key(permits).key(fence);
             let read: Vec<String> = call
                 .invoke_async(&mut self.conn())
                 .await
                 .map_err(classify)?;
-            permits_of(key, &read)
+            permits_of(key, &read, rw)
         });
         let mut all = Vec::new();
         for permits in futures_util::future::try_join_all(reads).await? {
@@ -142,7 +202,7 @@ fn slot_text(lease: &Lease) -> String {
 
 /// The live permits in a `read_permits.lua` answer: the server's time in
 /// ms, then slot and value pairs; by slot.
-fn permits_of(key: Key, read: &[String]) -> Result<Vec<PermitInfo>> {
+fn permits_of(key: Key, read: &[String], rw: bool) -> Result<Vec<PermitInfo>> {
     let record = RecordDecoder::new(STORE, key.as_str());
     let Some((now, slots)) = read.split_first() else {
         return Ok(Vec::new());
@@ -155,6 +215,10 @@ fn permits_of(key: Key, read: &[String]) -> Result<Vec<PermitInfo>> {
         let [slot, value] = pair else {
             return Err(record.corrupt("an odd permits hash reply"));
         };
+        if rw && slot == "mark" {
+            // A waiting writer, not a holder.
+            continue;
+        }
         let mut fields = value.splitn(4, ':');
         let (Some(exp), Some(owner), Some(token), Some(holder)) =
             (fields.next(), fields.next(), fields.next(), fields.next())
@@ -169,7 +233,13 @@ fn permits_of(key: Key, read: &[String]) -> Result<Vec<PermitInfo>> {
         if remaining <= 0 {
             continue;
         }
-        out.push(record.permit_info(
+        let info = if rw {
+            RecordDecoder::rw_info
+        } else {
+            RecordDecoder::permit_info
+        };
+        out.push(info(
+            &record,
             number("slot", slot)?,
             owner,
             Some(holder.to_owned()),

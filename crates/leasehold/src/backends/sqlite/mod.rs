@@ -43,6 +43,7 @@ macro_rules! now_ms {
 }
 
 // After `now_ms!`, which its statements use.
+mod rwlock;
 mod semaphore;
 
 /// Creates the lease table; safe to run any number of times.
@@ -199,6 +200,7 @@ async fn connect_and_migrate(
         .await?;
     sqlx::query(MIGRATION).execute(&pool).await?;
     semaphore::migrate(&pool).await?;
+    rwlock::migrate(&pool).await?;
     Ok(pool)
 }
 
@@ -474,18 +476,33 @@ impl Backend for SqliteBackend {
     }
 
     fn try_acquire_permit<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
-        self.permit_acquire(req)
+        match req.rw_side() {
+            Some(side) => self.rw_acquire(req, side),
+            None => self.permit_acquire(req),
+        }
     }
 
     fn renew_permit<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
-        self.permit_renew(lease, ttl)
+        match lease.rw_side() {
+            Some(_) => self.rw_renew(lease, ttl),
+            None => self.permit_renew(lease, ttl),
+        }
     }
 
     fn release_permit<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
-        self.permit_release(lease)
+        match lease.rw_side() {
+            Some(_) => self.rw_release(lease),
+            None => self.permit_release(lease),
+        }
     }
 
     fn list_permits<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<PermitInfo>>> {
-        self.permit_list(prefix)
+        Box::pin(async move {
+            let permits = self.permit_list(prefix).await?;
+            Ok(crate::rwlock::merge_listings(
+                permits,
+                self.rw_list(prefix).await?,
+            ))
+        })
     }
 }

@@ -1,0 +1,68 @@
+-- One attempt at a reader-writer lock by the server's clock (TIME); see
+-- docs/rw-lock.md. KEYS[1] the lock's hash (field: a reader's slot, the
+-- writer's slot ARGV[6], or 'mark' for a waiting writer; value: expiry
+-- ms:owner:token:holder, token 0 for the mark), KEYS[2] its fence (no ttl,
+-- never deleted); ARGV[1] owner, ARGV[2] ttl in ms, ARGV[3] holder label,
+-- ARGV[4] 'r' or 'w', ARGV[5] the mark's life in ms (0: a writer that does
+-- not wait leaves none), ARGV[6] the writer's slot, ARGV[7] the most readers.
+-- A reader is refused while the writer or another owner's mark is live; a
+-- writer while anybody holds or another owner's mark is live, and it marks
+-- the lock if only readers hold. Returns {token, slot, '', 0} when granted,
+-- {0, -1, holder, ms left} of the first to expire (not our own mark) when
+-- busy. Expired fields are dropped here.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local writer_slot = ARGV[6]
+local all = redis.call('HGETALL', KEYS[1])
+local readers, writer, others_mark, taken = 0, false, false, {}
+local first_exp, first_holder = nil, ''
+for i = 1, #all, 2 do
+  local exp, owner, holder = string.match(all[i + 1], '^(%d+):(%x+):%d+:(.*)$')
+  exp = tonumber(exp)
+  if exp and exp > now then
+    local own_mark = all[i] == 'mark' and owner == ARGV[1]
+    if all[i] == 'mark' then
+      others_mark = others_mark or not own_mark
+    elseif all[i] == writer_slot then
+      writer = true
+    else
+      readers = readers + 1
+      taken[all[i]] = true
+    end
+    if not own_mark and (not first_exp or exp < first_exp) then
+      first_exp, first_holder = exp, holder
+    end
+  else
+    redis.call('HDEL', KEYS[1], all[i])
+  end
+end
+local function busy()
+  return {0, -1, first_holder, (first_exp or now) - now}
+end
+if writer or others_mark then
+  return busy()
+end
+local slot
+if ARGV[4] == 'r' then
+  if readers >= tonumber(ARGV[7]) then
+    return busy()
+  end
+  slot = 0
+  while taken[tostring(slot)] do
+    slot = slot + 1
+  end
+else
+  if readers > 0 then
+    if tonumber(ARGV[5]) > 0 then
+      redis.call('HSET', KEYS[1], 'mark',
+        string.format('%d:%s:0:%s', now + tonumber(ARGV[5]), ARGV[1], ARGV[3]))
+    end
+    return busy()
+  end
+  redis.call('HDEL', KEYS[1], 'mark')
+  slot = tonumber(writer_slot)
+end
+local token = redis.call('INCR', KEYS[2])
+redis.call('HSET', KEYS[1], slot,
+  string.format('%d:%s:%d:%s', now + tonumber(ARGV[2]), ARGV[1], token, ARGV[3]))
+return {token, slot, '', 0}
