@@ -95,6 +95,23 @@ export declare class Semaphore {
   holders(): Promise<PermitInfo[]>;
 }
 
+/**
+ * A reader-writer lock: shared readers or one writer, each grant a Lease
+ * with its own fencing token; a waiting writer is not starved by readers.
+ */
+export declare class RwLock {
+  private constructor();
+  readonly key: string;
+  tryRead(options?: TryAcquireOptions): Promise<Lease | null>;
+  read(options?: AcquireOptions): Promise<Lease>;
+  withRead<T>(options: AcquireOptions | undefined, fn: (lease: Lease) => T | Promise<T>): Promise<T>;
+  tryWrite(options?: TryAcquireOptions): Promise<Lease | null>;
+  write(options?: AcquireOptions): Promise<Lease>;
+  withWrite<T>(options: AcquireOptions | undefined, fn: (lease: Lease) => T | Promise<T>): Promise<T>;
+  /** The live readers and writer (`side` set on each). */
+  holders(): Promise<PermitInfo[]>;
+}
+
 /** An election: the holder of the key's lease is the leader. */
 export declare class Election {
   private constructor();
@@ -120,6 +137,8 @@ export declare class Locks {
   acquireMany(keys: string[], options?: AcquireOptions): Promise<MultiLease>;
   tryAcquireMany(keys: string[], options?: TryAcquireOptions): Promise<MultiLease | null>;
   withLocks<T>(keys: string[], options: AcquireOptions | undefined, fn: (locks: MultiLease) => T | Promise<T>): Promise<T>;
+  /** Throws LEASEHOLD_INVALID_INPUT at once for a bad key. */
+  rwLock(key: string): RwLock;
   /** Throws LEASEHOLD_INVALID_INPUT at once for a bad key. */
   election(key: string): Election;
   inspect(key: string): Promise<LeaseInfo | null>;

@@ -260,6 +260,77 @@ class Semaphore {
   }
 }
 
+/**
+ * A reader-writer lock on `key`: shared readers or one writer, each grant a
+ * Lease with its own fencing token; a waiting writer turns new readers away,
+ * so readers do not starve it.
+ */
+class RwLock {
+  #grant;
+  #holders;
+  #key;
+
+  constructor(token, key, grant, holders) {
+    if (token !== LOCKS_TOKEN) throw new TypeError('use locks.rwLock(key)');
+    this.#key = key;
+    this.#grant = grant;
+    this.#holders = holders;
+  }
+
+  /** The lock's key (apart from the mutex and semaphore of the same name). */
+  get key() {
+    return this.#key;
+  }
+
+  /** Tries once for a shared grant; resolves to a Lease, or null while a writer holds or waits. */
+  async tryRead(options) {
+    return this.#try(false, options);
+  }
+
+  /** Waits up to `wait` (default: no bound) for a shared grant; rejects with LEASEHOLD_TIMEOUT. */
+  async read(options) {
+    const opts = acquireOptions(options, Infinity);
+    return this.#grant(false, opts, opts.waitMs);
+  }
+
+  /** Takes a shared grant, runs `fn(lease)`, always releases it. */
+  async withRead(options, fn) {
+    checkFn(fn);
+    return runHolding(await this.read(options), this.#key, fn);
+  }
+
+  /** Tries once for the exclusive grant; resolves to a Lease, or null while readers or a writer are there. */
+  async tryWrite(options) {
+    return this.#try(true, options);
+  }
+
+  /** Waits up to `wait` (default: no bound) for the exclusive grant; rejects with LEASEHOLD_TIMEOUT. */
+  async write(options) {
+    const opts = acquireOptions(options, Infinity);
+    return this.#grant(true, opts, opts.waitMs);
+  }
+
+  /** Takes the exclusive grant, runs `fn(lease)`, always releases it. */
+  async withWrite(options, fn) {
+    checkFn(fn);
+    return runHolding(await this.write(options), this.#key, fn);
+  }
+
+  /** The live readers and writer: [{ key, slot, holder, token, expiresInMs, side }]. */
+  async holders() {
+    return this.#holders();
+  }
+
+  async #try(write, options) {
+    try {
+      return await this.#grant(write, acquireOptions(options, 0), 0);
+    } catch (error) {
+      if (error.code === 'LEASEHOLD_BUSY') return null;
+      throw error;
+    }
+  }
+}
+
 /** An election on `key`: the holder of its lease is the leader. */
 class Election {
   #locks;
@@ -454,6 +525,16 @@ class Locks {
     return runHolding(multi, keys.join(', '), fn);
   }
 
+  /** The reader-writer lock `key`. Throws LEASEHOLD_INVALID_INPUT at once for a bad key. */
+  rwLock(key) {
+    checkKey(key);
+    nativeSync(() => nativeCheckKey(key));
+    const grant = (write, opts, waitMs) =>
+      this.#grant(opts, key, (cancelId) => this.#native.acquireRw(key, write, opts.ttlMs, waitMs, cancelId), Lease);
+    const holders = () => native(() => this.#native.rwHolders(key));
+    return new RwLock(LOCKS_TOKEN, key, grant, holders);
+  }
+
   /** The election on `key`. Throws LEASEHOLD_INVALID_INPUT at once for a bad key. */
   election(key) {
     checkKey(key);
@@ -493,4 +574,4 @@ class Locks {
   }
 }
 
-module.exports = { Locks, Lease, MultiLease, Leadership, Semaphore, Election };
+module.exports = { Locks, Lease, MultiLease, Leadership, Semaphore, RwLock, Election };

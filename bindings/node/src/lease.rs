@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use leasehold::{Error, LeaseGuard, Leadership, MultiGuard};
+use leasehold::{Error, Leadership, LeaseGuard, MultiGuard};
 use napi::bindgen_prelude::{BigInt, Function};
 use napi::threadsafe_function::ThreadsafeFunctionCallMode;
 use napi_derive::napi;

@@ -115,6 +115,9 @@ pub struct PermitInfo {
     pub token: BigInt,
     /// The longest the permit can still last, by the store's clock.
     pub expires_in_ms: f64,
+    /// A reader-writer lock's holder: `'read'` or `'write'`; none for a
+    /// semaphore permit.
+    pub side: Option<String>,
 }
 
 impl From<leasehold::PermitInfo> for PermitInfo {
@@ -125,6 +128,13 @@ impl From<leasehold::PermitInfo> for PermitInfo {
             holder: info.holder,
             token: BigInt::from(info.token),
             expires_in_ms: info.remaining.as_secs_f64() * 1000.0,
+            side: info.rw.map(|side| {
+                match side {
+                    leasehold::RwSide::Read => "read",
+                    leasehold::RwSide::Write => "write",
+                }
+                .to_owned()
+            }),
         }
     }
 }
@@ -172,7 +182,9 @@ impl NativeObserver {
             next = async { observer.lock().await.next().await } => Some(next),
         };
         lock(&shared.cancels).remove(&cancel_id);
-        next.transpose().map(|l| l.map(LeaderInfo::from)).map_err(js)
+        next.transpose()
+            .map(|l| l.map(LeaderInfo::from))
+            .map_err(js)
     }
 }
 
@@ -264,6 +276,38 @@ impl NativeLocks {
         self.open_or_closed()?;
         let semaphore = self.shared.locks.semaphore(&key, permits).map_err(js)?;
         let holders = semaphore.holders().await.map_err(js)?;
+        Ok(holders.into_iter().map(PermitInfo::from).collect())
+    }
+
+    /// Takes the reader-writer lock `key`: the exclusive (writer) grant
+    /// when `write`, else a shared (reader) one, as
+    /// [`acquire`](Self::acquire) waits.
+    #[napi]
+    pub async fn acquire_rw(
+        &self,
+        key: String,
+        write: bool,
+        ttl_ms: f64,
+        wait_ms: f64,
+        cancel_id: Option<u32>,
+    ) -> napi::Result<NativeLease> {
+        let shared = self.shared.clone();
+        let rw = shared.locks.rw_lock(&key).map_err(js)?;
+        let options = shared.options(ttl_ms, wait_ms, cancel_id)?;
+        let acquired = if write {
+            rw.write_with(&options).await
+        } else {
+            rw.read_with(&options).await
+        };
+        shared.granted(cancel_id, acquired.map(Held::One)).await
+    }
+
+    /// The live readers and writer of the reader-writer lock `key`.
+    #[napi]
+    pub async fn rw_holders(&self, key: String) -> napi::Result<Vec<PermitInfo>> {
+        self.open_or_closed()?;
+        let rw = self.shared.locks.rw_lock(&key).map_err(js)?;
+        let holders = rw.holders().await.map_err(js)?;
         Ok(holders.into_iter().map(PermitInfo::from).collect())
     }
 

@@ -1,6 +1,6 @@
 // Type-checked (never run) usage of the public API: `npm test` runs
 // `tsc --noEmit` over it, so the declarations stay usable as documented.
-import { Locks, type Lease, type LeaseholdError, type LeaseInfo, type LeaderInfo, type Leadership, type MultiLease, type PermitInfo, type Semaphore } from 'leasehold';
+import { Locks, type Lease, type LeaseholdError, type LeaseInfo, type LeaderInfo, type Leadership, type MultiLease, type PermitInfo, type RwLock, type Semaphore } from 'leasehold';
 
 export async function usage(): Promise<bigint> {
   const locks: Locks = await Locks.open('memory://');
@@ -44,6 +44,16 @@ export async function usage(): Promise<bigint> {
   await multi.release();
   const none: MultiLease | null = await locks.tryAcquireMany(['a', 'b']);
   const sum: number = await locks.withLocks(['a', 'b'], { ttl: '5s' }, (m) => m.keys.length + (m.isLost() ? 1 : 0));
+  // Reader-writer locks.
+  const table: RwLock = locks.rwLock('tables:users');
+  const reader: Lease | null = await table.tryRead({ ttl: '10s' });
+  await reader?.release();
+  const rows: number = await table.withRead({ wait: '1s' }, async () => 3);
+  await table.withWrite({ wait: '5s', maxHold: '1m' }, async (w) => w.token);
+  const writer: Lease = await table.write({ wait: '5s' });
+  const side: string | null | undefined = (await table.holders())[0]?.side;
+  await writer.release();
+  console.log(rows, side, await table.tryWrite(), await table.read());
   // Elections.
   const election = locks.election('leader');
   const term: Leadership = await election.campaign('node-1', { ttl: '10s', wait: '1m' });
