@@ -44,11 +44,41 @@ export declare function lockRoute<Req extends IncomingMessage = LockRouteRequest
   options: LockRouteOptions<Req>,
 ): LockRouteMiddleware<Req>;
 
-/** `type` URIs of the problem documents (those of the Rust layer). */
+export interface LimitConcurrencyOptions<Req extends IncomingMessage = LockRouteRequest> {
+  /**
+   * The semaphore's key: one string for the route, or a function of the
+   * request (null or undefined: no limit for this request).
+   */
+  key: string | ((req: Req) => string | null | undefined | Promise<string | null | undefined>);
+  /** How many requests may run at once, across every process (1 to 1024). */
+  permits: number;
+  /** Permit lease length, 100 ms to 24 h (default 30 s); renewed while the handler runs. */
+  ttl?: Duration;
+  /** How long a request waits for a permit (default 0, at most 24 h). */
+  wait?: Duration;
+  /** The answer when no permit came: 503 (default) or 429. */
+  status?: 503 | 429;
+}
+
+/**
+ * Lets at most `permits` requests run the rest of the route at once across
+ * every process: `status` (503 or 429) with `Retry-After` and a
+ * problem+json body when no permit came within `wait`, 503 when the store
+ * is down, otherwise `req.permit` for the handler, released when the
+ * response ends, the client disconnects or the handler's error is answered.
+ * Throws LEASEHOLD_INVALID_INPUT at once for bad options.
+ */
+export declare function limitConcurrency<Req extends IncomingMessage = LockRouteRequest>(
+  locks: Locks,
+  options: LimitConcurrencyOptions<Req>,
+): LockRouteMiddleware<Req>;
+
+/** `type` URIs of the problem documents (those of the Rust layer, and the limiter's). */
 export declare const problemTypes: {
   readonly locked: 'tag:leasehold,2025:locked';
   readonly storeUnavailable: 'tag:leasehold,2025:store-unavailable';
   readonly invalidKey: 'tag:leasehold,2025:invalid-lock-key';
+  readonly concurrencyLimit: 'tag:leasehold,2025:concurrency-limit';
 };
 
 /** `application/problem+json`. */
@@ -58,7 +88,7 @@ export declare const PROBLEM_CONTENT_TYPE: 'application/problem+json';
 export interface LockRouteProblem {
   type: string;
   title: string;
-  status: 409 | 503 | 400;
+  status: 409 | 503 | 429 | 400;
   detail: string;
   /** The lock key (escaped in a 400). */
   key: string;
@@ -76,6 +106,8 @@ declare global {
     interface Request {
       /** The lease `lockRoute` holds for this request. */
       lease?: Lease;
+      /** The semaphore permit `limitConcurrency` holds for this request. */
+      permit?: Lease;
     }
   }
 }

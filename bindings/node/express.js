@@ -1,16 +1,19 @@
 'use strict';
 // `require('leasehold/express')`: `lockRoute(locks, { key, ttl, wait })`, a
 // plain `(req, res, next)` middleware that runs a route under a lease lock.
-// It needs no Express at run time, so Connect-style frameworks work too.
+// `limitConcurrency(locks, { key, permits, ttl, wait, status })` caps the
+// requests in flight across every process with a semaphore.
+// They need no Express at run time, so Connect-style frameworks work too.
 
 const { Locks } = require('./index.js');
 const { toMillis } = require('./lib/duration');
 const { invalidInput, nativeSync } = require('./lib/errors');
 const problem = require('./lib/problem');
-const { checkRouteOptions } = require('./native.js');
+const { checkRouteOptions, checkSemaphore } = require('./native.js');
 
 const DEFAULT_TTL_MS = 30_000;
 const OPTION_NAMES = new Set(['key', 'ttl', 'wait']);
+const LIMIT_OPTION_NAMES = new Set(['key', 'permits', 'ttl', 'wait', 'status']);
 // How long a finished response waits for the release before it is sent
 // anyway (the lease then expires after its ttl): the Rust layer's default
 // store timeout.
@@ -155,4 +158,98 @@ function lockRoute(locks, options) {
   };
 }
 
-module.exports = { lockRoute, problemTypes: problem.TYPES, PROBLEM_CONTENT_TYPE: problem.CONTENT_TYPE };
+/** Checks limitConcurrency's options once, when the route is declared. */
+function limitOptions(locks, options) {
+  if (!(locks instanceof Locks)) throw invalidInput('invalid locks: expected a Locks from Locks.open(url)');
+  if (options === null || typeof options !== 'object') {
+    throw invalidInput('invalid options: expected { key, permits, ttl, wait, status }');
+  }
+  for (const name of Object.keys(options)) {
+    if (!LIMIT_OPTION_NAMES.has(name)) {
+      throw invalidInput(`invalid option ${JSON.stringify(name)}: limitConcurrency takes key, permits, ttl, wait and status`);
+    }
+  }
+  const { key, permits } = options;
+  if (typeof key !== 'string' && typeof key !== 'function') {
+    throw invalidInput('invalid key: expected a string or a function (req) => string');
+  }
+  if (!Number.isInteger(permits) || permits < 1 || permits > 0xffff_ffff) {
+    throw invalidInput(`invalid permits: expected an integer of at least 1, got ${String(permits)}`);
+  }
+  // A fixed key is checked with the count now; a derived one per request.
+  nativeSync(() => checkSemaphore(typeof key === 'string' ? key : 'k', permits));
+  const status = options.status ?? 503;
+  if (status !== 503 && status !== 429) throw invalidInput(`invalid status: expected 503 or 429, got ${String(status)}`);
+  const ttlMs = toMillis(options.ttl ?? DEFAULT_TTL_MS, 'ttl');
+  const waitMs = toMillis(options.wait ?? 0, 'wait');
+  nativeSync(() => checkRouteOptions(ttlMs, waitMs));
+  const keyOf = typeof key === 'string' ? () => key : key;
+  return { keyOf, permits, ttlMs, waitMs, status };
+}
+
+/**
+ * A middleware that lets at most `permits` requests run the rest of the
+ * route at once, across every process on the store: each takes a permit of
+ * the semaphore `key` (a string, or `(req) => string`, null or undefined:
+ * no limit for this request).
+ *
+ * - no permit within `wait` (default 0): `status` (503 by default, or 429)
+ *   with `Retry-After` and a problem+json body; the route does not run
+ * - store down: 503 problem+json; a derived key that is not valid: 400
+ * - otherwise `req.permit` is the permit (a Lease with its `slot`),
+ *   released when the response ends, the client disconnects, or the
+ *   handler's error ends in an error response
+ *
+ * Throws LEASEHOLD_INVALID_INPUT at once for bad options.
+ */
+function limitConcurrency(locks, options) {
+  const { keyOf, permits, ttlMs, waitMs, status } = limitOptions(locks, options);
+
+  async function permitThenContinue(req, res, next) {
+    let key;
+    try {
+      key = await keyOf(req);
+    } catch (error) {
+      return next(error);
+    }
+    if (key === undefined || key === null) return next();
+    let semaphore;
+    try {
+      semaphore = locks.semaphore(key, permits);
+    } catch (error) {
+      if (typeof key !== 'string') return next(error);
+      return problem.send(res, problem.invalidKey(key, error.message));
+    }
+    if (res.destroyed) return undefined;
+    const gone = new AbortController();
+    const onGone = () => gone.abort();
+    res.once('close', onGone);
+    let permit;
+    try {
+      permit = await semaphore.acquire({ ttl: ttlMs, wait: waitMs, signal: gone.signal });
+    } catch (error) {
+      if (gone.signal.aborted) return undefined; // nobody left to answer
+      if (error.code === 'LEASEHOLD_BUSY' || error.code === 'LEASEHOLD_TIMEOUT') {
+        return problem.send(res, problem.concurrencyLimit(key, status, error.retryAfterMs ?? 0));
+      }
+      const answer = problemFor(error, key);
+      if (answer) return problem.send(res, answer);
+      return next(error);
+    } finally {
+      res.removeListener('close', onGone);
+    }
+    if (gone.signal.aborted) {
+      await permit.release().catch(() => {});
+      return undefined;
+    }
+    req.permit = permit;
+    releaseWithResponse(res, permit);
+    return next();
+  }
+
+  return function leaseholdLimitConcurrency(req, res, next) {
+    return permitThenContinue(req, res, next);
+  };
+}
+
+module.exports = { lockRoute, limitConcurrency, problemTypes: problem.TYPES, PROBLEM_CONTENT_TYPE: problem.CONTENT_TYPE };

@@ -1,5 +1,5 @@
 // ES module entry of `leasehold/express`: the same middleware as express.js.
 import express from './express.js';
 
-export const { lockRoute, problemTypes, PROBLEM_CONTENT_TYPE } = express;
+export const { lockRoute, limitConcurrency, problemTypes, PROBLEM_CONTENT_TYPE } = express;
 export default express;

@@ -1,9 +1,9 @@
 // Types of the public API. The native types it builds on (LeaseInfo, the
 // native classes) are generated from the Rust side by `napi build` into
 // native.d.ts; `npm test` type-checks both together.
-import type { LeaseInfo } from './native';
+import type { LeaderInfo, LeaseInfo, PermitInfo } from './native';
 
-export type { LeaseInfo };
+export type { LeaderInfo, LeaseInfo, PermitInfo };
 
 /** Milliseconds, or a string such as '250ms', '30s', '2m', '1h'. */
 export type Duration = number | string;
@@ -40,18 +40,90 @@ export interface AcquireOptions {
 
 export type TryAcquireOptions = Omit<AcquireOptions, 'wait'>;
 
-export declare class Lease implements AsyncDisposable {
-  private constructor();
-  readonly key: string;
-  /** The fencing token: larger than every earlier grant of this key. */
-  readonly token: bigint;
+/** What every grant has: its loss signal, isLost/check, release, dispose. */
+declare abstract class Held implements AsyncDisposable {
   /** Aborted, with a LEASEHOLD_LOST error as reason, when the lease is lost. */
   readonly signal: AbortSignal;
   isLost(): boolean;
   /** Throws a LEASEHOLD_LOST error if the lease can no longer be relied on. */
   check(): void;
+  /** Releases (idempotent). */
   release(): Promise<void>;
   [Symbol.asyncDispose](): Promise<void>;
+}
+
+export declare class Lease extends Held {
+  private constructor();
+  readonly key: string;
+  /** The fencing token: larger than every earlier grant of this key. */
+  readonly token: bigint;
+  /** A semaphore permit's slot (0 .. permits-1); undefined for a mutex lease. */
+  readonly slot: number | undefined;
+}
+
+/** Every key of `acquireMany`; lost (and `signal` aborted) when any key is lost. */
+export declare class MultiLease extends Held {
+  private constructor();
+  /** The keys in canonical (sorted) order, the order they were taken in. */
+  readonly keys: string[];
+  /** Each key's fencing token. */
+  readonly tokens: Map<string, bigint>;
+}
+
+/** A term as an election's leader. */
+export declare class Leadership extends Held {
+  private constructor();
+  /** The election's key. */
+  readonly key: string;
+  /** The id this leader campaigned with. */
+  readonly candidate: string;
+  /** This term's fencing token: larger than every earlier term's. */
+  readonly token: bigint;
+  /** Gives leadership up (idempotent). */
+  resign(): Promise<void>;
+}
+
+/** A semaphore: `permits` holders of `key` at once, across processes. */
+export declare class Semaphore {
+  private constructor();
+  readonly key: string;
+  readonly permits: number;
+  tryAcquire(options?: TryAcquireOptions): Promise<Lease | null>;
+  acquire(options?: AcquireOptions): Promise<Lease>;
+  withPermit<T>(options: AcquireOptions | undefined, fn: (permit: Lease) => T | Promise<T>): Promise<T>;
+  /** The live permits, by slot. */
+  holders(): Promise<PermitInfo[]>;
+}
+
+/**
+ * A reader-writer lock: shared readers or one writer, each grant a Lease
+ * with its own fencing token; a waiting writer is not starved by readers.
+ */
+export declare class RwLock {
+  private constructor();
+  readonly key: string;
+  tryRead(options?: TryAcquireOptions): Promise<Lease | null>;
+  read(options?: AcquireOptions): Promise<Lease>;
+  withRead<T>(options: AcquireOptions | undefined, fn: (lease: Lease) => T | Promise<T>): Promise<T>;
+  tryWrite(options?: TryAcquireOptions): Promise<Lease | null>;
+  write(options?: AcquireOptions): Promise<Lease>;
+  withWrite<T>(options: AcquireOptions | undefined, fn: (lease: Lease) => T | Promise<T>): Promise<T>;
+  /** The live readers and writer (`side` set on each). */
+  holders(): Promise<PermitInfo[]>;
+}
+
+/** An election: the holder of the key's lease is the leader. */
+export declare class Election {
+  private constructor();
+  readonly key: string;
+  /** Campaigns until elected within `wait` (default: no bound; 0: try once). */
+  campaign(candidate: string, options?: AcquireOptions): Promise<Leadership>;
+  leader(): Promise<LeaderInfo | null>;
+  /**
+   * The current leader, then each new term, woken by the store. Ends on
+   * `return()` (`break`) and on `locks.close()`.
+   */
+  observe(): AsyncIterableIterator<LeaderInfo>;
 }
 
 export declare class Locks {
@@ -60,6 +132,15 @@ export declare class Locks {
   tryAcquire(key: string, options?: TryAcquireOptions): Promise<Lease | null>;
   acquire(key: string, options?: AcquireOptions): Promise<Lease>;
   withLock<T>(key: string, options: AcquireOptions | undefined, fn: (lease: Lease) => T | Promise<T>): Promise<T>;
+  /** Throws LEASEHOLD_INVALID_INPUT at once for a bad key or `permits` outside 1 to 1024. */
+  semaphore(key: string, permits: number): Semaphore;
+  acquireMany(keys: string[], options?: AcquireOptions): Promise<MultiLease>;
+  tryAcquireMany(keys: string[], options?: TryAcquireOptions): Promise<MultiLease | null>;
+  withLocks<T>(keys: string[], options: AcquireOptions | undefined, fn: (locks: MultiLease) => T | Promise<T>): Promise<T>;
+  /** Throws LEASEHOLD_INVALID_INPUT at once for a bad key. */
+  rwLock(key: string): RwLock;
+  /** Throws LEASEHOLD_INVALID_INPUT at once for a bad key. */
+  election(key: string): Election;
   inspect(key: string): Promise<LeaseInfo | null>;
   list(prefix?: string): Promise<LeaseInfo[]>;
   forceRelease(key: string): Promise<boolean>;

@@ -10,6 +10,8 @@ const TYPES = Object.freeze({
   locked: 'tag:leasehold,2025:locked',
   storeUnavailable: 'tag:leasehold,2025:store-unavailable',
   invalidKey: 'tag:leasehold,2025:invalid-lock-key',
+  // Node only so far: the Rust layer has no concurrency limiter.
+  concurrencyLimit: 'tag:leasehold,2025:concurrency-limit',
 });
 
 /**
@@ -31,6 +33,25 @@ function locked(key, remainingMs) {
       title: 'Resource is locked',
       status: 409,
       detail: `another request holds the lock on this resource; retry in ${retryAfterSeconds(ms)} s`,
+      key,
+    },
+  };
+}
+
+/**
+ * 503 or 429 (`status`): every permit of the semaphore `key` is taken; one
+ * can be free in `remainingMs` at the latest.
+ */
+function concurrencyLimit(key, status, remainingMs) {
+  const ms = Math.ceil(remainingMs);
+  return {
+    status,
+    retryAfterMs: ms,
+    doc: {
+      type: TYPES.concurrencyLimit,
+      title: 'Too many concurrent requests',
+      status,
+      detail: `every permit for this resource is in use; retry in ${retryAfterSeconds(ms)} s`,
       key,
     },
   };
@@ -86,4 +107,4 @@ function send(res, problem) {
   res.end(body);
 }
 
-module.exports = { CONTENT_TYPE, TYPES, retryAfterSeconds, locked, storeUnavailable, invalidKey, send };
+module.exports = { CONTENT_TYPE, TYPES, retryAfterSeconds, locked, concurrencyLimit, storeUnavailable, invalidKey, send };

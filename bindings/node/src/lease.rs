@@ -1,10 +1,13 @@
-//! `NativeLease`: a held lease, its lost-lease notification and its
-//! optional bound on the total holding time.
+//! `NativeLease`: a held lease (a mutex lease, a semaphore permit, a set of
+//! keys or a term as leader), its lost-lease notification and its optional
+//! bound on the total holding time.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use leasehold::{Error, LeaseGuard};
+use leasehold::{Error, Leadership, LeaseGuard, MultiGuard};
 use napi::bindgen_prelude::{BigInt, Function};
 use napi::threadsafe_function::ThreadsafeFunctionCallMode;
 use napi_derive::napi;
@@ -13,22 +16,81 @@ use tokio_util::sync::CancellationToken;
 use crate::errors::js;
 use crate::locks::{lock, Shared};
 
+/// What a `NativeLease` holds: every primitive ends up as one or more
+/// renewed leases, so one native class (and one JS watcher) serves them all.
+pub(crate) enum Held {
+    /// A mutex lease or a semaphore permit.
+    One(LeaseGuard),
+    /// Every key of an `acquireMany`.
+    Many(MultiGuard),
+    /// A term as an election's leader.
+    Leader(Leadership),
+}
+
+impl Held {
+    fn is_lost(&self) -> bool {
+        match self {
+            Held::One(g) => g.is_lost(),
+            Held::Many(m) => m.is_lost(),
+            Held::Leader(l) => l.guard().is_lost(),
+        }
+    }
+
+    fn check(&self) -> leasehold::Result<()> {
+        match self {
+            Held::One(g) => g.check(),
+            Held::Many(m) => m.check(),
+            Held::Leader(l) => l.guard().check(),
+        }
+    }
+
+    fn lost(&self) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        match self {
+            Held::One(g) => Box::pin(g.lost()),
+            Held::Many(m) => Box::pin(m.lost()),
+            Held::Leader(l) => Box::pin(l.lost()),
+        }
+    }
+
+    async fn release(self) -> leasehold::Result<()> {
+        match self {
+            Held::One(g) => g.release().await,
+            Held::Many(m) => m.release().await,
+            Held::Leader(l) => l.resign().await,
+        }
+    }
+}
+
 /// The guard of one lease, shared by its JS object and `close()`.
 pub(crate) struct LeaseSlot {
-    key: String,
-    token: u64,
+    /// The keys held, in canonical order for a set (one key otherwise).
+    keys: Vec<String>,
+    /// The fencing token of each of `keys`.
+    tokens: Vec<u64>,
+    /// The permit's slot, for a semaphore permit.
+    permit: Option<u32>,
     /// `None` once released (by the caller, `close()` or the hold bound).
-    guard: Mutex<Option<LeaseGuard>>,
+    guard: Mutex<Option<Held>>,
     /// Ends the lost-lease watcher when the lease is released.
     stop_watch: CancellationToken,
 }
 
 impl LeaseSlot {
-    pub fn new(guard: LeaseGuard) -> Arc<Self> {
+    pub fn new(held: Held) -> Arc<Self> {
+        let one = |g: &LeaseGuard| (vec![g.key().to_string()], vec![g.token()], g.slot());
+        let (keys, tokens, permit) = match &held {
+            Held::One(g) => one(g),
+            Held::Leader(l) => one(l.guard()),
+            Held::Many(m) => {
+                let (keys, tokens) = m.tokens().map(|(k, t)| (k.to_string(), t)).unzip();
+                (keys, tokens, None)
+            }
+        };
         Arc::new(LeaseSlot {
-            key: guard.key().to_string(),
-            token: guard.token(),
-            guard: Mutex::new(Some(guard)),
+            keys,
+            tokens,
+            permit,
+            guard: Mutex::new(Some(held)),
             stop_watch: CancellationToken::new(),
         })
     }
@@ -66,16 +128,34 @@ impl NativeLease {
 
 #[napi]
 impl NativeLease {
-    /// The locked key.
+    /// The locked key (the first in canonical order for a set).
     #[napi(getter)]
     pub fn key(&self) -> String {
-        self.slot.key.clone()
+        self.slot.keys[0].clone()
     }
 
     /// The fencing token, larger than every earlier grant of this key.
     #[napi(getter)]
     pub fn token(&self) -> BigInt {
-        BigInt::from(self.slot.token)
+        BigInt::from(self.slot.tokens[0])
+    }
+
+    /// The permit's slot (`0..permits`); none unless a semaphore permit.
+    #[napi(getter)]
+    pub fn slot(&self) -> Option<u32> {
+        self.slot.permit
+    }
+
+    /// Every key held, in canonical (sorted) order.
+    #[napi(getter)]
+    pub fn keys(&self) -> Vec<String> {
+        self.slot.keys.clone()
+    }
+
+    /// The fencing token of each of [`keys`](Self::keys).
+    #[napi(getter)]
+    pub fn tokens(&self) -> Vec<BigInt> {
+        self.slot.tokens.iter().map(|&t| BigInt::from(t)).collect()
     }
 
     /// Whether the lease can no longer be relied on (lost, released, or
@@ -88,12 +168,12 @@ impl NativeLease {
     /// Throws `LEASEHOLD_LOST` if [`is_lost`](Self::is_lost).
     #[napi]
     pub fn check(&self) -> napi::Result<()> {
-        if self.slot.is_lost() {
-            return Err(js(Error::LeaseLost {
-                key: self.slot.key.clone(),
-            }));
+        match lock(&self.slot.guard).as_ref() {
+            Some(held) => held.check().map_err(js),
+            None => Err(js(Error::LeaseLost {
+                key: self.slot.keys[0].clone(),
+            })),
         }
-        Ok(())
     }
 
     /// Releases the lease; false if it was no longer held by this object.

@@ -17,5 +17,5 @@ mod options;
 mod runtime;
 
 pub use lease::NativeLease;
-pub use locks::{LeaseInfo, NativeLocks};
-pub use options::check_route_options;
+pub use locks::{LeaderInfo, LeaseInfo, NativeLocks, NativeObserver, PermitInfo};
+pub use options::{check_key, check_route_options, check_semaphore};

@@ -12,7 +12,7 @@ use napi_derive::napi;
 use tokio_util::sync::CancellationToken;
 
 use crate::errors::js;
-use crate::lease::{LeaseSlot, NativeLease};
+use crate::lease::{Held, LeaseSlot, NativeLease};
 
 /// What one `Locks` object shares with the leases it granted.
 pub(crate) struct Shared {
@@ -27,6 +27,46 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// The options of one acquire; fails once `close()` ran.
+    fn options(
+        &self,
+        ttl_ms: f64,
+        wait_ms: f64,
+        cancel_id: Option<u32>,
+    ) -> napi::Result<AcquireOptions> {
+        // Kept registered while waiting, so `cancel(id)` finds it.
+        let cancel = cancel_id
+            .and_then(|id| lock(&self.cancels).get(&id).cloned())
+            .unwrap_or_else(|| self.closed.child_token());
+        if self.closed.is_cancelled() {
+            return Err(js(closed()));
+        }
+        Ok(AcquireOptions::new()
+            .with_ttl(millis(ttl_ms))
+            .with_wait(millis(wait_ms))
+            .with_cancel(cancel))
+    }
+
+    /// Wraps what an acquire got into a lease this handle tracks.
+    async fn granted(
+        self: Arc<Self>,
+        cancel_id: Option<u32>,
+        acquired: leasehold::Result<Held>,
+    ) -> napi::Result<NativeLease> {
+        if let Some(id) = cancel_id {
+            lock(&self.cancels).remove(&id);
+        }
+        let held = acquired.map_err(js)?;
+        let slot = LeaseSlot::new(held);
+        if self.closed.is_cancelled() {
+            // close() ran while the store granted it: hand it straight back.
+            let _ = slot.release().await;
+            return Err(js(closed()));
+        }
+        lock(&self.held).push(Arc::downgrade(&slot));
+        Ok(NativeLease::new(slot, self))
+    }
+
     pub fn forget(&self, slot: &Arc<LeaseSlot>) {
         let target = Arc::downgrade(slot);
         lock(&self.held).retain(|s| s.strong_count() > 0 && !s.ptr_eq(&target));
@@ -59,6 +99,92 @@ impl From<leasehold::LeaseInfo> for LeaseInfo {
             token: BigInt::from(info.token),
             expires_in_ms: info.remaining.as_secs_f64() * 1000.0,
         }
+    }
+}
+
+/// A semaphore permit as `holders` reports it.
+#[napi(object, object_from_js = false)]
+pub struct PermitInfo {
+    /// The semaphore's key.
+    pub key: String,
+    /// The permit's slot, `0..permits`.
+    pub slot: u32,
+    /// The holder's label (`host:pid`).
+    pub holder: String,
+    /// The permit's fencing token.
+    pub token: BigInt,
+    /// The longest the permit can still last, by the store's clock.
+    pub expires_in_ms: f64,
+    /// A reader-writer lock's holder: `'read'` or `'write'`; none for a
+    /// semaphore permit.
+    pub side: Option<String>,
+}
+
+impl From<leasehold::PermitInfo> for PermitInfo {
+    fn from(info: leasehold::PermitInfo) -> Self {
+        PermitInfo {
+            key: info.key.to_string(),
+            slot: info.slot,
+            holder: info.holder,
+            token: BigInt::from(info.token),
+            expires_in_ms: info.remaining.as_secs_f64() * 1000.0,
+            side: info.rw.map(|side| {
+                match side {
+                    leasehold::RwSide::Read => "read",
+                    leasehold::RwSide::Write => "write",
+                }
+                .to_owned()
+            }),
+        }
+    }
+}
+
+/// An election's leader: the id it campaigned with and its term's token.
+#[napi(object, object_from_js = false)]
+pub struct LeaderInfo {
+    /// The id the leader campaigned with.
+    pub candidate: String,
+    /// The fencing token of its term.
+    pub token: BigInt,
+}
+
+impl From<leasehold::Leader> for LeaderInfo {
+    fn from(leader: leasehold::Leader) -> Self {
+        LeaderInfo {
+            candidate: leader.candidate,
+            token: BigInt::from(leader.token),
+        }
+    }
+}
+
+/// Follows an election's leader for the JS async iterator.
+#[napi]
+pub struct NativeObserver {
+    observer: Arc<tokio::sync::Mutex<leasehold::Observer>>,
+    shared: Arc<Shared>,
+}
+
+#[napi]
+impl NativeObserver {
+    /// The next leader (the current one first); none once the wait
+    /// `cancel_id` is cancelled or the `Locks` closed, so a pending `next`
+    /// never outlives the iterator's `return()` or `close()`.
+    #[napi]
+    pub async fn next(&self, cancel_id: u32) -> napi::Result<Option<LeaderInfo>> {
+        let shared = self.shared.clone();
+        let cancel = lock(&shared.cancels).get(&cancel_id).cloned();
+        let Some(cancel) = cancel.filter(|_| !shared.closed.is_cancelled()) else {
+            return Ok(None);
+        };
+        let observer = self.observer.clone();
+        let next = tokio::select! {
+            _ = cancel.cancelled() => None,
+            next = async { observer.lock().await.next().await } => Some(next),
+        };
+        lock(&shared.cancels).remove(&cancel_id);
+        next.transpose()
+            .map(|l| l.map(LeaderInfo::from))
+            .map_err(js)
     }
 }
 
@@ -122,30 +248,123 @@ impl NativeLocks {
         cancel_id: Option<u32>,
     ) -> napi::Result<NativeLease> {
         let shared = self.shared.clone();
-        // Kept registered while waiting, so `cancel(id)` finds it.
-        let cancel = cancel_id
-            .and_then(|id| lock(&shared.cancels).get(&id).cloned())
-            .unwrap_or_else(|| shared.closed.child_token());
-        if shared.closed.is_cancelled() {
-            return Err(js(closed()));
-        }
-        let options = AcquireOptions::new()
-            .with_ttl(millis(ttl_ms))
-            .with_wait(millis(wait_ms))
-            .with_cancel(cancel);
+        let options = shared.options(ttl_ms, wait_ms, cancel_id)?;
         let acquired = shared.locks.acquire_with(&key, &options).await;
-        if let Some(id) = cancel_id {
-            lock(&shared.cancels).remove(&id);
-        }
-        let guard = acquired.map_err(js)?;
-        if shared.closed.is_cancelled() {
-            // close() ran while the store granted it: hand it straight back.
-            let _ = guard.release().await;
-            return Err(js(closed()));
-        }
-        let slot = LeaseSlot::new(guard);
-        lock(&shared.held).push(Arc::downgrade(&slot));
-        Ok(NativeLease::new(slot, shared))
+        shared.granted(cancel_id, acquired.map(Held::One)).await
+    }
+
+    /// Takes a permit of the semaphore `key` of `permits` permits, as
+    /// [`acquire`](Self::acquire) waits.
+    #[napi]
+    pub async fn acquire_permit(
+        &self,
+        key: String,
+        permits: u32,
+        ttl_ms: f64,
+        wait_ms: f64,
+        cancel_id: Option<u32>,
+    ) -> napi::Result<NativeLease> {
+        let shared = self.shared.clone();
+        let semaphore = shared.locks.semaphore(&key, permits).map_err(js)?;
+        let options = shared.options(ttl_ms, wait_ms, cancel_id)?;
+        let acquired = semaphore.acquire_with(&options).await;
+        shared.granted(cancel_id, acquired.map(Held::One)).await
+    }
+
+    /// The live permits of the semaphore `key`, by slot.
+    #[napi]
+    pub async fn holders(&self, key: String, permits: u32) -> napi::Result<Vec<PermitInfo>> {
+        self.open_or_closed()?;
+        let semaphore = self.shared.locks.semaphore(&key, permits).map_err(js)?;
+        let holders = semaphore.holders().await.map_err(js)?;
+        Ok(holders.into_iter().map(PermitInfo::from).collect())
+    }
+
+    /// Takes the reader-writer lock `key`: the exclusive (writer) grant
+    /// when `write`, else a shared (reader) one, as
+    /// [`acquire`](Self::acquire) waits.
+    #[napi]
+    pub async fn acquire_rw(
+        &self,
+        key: String,
+        write: bool,
+        ttl_ms: f64,
+        wait_ms: f64,
+        cancel_id: Option<u32>,
+    ) -> napi::Result<NativeLease> {
+        let shared = self.shared.clone();
+        let rw = shared.locks.rw_lock(&key).map_err(js)?;
+        let options = shared.options(ttl_ms, wait_ms, cancel_id)?;
+        let acquired = if write {
+            rw.write_with(&options).await
+        } else {
+            rw.read_with(&options).await
+        };
+        shared.granted(cancel_id, acquired.map(Held::One)).await
+    }
+
+    /// The live readers and writer of the reader-writer lock `key`.
+    #[napi]
+    pub async fn rw_holders(&self, key: String) -> napi::Result<Vec<PermitInfo>> {
+        self.open_or_closed()?;
+        let rw = self.shared.locks.rw_lock(&key).map_err(js)?;
+        let holders = rw.holders().await.map_err(js)?;
+        Ok(holders.into_iter().map(PermitInfo::from).collect())
+    }
+
+    /// Takes every key of `keys` or none, as [`acquire`](Self::acquire)
+    /// waits (one wait bound for the whole set).
+    #[napi]
+    pub async fn acquire_many(
+        &self,
+        keys: Vec<String>,
+        ttl_ms: f64,
+        wait_ms: f64,
+        cancel_id: Option<u32>,
+    ) -> napi::Result<NativeLease> {
+        let shared = self.shared.clone();
+        let options = shared.options(ttl_ms, wait_ms, cancel_id)?;
+        let acquired = shared.locks.acquire_many(&keys, &options).await;
+        shared.granted(cancel_id, acquired.map(Held::Many)).await
+    }
+
+    /// Campaigns as `candidate` in the election `key` until elected, as
+    /// [`acquire`](Self::acquire) waits.
+    #[napi]
+    pub async fn campaign(
+        &self,
+        key: String,
+        candidate: String,
+        ttl_ms: f64,
+        wait_ms: f64,
+        cancel_id: Option<u32>,
+    ) -> napi::Result<NativeLease> {
+        let shared = self.shared.clone();
+        let election = shared.locks.election(&key).map_err(js)?;
+        let options = shared.options(ttl_ms, wait_ms, cancel_id)?;
+        let elected = election.campaign(&candidate, &options).await;
+        shared.granted(cancel_id, elected.map(Held::Leader)).await
+    }
+
+    /// The current leader of the election `key`, if any.
+    #[napi]
+    pub async fn leader(&self, key: String) -> napi::Result<Option<LeaderInfo>> {
+        self.open_or_closed()?;
+        let election = self.shared.locks.election(&key).map_err(js)?;
+        let leader = election.leader().await.map_err(js)?;
+        Ok(leader.map(LeaderInfo::from))
+    }
+
+    /// Starts following the leader of the election `key`.
+    #[napi]
+    pub async fn observe(&self, key: String) -> napi::Result<NativeObserver> {
+        self.open_or_closed()?;
+        let election = self.shared.locks.election(&key).map_err(js)?;
+        let observer = election.observe().await.map_err(js)?;
+        Ok(NativeObserver {
+            observer: Arc::new(tokio::sync::Mutex::new(observer)),
+            shared: self.shared.clone(),
+        })
     }
 
     /// The current lease of `key`, if any.

@@ -30,3 +30,18 @@ pub fn check_route_options(ttl_ms: f64, wait_ms: f64) -> napi::Result<()> {
     }
     Ok(())
 }
+
+/// Throws `LEASEHOLD_INVALID_INPUT` unless `key` is a valid key: lets the
+/// `rwLock`/`election` factories fail at once, as the Rust ones do.
+#[napi]
+pub fn check_key(key: String) -> napi::Result<()> {
+    leasehold::Key::new(&key).map(|_| ()).map_err(js)
+}
+
+/// Throws `LEASEHOLD_INVALID_INPUT` unless `key` and `permits` make a
+/// valid semaphore (`permits` 1 ..= 1024).
+#[napi]
+pub fn check_semaphore(key: String, permits: u32) -> napi::Result<()> {
+    leasehold::Key::new(&key).map_err(js)?;
+    leasehold::validate_permits(permits).map(|_| ()).map_err(js)
+}

@@ -3,7 +3,7 @@
 import express, { type Request } from 'express';
 import type { IncomingMessage } from 'node:http';
 import { Locks, type Lease } from 'leasehold';
-import { lockRoute, problemTypes, type LockRouteProblem } from 'leasehold/express';
+import { limitConcurrency, lockRoute, problemTypes, type LockRouteProblem } from 'leasehold/express';
 
 export async function expressUsage(): Promise<void> {
   const locks = await Locks.open('memory://');
@@ -22,6 +22,16 @@ export async function expressUsage(): Promise<void> {
   // Plain Node requests, and async keys that skip the lock.
   const plain = lockRoute(locks, { key: async (req: IncomingMessage) => (req.method === 'GET' ? null : req.url) });
   void plain;
+  // At most 4 reports at once across every process; 429 when full.
+  app.get('/report', limitConcurrency(locks, { key: 'reports', permits: 4, wait: '2s', status: 429 }), (req, res) => {
+    const permit: Lease | undefined = req.permit;
+    res.json({ slot: permit?.slot });
+  });
+  app.get('/tenant/:id', limitConcurrency(locks, { key: (req: Request) => `tenant:${req.params.id}`, permits: 2 }), (_req, res) => {
+    res.end();
+  });
+  const limited: string = problemTypes.concurrencyLimit;
+  console.log(limited);
   const locked: string = problemTypes.locked;
   const body = { status: 409 } as LockRouteProblem;
   console.log(locked, body.retryAfterMs);

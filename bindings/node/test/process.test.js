@@ -71,6 +71,51 @@ test('a lost lease in a process without handlers neither crashes nor hangs it', 
   assertExitsCleanly(child, 'lost true true LEASEHOLD_LOST');
 });
 
+test('exits by itself after using a semaphore, permits still held', () => {
+  const child = runWithLocks(`
+    const sem = locks.semaphore('s', 2);
+    const a = await sem.acquire({ ttl: '30s', wait: '1s' });
+    const b = await sem.tryAcquire({ ttl: '30s' });
+    a.signal.addEventListener('abort', () => console.log('never'));
+    await sem.withPermit({ wait: 0 }, () => {}).catch((e) => console.log(e.code));
+    console.log('slots', a.slot + b.slot, (await sem.holders()).length);`);
+  assertExitsCleanly(child, 'LEASEHOLD_BUSY\nslots 1 2');
+  assert.ok(child.elapsed < 15_000, 'did not wait for the 30 s ttl');
+});
+
+test('exits by itself after acquireMany, keys still held', () => {
+  const child = runWithLocks(`
+    const multi = await locks.acquireMany(['a', 'b'], { ttl: '30s', wait: '1s' });
+    multi.signal.addEventListener('abort', () => console.log('never'));
+    await locks.withLocks(['c', 'd'], {}, () => {});
+    console.log('held', multi.tokens.size);`);
+  assertExitsCleanly(child, 'held 2');
+  assert.ok(child.elapsed < 15_000, 'did not wait for the 30 s ttl');
+});
+
+test('exits by itself after an election: leader held, observer left by break', () => {
+  const child = runWithLocks(`
+    const election = locks.election('e');
+    const term = await election.campaign('me', { ttl: '30s' });
+    term.signal.addEventListener('abort', () => console.log('never'));
+    for await (const leader of election.observe()) {
+      console.log('leader', leader.candidate);
+      break;
+    }
+    console.log('done', (await election.leader()).candidate);`);
+  assertExitsCleanly(child, 'leader me\ndone me');
+  assert.ok(child.elapsed < 15_000, 'did not wait for the 30 s ttl');
+});
+
+test('exits by itself when close() ends an observer that waits for a leader', () => {
+  const child = runWithLocks(`
+    const iterator = locks.election('nobody').observe();
+    const pending = iterator.next();
+    setTimeout(() => locks.close(), 100);
+    console.log('ended', (await pending).done);`);
+  assertExitsCleanly(child, 'ended true');
+});
+
 test('loads with require and with import', () => {
   const cjs = run(['-e'], `console.log(typeof require('leasehold').Locks.open)`);
   assertExitsCleanly(cjs, 'function');

@@ -1,0 +1,156 @@
+'use strict';
+// Reader-writer locks on every store that keeps them (a store that does not
+// yet answers a non-retryable LEASEHOLD_UNAVAILABLE, and its tests are
+// reported as skipped): readers share, the writer excludes, a waiting writer
+// turns new readers away, the with* helpers, cancellation, the loss signal,
+// bad input, and that the process exits by itself.
+
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const { spawnSync } = require('node:child_process');
+const path = require('node:path');
+const { setTimeout: sleep } = require('node:timers/promises');
+const { Locks, RwLock } = require('leasehold');
+const { stores, uniqueKey } = require('./stores');
+
+function within(promise, ms, what) {
+  let timer;
+  const late = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} not within ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
+}
+
+function abortedWithin(signal, ms) {
+  return within(new Promise((resolve) => signal.addEventListener('abort', resolve, { once: true })), ms, 'the abort');
+}
+
+for (const store of stores()) {
+  test.describe(`rwLock on ${store.name}`, () => {
+    let locks;
+    let other;
+    let unsupported; // the store's answer when it keeps no rw locks yet
+    test.before(async () => {
+      locks = await Locks.open(store.url);
+      other = store.shared ? locks : await Locks.open(store.url);
+      try {
+        const probe = await locks.rwLock(uniqueKey('rw-probe')).tryRead();
+        await probe.release();
+      } catch (error) {
+        if (error.code !== 'LEASEHOLD_UNAVAILABLE' || !/not implemented/.test(error.message)) throw error;
+        unsupported = error;
+      }
+    });
+    test.after(async () => {
+      await locks.close();
+      if (other !== locks) await other.close();
+    });
+
+    // Skipped, never passed, on a store without rw locks.
+    const rwTest = (name, fn) =>
+      test(name, async (t) => {
+        if (unsupported) {
+          assert.equal(unsupported.retryable, false);
+          t.skip(`not on ${store.name} yet: ${unsupported.message}`);
+          return;
+        }
+        await fn(t);
+      });
+
+    rwTest('readers share, the writer excludes them, tokens increase', async () => {
+      const key = uniqueKey('rw');
+      const rw = locks.rwLock(key);
+      assert.ok(rw instanceof RwLock);
+      assert.equal(rw.key, key);
+      const r1 = await rw.tryRead({ ttl: '30s' });
+      const r2 = await other.rwLock(key).tryRead({ ttl: '30s' });
+      assert.notEqual(r1, null);
+      assert.notEqual(r2, null);
+      assert.equal(await other.rwLock(key).tryWrite(), null, 'readers exclude the writer');
+      const holders = await other.rwLock(key).holders();
+      assert.deepEqual(holders.map((h) => h.side), ['read', 'read']);
+      // The mutex and the semaphore of the same name are other locks.
+      const mutex = await other.tryAcquire(key);
+      assert.notEqual(mutex, null);
+      await mutex.release();
+      await r1.release();
+      await r2.release();
+      const w = await other.rwLock(key).tryWrite({ ttl: '30s' });
+      assert.ok(w.token > r1.token && w.token > r2.token);
+      assert.equal(await rw.tryRead(), null, 'the writer excludes readers');
+      assert.deepEqual((await rw.holders()).map((h) => h.side), ['write']);
+      await w.release();
+      assert.deepEqual(await rw.holders(), []);
+    });
+
+    rwTest('a waiting writer is woken by the last reader and turns new readers away', async () => {
+      const key = uniqueKey('rw-wait');
+      const reader = await locks.rwLock(key).read({ ttl: '30s', wait: 0 });
+      const writing = other.rwLock(key).write({ ttl: '30s', wait: '20s' });
+      await sleep(200);
+      assert.equal(await locks.rwLock(key).tryRead(), null, 'a writer waits: no new reader');
+      const releasedAt = Date.now();
+      await reader.release();
+      const writer = await within(writing, 5000, 'the writer');
+      assert.ok(Date.now() - releasedAt < 5000);
+      await assert.rejects(locks.rwLock(key).read({ wait: '200ms' }), { code: 'LEASEHOLD_TIMEOUT', retryable: true });
+      await writer.release();
+    });
+
+    rwTest('withRead and withWrite run fn and always release', async () => {
+      const key = uniqueKey('rw-with');
+      const rw = locks.rwLock(key);
+      assert.equal(await rw.withRead({ wait: '1s' }, async () => (await other.rwLock(key).holders()).length), 1);
+      assert.equal(await rw.withWrite({ wait: '1s' }, async (w) => typeof w.token), 'bigint');
+      await assert.rejects(rw.withWrite({}, () => { throw new Error('boom'); }), /boom/);
+      assert.deepEqual(await rw.holders(), []);
+    });
+
+    rwTest('a signal cancels a wait; maxHold ends a grant with LEASEHOLD_LOST', async () => {
+      const key = uniqueKey('rw-cancel');
+      const writer = await locks.rwLock(key).tryWrite({ ttl: '30s' });
+      const controller = new AbortController();
+      const waiting = other.rwLock(key).read({ wait: '20s', signal: controller.signal });
+      await sleep(100);
+      controller.abort();
+      await assert.rejects(within(waiting, 2000, 'the cancel'), { code: 'LEASEHOLD_CANCELLED' });
+      await writer.release();
+      const bounded = await locks.rwLock(key).tryRead({ ttl: '10s', maxHold: '300ms' });
+      await abortedWithin(bounded.signal, 10_000);
+      assert.equal(bounded.signal.reason.code, 'LEASEHOLD_LOST');
+      assert.deepEqual(await other.rwLock(key).holders(), [], 'released at the bound');
+    });
+
+    test('bad input throws or rejects with LEASEHOLD_INVALID_INPUT', async () => {
+      assert.throws(() => locks.rwLock(''), { code: 'LEASEHOLD_INVALID_INPUT' });
+      assert.throws(() => locks.rwLock(3), { code: 'LEASEHOLD_INVALID_INPUT' });
+      const rw = locks.rwLock(uniqueKey('rw-bad'));
+      for (const call of [
+        () => rw.tryRead({ ttl: 'soon' }),
+        () => rw.read({ wait: -1 }),
+        () => rw.tryWrite({ ttl: '1ms' }),
+        () => rw.write({ signal: {} }),
+        () => rw.withRead({}, 'not a function'),
+        () => rw.withWrite({}, null),
+      ]) {
+        await assert.rejects(call(), { code: 'LEASEHOLD_INVALID_INPUT', retryable: false }, String(call));
+      }
+    });
+  });
+}
+
+test('exits by itself after using a reader-writer lock, a grant still held', () => {
+  const child = spawnSync(process.execPath, ['-e', `
+    const { Locks } = require('leasehold');
+    (async () => {
+      const locks = await Locks.open('memory://');
+      const rw = locks.rwLock('t');
+      const reader = await rw.read({ ttl: '30s', wait: '1s' });
+      reader.signal.addEventListener('abort', () => console.log('never'));
+      console.log('writer', await rw.tryWrite());
+    })();`], { cwd: path.resolve(__dirname, '..'), timeout: 20_000, encoding: 'utf8' });
+  assert.equal(child.error, undefined, 'did not exit within 20 s');
+  assert.equal(child.stderr, '');
+  assert.equal(child.status, 0);
+  assert.equal(child.stdout.trim(), 'writer null');
+});
