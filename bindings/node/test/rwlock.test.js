@@ -1,9 +1,7 @@
 'use strict';
-// Reader-writer locks on every store that keeps them (a store that does not
-// yet answers a non-retryable LEASEHOLD_UNAVAILABLE, and its tests are
-// reported as skipped): readers share, the writer excludes, a waiting writer
-// turns new readers away, the with* helpers, cancellation, the loss signal,
-// bad input, and that the process exits by itself.
+// Reader-writer locks on every store: readers share, the writer excludes, a
+// waiting writer turns new readers away, the with* helpers, cancellation,
+// the loss signal, bad input, and that the process exits by itself.
 
 const test = require('node:test');
 const assert = require('node:assert/strict');
@@ -29,35 +27,17 @@ for (const store of stores()) {
   test.describe(`rwLock on ${store.name}`, () => {
     let locks;
     let other;
-    let unsupported; // the store's answer when it keeps no rw locks yet
     test.before(async () => {
       locks = await Locks.open(store.url);
       other = store.shared ? locks : await Locks.open(store.url);
-      try {
-        const probe = await locks.rwLock(uniqueKey('rw-probe')).tryRead();
-        await probe.release();
-      } catch (error) {
-        if (error.code !== 'LEASEHOLD_UNAVAILABLE' || !/not implemented/.test(error.message)) throw error;
-        unsupported = error;
-      }
     });
     test.after(async () => {
       await locks.close();
       if (other !== locks) await other.close();
     });
 
-    // Skipped, never passed, on a store without rw locks.
-    const rwTest = (name, fn) =>
-      test(name, async (t) => {
-        if (unsupported) {
-          assert.equal(unsupported.retryable, false);
-          t.skip(`not on ${store.name} yet: ${unsupported.message}`);
-          return;
-        }
-        await fn(t);
-      });
 
-    rwTest('readers share, the writer excludes them, tokens increase', async () => {
+    test('readers share, the writer excludes them, tokens increase', async () => {
       const key = uniqueKey('rw');
       const rw = locks.rwLock(key);
       assert.ok(rw instanceof RwLock);
@@ -83,7 +63,7 @@ for (const store of stores()) {
       assert.deepEqual(await rw.holders(), []);
     });
 
-    rwTest('a waiting writer is woken by the last reader and turns new readers away', async () => {
+    test('a waiting writer is woken by the last reader and turns new readers away', async () => {
       const key = uniqueKey('rw-wait');
       const reader = await locks.rwLock(key).read({ ttl: '30s', wait: 0 });
       const writing = other.rwLock(key).write({ ttl: '30s', wait: '20s' });
@@ -97,7 +77,7 @@ for (const store of stores()) {
       await writer.release();
     });
 
-    rwTest('withRead and withWrite run fn and always release', async () => {
+    test('withRead and withWrite run fn and always release', async () => {
       const key = uniqueKey('rw-with');
       const rw = locks.rwLock(key);
       assert.equal(await rw.withRead({ wait: '1s' }, async () => (await other.rwLock(key).holders()).length), 1);
@@ -106,7 +86,7 @@ for (const store of stores()) {
       assert.deepEqual(await rw.holders(), []);
     });
 
-    rwTest('a signal cancels a wait; maxHold ends a grant with LEASEHOLD_LOST', async () => {
+    test('a signal cancels a wait; maxHold ends a grant with LEASEHOLD_LOST', async () => {
       const key = uniqueKey('rw-cancel');
       const writer = await locks.rwLock(key).tryWrite({ ttl: '30s' });
       const controller = new AbortController();
