@@ -42,7 +42,10 @@ macro_rules! now_ms {
     };
 }
 
-// After `now_ms!`, which its statements use.
+// After `now_ms!`, which their statements use; `slots` first, for
+// `slot_tables!`.
+#[macro_use]
+mod slots;
 mod rwlock;
 mod semaphore;
 
@@ -266,6 +269,16 @@ fn write_locked() -> Acquire {
     })
 }
 
+/// The answer for a held key: the holder that expires first and its time
+/// left in ms, as the statements read them (none if it left meanwhile:
+/// zero remaining, so the waiter retries at once).
+fn busy(holder: Option<String>, remaining: Option<i64>) -> Acquire {
+    Acquire::Busy(Busy {
+        holder: holder.unwrap_or_default(),
+        remaining: millis_to_duration(remaining.unwrap_or(0)),
+    })
+}
+
 /// A pool connection whose busy timeout an acquisition has bounded by its
 /// caller's wait. Dropped before [`restore`](Self::restore) (the acquire
 /// future was cancelled), the connection is closed rather than pooled, so
@@ -365,10 +378,7 @@ async fn acquire_statements(conn: &mut SqliteConnection, req: &AcquireRequest) -
         .await
         .map_err(classify)?;
     let (holder, remaining) = row.unwrap_or_default();
-    Ok(Acquire::Busy(Busy {
-        holder: holder.unwrap_or_default(),
-        remaining: millis_to_duration(remaining.unwrap_or(0)),
-    }))
+    Ok(busy(holder, remaining))
 }
 
 impl Backend for SqliteBackend {

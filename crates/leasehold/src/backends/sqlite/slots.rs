@@ -1,0 +1,226 @@
+//! What the semaphore's and the reader-writer lock's tables have in common:
+//! a fence per key (never deleted) and a row per slot, with the same
+//! columns, so the statements over them differ only in the tables' names.
+//! A grant is one `BEGIN IMMEDIATE` transaction: [`begin`], the caller's
+//! own checks, then [`grant`], which takes the fence and the slot and
+//! commits. Renew and release are one statement each.
+
+use std::time::Duration;
+
+use sqlx::sqlite::{Sqlite, SqliteArguments, SqliteConnection, SqliteRow};
+use sqlx::{Connection, Row, Transaction};
+
+use super::{classify, is_locked, SqliteBackend, STORE};
+use crate::backend::{
+    duration_to_millis, token_to_i64, Acquire, AcquireRequest, Lease, PermitInfo, RecordDecoder,
+};
+use crate::error::Result;
+
+/// The statements over one pair of tables (see [`slot_tables!`]).
+pub(super) struct SlotTables {
+    /// The lowest slot below ?2 with no live row of key ?1.
+    pub(super) free_slot: &'static str,
+    /// Parameter: key. Returns the key's next fence.
+    pub(super) next_fence: &'static str,
+    /// Parameters: key, slot, owner, holder, token, ttl in ms.
+    pub(super) take_slot: &'static str,
+    /// Parameters: key, slot, owner, token, ttl in ms.
+    pub(super) renew: &'static str,
+    /// Parameters: key, slot, owner, token.
+    pub(super) release: &'static str,
+    /// Parameter: key prefix. The live rows, by key and slot.
+    pub(super) list: &'static str,
+}
+
+/// The [`SlotTables`] of a fence table and a slot table, by name (literals:
+/// the statements are built at compile time).
+macro_rules! slot_tables {
+    ($fences:literal, $slots:literal) => {
+        $crate::backends::sqlite::slots::SlotTables {
+            free_slot: concat!(
+                "WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i + 1 < ?2) \
+                 SELECT i FROM s WHERE i NOT IN (SELECT slot FROM ",
+                $slots,
+                " WHERE key = ?1 AND expires_at_ms > ",
+                now_ms!(),
+                ") ORDER BY i LIMIT 1"
+            ),
+            next_fence: concat!(
+                "INSERT INTO ",
+                $fences,
+                " (key, fence) VALUES (?1, 1) \
+                 ON CONFLICT (key) DO UPDATE SET fence = fence + 1 RETURNING fence"
+            ),
+            take_slot: concat!(
+                "INSERT INTO ",
+                $slots,
+                " (key, slot, owner, holder, token, expires_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ",
+                now_ms!(),
+                " + ?6) ON CONFLICT (key, slot) DO UPDATE SET owner = excluded.owner, \
+                 holder = excluded.holder, token = excluded.token, \
+                 expires_at_ms = excluded.expires_at_ms"
+            ),
+            renew: concat!(
+                "UPDATE ",
+                $slots,
+                " SET expires_at_ms = ",
+                now_ms!(),
+                " + ?5 WHERE key = ?1 AND slot = ?2 AND owner = ?3 AND token = ?4 \
+                 AND expires_at_ms > ",
+                now_ms!()
+            ),
+            release: concat!(
+                "DELETE FROM ",
+                $slots,
+                " WHERE key = ?1 AND slot = ?2 AND owner = ?3 AND token = ?4"
+            ),
+            list: concat!(
+                "SELECT key, slot, owner, holder, token, expires_at_ms - ",
+                now_ms!(),
+                " FROM ",
+                $slots,
+                " WHERE substr(key, 1, length(?1)) = ?1 AND expires_at_ms > ",
+                now_ms!(),
+                " ORDER BY key, slot"
+            ),
+        }
+    };
+}
+
+type Query<'q> = sqlx::query::Query<'q, Sqlite, SqliteArguments<'q>>;
+
+/// Opens a grant's transaction. `BEGIN IMMEDIATE` takes the write lock
+/// first, so the caller's reads and the writes are one atomic step; `None`
+/// when another connection kept the write lock for the whole wait.
+pub(super) async fn begin(conn: &mut SqliteConnection) -> Result<Option<Transaction<'_, Sqlite>>> {
+    match conn.begin_with("BEGIN IMMEDIATE").await {
+        Ok(tx) => Ok(Some(tx)),
+        Err(e) if is_locked(&e) => Ok(None),
+        Err(e) => Err(classify(e)),
+    }
+}
+
+/// The lowest slot below `below` with no live row of the request's key.
+pub(super) async fn free_slot(
+    tx: &mut Transaction<'_, Sqlite>,
+    tables: &SlotTables,
+    req: &AcquireRequest,
+    below: i64,
+) -> Result<i64> {
+    sqlx::query_scalar(tables.free_slot)
+        .bind(req.key().as_str())
+        .bind(below)
+        .fetch_one(&mut **tx)
+        .await
+        .map_err(classify)
+}
+
+/// Takes the key's next fence and `slot` for the request, and commits.
+pub(super) async fn grant(
+    mut tx: Transaction<'_, Sqlite>,
+    tables: &SlotTables,
+    req: &AcquireRequest,
+    slot: i64,
+) -> Result<Acquire> {
+    let key = req.key().as_str();
+    let fence: i64 = sqlx::query_scalar(tables.next_fence)
+        .bind(key)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(classify)?;
+    sqlx::query(tables.take_slot)
+        .bind(key)
+        .bind(slot)
+        .bind(req.owner().to_string())
+        .bind(req.holder())
+        .bind(fence)
+        .bind(duration_to_millis(req.ttl()))
+        .execute(&mut *tx)
+        .await
+        .map_err(classify)?;
+    tx.commit().await.map_err(classify)?;
+    let record = RecordDecoder::new(STORE, key);
+    let slot =
+        u32::try_from(slot).map_err(|_| record.corrupt(format!("free slot {slot} is negative")))?;
+    Ok(Acquire::Granted(
+        req.granted_permit(slot, record.token(fence)?),
+    ))
+}
+
+/// The parameters that name one held slot: key, slot, owner, token.
+fn held<'q>(query: Query<'q>, lease: &'q Lease) -> Result<Query<'q>> {
+    Ok(query
+        .bind(lease.key().as_str())
+        .bind(i64::from(lease.slot().unwrap_or(u32::MAX)))
+        .bind(lease.owner().to_string())
+        .bind(token_to_i64(lease.token())?))
+}
+
+impl SqliteBackend {
+    /// Extends a held slot; false if it was lost.
+    pub(super) async fn renew_slot(
+        &self,
+        tables: &SlotTables,
+        lease: &Lease,
+        ttl: Duration,
+    ) -> Result<bool> {
+        let done = held(sqlx::query(tables.renew), lease)?
+            .bind(duration_to_millis(ttl))
+            .execute(&self.pool)
+            .await
+            .map_err(classify)?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Frees a held slot, and wakes the key's waiters if it was held.
+    pub(super) async fn release_slot(&self, tables: &SlotTables, lease: &Lease) -> Result<()> {
+        let done = held(sqlx::query(tables.release), lease)?
+            .execute(&self.pool)
+            .await
+            .map_err(classify)?;
+        if done.rows_affected() == 1 {
+            self.wake.wake(lease.key());
+        }
+        Ok(())
+    }
+
+    /// The live slots under `prefix`, each row decoded by `decode` (the
+    /// semaphore's or the rw lock's reading of a slot).
+    pub(super) async fn list_slots<F>(
+        &self,
+        tables: &SlotTables,
+        prefix: &str,
+        decode: F,
+    ) -> Result<Vec<PermitInfo>>
+    where
+        F: Fn(&RecordDecoder<'_>, i64, &str, Option<String>, i64, i64) -> Result<PermitInfo>,
+    {
+        let rows = sqlx::query(tables.list)
+            .bind(prefix)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(classify)?;
+        rows.iter().map(|row| slot_from_row(row, &decode)).collect()
+    }
+}
+
+/// A row of a slot listing, every field checked: a column of the wrong type
+/// (SQLite does not enforce them) is a corrupt record too.
+fn slot_from_row<F>(row: &SqliteRow, decode: &F) -> Result<PermitInfo>
+where
+    F: Fn(&RecordDecoder<'_>, i64, &str, Option<String>, i64, i64) -> Result<PermitInfo>,
+{
+    let key: String = row
+        .try_get(0)
+        .map_err(|e| RecordDecoder::new(STORE, "?").corrupt(format!("unreadable key: {e}")))?;
+    let record = RecordDecoder::new(STORE, &key);
+    let wrong_type = |e: sqlx::Error| record.corrupt(e.to_string());
+    decode(
+        &record,
+        row.try_get(1).map_err(wrong_type)?,
+        &row.try_get::<String, _>(2).map_err(wrong_type)?,
+        row.try_get(3).map_err(wrong_type)?,
+        row.try_get(4).map_err(wrong_type)?,
+        row.try_get(5).map_err(wrong_type)?,
+    )
+}
