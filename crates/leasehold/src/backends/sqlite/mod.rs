@@ -189,6 +189,28 @@ impl SqliteBackend {
     }
 }
 
+/// A statement with its parameters bound.
+type Query<'q> = sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments<'q>>;
+
+impl SqliteBackend {
+    /// Runs a renew statement (a mutex's, a permit's or an rw lock's): true
+    /// if it extended the lease, false if the lease was lost.
+    async fn run_renew(&self, renew: Query<'_>) -> Result<bool> {
+        let done = renew.execute(&self.pool).await.map_err(classify)?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Runs a release statement, and wakes `key`'s waiters if it freed
+    /// the lease (not if the lease was already gone).
+    async fn run_release(&self, release: Query<'_>, key: &Key) -> Result<()> {
+        let done = release.execute(&self.pool).await.map_err(classify)?;
+        if done.rows_affected() == 1 {
+            self.wake.wake(key);
+        }
+        Ok(())
+    }
+}
+
 async fn connect_and_migrate(
     connect: SqliteConnectOptions,
     options: &SqliteOptions,
@@ -396,31 +418,22 @@ impl Backend for SqliteBackend {
 
     fn renew<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
         Box::pin(async move {
-            let done = sqlx::query(RENEW)
+            let renew = sqlx::query(RENEW)
                 .bind(lease.key().as_str())
                 .bind(lease.owner().to_string())
                 .bind(token_to_i64(lease.token())?)
-                .bind(duration_to_millis(ttl))
-                .execute(&self.pool)
-                .await
-                .map_err(classify)?;
-            Ok(done.rows_affected() == 1)
+                .bind(duration_to_millis(ttl));
+            self.run_renew(renew).await
         })
     }
 
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            let done = sqlx::query(RELEASE)
+            let release = sqlx::query(RELEASE)
                 .bind(lease.key().as_str())
                 .bind(lease.owner().to_string())
-                .bind(token_to_i64(lease.token())?)
-                .execute(&self.pool)
-                .await
-                .map_err(classify)?;
-            if done.rows_affected() == 1 {
-                self.wake.wake(lease.key());
-            }
-            Ok(())
+                .bind(token_to_i64(lease.token())?);
+            self.run_release(release, lease.key()).await
         })
     }
 

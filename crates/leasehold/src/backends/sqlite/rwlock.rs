@@ -17,28 +17,13 @@ use crate::backend::{
 };
 use crate::error::Result;
 
-/// Creates the tables; safe to run any number of times.
-const MIGRATION: [&str; 3] = [
-    "CREATE TABLE IF NOT EXISTS leasehold_rw_fences (
-        key TEXT PRIMARY KEY NOT NULL,
-        fence INTEGER NOT NULL
-    ) WITHOUT ROWID",
-    "CREATE TABLE IF NOT EXISTS leasehold_rw_slots (
-        key TEXT NOT NULL,
-        slot INTEGER NOT NULL,
-        owner TEXT NOT NULL,
-        holder TEXT,
-        token INTEGER NOT NULL,
-        expires_at_ms INTEGER NOT NULL,
-        PRIMARY KEY (key, slot)
-    ) WITHOUT ROWID",
-    "CREATE TABLE IF NOT EXISTS leasehold_rw_marks (
+/// Creates the writers' marker table; safe to run any number of times.
+const CREATE_MARKS: &str = "CREATE TABLE IF NOT EXISTS leasehold_rw_marks (
         key TEXT PRIMARY KEY NOT NULL,
         owner TEXT NOT NULL,
         holder TEXT,
         expires_at_ms INTEGER NOT NULL
-    ) WITHOUT ROWID",
-];
+    ) WITHOUT ROWID";
 
 /// For key ?1 and owner ?2: live readers, whether the writer is live,
 /// whether another owner's live marker stands, and the live holder (reader,
@@ -75,9 +60,8 @@ const MARK: &str = concat!(
 const UNMARK: &str = "DELETE FROM leasehold_rw_marks WHERE key = ?1";
 
 pub(super) async fn migrate(pool: &SqlitePool) -> std::result::Result<(), sqlx::Error> {
-    for statement in MIGRATION {
-        sqlx::query(statement).execute(pool).await?;
-    }
+    slots::migrate(pool, &TABLES).await?;
+    sqlx::query(CREATE_MARKS).execute(pool).await?;
     Ok(())
 }
 

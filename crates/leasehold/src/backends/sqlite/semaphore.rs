@@ -14,23 +14,6 @@ use super::{busy, classify, write_locked, BoundedBusy, SqliteBackend};
 use crate::backend::{Acquire, AcquireRequest, BoxFuture, Lease, PermitInfo};
 use crate::error::Result;
 
-/// Creates the permit tables; safe to run any number of times.
-const MIGRATION: [&str; 2] = [
-    "CREATE TABLE IF NOT EXISTS leasehold_permit_fences (
-        key TEXT PRIMARY KEY NOT NULL,
-        fence INTEGER NOT NULL
-    ) WITHOUT ROWID",
-    "CREATE TABLE IF NOT EXISTS leasehold_permits (
-        key TEXT NOT NULL,
-        slot INTEGER NOT NULL,
-        owner TEXT NOT NULL,
-        holder TEXT,
-        token INTEGER NOT NULL,
-        expires_at_ms INTEGER NOT NULL,
-        PRIMARY KEY (key, slot)
-    ) WITHOUT ROWID",
-];
-
 /// The live permit count of key ?1, and the holder whose permit expires
 /// first with its time left (none if nothing is live).
 const LIVE: &str = concat!(
@@ -44,13 +27,11 @@ const LIVE: &str = concat!(
     " ORDER BY expires_at_ms LIMIT 1)"
 );
 
+/// The permits' fences and slots.
 const TABLES: SlotTables = slot_tables!("leasehold_permit_fences", "leasehold_permits");
 
 pub(super) async fn migrate(pool: &SqlitePool) -> std::result::Result<(), sqlx::Error> {
-    for statement in MIGRATION {
-        sqlx::query(statement).execute(pool).await?;
-    }
-    Ok(())
+    slots::migrate(pool, &TABLES).await
 }
 
 fn acquire_on<'a>(

@@ -7,10 +7,10 @@
 
 use std::time::Duration;
 
-use sqlx::sqlite::{Sqlite, SqliteArguments, SqliteConnection, SqliteRow};
+use sqlx::sqlite::{Sqlite, SqliteConnection, SqlitePool, SqliteRow};
 use sqlx::{Connection, Row, Transaction};
 
-use super::{classify, is_locked, SqliteBackend, STORE};
+use super::{classify, is_locked, Query, SqliteBackend, STORE};
 use crate::backend::{
     duration_to_millis, token_to_i64, Acquire, AcquireRequest, Lease, PermitInfo, RecordDecoder,
 };
@@ -18,6 +18,10 @@ use crate::error::Result;
 
 /// The statements over one pair of tables (see [`slot_tables!`]).
 pub(super) struct SlotTables {
+    /// Creates the fence table; safe to run any number of times.
+    pub(super) create_fences: &'static str,
+    /// Creates the slot table; safe to run any number of times.
+    pub(super) create_slots: &'static str,
     /// The lowest slot below ?2 with no live row of key ?1.
     pub(super) free_slot: &'static str,
     /// Parameter: key. Returns the key's next fence.
@@ -37,6 +41,29 @@ pub(super) struct SlotTables {
 macro_rules! slot_tables {
     ($fences:literal, $slots:literal) => {
         $crate::backends::sqlite::slots::SlotTables {
+            // The layout (and white space) of the tables' first release:
+            // SQLite keeps this text as the schema.
+            create_fences: concat!(
+                "CREATE TABLE IF NOT EXISTS ",
+                $fences,
+                " (
+        key TEXT PRIMARY KEY NOT NULL,
+        fence INTEGER NOT NULL
+    ) WITHOUT ROWID"
+            ),
+            create_slots: concat!(
+                "CREATE TABLE IF NOT EXISTS ",
+                $slots,
+                " (
+        key TEXT NOT NULL,
+        slot INTEGER NOT NULL,
+        owner TEXT NOT NULL,
+        holder TEXT,
+        token INTEGER NOT NULL,
+        expires_at_ms INTEGER NOT NULL,
+        PRIMARY KEY (key, slot)
+    ) WITHOUT ROWID"
+            ),
             free_slot: concat!(
                 "WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i + 1 < ?2) \
                  SELECT i FROM s WHERE i NOT IN (SELECT slot FROM ",
@@ -87,7 +114,16 @@ macro_rules! slot_tables {
     };
 }
 
-type Query<'q> = sqlx::query::Query<'q, Sqlite, SqliteArguments<'q>>;
+/// Creates the tables, fences first; safe to run any number of times.
+pub(super) async fn migrate(
+    pool: &SqlitePool,
+    tables: &SlotTables,
+) -> std::result::Result<(), sqlx::Error> {
+    for statement in [tables.create_fences, tables.create_slots] {
+        sqlx::query(statement).execute(pool).await?;
+    }
+    Ok(())
+}
 
 /// Opens a grant's transaction. `BEGIN IMMEDIATE` takes the write lock
 /// first, so the caller's reads and the writes are one atomic step; `None`
@@ -164,24 +200,14 @@ impl SqliteBackend {
         lease: &Lease,
         ttl: Duration,
     ) -> Result<bool> {
-        let done = held(sqlx::query(tables.renew), lease)?
-            .bind(duration_to_millis(ttl))
-            .execute(&self.pool)
+        self.run_renew(held(sqlx::query(tables.renew), lease)?.bind(duration_to_millis(ttl)))
             .await
-            .map_err(classify)?;
-        Ok(done.rows_affected() == 1)
     }
 
     /// Frees a held slot, and wakes the key's waiters if it was held.
     pub(super) async fn release_slot(&self, tables: &SlotTables, lease: &Lease) -> Result<()> {
-        let done = held(sqlx::query(tables.release), lease)?
-            .execute(&self.pool)
+        self.run_release(held(sqlx::query(tables.release), lease)?, lease.key())
             .await
-            .map_err(classify)?;
-        if done.rows_affected() == 1 {
-            self.wake.wake(lease.key());
-        }
-        Ok(())
     }
 
     /// The live slots under `prefix`, each row decoded by `decode` (the
