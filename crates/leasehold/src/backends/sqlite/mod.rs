@@ -193,6 +193,31 @@ impl SqliteBackend {
 type Query<'q> = sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments<'q>>;
 
 impl SqliteBackend {
+    /// Runs `acquire` (a mutex's, a semaphore's or an rw lock's) on a pool
+    /// connection whose busy timeout (how long SQLite waits for another
+    /// connection's write lock) follows the caller's wait, not the
+    /// backend's 5 s: the deadline wins.
+    fn bounded_acquire<'a, F>(
+        &'a self,
+        req: &'a AcquireRequest,
+        acquire: F,
+    ) -> BoxFuture<'a, Result<Acquire>>
+    where
+        F: for<'c> FnOnce(
+                &'c mut SqliteConnection,
+                &'c AcquireRequest,
+            ) -> BoxFuture<'c, Result<Acquire>>
+            + Send
+            + 'a,
+    {
+        Box::pin(async move {
+            let mut conn = BoundedBusy::new(&self.pool, req).await?;
+            let outcome = acquire(conn.conn(), req).await;
+            conn.restore(self.busy_timeout).await?;
+            outcome
+        })
+    }
+
     /// Runs a renew statement (a mutex's, a permit's or an rw lock's): true
     /// if it extended the lease, false if the lease was lost.
     async fn run_renew(&self, renew: Query<'_>) -> Result<bool> {
@@ -405,15 +430,7 @@ async fn acquire_statements(conn: &mut SqliteConnection, req: &AcquireRequest) -
 
 impl Backend for SqliteBackend {
     fn try_acquire<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
-        Box::pin(async move {
-            // The busy timeout (how long SQLite waits for another
-            // connection's write lock) follows the caller's wait, not the
-            // backend's 5 s: the deadline wins.
-            let mut conn = BoundedBusy::new(&self.pool, req).await?;
-            let outcome = acquire_on(conn.conn(), req).await;
-            conn.restore(self.busy_timeout).await?;
-            outcome
-        })
+        self.bounded_acquire(req, acquire_on)
     }
 
     fn renew<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
@@ -500,32 +517,36 @@ impl Backend for SqliteBackend {
 
     fn try_acquire_permit<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
         match req.rw_side() {
-            Some(side) => self.rw_acquire(req, side),
-            None => self.permit_acquire(req),
+            Some(side) => {
+                self.bounded_acquire(req, move |conn, req| rwlock::acquire_on(conn, req, side))
+            }
+            None => self.bounded_acquire(req, semaphore::acquire_on),
         }
     }
 
     fn renew_permit<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
-        match lease.rw_side() {
-            Some(_) => self.rw_renew(lease, ttl),
-            None => self.permit_renew(lease, ttl),
-        }
+        Box::pin(self.renew_slot(slot_tables(lease), lease, ttl))
     }
 
     fn release_permit<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
-        match lease.rw_side() {
-            Some(_) => self.rw_release(lease),
-            None => self.permit_release(lease),
-        }
+        Box::pin(self.release_slot(slot_tables(lease), lease))
     }
 
     fn list_permits<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<PermitInfo>>> {
         Box::pin(async move {
-            let permits = self.permit_list(prefix).await?;
+            let permits = self.list_slots(&semaphore::TABLES, prefix).await?;
             Ok(crate::rwlock::merge_listings(
                 permits,
-                self.rw_list(prefix).await?,
+                self.list_slots(&rwlock::TABLES, prefix).await?,
             ))
         })
+    }
+}
+
+/// A semaphore permit's tables, or an rw lock grant's.
+fn slot_tables(lease: &Lease) -> &'static slots::SlotTables {
+    match lease.rw_side() {
+        Some(_) => &rwlock::TABLES,
+        None => &semaphore::TABLES,
     }
 }

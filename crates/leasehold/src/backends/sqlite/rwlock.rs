@@ -5,15 +5,12 @@
 //! and release are one statement each (the slot code shared with the
 //! semaphore is in `slots.rs`). See docs/rw-lock.md.
 
-use std::time::Duration;
-
 use sqlx::sqlite::{SqliteConnection, SqlitePool};
 
 use super::slots::{self, SlotTables};
-use super::{busy, classify, write_locked, BoundedBusy, SqliteBackend};
+use super::{busy, classify, write_locked};
 use crate::backend::{
-    duration_to_millis, Acquire, AcquireRequest, BoxFuture, Lease, PermitInfo, RwSide, MAX_PERMITS,
-    WRITER_SLOT,
+    duration_to_millis, Acquire, AcquireRequest, BoxFuture, RwSide, MAX_PERMITS, WRITER_SLOT,
 };
 use crate::error::Result;
 
@@ -46,7 +43,8 @@ const STATE: &str = concat!(
 );
 
 /// Readers take the slots below `MAX_PERMITS`; the writer takes `WRITER_SLOT`.
-const TABLES: SlotTables = slot_tables!("leasehold_rw_fences", "leasehold_rw_slots");
+pub(super) const TABLES: SlotTables =
+    slot_tables!("leasehold_rw_fences", "leasehold_rw_slots", rw_info);
 
 /// Parameters: key, owner, holder, life in ms. Sets or refreshes the
 /// marker (the caller checked that no other owner's live marker stands).
@@ -65,7 +63,8 @@ pub(super) async fn migrate(pool: &SqlitePool) -> std::result::Result<(), sqlx::
     Ok(())
 }
 
-fn acquire_on<'a>(
+/// A grant's transaction, on a connection whose busy timeout is bounded.
+pub(super) fn acquire_on<'a>(
     conn: &'a mut SqliteConnection,
     req: &'a AcquireRequest,
     side: RwSide,
@@ -125,42 +124,4 @@ fn acquire_on<'a>(
         };
         slots::grant(tx, &TABLES, req, slot).await
     })
-}
-
-impl SqliteBackend {
-    pub(super) fn rw_acquire<'a>(
-        &'a self,
-        req: &'a AcquireRequest,
-        side: RwSide,
-    ) -> BoxFuture<'a, Result<Acquire>> {
-        Box::pin(async move {
-            let mut conn = BoundedBusy::new(&self.pool, req).await?;
-            let outcome = acquire_on(conn.conn(), req, side).await;
-            conn.restore(self.busy_timeout).await?;
-            outcome
-        })
-    }
-
-    pub(super) fn rw_renew<'a>(
-        &'a self,
-        lease: &'a Lease,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(self.renew_slot(&TABLES, lease, ttl))
-    }
-
-    pub(super) fn rw_release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
-        Box::pin(self.release_slot(&TABLES, lease))
-    }
-
-    pub(super) async fn rw_list(&self, prefix: &str) -> Result<Vec<PermitInfo>> {
-        self.list_slots(
-            &TABLES,
-            prefix,
-            |record, slot, owner, holder, token, remaining_ms| {
-                record.rw_info(slot, owner, holder, token, remaining_ms)
-            },
-        )
-        .await
-    }
 }

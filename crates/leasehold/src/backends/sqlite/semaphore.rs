@@ -5,13 +5,11 @@
 //! statement each (the slot code the rw lock shares is in `slots.rs`). See
 //! docs/semaphore.md.
 
-use std::time::Duration;
-
 use sqlx::sqlite::{SqliteConnection, SqlitePool};
 
 use super::slots::{self, SlotTables};
-use super::{busy, classify, write_locked, BoundedBusy, SqliteBackend};
-use crate::backend::{Acquire, AcquireRequest, BoxFuture, Lease, PermitInfo};
+use super::{busy, classify, write_locked};
+use crate::backend::{Acquire, AcquireRequest, BoxFuture};
 use crate::error::Result;
 
 /// The live permit count of key ?1, and the holder whose permit expires
@@ -28,13 +26,15 @@ const LIVE: &str = concat!(
 );
 
 /// The permits' fences and slots.
-const TABLES: SlotTables = slot_tables!("leasehold_permit_fences", "leasehold_permits");
+pub(super) const TABLES: SlotTables =
+    slot_tables!("leasehold_permit_fences", "leasehold_permits", permit_info);
 
 pub(super) async fn migrate(pool: &SqlitePool) -> std::result::Result<(), sqlx::Error> {
     slots::migrate(pool, &TABLES).await
 }
 
-fn acquire_on<'a>(
+/// A grant's transaction, on a connection whose busy timeout is bounded.
+pub(super) fn acquire_on<'a>(
     conn: &'a mut SqliteConnection,
     req: &'a AcquireRequest,
 ) -> BoxFuture<'a, Result<Acquire>> {
@@ -55,44 +55,4 @@ fn acquire_on<'a>(
         let slot = slots::free_slot(&mut tx, &TABLES, req, permits).await?;
         slots::grant(tx, &TABLES, req, slot).await
     })
-}
-
-impl SqliteBackend {
-    pub(super) fn permit_acquire<'a>(
-        &'a self,
-        req: &'a AcquireRequest,
-    ) -> BoxFuture<'a, Result<Acquire>> {
-        Box::pin(async move {
-            // The busy timeout follows the caller's wait, as for the mutex.
-            let mut conn = BoundedBusy::new(&self.pool, req).await?;
-            let outcome = acquire_on(conn.conn(), req).await;
-            conn.restore(self.busy_timeout).await?;
-            outcome
-        })
-    }
-
-    pub(super) fn permit_renew<'a>(
-        &'a self,
-        lease: &'a Lease,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(self.renew_slot(&TABLES, lease, ttl))
-    }
-
-    pub(super) fn permit_release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
-        Box::pin(self.release_slot(&TABLES, lease))
-    }
-
-    pub(super) fn permit_list<'a>(
-        &'a self,
-        prefix: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<PermitInfo>>> {
-        Box::pin(self.list_slots(
-            &TABLES,
-            prefix,
-            |record, slot, owner, holder, token, remaining_ms| {
-                record.permit_info(slot, owner, holder, token, remaining_ms)
-            },
-        ))
-    }
 }

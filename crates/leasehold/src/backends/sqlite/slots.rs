@@ -34,12 +34,21 @@ pub(super) struct SlotTables {
     pub(super) release: &'static str,
     /// Parameter: key prefix. The live rows, by key and slot.
     pub(super) list: &'static str,
+    /// Reads a listed row's fields (slot, owner, holder, token, ms left)
+    /// as this lock reads them.
+    pub(super) decode: Decode,
 }
 
+/// A slot row's reading: [`RecordDecoder::permit_info`] or
+/// [`RecordDecoder::rw_info`].
+pub(super) type Decode =
+    fn(&RecordDecoder<'_>, i64, &str, Option<String>, i64, i64) -> Result<PermitInfo>;
+
 /// The [`SlotTables`] of a fence table and a slot table, by name (literals:
-/// the statements are built at compile time).
+/// the statements are built at compile time), and the `RecordDecoder`
+/// method that reads their rows.
 macro_rules! slot_tables {
-    ($fences:literal, $slots:literal) => {
+    ($fences:literal, $slots:literal, $decode:ident) => {
         $crate::backends::sqlite::slots::SlotTables {
             // The layout (and white space) of the tables' first release:
             // SQLite keeps this text as the schema.
@@ -110,6 +119,9 @@ macro_rules! slot_tables {
                 now_ms!(),
                 " ORDER BY key, slot"
             ),
+            decode: |record, slot, owner, holder, token, remaining_ms| {
+                record.$decode(slot, owner, holder, token, remaining_ms)
+            },
         }
     };
 }
@@ -210,32 +222,26 @@ impl SqliteBackend {
             .await
     }
 
-    /// The live slots under `prefix`, each row decoded by `decode` (the
-    /// semaphore's or the rw lock's reading of a slot).
-    pub(super) async fn list_slots<F>(
+    /// The live slots under `prefix`.
+    pub(super) async fn list_slots(
         &self,
         tables: &SlotTables,
         prefix: &str,
-        decode: F,
-    ) -> Result<Vec<PermitInfo>>
-    where
-        F: Fn(&RecordDecoder<'_>, i64, &str, Option<String>, i64, i64) -> Result<PermitInfo>,
-    {
+    ) -> Result<Vec<PermitInfo>> {
         let rows = sqlx::query(tables.list)
             .bind(prefix)
             .fetch_all(&self.pool)
             .await
             .map_err(classify)?;
-        rows.iter().map(|row| slot_from_row(row, &decode)).collect()
+        rows.iter()
+            .map(|row| slot_from_row(row, tables.decode))
+            .collect()
     }
 }
 
 /// A row of a slot listing, every field checked: a column of the wrong type
 /// (SQLite does not enforce them) is a corrupt record too.
-fn slot_from_row<F>(row: &SqliteRow, decode: &F) -> Result<PermitInfo>
-where
-    F: Fn(&RecordDecoder<'_>, i64, &str, Option<String>, i64, i64) -> Result<PermitInfo>,
-{
+fn slot_from_row(row: &SqliteRow, decode: Decode) -> Result<PermitInfo> {
     let key: String = row
         .try_get(0)
         .map_err(|e| RecordDecoder::new(STORE, "?").corrupt(format!("unreadable key: {e}")))?;
