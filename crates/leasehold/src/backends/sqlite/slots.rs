@@ -256,3 +256,43 @@ fn slot_from_row(row: &SqliteRow, decode: Decode) -> Result<PermitInfo> {
         row.try_get(5).map_err(wrong_type)?,
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{Backend, CorruptRecord, RwSide, WRITER_SLOT};
+
+    /// Puts a live row in `table` by hand, as a grant would leave it.
+    async fn insert_slot(backend: &SqliteBackend, table: &str, slot: u32) {
+        let sql = format!(
+            "INSERT INTO {table} (key, slot, owner, holder, token, expires_at_ms) \
+             VALUES ('k', ?1, '0123456789abcdef0123456789abcdef', 'h', 1, {} + 60000)",
+            now_ms!()
+        );
+        sqlx::query(&sql)
+            .bind(i64::from(slot))
+            .execute(backend.pool())
+            .await
+            .unwrap();
+    }
+
+    /// Each lock's listing reads its own table with its own decoding: the
+    /// writer's slot is a valid rw grant, but no valid permit's slot.
+    #[tokio::test]
+    async fn sqlite_each_listing_decodes_its_own_rows() {
+        let tmp = tempfile::tempdir().unwrap();
+        let backend = SqliteBackend::open(tmp.path().join("x.db")).await.unwrap();
+
+        insert_slot(&backend, "leasehold_rw_slots", WRITER_SLOT).await;
+        let listed = backend.list_permits("").await.unwrap();
+        assert_eq!(listed.len(), 1, "{listed:?}");
+        assert_eq!(listed[0].slot, WRITER_SLOT);
+        assert_eq!(listed[0].rw, Some(RwSide::Write));
+
+        insert_slot(&backend, "leasehold_permits", WRITER_SLOT).await;
+        let e = backend.list_permits("").await.unwrap_err();
+        let source = std::error::Error::source(&e).unwrap();
+        assert!(source.downcast_ref::<CorruptRecord>().is_some(), "{e}");
+        assert!(e.to_string().contains("outside 0.."), "{e}");
+    }
+}
