@@ -16,7 +16,7 @@ use crate::backend::{
 };
 use crate::error::Result;
 
-/// The statements over one pair of tables (see [`slot_tables!`]).
+/// The statements over one pair of tables (see `slot_tables!`).
 pub(super) struct SlotTables {
     /// Creates the fence table; safe to run any number of times.
     pub(super) create_fences: &'static str,
