@@ -7,7 +7,7 @@ const test = require('node:test');
 const assert = require('node:assert/strict');
 const { setTimeout: sleep } = require('node:timers/promises');
 const { Locks } = require('leasehold');
-const { stores, uniqueKey } = require('./stores');
+const { stores, uniqueKey, openPair, closePair } = require('./stores');
 
 const unhandled = [];
 
@@ -31,13 +31,9 @@ for (const store of stores()) {
     let locks;
     let other; // a second handle: another "process" on the same store
     test.before(async () => {
-      locks = await Locks.open(store.url);
-      other = store.shared ? locks : await Locks.open(store.url);
+      ({ locks, other } = await openPair(store));
     });
-    test.after(async () => {
-      await locks.close();
-      if (other !== locks) await other.close();
-    });
+    test.after(() => closePair({ locks, other }));
 
     test('tryAcquire grants a lease with key and bigint token, null when busy', async () => {
       const key = uniqueKey('try');

@@ -9,7 +9,7 @@ const { spawnSync } = require('node:child_process');
 const path = require('node:path');
 const { setTimeout: sleep } = require('node:timers/promises');
 const { Locks, RwLock } = require('leasehold');
-const { stores, uniqueKey } = require('./stores');
+const { stores, uniqueKey, openPair, closePair } = require('./stores');
 
 function within(promise, ms, what) {
   let timer;
@@ -28,13 +28,9 @@ for (const store of stores()) {
     let locks;
     let other;
     test.before(async () => {
-      locks = await Locks.open(store.url);
-      other = store.shared ? locks : await Locks.open(store.url);
+      ({ locks, other } = await openPair(store));
     });
-    test.after(async () => {
-      await locks.close();
-      if (other !== locks) await other.close();
-    });
+    test.after(() => closePair({ locks, other }));
 
 
     test('readers share, the writer excludes them, tokens increase', async () => {
