@@ -8,22 +8,10 @@ const assert = require('node:assert/strict');
 const { setTimeout: sleep } = require('node:timers/promises');
 const { Locks } = require('leasehold');
 const { stores, uniqueKey, openPair, closePair } = require('./stores');
+const { abortedWithin } = require('./wait');
 
 const unhandled = [];
 
-/**
- * Resolves when `signal` aborts, rejects after `ms`. The timer also keeps
- * the process alive: a lease's signal deliberately does not.
- */
-function abortedWithin(signal, ms) {
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`signal not aborted within ${ms} ms`)), ms);
-    signal.addEventListener('abort', () => {
-      clearTimeout(timer);
-      resolve();
-    }, { once: true });
-  });
-}
 process.on('unhandledRejection', (e) => unhandled.push(e));
 
 for (const store of stores()) {

@@ -14,7 +14,7 @@ const { setTimeout: sleep } = require('node:timers/promises');
 const express = require('express');
 const { Locks } = require('leasehold');
 const { lockRoute, problemTypes } = require('leasehold/express');
-const { stores, uniqueKey } = require('./stores');
+const { stores, uniqueKey, openPair, closePair } = require('./stores');
 const { relay } = require('./proxy');
 const { serve, post, postThenDisconnect, eventually, gate } = require('./http');
 
@@ -36,8 +36,7 @@ for (const store of stores()) {
     const seen = []; // what handlers and the error handler saw
     const gates = new Map(); // key -> gate a /slow handler waits on
     test.before(async () => {
-      locks = await Locks.open(store.url);
-      other = store.shared ? locks : await Locks.open(store.url);
+      ({ locks, other } = await openPair(store));
       const app = express();
       const keyFromPath = (req) => req.params.key;
       app.post('/run/:key', lockRoute(locks, { key: keyFromPath, ttl: '10s' }), async (req, res) => {
@@ -82,8 +81,7 @@ for (const store of stores()) {
     });
     test.after(async () => {
       await server.close();
-      await locks.close();
-      if (other !== locks) await other.close();
+      await closePair({ locks, other });
     });
 
     test('a free key: the handler runs with req.lease, released before the client has the answer', async () => {

@@ -11,7 +11,7 @@ const { setTimeout: sleep } = require('node:timers/promises');
 const express = require('express');
 const { Locks } = require('leasehold');
 const { limitConcurrency, problemTypes } = require('leasehold/express');
-const { stores, uniqueKey } = require('./stores');
+const { stores, uniqueKey, openPair, closePair } = require('./stores');
 const { relay } = require('./proxy');
 const { serve, post, postThenDisconnect, eventually, gate } = require('./http');
 
@@ -24,8 +24,7 @@ for (const store of stores()) {
     const inHandler = new Map(); // key -> requests in the handler now
     const seen = [];
     test.before(async () => {
-      locks = await Locks.open(store.url);
-      other = store.shared ? locks : await Locks.open(store.url);
+      ({ locks, other } = await openPair(store));
       const app = express();
       const keyFromPath = (req) => req.params.key;
       const slow = async (req, res) => {
@@ -57,8 +56,7 @@ for (const store of stores()) {
     });
     test.after(async () => {
       await server.close();
-      await locks.close();
-      if (other !== locks) await other.close();
+      await closePair({ locks, other });
     });
 
     const holders = (key, permits) => other.semaphore(key, permits).holders();

@@ -8,20 +8,9 @@ const assert = require('node:assert/strict');
 const { spawnSync } = require('node:child_process');
 const path = require('node:path');
 const { setTimeout: sleep } = require('node:timers/promises');
-const { Locks, RwLock } = require('leasehold');
+const { RwLock } = require('leasehold');
 const { stores, uniqueKey, openPair, closePair } = require('./stores');
-
-function within(promise, ms, what) {
-  let timer;
-  const late = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what} not within ${ms} ms`)), ms);
-  });
-  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
-}
-
-function abortedWithin(signal, ms) {
-  return within(new Promise((resolve) => signal.addEventListener('abort', resolve, { once: true })), ms, 'the abort');
-}
+const { within, abortedWithin } = require('./wait');
 
 for (const store of stores()) {
   test.describe(`rwLock on ${store.name}`, () => {
