@@ -19,6 +19,14 @@ const LIMIT_OPTION_NAMES = new Set(['key', 'permits', 'ttl', 'wait', 'status']);
 // store timeout.
 const RELEASE_BOUND_MS = 5000;
 
+/** The ttl and wait of a middleware's options, in milliseconds, checked. */
+function routeTiming(options) {
+  const ttlMs = toMillis(options.ttl ?? DEFAULT_TTL_MS, 'ttl');
+  const waitMs = toMillis(options.wait ?? 0, 'wait');
+  nativeSync(() => checkRouteOptions(ttlMs, waitMs));
+  return { ttlMs, waitMs };
+}
+
 /** Checks the options once, when the route is declared, not per request. */
 function routeOptions(locks, options) {
   if (!(locks instanceof Locks)) throw invalidInput('invalid locks: expected a Locks from Locks.open(url)');
@@ -29,10 +37,7 @@ function routeOptions(locks, options) {
     if (!OPTION_NAMES.has(name)) throw invalidInput(`invalid option ${JSON.stringify(name)}: lockRoute takes key, ttl and wait`);
   }
   if (typeof options.key !== 'function') throw invalidInput('invalid key: expected a function (req) => string');
-  const ttlMs = toMillis(options.ttl ?? DEFAULT_TTL_MS, 'ttl');
-  const waitMs = toMillis(options.wait ?? 0, 'wait');
-  nativeSync(() => checkRouteOptions(ttlMs, waitMs));
-  return { keyOf: options.key, ttlMs, waitMs };
+  return { keyOf: options.key, ...routeTiming(options) };
 }
 
 /** The problem answer for an acquire that failed, or null if there is none. */
@@ -96,6 +101,60 @@ function releaseWithResponse(res, lease) {
 }
 
 /**
+ * Calls `use(key)` with the request's key, or `next` alone when the key
+ * function returns null or undefined (no lock for this request), or
+ * `next(error)` when it throws.
+ */
+async function withKey(keyOf, req, next, use) {
+  let key;
+  try {
+    key = await keyOf(req);
+  } catch (error) {
+    return next(error);
+  }
+  if (key === undefined || key === null) return next();
+  return use(key);
+}
+
+/**
+ * Waits for `take(signal)` to grant `key` while the client stays, then
+ * continues the route with the grant as `req[field]` until the response
+ * ends. A refusal is answered: `busy(error)` for a busy key or timeout when
+ * given, else the problem for the error, else `next(error)`.
+ */
+async function holdForResponse(req, res, next, { key, field, take, busy }) {
+  // An async key function can outlast the client: then its 'close' has
+  // already been emitted, and nobody is left to answer.
+  if (res.destroyed) return undefined;
+  // A client that disconnects while waiting stops the wait.
+  const gone = new AbortController();
+  const onGone = () => gone.abort();
+  res.once('close', onGone);
+  let grant;
+  try {
+    grant = await take(gone.signal);
+  } catch (error) {
+    if (gone.signal.aborted) return undefined; // nobody left to answer
+    if (busy && (error.code === 'LEASEHOLD_BUSY' || error.code === 'LEASEHOLD_TIMEOUT')) {
+      return problem.send(res, busy(error));
+    }
+    const answer = problemFor(error, key);
+    if (answer) return problem.send(res, answer);
+    return next(error);
+  } finally {
+    res.removeListener('close', onGone);
+  }
+  if (gone.signal.aborted) {
+    // The client left just as the store granted it.
+    await grant.release().catch(() => {});
+    return undefined;
+  }
+  req[field] = grant;
+  releaseWithResponse(res, grant);
+  return next();
+}
+
+/**
  * A middleware that runs the rest of the route under a lease on
  * `options.key(req)` (null or undefined: no lock for this request).
  *
@@ -112,43 +171,14 @@ function releaseWithResponse(res, lease) {
 function lockRoute(locks, options) {
   const { keyOf, ttlMs, waitMs } = routeOptions(locks, options);
 
-  async function lockThenContinue(req, res, next) {
-    let key;
-    try {
-      key = await keyOf(req);
-    } catch (error) {
-      return next(error);
-    }
-    if (key === undefined || key === null) return next();
-    if (typeof key !== 'string') {
-      return next(invalidInput(`invalid key: the key function returned a ${typeof key}, expected a string, null or undefined`));
-    }
-    // An async key function can outlast the client: then its 'close' has
-    // already been emitted, and nobody is left to answer.
-    if (res.destroyed) return undefined;
-    // A client that disconnects while waiting stops the wait.
-    const gone = new AbortController();
-    const onGone = () => gone.abort();
-    res.once('close', onGone);
-    let lease;
-    try {
-      lease = await locks.acquire(key, { ttl: ttlMs, wait: waitMs, signal: gone.signal });
-    } catch (error) {
-      if (gone.signal.aborted) return undefined; // nobody left to answer
-      const answer = problemFor(error, key);
-      if (answer) return problem.send(res, answer);
-      return next(error);
-    } finally {
-      res.removeListener('close', onGone);
-    }
-    if (gone.signal.aborted) {
-      // The client left just as the store granted it.
-      await lease.release().catch(() => {});
-      return undefined;
-    }
-    req.lease = lease;
-    releaseWithResponse(res, lease);
-    return next();
+  function lockThenContinue(req, res, next) {
+    return withKey(keyOf, req, next, (key) => {
+      if (typeof key !== 'string') {
+        return next(invalidInput(`invalid key: the key function returned a ${typeof key}, expected a string, null or undefined`));
+      }
+      const take = (signal) => locks.acquire(key, { ttl: ttlMs, wait: waitMs, signal });
+      return holdForResponse(req, res, next, { key, field: 'lease', take });
+    });
   }
 
   // The promise is for frameworks that await middleware (Express 5); every
@@ -180,9 +210,7 @@ function limitOptions(locks, options) {
   nativeSync(() => checkSemaphore(typeof key === 'string' ? key : 'k', permits));
   const status = options.status ?? 503;
   if (status !== 503 && status !== 429) throw invalidInput(`invalid status: expected 503 or 429, got ${String(status)}`);
-  const ttlMs = toMillis(options.ttl ?? DEFAULT_TTL_MS, 'ttl');
-  const waitMs = toMillis(options.wait ?? 0, 'wait');
-  nativeSync(() => checkRouteOptions(ttlMs, waitMs));
+  const { ttlMs, waitMs } = routeTiming(options);
   const keyOf = typeof key === 'string' ? () => key : key;
   return { keyOf, permits, ttlMs, waitMs, status };
 }
@@ -205,46 +233,19 @@ function limitOptions(locks, options) {
 function limitConcurrency(locks, options) {
   const { keyOf, permits, ttlMs, waitMs, status } = limitOptions(locks, options);
 
-  async function permitThenContinue(req, res, next) {
-    let key;
-    try {
-      key = await keyOf(req);
-    } catch (error) {
-      return next(error);
-    }
-    if (key === undefined || key === null) return next();
-    let semaphore;
-    try {
-      semaphore = locks.semaphore(key, permits);
-    } catch (error) {
-      if (typeof key !== 'string') return next(error);
-      return problem.send(res, problem.invalidKey(key, error.message));
-    }
-    if (res.destroyed) return undefined;
-    const gone = new AbortController();
-    const onGone = () => gone.abort();
-    res.once('close', onGone);
-    let permit;
-    try {
-      permit = await semaphore.acquire({ ttl: ttlMs, wait: waitMs, signal: gone.signal });
-    } catch (error) {
-      if (gone.signal.aborted) return undefined; // nobody left to answer
-      if (error.code === 'LEASEHOLD_BUSY' || error.code === 'LEASEHOLD_TIMEOUT') {
-        return problem.send(res, problem.concurrencyLimit(key, status, error.retryAfterMs ?? 0));
+  function permitThenContinue(req, res, next) {
+    return withKey(keyOf, req, next, (key) => {
+      let semaphore;
+      try {
+        semaphore = locks.semaphore(key, permits);
+      } catch (error) {
+        if (typeof key !== 'string') return next(error);
+        return problem.send(res, problem.invalidKey(key, error.message));
       }
-      const answer = problemFor(error, key);
-      if (answer) return problem.send(res, answer);
-      return next(error);
-    } finally {
-      res.removeListener('close', onGone);
-    }
-    if (gone.signal.aborted) {
-      await permit.release().catch(() => {});
-      return undefined;
-    }
-    req.permit = permit;
-    releaseWithResponse(res, permit);
-    return next();
+      const take = (signal) => semaphore.acquire({ ttl: ttlMs, wait: waitMs, signal });
+      const busy = (error) => problem.concurrencyLimit(key, status, error.retryAfterMs ?? 0);
+      return holdForResponse(req, res, next, { key, field: 'permit', take, busy });
+    });
   }
 
   return function leaseholdLimitConcurrency(req, res, next) {

@@ -2,6 +2,7 @@
 //! release them) and the cancellation tokens of pending waits.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -247,10 +248,9 @@ impl NativeLocks {
         wait_ms: f64,
         cancel_id: Option<u32>,
     ) -> napi::Result<NativeLease> {
-        let shared = self.shared.clone();
-        let options = shared.options(ttl_ms, wait_ms, cancel_id)?;
-        let acquired = shared.locks.acquire_with(&key, &options).await;
-        shared.granted(cancel_id, acquired.map(Held::One)).await
+        let locks = self.shared.locks.clone();
+        let call = |options| async move { locks.acquire_with(&key, &options).await };
+        self.take(ttl_ms, wait_ms, cancel_id, call, Held::One).await
     }
 
     /// Takes a permit of the semaphore `key` of `permits` permits, as
@@ -264,11 +264,9 @@ impl NativeLocks {
         wait_ms: f64,
         cancel_id: Option<u32>,
     ) -> napi::Result<NativeLease> {
-        let shared = self.shared.clone();
-        let semaphore = shared.locks.semaphore(&key, permits).map_err(js)?;
-        let options = shared.options(ttl_ms, wait_ms, cancel_id)?;
-        let acquired = semaphore.acquire_with(&options).await;
-        shared.granted(cancel_id, acquired.map(Held::One)).await
+        let semaphore = self.shared.locks.semaphore(&key, permits).map_err(js)?;
+        let call = |options| async move { semaphore.acquire_with(&options).await };
+        self.take(ttl_ms, wait_ms, cancel_id, call, Held::One).await
     }
 
     /// The live permits of the semaphore `key`, by slot.
@@ -292,15 +290,15 @@ impl NativeLocks {
         wait_ms: f64,
         cancel_id: Option<u32>,
     ) -> napi::Result<NativeLease> {
-        let shared = self.shared.clone();
-        let rw = shared.locks.rw_lock(&key).map_err(js)?;
-        let options = shared.options(ttl_ms, wait_ms, cancel_id)?;
-        let acquired = if write {
-            rw.write_with(&options).await
-        } else {
-            rw.read_with(&options).await
+        let rw = self.shared.locks.rw_lock(&key).map_err(js)?;
+        let call = |options| async move {
+            if write {
+                rw.write_with(&options).await
+            } else {
+                rw.read_with(&options).await
+            }
         };
-        shared.granted(cancel_id, acquired.map(Held::One)).await
+        self.take(ttl_ms, wait_ms, cancel_id, call, Held::One).await
     }
 
     /// The live readers and writer of the reader-writer lock `key`.
@@ -322,10 +320,10 @@ impl NativeLocks {
         wait_ms: f64,
         cancel_id: Option<u32>,
     ) -> napi::Result<NativeLease> {
-        let shared = self.shared.clone();
-        let options = shared.options(ttl_ms, wait_ms, cancel_id)?;
-        let acquired = shared.locks.acquire_many(&keys, &options).await;
-        shared.granted(cancel_id, acquired.map(Held::Many)).await
+        let locks = self.shared.locks.clone();
+        let call = |options| async move { locks.acquire_many(&keys, &options).await };
+        self.take(ttl_ms, wait_ms, cancel_id, call, Held::Many)
+            .await
     }
 
     /// Campaigns as `candidate` in the election `key` until elected, as
@@ -339,11 +337,10 @@ impl NativeLocks {
         wait_ms: f64,
         cancel_id: Option<u32>,
     ) -> napi::Result<NativeLease> {
-        let shared = self.shared.clone();
-        let election = shared.locks.election(&key).map_err(js)?;
-        let options = shared.options(ttl_ms, wait_ms, cancel_id)?;
-        let elected = election.campaign(&candidate, &options).await;
-        shared.granted(cancel_id, elected.map(Held::Leader)).await
+        let election = self.shared.locks.election(&key).map_err(js)?;
+        let call = |options| async move { election.campaign(&candidate, &options).await };
+        self.take(ttl_ms, wait_ms, cancel_id, call, Held::Leader)
+            .await
     }
 
     /// The current leader of the election `key`, if any.
@@ -409,6 +406,28 @@ impl NativeLocks {
         } else {
             Ok(())
         }
+    }
+}
+
+impl NativeLocks {
+    /// One acquire from start to finish: the options (failing once
+    /// `close()` ran), the store's call, then the lease this handle tracks.
+    /// `call` takes the options by value so its future borrows nothing.
+    async fn take<T, Fut>(
+        &self,
+        ttl_ms: f64,
+        wait_ms: f64,
+        cancel_id: Option<u32>,
+        call: impl FnOnce(AcquireOptions) -> Fut,
+        held: fn(T) -> Held,
+    ) -> napi::Result<NativeLease>
+    where
+        Fut: Future<Output = leasehold::Result<T>>,
+    {
+        let shared = self.shared.clone();
+        let options = shared.options(ttl_ms, wait_ms, cancel_id)?;
+        let acquired = call(options).await;
+        shared.granted(cancel_id, acquired.map(held)).await
     }
 }
 

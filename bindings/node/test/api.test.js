@@ -7,23 +7,11 @@ const test = require('node:test');
 const assert = require('node:assert/strict');
 const { setTimeout: sleep } = require('node:timers/promises');
 const { Locks } = require('leasehold');
-const { stores, uniqueKey } = require('./stores');
+const { stores, uniqueKey, openPair, closePair } = require('./stores');
+const { abortedWithin } = require('./wait');
 
 const unhandled = [];
 
-/**
- * Resolves when `signal` aborts, rejects after `ms`. The timer also keeps
- * the process alive: a lease's signal deliberately does not.
- */
-function abortedWithin(signal, ms) {
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`signal not aborted within ${ms} ms`)), ms);
-    signal.addEventListener('abort', () => {
-      clearTimeout(timer);
-      resolve();
-    }, { once: true });
-  });
-}
 process.on('unhandledRejection', (e) => unhandled.push(e));
 
 for (const store of stores()) {
@@ -31,13 +19,9 @@ for (const store of stores()) {
     let locks;
     let other; // a second handle: another "process" on the same store
     test.before(async () => {
-      locks = await Locks.open(store.url);
-      other = store.shared ? locks : await Locks.open(store.url);
+      ({ locks, other } = await openPair(store));
     });
-    test.after(async () => {
-      await locks.close();
-      if (other !== locks) await other.close();
-    });
+    test.after(() => closePair({ locks, other }));
 
     test('tryAcquire grants a lease with key and bigint token, null when busy', async () => {
       const key = uniqueKey('try');

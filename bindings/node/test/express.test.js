@@ -7,7 +7,6 @@
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
-const http = require('node:http');
 const os = require('node:os');
 const { spawnSync } = require('node:child_process');
 const path = require('node:path');
@@ -15,54 +14,9 @@ const { setTimeout: sleep } = require('node:timers/promises');
 const express = require('express');
 const { Locks } = require('leasehold');
 const { lockRoute, problemTypes } = require('leasehold/express');
-const { stores, uniqueKey } = require('./stores');
+const { stores, uniqueKey, openPair, closePair } = require('./stores');
 const { relay } = require('./proxy');
-
-/** Serves `app` on a free port; resolves to { base, close }. */
-async function serve(app) {
-  const server = http.createServer(app);
-  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return {
-    base: `http://127.0.0.1:${server.address().port}`,
-    close: () => new Promise((resolve) => server.close(resolve)),
-  };
-}
-
-/** A POST that resolves to { status, headers, body (parsed JSON or text) }. */
-async function post(url) {
-  const response = await fetch(url, { method: 'POST' });
-  const text = await response.text();
-  let body = text;
-  if (/json/.test(response.headers.get('content-type') ?? '')) body = JSON.parse(text);
-  return { status: response.status, headers: response.headers, body };
-}
-
-/** Sends a POST and destroys the connection once `when` resolves. */
-function postThenDisconnect(url, when) {
-  const request = http.request(url, { method: 'POST' });
-  request.on('error', () => {}); // the disconnect is the point
-  request.end();
-  return when.then(() => request.destroy());
-}
-
-/** Resolves when `check()` is true, rejects after `ms`. */
-async function eventually(check, ms, what) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    if (await check()) return;
-    if (Date.now() > deadline) throw new Error(`not within ${ms} ms: ${what}`);
-    await sleep(20);
-  }
-}
-
-/** A promise with its resolve function, for handlers the test steps. */
-function gate() {
-  let open;
-  const opened = new Promise((resolve) => {
-    open = resolve;
-  });
-  return { open, opened };
-}
+const { serve, post, postThenDisconnect, eventually, gate } = require('./http');
 
 function assertProblem(reply, { status, type, key }) {
   assert.equal(reply.status, status);
@@ -82,8 +36,7 @@ for (const store of stores()) {
     const seen = []; // what handlers and the error handler saw
     const gates = new Map(); // key -> gate a /slow handler waits on
     test.before(async () => {
-      locks = await Locks.open(store.url);
-      other = store.shared ? locks : await Locks.open(store.url);
+      ({ locks, other } = await openPair(store));
       const app = express();
       const keyFromPath = (req) => req.params.key;
       app.post('/run/:key', lockRoute(locks, { key: keyFromPath, ttl: '10s' }), async (req, res) => {
@@ -128,8 +81,7 @@ for (const store of stores()) {
     });
     test.after(async () => {
       await server.close();
-      await locks.close();
-      if (other !== locks) await other.close();
+      await closePair({ locks, other });
     });
 
     test('a free key: the handler runs with req.lease, released before the client has the answer', async () => {

@@ -7,54 +7,13 @@
 
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const http = require('node:http');
 const { setTimeout: sleep } = require('node:timers/promises');
 const express = require('express');
 const { Locks } = require('leasehold');
 const { limitConcurrency, problemTypes } = require('leasehold/express');
-const { stores, uniqueKey } = require('./stores');
+const { stores, uniqueKey, openPair, closePair } = require('./stores');
 const { relay } = require('./proxy');
-
-async function serve(app) {
-  const server = http.createServer(app);
-  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return {
-    base: `http://127.0.0.1:${server.address().port}`,
-    close: () => new Promise((resolve) => server.close(resolve)),
-  };
-}
-
-async function post(url) {
-  const response = await fetch(url, { method: 'POST' });
-  const text = await response.text();
-  let body = text;
-  if (/json/.test(response.headers.get('content-type') ?? '')) body = JSON.parse(text);
-  return { status: response.status, headers: response.headers, body };
-}
-
-function postThenDisconnect(url, when) {
-  const request = http.request(url, { method: 'POST' });
-  request.on('error', () => {}); // the disconnect is the point
-  request.end();
-  return when.then(() => request.destroy());
-}
-
-async function eventually(check, ms, what) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    if (await check()) return;
-    if (Date.now() > deadline) throw new Error(`not within ${ms} ms: ${what}`);
-    await sleep(20);
-  }
-}
-
-function gate() {
-  let open;
-  const opened = new Promise((resolve) => {
-    open = resolve;
-  });
-  return { open, opened };
-}
+const { serve, post, postThenDisconnect, eventually, gate } = require('./http');
 
 for (const store of stores()) {
   test.describe(`limitConcurrency on ${store.name}`, () => {
@@ -65,8 +24,7 @@ for (const store of stores()) {
     const inHandler = new Map(); // key -> requests in the handler now
     const seen = [];
     test.before(async () => {
-      locks = await Locks.open(store.url);
-      other = store.shared ? locks : await Locks.open(store.url);
+      ({ locks, other } = await openPair(store));
       const app = express();
       const keyFromPath = (req) => req.params.key;
       const slow = async (req, res) => {
@@ -98,8 +56,7 @@ for (const store of stores()) {
     });
     test.after(async () => {
       await server.close();
-      await locks.close();
-      if (other !== locks) await other.close();
+      await closePair({ locks, other });
     });
 
     const holders = (key, permits) => other.semaphore(key, permits).holders();

@@ -7,41 +7,18 @@ const test = require('node:test');
 const assert = require('node:assert/strict');
 const { setTimeout: sleep } = require('node:timers/promises');
 const { Locks, Lease, MultiLease, Leadership } = require('leasehold');
-const { stores, uniqueKey } = require('./stores');
+const { stores, uniqueKey, openPair, closePair } = require('./stores');
+const { within, abortedWithin } = require('./wait');
 const { relay } = require('./proxy');
-
-/** Resolves when `signal` aborts, rejects after `ms` (the timer keeps the process alive). */
-function abortedWithin(signal, ms) {
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`signal not aborted within ${ms} ms`)), ms);
-    signal.addEventListener('abort', () => {
-      clearTimeout(timer);
-      resolve();
-    }, { once: true });
-  });
-}
-
-/** Resolves with the promise's value, rejects if it takes longer than `ms`. */
-function within(promise, ms, what) {
-  let timer;
-  const late = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what} not within ${ms} ms`)), ms);
-  });
-  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
-}
 
 for (const store of stores()) {
   test.describe(`on ${store.name}`, () => {
     let locks;
     let other; // a second handle: another "process" on the same store
     test.before(async () => {
-      locks = await Locks.open(store.url);
-      other = store.shared ? locks : await Locks.open(store.url);
+      ({ locks, other } = await openPair(store));
     });
-    test.after(async () => {
-      await locks.close();
-      if (other !== locks) await other.close();
-    });
+    test.after(() => closePair({ locks, other }));
 
     // ---- semaphores ----
 

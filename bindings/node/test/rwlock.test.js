@@ -8,33 +8,18 @@ const assert = require('node:assert/strict');
 const { spawnSync } = require('node:child_process');
 const path = require('node:path');
 const { setTimeout: sleep } = require('node:timers/promises');
-const { Locks, RwLock } = require('leasehold');
-const { stores, uniqueKey } = require('./stores');
-
-function within(promise, ms, what) {
-  let timer;
-  const late = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what} not within ${ms} ms`)), ms);
-  });
-  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
-}
-
-function abortedWithin(signal, ms) {
-  return within(new Promise((resolve) => signal.addEventListener('abort', resolve, { once: true })), ms, 'the abort');
-}
+const { RwLock } = require('leasehold');
+const { stores, uniqueKey, openPair, closePair } = require('./stores');
+const { within, abortedWithin } = require('./wait');
 
 for (const store of stores()) {
   test.describe(`rwLock on ${store.name}`, () => {
     let locks;
     let other;
     test.before(async () => {
-      locks = await Locks.open(store.url);
-      other = store.shared ? locks : await Locks.open(store.url);
+      ({ locks, other } = await openPair(store));
     });
-    test.after(async () => {
-      await locks.close();
-      if (other !== locks) await other.close();
-    });
+    test.after(() => closePair({ locks, other }));
 
 
     test('readers share, the writer excludes them, tokens increase', async () => {

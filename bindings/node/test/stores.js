@@ -6,6 +6,7 @@
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
+const { Locks } = require('leasehold');
 
 const SERVERS = [
   ['postgres', 'LEASEHOLD_TEST_POSTGRES'],
@@ -38,4 +39,20 @@ function uniqueKey(prefix) {
   return `node-test:${prefix}:${process.pid}:${Date.now()}:${Math.random().toString(36).slice(2)}`;
 }
 
-module.exports = { stores, uniqueKey };
+/**
+ * Two handles on `store`: `other` stands for another process on the same
+ * store (memory:// is one store per open, so there it is `locks` itself).
+ */
+async function openPair(store) {
+  const locks = await Locks.open(store.url);
+  const other = store.shared ? locks : await Locks.open(store.url);
+  return { locks, other };
+}
+
+/** Closes the handles of `openPair`. */
+async function closePair({ locks, other }) {
+  await locks.close();
+  if (other !== locks) await other.close();
+}
+
+module.exports = { stores, uniqueKey, openPair, closePair };
