@@ -93,9 +93,12 @@ fn rw_acquire(p: &str) -> String {
     let entry = |token: &str| {
         format!("jsonb_build_object('o', $2::text, 'h', $3::text, 't', {token}, 'e', {now} + $4::bigint)")
     };
+    // A reader takes the lowest free slot. With `readers` slots live, one
+    // of `0..=readers` is free (and `ok` keeps `readers` below `max`), so
+    // the scan covers the live readers plus one instead of all `max` slots.
     let slot = format!(
         "CASE WHEN $6::text = 'w' THEN '{w}' ELSE \
-           (SELECT min(i) FROM generate_series(0, {max} - 1) AS i \
+           (SELECT min(i) FROM generate_series(0, {readers}) AS i \
             WHERE NOT coalesce((l.slots->(i::text)->>'e')::bigint > {now}, false))::text END"
     );
     let first_slot = format!("CASE WHEN $6::text = 'w' THEN '{w}' ELSE '0' END");
