@@ -160,3 +160,60 @@ async fn a_row_lock_wait_does_not_hold_up_renewals() {
     tx.rollback().await.unwrap();
     holder.release(&lease).await.unwrap();
 }
+
+/// Every runtime of a process shares the URL's connection, and none of
+/// them outlives the others (`cargo test` runs a runtime per test, in
+/// parallel): a statement sent from one runtime survives the end of the
+/// runtime that opened the connection. It waits at the server for a row
+/// lock while that runtime shuts down.
+#[test]
+fn the_shared_connection_outlives_the_runtime_that_opened_it() {
+    let Some(url) = server_url("LEASEHOLD_TEST_POSTGRES") else {
+        return;
+    };
+    let opening = tokio::runtime::Runtime::new().unwrap();
+    let other = tokio::runtime::Runtime::new().unwrap();
+    let key = unique("shared-runtimes");
+    // The first runtime to use the URL in this test process: it opens the
+    // shared connection (no other test of this file shares the process
+    // under nextest; under libtest the race only makes it pass more often).
+    let opener = opening.block_on(async {
+        let locks = Locks::open(&url).await.unwrap();
+        locks.inspect(&key).await.unwrap();
+        locks
+    });
+    // Another process holds the key, and a transaction of its row-locks the
+    // lease's record, so the force-release below waits at the server.
+    let (holder, lease, tx) = other.block_on(async {
+        let holder = other_process(&url).await;
+        let req =
+            AcquireRequest::new(Key::new(&key).unwrap(), Duration::from_secs(30), "h").unwrap();
+        let Acquire::Granted(lease) = holder.try_acquire(&req).await.unwrap() else {
+            panic!("{key} is free");
+        };
+        let mut tx = holder.pool().begin().await.unwrap();
+        holder.check_in(&mut tx, &lease).await.unwrap();
+        (holder, lease, tx)
+    });
+    let locks = other.block_on(Locks::open(&url)).unwrap();
+    let breaking = {
+        let key = key.clone();
+        other.spawn(async move { locks.force_release(&key).await })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        !breaking.is_finished(),
+        "the force-release waits for the row lock"
+    );
+    drop(opening);
+    other.block_on(tx.rollback()).unwrap();
+    let outcome = other.block_on(breaking).unwrap();
+    assert!(
+        matches!(outcome, Ok(true)),
+        "the force-release was lost with the runtime that opened the connection: {outcome:?}"
+    );
+    other.block_on(async {
+        holder.release(&lease).await.unwrap();
+        drop(opener);
+    });
+}

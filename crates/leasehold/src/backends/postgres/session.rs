@@ -5,7 +5,9 @@
 //!
 //! A task owns the connection (a sqlx `PgListener`, which buffers the
 //! notifications that arrive while a statement runs) and serves statement
-//! jobs sent over a channel, interleaved with notifications. Waiters never
+//! jobs sent over a channel, interleaved with notifications. It runs on a
+//! thread and runtime of its own, since callers on any runtime of the
+//! process share it and none of their runtimes outlives the others. Waiters never
 //! hold it: they hold a [`Subscription`] of the shared [`WakeHub`].
 //!
 //! Connecting is lazy (the first statement or waiter), and the connection
@@ -40,7 +42,6 @@ use super::pooler::Pooler;
 use super::sql::CHANNEL;
 use crate::error::Error;
 use crate::key::Key;
-use crate::notifier::AbortOnDrop;
 use crate::notify::{Subscription, WakeHub};
 use crate::time::Backoff;
 
@@ -183,11 +184,13 @@ struct Config {
     acquire_timeout: Duration,
 }
 
-/// The serving task; stopped when the last backend on the URL goes.
+/// The serving task, on a thread of its own ([`spawn_serving`]); it ends
+/// when `jobs` is dropped, that is when the last backend on the URL goes
+/// (after the statement it is running, if any: each is bounded).
 #[derive(Debug)]
 struct Running {
     jobs: mpsc::UnboundedSender<Job>,
-    task: AbortOnDrop,
+    thread: std::thread::JoinHandle<()>,
 }
 
 impl Session {
@@ -266,35 +269,40 @@ impl Session {
         waiting.answered = true;
         answer.unwrap_or_else(|_| {
             Err(Failed::Store(Error::unavailable(
-                "the PostgreSQL connection task stopped (its runtime shut down)",
+                "the PostgreSQL connection task stopped",
             )))
         })
     }
 
-    /// Hands `job` to the task, starting it unless it runs (a task of a
-    /// runtime that shut down has finished and is started again).
+    /// Hands `job` to the task, starting it unless it runs (a thread that
+    /// ended, or never started, is replaced).
     fn send(&self, mut job: Job) {
         let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
         for _ in 0..2 {
-            if let Some(r) = running.as_ref().filter(|r| !r.task.0.is_finished()) {
+            if let Some(r) = running.as_ref().filter(|r| !r.thread.is_finished()) {
                 match r.jobs.send(job) {
                     Ok(()) => return,
                     Err(mpsc::error::SendError(back)) => job = back,
                 }
             }
             let (jobs, queue) = mpsc::unbounded_channel();
-            let task = tokio::spawn(serve(
+            let serving = serve(
                 queue,
                 self.config.clone(),
                 self.hub.clone(),
                 self.gave_up.subscribe(),
-            ));
-            *running = Some(Running {
-                jobs,
-                task: AbortOnDrop(task),
-            });
+            );
+            match spawn_serving(serving) {
+                Ok(thread) => *running = Some(Running { jobs, thread }),
+                Err(e) => {
+                    let _ = job.reply.send(Err(Failed::Store(Error::unavailable(format!(
+                        "the PostgreSQL connection thread could not be started: {e}"
+                    )))));
+                    return;
+                }
+            }
         }
-        // Unreachable in practice: a task just spawned takes its first job.
+        // Unreachable in practice: a task just started takes its first job.
         let _ = job.reply.send(Err(Failed::Store(Error::unavailable(
             "the PostgreSQL connection task could not be started",
         ))));
@@ -391,6 +399,27 @@ impl std::error::Error for SharedCause {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         self.0.source()
     }
+}
+
+/// Runs `serving` on a thread with a runtime of its own. The session is
+/// shared by every runtime of the process (one per `#[tokio::test]`, one per
+/// worker pool of an application that runs several), and a task spawned on
+/// the first caller's runtime would die with that runtime, failing the
+/// statements the others had queued ("its runtime shut down").
+fn spawn_serving(
+    serving: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    std::thread::Builder::new()
+        .name("leasehold-postgres".to_owned())
+        .spawn(move || {
+            runtime.block_on(serving);
+            // Lets the closing connection say goodbye (`Link::close`),
+            // without waiting on a dead one.
+            runtime.shutdown_timeout(Duration::from_secs(1));
+        })
 }
 
 /// Serves jobs and forwards notifications until the last backend goes.
