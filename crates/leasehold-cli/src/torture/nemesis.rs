@@ -154,22 +154,34 @@ impl Nemesis<'_> {
     }
 
     async fn kill(&mut self) -> Result<Option<Fault>, CliError> {
-        let Some(target) = self.find_holder().await? else {
-            return Ok(None);
-        };
-        let start = mono_ns();
-        self.fleet.kill_and_respawn(target.worker).await?;
-        let hit = self.still_holds(&target).await?;
-        // Let the takeover happen before the next fault blurs it.
-        sleep(self.ttl + Duration::from_millis(300)).await;
-        Ok(Some(aimed(
-            FaultKind::Kill,
-            start,
-            start,
-            hit,
-            target,
-            String::new(),
-        )))
+        // The holder is stopped first and killed only if it still holds
+        // then: a kill that lands after the release proves nothing and
+        // cannot be undone, and short holds (a semaphore's, in a short run)
+        // made every kill of a run miss. A miss is let go and aimed again,
+        // as a pause is.
+        for attempt in 0..5 {
+            let Some(target) = self.find_holder().await? else {
+                continue;
+            };
+            self.fleet.signal(target.worker, Signal::SIGSTOP);
+            if !self.still_holds(&target).await? {
+                self.fleet.signal(target.worker, Signal::SIGCONT);
+                continue;
+            }
+            let start = mono_ns();
+            self.fleet.kill_and_respawn(target.worker).await?;
+            // Let the takeover happen before the next fault blurs it.
+            sleep(self.ttl + Duration::from_millis(300)).await;
+            return Ok(Some(aimed(
+                FaultKind::Kill,
+                start,
+                start,
+                true,
+                target,
+                format!("{attempt} missed attempts first"),
+            )));
+        }
+        Ok(None)
     }
 
     async fn pause(&mut self) -> Result<Option<Fault>, CliError> {
