@@ -87,6 +87,13 @@ async fn an_undeclared_transaction_pooler_is_named_with_the_fix() {
     let Some(url) = server_url("LEASEHOLD_TEST_PGBOUNCER") else {
         return;
     };
+    // On the `postgres` database: PgBouncer pools per database, and these
+    // undeclared clients LISTEN through the pooler, which leaves server
+    // connections listening. In the other tests' pool (database `test`),
+    // those would hand NOTIFYs to their data connections
+    // (`notifies_never_reach_pooled_connections` failed so in CI).
+    let (base, _) = url.rsplit_once('/').expect("a database in the URL");
+    let url = format!("{base}/postgres");
     // Without ?pooler=transaction, two clients' named prepared statements
     // land on the same server connections and collide. Named apart, as
     // three processes would be (one URL shares one connection per process).
