@@ -9,7 +9,7 @@ const { Locks } = require('./index.js');
 const { toMillis } = require('./lib/duration');
 const { invalidInput, nativeSync } = require('./lib/errors');
 const problem = require('./lib/problem');
-const { checkRouteOptions, checkSemaphore } = require('./native.js');
+const { checkRouteOptions, checkSemaphore } = require('./lib/binding').load();
 
 const DEFAULT_TTL_MS = 30_000;
 const OPTION_NAMES = new Set(['key', 'ttl', 'wait']);

@@ -7,7 +7,11 @@
 // napi-rs's own library then writes native.js and native.d.ts, as `napi
 // build --platform --js native.js --dts native.d.ts` does.
 //
-//   node scripts/build.js [--release] [CARGO-ARGS...]
+//   node scripts/build.js [--release | --profile NAME] [CARGO-ARGS...]
+//
+// `--profile dist` (what `npm run dist` uses) is the workspace's stripped
+// release profile for published addons, built into target/dist.
+// `--output-dir DIR` puts the addon in DIR instead of next to index.js.
 //
 // Other arguments go to cargo. By default only this crate and what it needs
 // are built; a build that shares the target directory with other cargo
@@ -40,7 +44,7 @@ function hostTriple() {
 }
 
 /** Builds the crate; returns the path of its cdylib. */
-function cargoBuild(release, cargoArgs, typeDefDir) {
+function cargoBuild(profile, cargoArgs, typeDefDir) {
   const env = { ...process.env, NAPI_TYPE_DEF_TMP_FOLDER: typeDefDir };
   // napi-derive writes the type definitions while it expands the crate's
   // macros: if they are missing, make cargo recompile the crate (napi-build
@@ -50,7 +54,7 @@ function cargoBuild(release, cargoArgs, typeDefDir) {
   }
   const selects = cargoArgs.some((a) => a === '--workspace' || a === '-p' || a.startsWith('--package'));
   const args = ['build', ...(selects ? [] : ['-p', CRATE]), '--lib', '--message-format=json-render-diagnostics'];
-  if (release) args.push('--release');
+  if (profile !== 'dev') args.push('--profile', profile);
   args.push(...cargoArgs);
   const out = run('cargo', args, { env, stdio: ['ignore', 'pipe', 'inherit'] });
   for (const line of out.split('\n')) {
@@ -66,18 +70,26 @@ function cargoBuild(release, cargoArgs, typeDefDir) {
 
 async function main() {
   const args = process.argv.slice(2);
-  const release = args.includes('--release');
-  const cargoArgs = args.filter((a) => a !== '--release');
+  let profile = 'dev';
+  let outputDir = PACKAGE_DIR;
+  const cargoArgs = [];
+  for (let i = 0; i < args.length; i++) {
+    if (args[i] === '--release') profile = 'release';
+    else if (args[i] === '--profile') profile = args[++i];
+    else if (args[i] === '--output-dir') outputDir = path.resolve(args[++i]);
+    else cargoArgs.push(args[i]);
+  }
   const { generateTypeDef, writeJsBinding, parseTriple } = await import('@napi-rs/cli');
   const pkg = JSON.parse(fs.readFileSync(path.join(PACKAGE_DIR, 'package.json'), 'utf8'));
   const binaryName = pkg.napi.binaryName;
   const metadata = JSON.parse(run('cargo', ['metadata', '--no-deps', '--format-version', '1']));
-  const typeDefDir = path.join(metadata.target_directory, 'napi-rs', `${CRATE}-type-defs-${release ? 'release' : 'debug'}`);
+  const typeDefDir = path.join(metadata.target_directory, 'napi-rs', `${CRATE}-type-defs-${profile}`);
   fs.mkdirSync(typeDefDir, { recursive: true });
 
-  const lib = cargoBuild(release, cargoArgs, typeDefDir);
+  const lib = cargoBuild(profile, cargoArgs, typeDefDir);
   const target = parseTriple(hostTriple());
-  const addon = path.join(PACKAGE_DIR, `${binaryName}.${target.platformArchABI}.node`);
+  fs.mkdirSync(outputDir, { recursive: true });
+  const addon = path.join(outputDir, `${binaryName}.${target.platformArchABI}.node`);
   // Copy to a temporary name, then rename: a running process that loaded
   // the old addon keeps its file.
   fs.copyFileSync(lib, `${addon}.tmp`);
@@ -94,7 +106,7 @@ async function main() {
     version: pkg.version,
     outputDir: PACKAGE_DIR,
   });
-  console.log(`built ${path.relative(PACKAGE_DIR, addon)} (${release ? 'release' : 'debug'}) from ${path.relative(PACKAGE_DIR, lib)}`);
+  console.log(`built ${path.relative(PACKAGE_DIR, addon)} (${profile}) from ${path.relative(PACKAGE_DIR, lib)}`);
 }
 
 main().catch((error) => {
