@@ -3,7 +3,17 @@
 // the middleware fits `app.post(path, lockRoute(...), handler)` and
 // `req.lease` is typed on Express's `Request`.
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { Duration, Lease, Locks } from './index';
+import type { Duration, Lease, LeaseholdError, Locks } from './index';
+
+/** What a `retryAfter` function is told about a refused request. */
+export interface RetryAfterInfo {
+  key: string;
+  /** The longest the holder's lease can still last (the default hint). */
+  holderRemainingMs: number;
+}
+
+/** The busy answer's hint (`Retry-After`, `retryAfterMs`): a duration, or a function of the refusal. */
+export type RetryAfter = Duration | ((info: RetryAfterInfo) => Duration);
 
 /**
  * The request as the key function sees it: Node's `IncomingMessage` plus
@@ -23,6 +33,10 @@ export interface LockRouteOptions<Req extends IncomingMessage = LockRouteRequest
   ttl?: Duration;
   /** How long a request waits for a busy key before the 409 (default 0, at most 24 h). */
   wait?: Duration;
+  /** Replaces the holder's remaining ttl as the busy answer's hint, e.g. '1s' or ({ holderRemainingMs }) => Math.min(holderRemainingMs, 2000). */
+  retryAfter?: RetryAfter;
+  /** Hears every store failure (503) and invalid derived key (400) the middleware answers itself. */
+  onError?: (error: LeaseholdError, req: Req) => void;
 }
 
 /** A Connect-style middleware; it also returns a promise for frameworks that await it. */
@@ -56,6 +70,10 @@ export interface LimitConcurrencyOptions<Req extends IncomingMessage = LockRoute
   ttl?: Duration;
   /** How long a request waits for a permit (default 0, at most 24 h). */
   wait?: Duration;
+  /** Replaces the holder's remaining ttl as the busy answer's hint, e.g. '1s' or ({ holderRemainingMs }) => Math.min(holderRemainingMs, 2000). */
+  retryAfter?: RetryAfter;
+  /** Hears every store failure (503) and invalid derived key (400) the middleware answers itself. */
+  onError?: (error: LeaseholdError, req: Req) => void;
   /** The answer when no permit came: 503 (default) or 429. */
   status?: 503 | 429;
 }

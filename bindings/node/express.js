@@ -12,8 +12,8 @@ const problem = require('./lib/problem');
 const { checkRouteOptions, checkSemaphore } = require('./lib/binding').load();
 
 const DEFAULT_TTL_MS = 30_000;
-const OPTION_NAMES = new Set(['key', 'ttl', 'wait']);
-const LIMIT_OPTION_NAMES = new Set(['key', 'permits', 'ttl', 'wait', 'status']);
+const OPTION_NAMES = new Set(['key', 'ttl', 'wait', 'retryAfter', 'onError']);
+const LIMIT_OPTION_NAMES = new Set(['key', 'permits', 'ttl', 'wait', 'status', 'retryAfter', 'onError']);
 // How long a finished response waits for the release before it is sent
 // anyway (the lease then expires after its ttl): the Rust layer's default
 // store timeout.
@@ -27,6 +27,29 @@ function routeTiming(options) {
   return { ttlMs, waitMs };
 }
 
+/**
+ * The `retryAfter` and `onError` options, checked. `retryAfter` replaces the
+ * busy answer's hint (by default the holder's remaining ttl, which is the
+ * longest the wait can be, not the likely one): a duration, or a function
+ * of `{ key, holderRemainingMs }` returning one. `onError(error, req)` hears
+ * every store failure and invalid key the middleware answers itself (503,
+ * 400), which would otherwise never reach the application's logs.
+ */
+function answerOptions(options) {
+  const { retryAfter, onError } = options;
+  let hintOf = (key, remainingMs) => remainingMs;
+  if (typeof retryAfter === 'function') {
+    hintOf = (key, remainingMs) => toMillis(retryAfter({ key, holderRemainingMs: remainingMs }), 'retryAfter');
+  } else if (retryAfter !== undefined) {
+    const ms = toMillis(retryAfter, 'retryAfter');
+    hintOf = () => ms;
+  }
+  if (onError !== undefined && typeof onError !== 'function') {
+    throw invalidInput('invalid onError: expected a function (error, req) => void');
+  }
+  return { hintOf, onError };
+}
+
 /** Checks the options once, when the route is declared, not per request. */
 function routeOptions(locks, options) {
   if (!(locks instanceof Locks)) throw invalidInput('invalid locks: expected a Locks from Locks.open(url)');
@@ -34,20 +57,22 @@ function routeOptions(locks, options) {
     throw invalidInput('invalid options: expected { key: (req) => string, ttl, wait }');
   }
   for (const name of Object.keys(options)) {
-    if (!OPTION_NAMES.has(name)) throw invalidInput(`invalid option ${JSON.stringify(name)}: lockRoute takes key, ttl and wait`);
+    if (!OPTION_NAMES.has(name)) {
+      throw invalidInput(`invalid option ${JSON.stringify(name)}: lockRoute takes key, ttl, wait, retryAfter and onError`);
+    }
   }
   if (typeof options.key !== 'function') throw invalidInput('invalid key: expected a function (req) => string');
-  return { keyOf: options.key, ...routeTiming(options) };
+  return { keyOf: options.key, ...routeTiming(options), ...answerOptions(options) };
 }
 
 /** The problem answer for an acquire that failed, or null if there is none. */
-function problemFor(error, key) {
+function problemFor(error, key, hintOf) {
   switch (error?.code) {
     case 'LEASEHOLD_BUSY':
     case 'LEASEHOLD_TIMEOUT':
       // A timeout's holder lookup can miss (the key was freed meanwhile):
       // then the shortest hint, as the Rust layer gives.
-      return problem.locked(key, error.retryAfterMs ?? 0);
+      return problem.locked(key, hintOf(key, error.retryAfterMs ?? 0));
     case 'LEASEHOLD_UNAVAILABLE':
       return problem.storeUnavailable(key, error.retryable);
     case 'LEASEHOLD_INVALID_INPUT':
@@ -122,7 +147,7 @@ async function withKey(keyOf, req, next, use) {
  * ends. A refusal is answered: `busy(error)` for a busy key or timeout when
  * given, else the problem for the error, else `next(error)`.
  */
-async function holdForResponse(req, res, next, { key, field, take, busy }) {
+async function holdForResponse(req, res, next, { key, field, take, busy, hintOf, onError }) {
   // An async key function can outlast the client: then its 'close' has
   // already been emitted, and nobody is left to answer.
   if (res.destroyed) return undefined;
@@ -136,9 +161,27 @@ async function holdForResponse(req, res, next, { key, field, take, busy }) {
   } catch (error) {
     if (gone.signal.aborted) return undefined; // nobody left to answer
     if (busy && (error.code === 'LEASEHOLD_BUSY' || error.code === 'LEASEHOLD_TIMEOUT')) {
-      return problem.send(res, busy(error));
+      let answer;
+      try {
+        answer = busy(error);
+      } catch (hintError) {
+        return next(hintError); // a retryAfter function that threw or returned no duration
+      }
+      return problem.send(res, answer);
     }
-    const answer = problemFor(error, key);
+    let answer;
+    try {
+      answer = problemFor(error, key, hintOf);
+    } catch (hintError) {
+      return next(hintError); // a retryAfter function that threw or returned no duration
+    }
+    if (answer && onError && answer.status !== 409) {
+      try {
+        onError(error, req);
+      } catch {
+        // A failing logger must not leave the request unanswered.
+      }
+    }
     if (answer) return problem.send(res, answer);
     return next(error);
   } finally {
@@ -169,7 +212,7 @@ async function holdForResponse(req, res, next, { key, field, take, busy }) {
  * Throws LEASEHOLD_INVALID_INPUT at once for bad options.
  */
 function lockRoute(locks, options) {
-  const { keyOf, ttlMs, waitMs } = routeOptions(locks, options);
+  const { keyOf, ttlMs, waitMs, hintOf, onError } = routeOptions(locks, options);
 
   function lockThenContinue(req, res, next) {
     return withKey(keyOf, req, next, (key) => {
@@ -177,7 +220,7 @@ function lockRoute(locks, options) {
         return next(invalidInput(`invalid key: the key function returned a ${typeof key}, expected a string, null or undefined`));
       }
       const take = (signal) => locks.acquire(key, { ttl: ttlMs, wait: waitMs, signal });
-      return holdForResponse(req, res, next, { key, field: 'lease', take });
+      return holdForResponse(req, res, next, { key, field: 'lease', take, hintOf, onError });
     });
   }
 
@@ -196,7 +239,7 @@ function limitOptions(locks, options) {
   }
   for (const name of Object.keys(options)) {
     if (!LIMIT_OPTION_NAMES.has(name)) {
-      throw invalidInput(`invalid option ${JSON.stringify(name)}: limitConcurrency takes key, permits, ttl, wait and status`);
+      throw invalidInput(`invalid option ${JSON.stringify(name)}: limitConcurrency takes key, permits, ttl, wait, status, retryAfter and onError`);
     }
   }
   const { key, permits } = options;
@@ -212,7 +255,7 @@ function limitOptions(locks, options) {
   if (status !== 503 && status !== 429) throw invalidInput(`invalid status: expected 503 or 429, got ${String(status)}`);
   const { ttlMs, waitMs } = routeTiming(options);
   const keyOf = typeof key === 'string' ? () => key : key;
-  return { keyOf, permits, ttlMs, waitMs, status };
+  return { keyOf, permits, ttlMs, waitMs, status, ...answerOptions(options) };
 }
 
 /**
@@ -231,7 +274,7 @@ function limitOptions(locks, options) {
  * Throws LEASEHOLD_INVALID_INPUT at once for bad options.
  */
 function limitConcurrency(locks, options) {
-  const { keyOf, permits, ttlMs, waitMs, status } = limitOptions(locks, options);
+  const { keyOf, permits, ttlMs, waitMs, status, hintOf, onError } = limitOptions(locks, options);
 
   function permitThenContinue(req, res, next) {
     return withKey(keyOf, req, next, (key) => {
@@ -243,8 +286,8 @@ function limitConcurrency(locks, options) {
         return problem.send(res, problem.invalidKey(key, error.message));
       }
       const take = (signal) => semaphore.acquire({ ttl: ttlMs, wait: waitMs, signal });
-      const busy = (error) => problem.concurrencyLimit(key, status, error.retryAfterMs ?? 0);
-      return holdForResponse(req, res, next, { key, field: 'permit', take, busy });
+      const busy = (error) => problem.concurrencyLimit(key, status, hintOf(key, error.retryAfterMs ?? 0));
+      return holdForResponse(req, res, next, { key, field: 'permit', take, busy, hintOf, onError });
     });
   }
 

@@ -16,8 +16,12 @@ export type LeaseholdErrorCode =
   | 'LEASEHOLD_LOST'
   | 'LEASEHOLD_CANCELLED';
 
-/** Every error this package rejects or throws with. */
-export interface LeaseholdError extends Error {
+/**
+ * Every error this package rejects or throws with: narrow a `catch (e)`
+ * with `e instanceof LeaseholdError` or `isLeaseholdError(e)`.
+ */
+export declare class LeaseholdError extends Error {
+  private constructor();
   code: LeaseholdErrorCode;
   /** Whether the same call may succeed later (busy, timeout, store outage). */
   retryable: boolean;
@@ -26,6 +30,9 @@ export interface LeaseholdError extends Error {
   /** Busy/timeout: the longest the current lease can still last, in ms. */
   retryAfterMs?: number;
 }
+
+/** Whether `value` is an error from this package. */
+export declare function isLeaseholdError(value: unknown): value is LeaseholdError;
 
 export interface AcquireOptions {
   /** Lease length, 100 ms to 24 h (default 30 s); renewed every ttl/3. */
@@ -90,6 +97,7 @@ export declare class Semaphore {
   readonly permits: number;
   tryAcquire(options?: TryAcquireOptions): Promise<Lease | null>;
   acquire(options?: AcquireOptions): Promise<Lease>;
+  withPermit<T>(fn: (permit: Lease) => T | Promise<T>): Promise<T>;
   withPermit<T>(options: AcquireOptions | undefined, fn: (permit: Lease) => T | Promise<T>): Promise<T>;
   /** The live permits, by slot. */
   holders(): Promise<PermitInfo[]>;
@@ -104,9 +112,11 @@ export declare class RwLock {
   readonly key: string;
   tryRead(options?: TryAcquireOptions): Promise<Lease | null>;
   read(options?: AcquireOptions): Promise<Lease>;
+  withRead<T>(fn: (lease: Lease) => T | Promise<T>): Promise<T>;
   withRead<T>(options: AcquireOptions | undefined, fn: (lease: Lease) => T | Promise<T>): Promise<T>;
   tryWrite(options?: TryAcquireOptions): Promise<Lease | null>;
   write(options?: AcquireOptions): Promise<Lease>;
+  withWrite<T>(fn: (lease: Lease) => T | Promise<T>): Promise<T>;
   withWrite<T>(options: AcquireOptions | undefined, fn: (lease: Lease) => T | Promise<T>): Promise<T>;
   /** The live readers and writer (`side` set on each). */
   holders(): Promise<PermitInfo[]>;
@@ -131,11 +141,13 @@ export declare class Locks {
   static open(url: string): Promise<Locks>;
   tryAcquire(key: string, options?: TryAcquireOptions): Promise<Lease | null>;
   acquire(key: string, options?: AcquireOptions): Promise<Lease>;
+  withLock<T>(key: string, fn: (lease: Lease) => T | Promise<T>): Promise<T>;
   withLock<T>(key: string, options: AcquireOptions | undefined, fn: (lease: Lease) => T | Promise<T>): Promise<T>;
   /** Throws LEASEHOLD_INVALID_INPUT at once for a bad key or `permits` outside 1 to 1024. */
   semaphore(key: string, permits: number): Semaphore;
   acquireMany(keys: string[], options?: AcquireOptions): Promise<MultiLease>;
   tryAcquireMany(keys: string[], options?: TryAcquireOptions): Promise<MultiLease | null>;
+  withLocks<T>(keys: string[], fn: (locks: MultiLease) => T | Promise<T>): Promise<T>;
   withLocks<T>(keys: string[], options: AcquireOptions | undefined, fn: (locks: MultiLease) => T | Promise<T>): Promise<T>;
   /** Throws LEASEHOLD_INVALID_INPUT at once for a bad key. */
   rwLock(key: string): RwLock;

@@ -6,7 +6,7 @@
 
 const { NativeLocks, checkKey: nativeCheckKey, checkSemaphore } = require('./lib/binding').load();
 const { toMillis } = require('./lib/duration');
-const { invalidInput, lostError, leaseholdError, native, nativeSync } = require('./lib/errors');
+const { invalidInput, lostError, leaseholdError, native, nativeSync, LeaseholdError, isLeaseholdError } = require('./lib/errors');
 
 const DEFAULT_TTL_MS = 30_000;
 const LOCKS_TOKEN = Symbol('leasehold.internal');
@@ -164,9 +164,28 @@ class Leadership extends Held {
   }
 }
 
-/** The parsed common options of every acquire. */
-function acquireOptions(options, defaultWait) {
+const ACQUIRE_OPTIONS = ['ttl', 'wait', 'maxHold', 'signal'];
+const TRY_OPTIONS = ['ttl', 'maxHold', 'signal'];
+
+/**
+ * Rejects option names `allowed` does not hold: a misspelt `tll` would
+ * otherwise silently mean the default ttl.
+ */
+function checkKnown(opts, allowed, what) {
+  for (const name of Object.keys(opts)) {
+    if (!allowed.includes(name)) {
+      throw invalidInput(`invalid options: unknown option ${JSON.stringify(name)} for ${what} (expected ${allowed.join(', ')})`);
+    }
+  }
+}
+
+/**
+ * The parsed common options of every acquire; `defaultWait` 0 is a try
+ * (tryAcquire, tryRead, ...), which never waits and so takes no `wait`.
+ */
+function acquireOptions(options, defaultWait, what) {
   const opts = checkOptions(options);
+  checkKnown(opts, defaultWait === 0 ? TRY_OPTIONS : ACQUIRE_OPTIONS, what);
   return {
     ttlMs: toMillis(opts.ttl ?? DEFAULT_TTL_MS, 'ttl'),
     waitMs: toMillis(opts.wait ?? defaultWait, 'wait', { allowInfinity: true }),
@@ -203,6 +222,11 @@ async function runHolding(held, what, fn) {
   return result;
 }
 
+/** `withLock(key, fn)` and the other with* calls may leave their options out. */
+function optionsAndFn(options, fn) {
+  return fn === undefined && typeof options === 'function' ? [undefined, options] : [options, fn];
+}
+
 function checkFn(fn) {
   if (typeof fn !== 'function') throw invalidInput('invalid fn: expected a function');
 }
@@ -235,7 +259,7 @@ class Semaphore {
   /** Tries once; resolves to a Lease (with its `slot`), or null when every permit is taken. */
   async tryAcquire(options) {
     try {
-      return await this.#grant(acquireOptions(options, 0), 0);
+      return await this.#grant(acquireOptions(options, 0, 'tryAcquire'), 0);
     } catch (error) {
       if (error.code === 'LEASEHOLD_BUSY') return null;
       throw error;
@@ -244,12 +268,13 @@ class Semaphore {
 
   /** Waits up to `wait` (default: no bound) for a permit; rejects with LEASEHOLD_TIMEOUT. */
   async acquire(options) {
-    const opts = acquireOptions(options, Infinity);
+    const opts = acquireOptions(options, Infinity, 'acquire');
     return this.#grant(opts, opts.waitMs);
   }
 
   /** Takes a permit, runs `fn(lease)`, always releases it (as `Locks.withLock`). */
   async withPermit(options, fn) {
+    [options, fn] = optionsAndFn(options, fn);
     checkFn(fn);
     const lease = await this.acquire(options);
     return runHolding(lease, this.#key, fn);
@@ -290,12 +315,13 @@ class RwLock {
 
   /** Waits up to `wait` (default: no bound) for a shared grant; rejects with LEASEHOLD_TIMEOUT. */
   async read(options) {
-    const opts = acquireOptions(options, Infinity);
+    const opts = acquireOptions(options, Infinity, 'read');
     return this.#grant(false, opts, opts.waitMs);
   }
 
   /** Takes a shared grant, runs `fn(lease)`, always releases it. */
   async withRead(options, fn) {
+    [options, fn] = optionsAndFn(options, fn);
     checkFn(fn);
     return runHolding(await this.read(options), this.#key, fn);
   }
@@ -307,12 +333,13 @@ class RwLock {
 
   /** Waits up to `wait` (default: no bound) for the exclusive grant; rejects with LEASEHOLD_TIMEOUT. */
   async write(options) {
-    const opts = acquireOptions(options, Infinity);
+    const opts = acquireOptions(options, Infinity, 'write');
     return this.#grant(true, opts, opts.waitMs);
   }
 
   /** Takes the exclusive grant, runs `fn(lease)`, always releases it. */
   async withWrite(options, fn) {
+    [options, fn] = optionsAndFn(options, fn);
     checkFn(fn);
     return runHolding(await this.write(options), this.#key, fn);
   }
@@ -324,7 +351,7 @@ class RwLock {
 
   async #try(write, options) {
     try {
-      return await this.#grant(write, acquireOptions(options, 0), 0);
+      return await this.#grant(write, acquireOptions(options, 0, write ? 'tryWrite' : 'tryRead'), 0);
     } catch (error) {
       if (error.code === 'LEASEHOLD_BUSY') return null;
       throw error;
@@ -356,7 +383,7 @@ class Election {
    */
   async campaign(candidate, options) {
     if (typeof candidate !== 'string') throw invalidInput(`invalid candidate: expected a string, got ${typeof candidate}`);
-    return this.#campaign(candidate, acquireOptions(options, Infinity));
+    return this.#campaign(candidate, acquireOptions(options, Infinity, 'campaign'));
   }
 
   /** The current leader, { candidate, token }, or null. */
@@ -425,7 +452,7 @@ class Locks {
   async tryAcquire(key, options) {
     checkKey(key);
     try {
-      return await this.#acquire(key, acquireOptions(options, 0), 0);
+      return await this.#acquire(key, acquireOptions(options, 0, 'tryAcquire'), 0);
     } catch (error) {
       if (error.code === 'LEASEHOLD_BUSY') return null;
       throw error;
@@ -435,7 +462,7 @@ class Locks {
   /** Waits up to `wait` (default: no bound) for the key; rejects with LEASEHOLD_TIMEOUT. */
   async acquire(key, options) {
     checkKey(key);
-    const opts = acquireOptions(options, Infinity);
+    const opts = acquireOptions(options, Infinity, 'acquire');
     return this.#acquire(key, opts, opts.waitMs);
   }
 
@@ -473,6 +500,7 @@ class Locks {
    * lost before `fn` settled.
    */
   async withLock(key, options, fn) {
+    [options, fn] = optionsAndFn(options, fn);
     checkFn(fn);
     const lease = await this.acquire(key, options);
     return runHolding(lease, key, fn);
@@ -500,7 +528,7 @@ class Locks {
    */
   async acquireMany(keys, options) {
     checkKeys(keys);
-    const opts = acquireOptions(options, Infinity);
+    const opts = acquireOptions(options, Infinity, 'acquireMany');
     return this.#acquireMany(keys, opts, opts.waitMs);
   }
 
@@ -508,7 +536,7 @@ class Locks {
   async tryAcquireMany(keys, options) {
     checkKeys(keys);
     try {
-      return await this.#acquireMany(keys, acquireOptions(options, 0), 0);
+      return await this.#acquireMany(keys, acquireOptions(options, 0, 'tryAcquireMany'), 0);
     } catch (error) {
       if (error.code === 'LEASEHOLD_BUSY') return null;
       throw error;
@@ -521,6 +549,7 @@ class Locks {
 
   /** Takes every key, runs `fn(multiLease)`, always releases (as `withLock`). */
   async withLocks(keys, options, fn) {
+    [options, fn] = optionsAndFn(options, fn);
     checkFn(fn);
     const multi = await this.acquireMany(keys, options);
     return runHolding(multi, keys.join(', '), fn);
@@ -575,4 +604,4 @@ class Locks {
   }
 }
 
-module.exports = { Locks, Lease, MultiLease, Leadership, Semaphore, RwLock, Election };
+module.exports = { Locks, Lease, MultiLease, Leadership, Semaphore, RwLock, Election, LeaseholdError, isLeaseholdError };

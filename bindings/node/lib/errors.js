@@ -5,9 +5,28 @@
 
 const TAG = 'LEASEHOLD_ERROR:';
 
-/** An `Error` with the fields every leasehold error has. */
+/**
+ * Every error this package throws or rejects with: `catch (e)` code can
+ * test `e instanceof LeaseholdError` or `isLeaseholdError(e)` and read
+ * `e.code` without a cast.
+ */
+class LeaseholdError extends Error {
+  get name() {
+    return 'LeaseholdError';
+  }
+}
+
+/** Whether `value` is an error from this package (also one from another copy of it). */
+function isLeaseholdError(value) {
+  return (
+    value instanceof LeaseholdError ||
+    (value instanceof Error && typeof value.code === 'string' && value.code.startsWith('LEASEHOLD_') && typeof value.retryable === 'boolean')
+  );
+}
+
+/** A LeaseholdError with the fields every leasehold error has. */
 function leaseholdError(code, message, extra = {}) {
-  const error = new Error(message);
+  const error = new LeaseholdError(message);
   error.code = code;
   error.retryable = Boolean(extra.retryable);
   if (extra.holder !== undefined) error.holder = extra.holder;
@@ -57,4 +76,4 @@ function nativeSync(fn) {
   }
 }
 
-module.exports = { leaseholdError, invalidInput, lostError, translate, native, nativeSync };
+module.exports = { LeaseholdError, isLeaseholdError, leaseholdError, invalidInput, lostError, translate, native, nativeSync };

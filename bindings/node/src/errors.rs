@@ -26,7 +26,60 @@ fn code(error: &Error) -> &'static str {
     }
 }
 
-/// The full message: the error and its causes, as the CLI prints them.
+/// The core's words for a wait behind this process's own lease; JS code
+/// holds leases, not guards.
+const GUARD_WORDS: &str = "(a guard of this same process holds it: release or drop that guard)";
+const LEASE_WORDS: &str =
+    "(a lease of this same process holds it: release it, or let its withLock callback finish)";
+
+/// Where the MongoDB driver's server-selection error starts: after it comes
+/// a Rust debug rendering of the topology, no use to a Node user.
+const SELECTION_DUMP: &str = "Kind: Server selection timeout";
+
+/// The message in Node's words: the guard wording and the MongoDB driver's
+/// topology dump rewritten, each server tried kept with its error.
+fn node_words(text: String) -> String {
+    let text = text.replace(GUARD_WORDS, LEASE_WORDS);
+    let Some(at) = text.find(SELECTION_DUMP) else {
+        return text;
+    };
+    let servers = selection_servers(&text[at..]);
+    let tried = if servers.is_empty() {
+        String::new()
+    } else {
+        format!("; tried {}", servers.join(", "))
+    };
+    format!(
+        "{}no MongoDB server answered within the server selection timeout \
+         (serverSelectionTimeoutMS in the URL, default 3000 ms){tried}",
+        &text[..at]
+    )
+}
+
+/// `host:port (its error)` for each server of a server-selection dump.
+fn selection_servers(dump: &str) -> Vec<String> {
+    const ADDRESS: &str = "Address: ";
+    const ERROR: &str = "Error: Kind: ";
+    let mut servers = Vec::new();
+    let mut rest = dump;
+    while let Some(start) = rest.find(ADDRESS) {
+        rest = &rest[start + ADDRESS.len()..];
+        let address = &rest[..rest.find(',').unwrap_or(rest.len())];
+        let entry = &rest[..rest.find(ADDRESS).unwrap_or(rest.len())];
+        let error = entry.find(ERROR).map(|e| {
+            let error = &entry[e + ERROR.len()..];
+            &error[..error.find(", labels:").unwrap_or(error.len())]
+        });
+        servers.push(match error {
+            Some(error) => format!("{address} ({error})"),
+            None => address.to_owned(),
+        });
+    }
+    servers
+}
+
+/// The full message: the error and its causes, as the CLI prints them, in
+/// Node's words.
 fn message(error: &Error) -> String {
     let mut text = error.to_string();
     let mut source = std::error::Error::source(error);
@@ -38,7 +91,7 @@ fn message(error: &Error) -> String {
         }
         source = cause.source();
     }
-    text
+    node_words(text)
 }
 
 /// Who holds a contested key and the longest its lease can still last:

@@ -13,6 +13,14 @@ export async function expressUsage(): Promise<void> {
     res.json({ token: String(lease?.token) });
   });
   // Untyped parameters see framework fields; annotated ones get their types.
+  app.post('/jobs/:id', lockRoute(locks, {
+    key: (req) => `job:${req.params.id}`,
+    retryAfter: ({ holderRemainingMs }) => Math.min(holderRemainingMs, 2000),
+    onError: (error, req) => console.error(error.code, req.url),
+  }), (_req, res) => {
+    res.end();
+  });
+  app.get('/slow', limitConcurrency(locks, { key: 'slow', permits: 2, retryAfter: '1s' }), (_req, res) => res.end());
   app.post('/orders/:id', lockRoute(locks, { key: (req) => `order:${req.params.id}`, wait: '2s' }), (_req, res) => {
     res.end();
   });

@@ -1,6 +1,6 @@
 // Type-checked (never run) usage of the public API: `npm test` runs
 // `tsc --noEmit` over it, so the declarations stay usable as documented.
-import { Locks, type Lease, type LeaseholdError, type LeaseInfo, type LeaderInfo, type Leadership, type MultiLease, type PermitInfo, type RwLock, type Semaphore } from 'leasehold';
+import { isLeaseholdError, LeaseholdError, Locks, type Lease, type LeaseInfo, type LeaderInfo, type Leadership, type MultiLease, type PermitInfo, type RwLock, type Semaphore } from 'leasehold';
 
 export async function usage(): Promise<bigint> {
   const locks: Locks = await Locks.open('memory://');
@@ -19,6 +19,15 @@ export async function usage(): Promise<bigint> {
   const n: number = await locks.withLock('job', { ttl: '10s', wait: '1m', maxHold: '5m' }, async (held) => {
     return Number(held.token) + key.length + (lost ? 1 : 0);
   });
+  // Options may be left out of every with* call.
+  const noOptions: bigint = await locks.withLock('job', async (held) => held.token);
+  // Narrowing a caught error without a cast.
+  try {
+    await locks.acquire('x', { wait: 0 });
+  } catch (e) {
+    if (isLeaseholdError(e) && e.code === 'LEASEHOLD_BUSY') console.log(e.retryAfterMs, noOptions);
+    if (e instanceof LeaseholdError) console.log(e.retryable);
+  }
   const info: LeaseInfo | null = await locks.inspect('orders:42');
   const all: LeaseInfo[] = await locks.list('orders:');
   const broke: boolean = await locks.forceRelease('orders:42');
