@@ -40,6 +40,13 @@ const SELECTION_DUMP: &str = "Kind: Server selection timeout";
 /// topology dump rewritten, each server tried kept with its error.
 fn node_words(text: String) -> String {
     let text = text.replace(GUARD_WORDS, LEASE_WORDS);
+    if let Some(name) = missing_srv_record(&text) {
+        let at = text.find("Kind: ").unwrap_or(text.len());
+        return format!(
+            "{}the DNS has no SRV record {name} (a mongodb+srv:// URL needs one: check the host name)",
+            &text[..at]
+        );
+    }
     let Some(at) = text.find(SELECTION_DUMP) else {
         return text;
     };
@@ -54,6 +61,15 @@ fn node_words(text: String) -> String {
          (serverSelectionTimeoutMS in the URL, default 3000 ms){tried}",
         &text[..at]
     )
+}
+
+/// The SRV record name of the MongoDB driver's "no records found" DNS error.
+fn missing_srv_record(text: &str) -> Option<&str> {
+    const QUERY: &str = "no records found for Query { name: Name(\"";
+    let start = text.find(QUERY)? + QUERY.len();
+    let name = &text[start..];
+    let name = &name[..name.find('"')?];
+    Some(name.strip_suffix('.').unwrap_or(name))
 }
 
 /// `host:port (its error)` for each server of a server-selection dump.

@@ -177,3 +177,12 @@ test('a wait behind a lease of this same process says so in Node words', () =>
     assert.doesNotMatch(error.message, /guard/);
     await held.release();
   }));
+
+test('mongodb+srv:// URLs (MongoDB Atlas) are resolved, not refused for a missing resolver', async () => {
+  // .invalid never resolves (RFC 6761): the lookup runs and finds no SRV record.
+  const error = await Locks.open('mongodb+srv://app:secret@cluster0.example.invalid/shop').catch((e) => e);
+  assert.ok(isLeaseholdError(error));
+  assert.doesNotMatch(error.message, /dns-resolver|feature/);
+  assert.match(error.message, /the DNS has no SRV record _mongodb\._tcp\.cluster0\.example\.invalid \(a mongodb\+srv:\/\/ URL needs one: check the host name\)$/);
+  assert.doesNotMatch(error.message, /secret/);
+});
