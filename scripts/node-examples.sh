@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Runs the Node.js examples (examples/node/*) end to end, as their READMEs
-# say, and checks the exit code and the key lines of what each prints.
-# Needs the package built (cd bindings/node && npm run build:debug) and the
+# Installs the npm package's release tarballs into a new app (`npm run
+# dist`, then bindings/node/scripts/smoke-tarballs.sh), then runs the
+# Node.js examples (examples/node/*) end to end, as their READMEs say, and
+# checks the exit code and the key lines of what each prints.
+# Needs `npm ci` and the package built in bindings/node
+# (npm run build:debug, as scripts/test.sh does) and the
 # LEASEHOLD_TEST_* URLs that scripts/test-services.sh exports: the SQLite run
 # always happens; the MongoDB and PostgreSQL runs are skipped with a notice
 # when their server is missing, unless LEASEHOLD_REQUIRE_SERVERS=1.
