@@ -56,7 +56,7 @@ function missingError(name, version, cause) {
           `--omit=optional / --no-optional (if npm skipped it, delete node_modules and package-lock.json ` +
           `and run npm install again). `
         : `Prebuilt packages exist for ${PREBUILT.join(', ')}. `) +
-      `Otherwise build it from source with a Rust toolchain: see "Contributing / building" in the leasehold README.`,
+      `Otherwise build it from source with a Rust toolchain: see "Contributing / building" in the leasehold README`,
     cause ? { cause } : undefined,
   );
   error.code = 'LEASEHOLD_NO_NATIVE_ADDON';

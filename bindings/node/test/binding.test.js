@@ -57,7 +57,7 @@ test('with neither a local build nor the platform package, one error names the p
   assert.match(out.message, new RegExp(`no native addon for this platform \\(${NAME}, Node\\.js `));
   assert.match(out.message, new RegExp(`leasehold-${NAME}@${VERSION.replace(/\./g, '\\.')}`));
   assert.match(out.message, /--omit=optional/);
-  assert.match(out.message, /build it from source with a Rust toolchain: see "Contributing \/ building"/);
+  assert.match(out.message, /build it from source with a Rust toolchain: see "Contributing \/ building" in the leasehold README$/);
   assert.doesNotMatch(out.message, /Require stack|Cannot find module/);
 });
 
