@@ -114,3 +114,29 @@ async fn a_method_the_route_does_not_serve_takes_no_lock_and_gets_its_405() {
     assert_eq!(status_of(&app, path).await, StatusCode::CONFLICT);
     after.release().await.unwrap();
 }
+
+/// The alternative http.md names: the layer on the method router, which axum
+/// runs only for the methods that router serves, locks no `405` either.
+#[tokio::test]
+async fn a_layer_on_the_method_router_takes_no_lock_for_other_methods() {
+    let locks = Locks::open("memory://").await.unwrap();
+    let account = PathKey::new("/accounts/{id}/transfers", "account:{id}").unwrap();
+    let layer = LeaseLayer::builder(locks.clone())
+        .with_key(move |req: &Request<Body>| account.for_request(req))
+        .build()
+        .unwrap();
+    let app = Router::new().route(
+        "/accounts/{id}/transfers",
+        post(|| async { "done" }).route_layer(layer),
+    );
+
+    let held = locks.try_acquire("account:7").await.unwrap();
+    let path = "/accounts/7/transfers";
+    assert_eq!(
+        status_of_method(&app, Method::GET, path).await,
+        StatusCode::METHOD_NOT_ALLOWED
+    );
+    assert_eq!(status_of(&app, path).await, StatusCode::CONFLICT);
+    held.release().await.unwrap();
+    assert_eq!(status_of(&app, path).await, StatusCode::OK);
+}
