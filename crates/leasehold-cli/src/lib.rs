@@ -122,6 +122,25 @@ pub fn default_store_url() -> String {
     )
 }
 
+/// Creates the directory of the default store, which does not exist on a
+/// fresh machine. The library creates no directory (a mistyped path would
+/// quietly be a second lock database), so the default is the CLI's to make.
+fn create_default_state_dir(store: &str) -> Result<(), CliError> {
+    if store != default_store_url() {
+        return Ok(());
+    }
+    let path = PathBuf::from(store.trim_start_matches("sqlite://"));
+    match path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(dir) => std::fs::create_dir_all(dir).map_err(|e| {
+            CliError::new(
+                exit::EX_UNAVAILABLE,
+                format!("cannot create the state directory {}: {e}", dir.display()),
+            )
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Parses the arguments and runs; what `main` calls.
 pub fn main_with_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode {
     let cli = match Cli::try_parse_from(args) {
@@ -158,6 +177,7 @@ pub fn main_with_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Exi
 }
 
 async fn execute(cli: Cli) -> Result<u8, CliError> {
+    create_default_state_dir(&cli.store)?;
     match cli.command {
         Command::Run(args) => run::run(&cli.store, args).await,
         Command::RunWatchdog(args) => Ok(run::watchdog(&args)),

@@ -112,6 +112,11 @@ impl SqlDb {
         let (scheme, parsed) = Scheme::parse(url)?;
         let unavailable =
             |e: sqlx::Error| CliError::new(EX_UNAVAILABLE, format!("{what}: {}", error_chain(&e)));
+        if let Some(problem) =
+            missing_directory(&parsed).filter(|_| matches!(scheme, Scheme::Sqlite))
+        {
+            return Err(CliError::usage(format!("{what}: {problem}")));
+        }
         Ok(Some(match scheme {
             Scheme::Sqlite => SqlDb {
                 pool: Either::Sqlite(sqlite_pool(&parsed, busy).await.map_err(unavailable)?),
@@ -333,18 +338,30 @@ where
     query
 }
 
+/// Why an SQLite file cannot be made where `url` puts it, as the library's
+/// store says it: its directory is missing or a file.
+fn missing_directory(url: &StoreUrl) -> Option<String> {
+    let path = std::path::Path::new(url.path().unwrap_or_default());
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty())?;
+    let problem = match std::fs::metadata(dir) {
+        Ok(meta) if meta.is_dir() => return None,
+        Ok(_) => "is not a directory",
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => "does not exist",
+        Err(_) => return None,
+    };
+    Some(format!(
+        "invalid sqlite path: directory {} of {} {problem}: create it first",
+        dir.display(),
+        path.display()
+    ))
+}
+
 /// One connection, as the library's SQLite store keeps: SQLite admits one
 /// writer at a time, and queueing on the pool is fair.
 async fn sqlite_pool(url: &StoreUrl, busy: BusyTimeout) -> sqlx::Result<SqlitePool> {
+    // No directory is created here (as in the library): `main` makes the
+    // default store's, and any other path must name an existing one.
     let path = url.path().unwrap_or_default();
-    // The default store lives in a state directory that may not exist yet
-    // on a fresh machine.
-    if let Some(parent) = std::path::Path::new(path)
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-    {
-        std::fs::create_dir_all(parent)?;
-    }
     let connect = SqliteConnectOptions::from_str("sqlite://")?
         .filename(path)
         .create_if_missing(true)

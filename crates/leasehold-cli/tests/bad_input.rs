@@ -33,9 +33,15 @@ fn stores() -> Vec<Store> {
                 "unknown sqlite option",
             ),
             (
-                "sqlite:///proc/no/such/dir/locks.db".into(),
+                "sqlite:///proc/locks.db".into(),
                 69,
                 "store unavailable (sqlite)",
+            ),
+            // A mistyped directory is not created: no second lock database.
+            (
+                "sqlite:///tmp/leasehold-no-such-dir/locks.db".into(),
+                64,
+                "directory /tmp/leasehold-no-such-dir of /tmp/leasehold-no-such-dir/locks.db does not exist",
             ),
         ],
         _dir: Some(dir),

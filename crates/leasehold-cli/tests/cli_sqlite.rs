@@ -180,14 +180,34 @@ fn status_list_release_and_busy_exit_codes() {
 
 #[test]
 fn an_unreachable_store_exits_69() {
-    let out =
-        run(leasehold("sqlite:///proc/leasehold-cannot-exist/locks.db").args(["status", "k"]));
+    let out = run(leasehold("sqlite:///proc/leasehold-cannot-exist.db").args(["status", "k"]));
     assert_eq!(out.status.code(), Some(69), "{}", stderr(&out));
     assert!(
         stderr(&out).contains("store unavailable"),
         "{}",
         stderr(&out)
     );
+}
+
+#[test]
+fn an_explicit_store_in_a_missing_directory_exits_64_and_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let typo = dir.path().join("lcoks");
+    let store = sqlite_store(&typo);
+    for args in [
+        &["status", "k"][..],
+        &["run", "k", "--", "true"],
+        &SHORT_DEMO,
+    ] {
+        let out = run(leasehold(&store).args(args));
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains(&format!("directory {} of ", typo.display())),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+        assert!(!typo.exists(), "{args:?} created the directory");
+    }
 }
 
 #[test]

@@ -10,7 +10,8 @@
 //! layer's key function sees the request before the handler's extractors,
 //! so it cannot use axum's `Path`; [`PathKey`] reads the id from the path
 //! by the route's own pattern. The layer is added with `route_layer`, so
-//! only requests that matched the route take a lock.
+//! only requests that matched the route take a lock, and the key names the
+//! route's method, so a `GET` (answered `405`) takes none.
 //!
 //! The example serves on a free port and sends requests over TCP: a second
 //! transfer on the same account while the first runs is answered `409
@@ -19,7 +20,10 @@
 
 use std::time::Duration;
 
-use axum::{body::Body, extract::Extension, extract::Path, http::Request, routing::post, Router};
+use axum::{
+    body::Body, extract::Extension, extract::Path, http::Method, http::Request, routing::post,
+    Router,
+};
 use leasehold::http::{FencingToken, LeaseLayer, Mode, PathKey};
 use leasehold::Locks;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -35,7 +39,8 @@ async fn transfer(
 }
 
 fn app(locks: Locks) -> leasehold::Result<Router> {
-    let account = PathKey::new("/accounts/{id}/transfers", "account:{id}")?;
+    let account =
+        PathKey::new("/accounts/{id}/transfers", "account:{id}")?.with_methods([Method::POST])?;
     let lock = LeaseLayer::builder(locks)
         .with_ttl(Duration::from_secs(10))
         .with_mode(Mode::Reject) // 409 at once while another transfer runs

@@ -6,6 +6,49 @@ use std::time::Duration;
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// Shorthand for `Result<T, leasehold::Error>`.
+///
+/// The default `E = Error` applies where a type is written, not in an
+/// expression: a task ending in `leasehold::Result::Ok(())` leaves its
+/// error type to inference, and `?` in it converts into any type that is
+/// `From<leasehold::Error>`, so the compiler cannot pick one (E0282/E0283;
+/// `leasehold::Error` itself has several `From` impls, `sqlx::Error` with
+/// the SQL stores):
+///
+/// ```compile_fail
+/// # async fn f(locks: leasehold::Locks) -> leasehold::Result<()> {
+/// let task = tokio::spawn(async move {
+///     locks.try_acquire("orders:1").await?.release().await?;
+///     leasehold::Result::Ok(())
+/// });
+/// task.await.expect("the task did not panic")?;
+/// # Ok(()) }
+/// ```
+///
+/// Name the error type in the task's last expression instead:
+///
+/// ```
+/// use leasehold::Locks;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> leasehold::Result<()> {
+/// let locks = Locks::open("memory://").await?;
+/// let tasks: Vec<_> = ["orders:1", "orders:2"]
+///     .into_iter()
+///     .map(|key| {
+///         let locks = locks.clone();
+///         tokio::spawn(async move {
+///             let guard = locks.try_acquire(key).await?;
+///             // ... the work, with guard.token() in its writes
+///             guard.release().await?;
+///             Ok::<_, leasehold::Error>(())
+///         })
+///     })
+///     .collect();
+/// for task in tasks {
+///     task.await.expect("the task did not panic")?;
+/// }
+/// # Ok(()) }
+/// ```
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Everything that can go wrong, named for what the caller does next.

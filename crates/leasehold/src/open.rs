@@ -5,7 +5,7 @@
 //! | URL | store | feature |
 //! |---|---|---|
 //! | `memory://` | a fresh in-process store | always |
-//! | `sqlite://PATH` (`sqlite:///abs/path.db`, `sqlite://rel/path.db`) | SQLite file | `sqlite` (default) |
+//! | `sqlite://PATH` (`sqlite:///abs/path.db`, `sqlite://rel/path.db`) | SQLite file, created if missing; its directory must exist | `sqlite` (default) |
 //! | `mongodb://HOST[:PORT]/[DB][?driver options]` | collection `leasehold_locks` in DB (default `leasehold`) | `mongodb` |
 //! | `postgres://user@host:port/db`, `postgresql://...` | PostgreSQL, table `leasehold_locks` | `postgres` |
 //! | `redis://[user:pass@]host[:port][/db]`, `redis+unix:///path` | Redis | `redis` |

@@ -57,6 +57,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .init();
+    if cli.store.is_none() || cli.data.is_none() {
+        // The default files go in the state dir, which a fresh machine
+        // lacks; leasehold creates no directory for a lock store.
+        std::fs::create_dir_all(&cli.state_dir)
+            .with_context(|| format!("creating state dir {}", cli.state_dir.display()))?;
+    }
     let store = cli
         .store
         .clone()

@@ -10,7 +10,8 @@
 //!    `None` to let the request through without a lock (safe methods, say).
 //!    The closure runs before the handler's extractors, so it sees the path,
 //!    not parsed path parameters: [`PathKey`] builds a key from the path by
-//!    the route's own pattern (`/accounts/{id}` → `account:{id}`).
+//!    the route's own pattern (`/accounts/{id}` → `account:{id}`), for the
+//!    methods the route serves ([`PathKey::with_methods`]).
 //!    A derived key that is not a valid [`Key`](crate::Key) is answered
 //!    `400 Bad Request`: keys usually embed request data.
 //! 2. **The lock.** [`Mode::Reject`] tries once; [`Mode::Wait`] waits up to

@@ -10,7 +10,7 @@
 //! each captured segment, so `/users/a%62c` and `/users/abc` lock the same
 //! key.
 
-use http::Request;
+use http::{Method, Request};
 
 use crate::{Error, Result};
 
@@ -30,14 +30,17 @@ use crate::{Error, Result};
 /// ```
 ///
 /// With the layer, in axum (`route_layer`, so only requests that reached
-/// this route are locked):
+/// this route are locked; [`with_methods`](Self::with_methods), so only the
+/// method the route serves is: axum runs a route layer for every method of
+/// a matched path, also for one it answers `405 Method Not Allowed`):
 ///
 /// ```no_run
-/// use axum::{body::Body, http::Request, routing::post, Router};
+/// use axum::{body::Body, http::{Method, Request}, routing::post, Router};
 /// use leasehold::http::{LeaseLayer, PathKey};
 ///
 /// # async fn f(locks: leasehold::Locks) -> leasehold::Result<Router> {
-/// let account = PathKey::new("/accounts/{id}/transfers", "account:{id}")?;
+/// let account = PathKey::new("/accounts/{id}/transfers", "account:{id}")?
+///     .with_methods([Method::POST])?;
 /// let layer = LeaseLayer::builder(locks)
 ///     .with_key(move |req: &Request<Body>| account.for_request(req))
 ///     .build()?;
@@ -53,6 +56,8 @@ use crate::{Error, Result};
 pub struct PathKey {
     route: Vec<Segment>,
     key: Vec<Piece>,
+    /// `None`: every method.
+    methods: Option<Vec<Method>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -78,15 +83,55 @@ impl PathKey {
     /// [`Error::InvalidInput`] if `route` does not start with `/`, has an
     /// empty or repeated parameter name, a stray brace, or `{*name}` before
     /// the last segment; or if `key` is empty or names a parameter the
-    /// route does not capture.
+    /// route does not capture. A segment in axum 0.7's syntax (`:id`,
+    /// `*rest`) is refused with the 0.8 spelling, as axum itself refuses it.
     pub fn new(route: &str, key: &str) -> Result<Self> {
         let route = parse_route(route)?;
         let key = parse_key(key, &route)?;
-        Ok(PathKey { route, key })
+        Ok(PathKey {
+            route,
+            key,
+            methods: None,
+        })
+    }
+
+    /// Locks only requests with one of `methods` (by default every method):
+    /// name the methods the route serves, so that a request axum answers
+    /// `405 Method Not Allowed` takes no lock. As in axum's `get`, `GET`
+    /// includes `HEAD`.
+    ///
+    /// ```
+    /// use http::{Method, Request};
+    /// use leasehold::http::PathKey;
+    ///
+    /// let order = PathKey::new("/orders/{id}", "order:{id}")?.with_methods([Method::POST])?;
+    /// let post = Request::post("/orders/7").body(())?;
+    /// let get = Request::get("/orders/7").body(())?;
+    /// assert_eq!(order.for_request(&post).as_deref(), Some("order:7"));
+    /// assert_eq!(order.for_request(&get), None); // no lock: axum answers 405
+    /// # Ok::<_, Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] if `methods` is empty (it would lock nothing).
+    pub fn with_methods(mut self, methods: impl IntoIterator<Item = Method>) -> Result<Self> {
+        let mut methods: Vec<Method> = methods.into_iter().collect();
+        if methods.is_empty() {
+            return Err(Error::invalid(
+                "route methods",
+                "must name at least one method, or leave them out to lock every method",
+            ));
+        }
+        if methods.contains(&Method::GET) && !methods.contains(&Method::HEAD) {
+            methods.push(Method::HEAD);
+        }
+        self.methods = Some(methods);
+        Ok(self)
     }
 
     /// The lock key for `path` (without the query), or `None` if `path`
-    /// does not match the route.
+    /// does not match the route. The methods of
+    /// [`with_methods`](Self::with_methods) are not checked here.
     pub fn key_for(&self, path: &str) -> Option<String> {
         let captured = self.captures(path)?;
         let mut key = String::new();
@@ -99,9 +144,16 @@ impl PathKey {
         Some(key)
     }
 
-    /// [`key_for`](Self::key_for) the request's URI path: the key function
-    /// for [`LeaseLayerBuilder::with_key`](super::LeaseLayerBuilder::with_key).
+    /// [`key_for`](Self::key_for) the request's URI path, or `None` if the
+    /// request's method is not one of [`with_methods`](Self::with_methods):
+    /// the key function for
+    /// [`LeaseLayerBuilder::with_key`](super::LeaseLayerBuilder::with_key).
     pub fn for_request<B>(&self, request: &Request<B>) -> Option<String> {
+        if let Some(methods) = &self.methods {
+            if !methods.contains(request.method()) {
+                return None;
+            }
+        }
         self.key_for(request.uri().path())
     }
 
@@ -170,6 +222,17 @@ fn parse_route(route: &str) -> Result<Vec<Segment>> {
                     Segment::Capture(name.to_owned())
                 }
             }
+            None if is_v07_param(part) => {
+                let name = &part[1..];
+                let wanted = if part.starts_with('*') {
+                    format!("{{*{name}}}")
+                } else {
+                    format!("{{{name}}}")
+                };
+                return Err(bad(format!(
+                    "{part:?} is axum 0.7 syntax: axum 0.8 writes this parameter {wanted}, in {route:?}"
+                )));
+            }
             None if part.contains(['{', '}']) => {
                 return Err(bad(format!(
                     "a parameter must be a whole segment, got {part:?} in {route:?}"
@@ -215,6 +278,12 @@ fn parse_key(template: &str, route: &[Segment]) -> Result<Vec<Piece>> {
         pieces.push(Piece::Text(rest.to_owned()));
     }
     Ok(pieces)
+}
+
+/// `:id` or `*rest`: a literal to axum 0.8, which refuses it unless told
+/// otherwise, so it is almost surely a 0.7 pattern.
+fn is_v07_param(part: &str) -> bool {
+    part.strip_prefix([':', '*']).is_some_and(is_param_name)
 }
 
 fn is_param_name(name: &str) -> bool {
@@ -313,5 +382,68 @@ mod tests {
         assert!(error("/users/{id}", "u:{name}").contains("{name} is not a parameter"));
         assert!(error("/users/{id}", "u:{id").contains("unclosed"));
         assert!(error("/users/{id}", "u:id}").contains("stray"));
+    }
+
+    #[test]
+    fn axum_07_patterns_are_refused_with_the_08_spelling() {
+        let error =
+            |route: &str, template: &str| PathKey::new(route, template).unwrap_err().to_string();
+        let colon = error("/orders/:id", "order:{id}");
+        assert!(
+            colon.contains("\":id\" is axum 0.7 syntax: axum 0.8 writes this parameter {id}"),
+            "{colon}"
+        );
+        let star = error("/files/*path", "file:{path}");
+        assert!(
+            star.contains("axum 0.8 writes this parameter {*path}"),
+            "{star}"
+        );
+        // A colon inside a segment is a literal in both versions.
+        assert_eq!(key("/a:b/{id}", "k:{id}", "/a:b/1").as_deref(), Some("k:1"));
+    }
+
+    #[test]
+    fn with_methods_locks_only_those_methods() {
+        let request = |method: Method| {
+            Request::builder()
+                .method(method)
+                .uri("/o/1")
+                .body(())
+                .unwrap()
+        };
+        let post = PathKey::new("/o/{id}", "o:{id}").unwrap();
+        assert_eq!(
+            post.for_request(&request(Method::GET)).as_deref(),
+            Some("o:1"),
+            "default: every method"
+        );
+        let post = post.with_methods([Method::POST, Method::PUT]).unwrap();
+        assert_eq!(
+            post.for_request(&request(Method::POST)).as_deref(),
+            Some("o:1")
+        );
+        assert_eq!(
+            post.for_request(&request(Method::PUT)).as_deref(),
+            Some("o:1")
+        );
+        assert_eq!(post.for_request(&request(Method::GET)), None);
+        assert_eq!(post.for_request(&request(Method::HEAD)), None);
+        let get = PathKey::new("/o/{id}", "o:{id}")
+            .unwrap()
+            .with_methods([Method::GET])
+            .unwrap();
+        assert_eq!(
+            get.for_request(&request(Method::HEAD)).as_deref(),
+            Some("o:1"),
+            "as axum's get"
+        );
+        let empty = PathKey::new("/o/{id}", "o:{id}")
+            .unwrap()
+            .with_methods([])
+            .unwrap_err();
+        assert!(
+            empty.to_string().contains("must name at least one method"),
+            "{empty}"
+        );
     }
 }

@@ -132,20 +132,20 @@ impl SqliteBackend {
         Self::open_with(path, SqliteOptions::default()).await
     }
 
-    /// Opens (creating if needed) the database at `path`, and its parent
-    /// directory, and creates the lease table.
+    /// Opens (creating if needed) the database at `path`, and creates the
+    /// lease table. The directory must exist: a mistyped path is an error,
+    /// not a second, empty lock database.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] for an empty path; [`Error::Unavailable`] if
-    /// the file cannot be opened or created.
+    /// [`Error::InvalidInput`] for an empty path, or one whose directory
+    /// does not exist or is not a directory; [`Error::Unavailable`] if the
+    /// file cannot be opened or created.
     pub async fn open_with(path: impl AsRef<Path>, options: SqliteOptions) -> Result<Self> {
         let path = path.as_ref();
         if path.as_os_str().is_empty() {
             return Err(Error::invalid("sqlite path", "must not be empty"));
         }
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(|e| Error::unavailable(e).in_store(STORE))?;
-        }
+        check_directory(path)?;
         let connect = SqliteConnectOptions::from_str("sqlite://")
             .map_err(|e| Error::backend(e).in_store(STORE))?
             .filename(path)
@@ -187,6 +187,30 @@ impl SqliteBackend {
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
     }
+}
+
+/// Refuses a path whose directory is missing (or a file). Creating it
+/// would turn a typo into a second lock database that no other process
+/// uses, so two processes would both "hold" one lock. Other failures
+/// (permissions) are left to the open, which reports them.
+fn check_directory(path: &Path) -> Result<()> {
+    let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) else {
+        return Ok(());
+    };
+    let problem = match std::fs::metadata(dir) {
+        Ok(meta) if meta.is_dir() => return Ok(()),
+        Ok(_) => "is not a directory",
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => "does not exist",
+        Err(_) => return Ok(()),
+    };
+    Err(Error::invalid(
+        "sqlite path",
+        format!(
+            "directory {} of {} {problem}: create it first (leasehold creates the database file, not its directory)",
+            dir.display(),
+            path.display()
+        ),
+    ))
 }
 
 /// A statement with its parameters bound.
@@ -548,5 +572,43 @@ fn slot_tables(lease: &Lease) -> &'static slots::SlotTables {
     match lease.rw_side() {
         Some(_) => &rwlock::TABLES,
         None => &semaphore::TABLES,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Error, Locks};
+
+    #[tokio::test]
+    async fn a_missing_directory_is_refused_and_not_created() {
+        let tmp = tempfile::tempdir().unwrap();
+        let typo = tmp.path().join("lcoks");
+        let url = format!("sqlite://{}/locks.db", typo.display());
+        let error = Locks::open(&url).await.unwrap_err();
+        assert!(matches!(error, Error::InvalidInput { .. }), "{error:?}");
+        let text = error.to_string();
+        assert!(
+            text.contains(&format!("directory {} of ", typo.display()))
+                && text.contains("does not exist: create it first"),
+            "{text}"
+        );
+        assert!(!typo.exists(), "no directory is created");
+
+        let file = tmp.path().join("file");
+        std::fs::write(&file, "").unwrap();
+        let url = format!("sqlite://{}/locks.db", file.display());
+        let text = Locks::open(&url).await.unwrap_err().to_string();
+        assert!(text.contains("is not a directory"), "{text}");
+
+        // An existing directory is all it needs.
+        let url = format!("sqlite://{}/locks.db", tmp.path().display());
+        let locks = Locks::open(&url).await.unwrap();
+        locks
+            .try_acquire("k")
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
     }
 }
