@@ -245,7 +245,11 @@ async fn disconnected_clients_leave_the_permits_free() {
         // permits (some also while an attempt is in flight).
         let holders: Vec<_> = (0..2).map(|_| tokio::spawn(call("/hold"))).collect();
         for _ in 0..2 {
-            entered.recv().await.unwrap();
+            // Refused (permits still taken), a holder never enters.
+            tokio::time::timeout(Duration::from_secs(10), entered.recv())
+                .await
+                .unwrap_or_else(|_| panic!("{store}: the permits were not free for new requests"))
+                .unwrap();
         }
         for i in 0..10u64 {
             let patience = Duration::from_millis(1 + 5 * i);
