@@ -210,7 +210,12 @@ impl NativeLocks {
     #[napi(factory)]
     pub async fn open(url: String) -> napi::Result<NativeLocks> {
         crate::runtime::check_setting().map_err(js)?;
-        let locks = Locks::open(&url).await.map_err(js)?;
+        // Renewal on the binding's own runtime (runtime.rs), which lives as
+        // long as the process: no extra thread beside its workers.
+        let locks = Locks::open(&url)
+            .await
+            .map_err(js)?
+            .with_background_runtime(tokio::runtime::Handle::current());
         Ok(NativeLocks {
             shared: Arc::new(Shared {
                 locks,

@@ -23,14 +23,14 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::sleep;
+use tokio::time::{sleep, timeout_at, Instant};
 use tracing::Instrument;
 
 use crate::backend::{Backend, LeaseInfo, Subscription};
 use crate::error::{Error, Result};
 use crate::guard::LeaseGuard;
 use crate::key::Key;
-use crate::lock::{AcquireOptions, Locks};
+use crate::lock::{AcquireOptions, Locks, STORE_ANSWER_GRACE};
 use crate::time::Backoff;
 
 /// Longest candidate id, in bytes (the holder label's limit).
@@ -76,6 +76,11 @@ impl Election {
     /// observers ([`Backend::announce`](crate::Backend::announce)); a failed
     /// announcement is logged and observers find the leader by polling.
     ///
+    /// Like an acquisition, the call returns within its wait bound plus
+    /// [`STORE_ANSWER_GRACE`]: the announcement gets what is left of that
+    /// (a store that does not answer it leaves the new leader elected, and
+    /// observers polling).
+    ///
     /// # Errors
     /// [`Error::InvalidInput`] (before any I/O) for an empty candidate id,
     /// one over [`MAX_CANDIDATE_BYTES`] or with control characters, or a bad
@@ -83,6 +88,12 @@ impl Election {
     /// trying once and another candidate leads, [`Error::Timeout`], ...).
     pub async fn campaign(&self, candidate: &str, options: &AcquireOptions) -> Result<Leadership> {
         validate_candidate(candidate)?;
+        // The announcement shares the acquisition's bound: the wait plus
+        // the grace for a store's answer (a wait too long to represent is
+        // no bound).
+        let bound = Instant::now()
+            .checked_add(options.wait().unwrap_or(Duration::ZERO))
+            .and_then(|d| d.checked_add(STORE_ANSWER_GRACE));
         let span = tracing::debug_span!("campaign", key = %self.key, candidate);
         async {
             let guard = self
@@ -91,7 +102,16 @@ impl Election {
                 .with_holder_label(candidate)
                 .acquire_with(self.key.as_str(), options)
                 .await?;
-            if let Err(e) = self.locks.backend().announce(&self.key).await {
+            let announce = self.locks.backend().announce(&self.key);
+            let announced = match bound {
+                Some(bound) => timeout_at(bound, announce).await.unwrap_or_else(|_| {
+                    Err(Error::unavailable(
+                        "the store did not answer the announcement within the campaign's bound",
+                    ))
+                }),
+                None => announce.await,
+            };
+            if let Err(e) = announced {
                 tracing::warn!(error = %e, "could not announce the new leader; observers will find it by polling");
             }
             Ok(Leadership {
@@ -284,6 +304,36 @@ impl fmt::Debug for Observer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backends::decorator::Decorator;
+    use crate::backends::memory::MemoryBackend;
+
+    /// The memory store, except that announcements are never answered.
+    #[derive(Debug, Default)]
+    struct SilentAnnounce(MemoryBackend);
+
+    impl Decorator for SilentAnnounce {
+        fn inner(&self) -> &dyn Backend {
+            &self.0
+        }
+        fn announce<'a>(&'a self, _key: &'a Key) -> crate::backend::BoxFuture<'a, Result<bool>> {
+            Box::pin(std::future::pending())
+        }
+    }
+
+    #[tokio::test]
+    async fn an_unanswered_announcement_does_not_hold_the_campaign() {
+        let locks = Locks::new(SilentAnnounce::default());
+        let election = locks.election("silent").unwrap();
+        let options = AcquireOptions::new().with_wait(Duration::from_millis(100));
+        // Far beyond the bound (wait + grace); without one it never returns.
+        let leadership =
+            tokio::time::timeout(Duration::from_secs(30), election.campaign("me", &options))
+                .await
+                .expect("the campaign returns although the store never answers the announcement")
+                .unwrap();
+        assert_eq!(election.leader().await.unwrap().unwrap().candidate, "me");
+        leadership.resign().await.unwrap();
+    }
 
     #[test]
     fn candidate_ids_are_checked() {

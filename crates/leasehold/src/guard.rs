@@ -65,9 +65,17 @@ use crate::time::{renew_interval, trusted_for, Backoff, LeaseClock};
 ///
 /// # Dropping
 /// Dropping the guard stops renewal at once and releases the lease
-/// best-effort on a background task of the current tokio runtime; if there is
-/// no runtime, or the store is unreachable, the lease simply expires after
-/// its ttl. Call [`release`](Self::release) to release and see the outcome.
+/// best-effort on a background task of the current tokio runtime (outside
+/// any runtime, of the runtime renewal runs on: see
+/// [`Locks::with_background_runtime`](crate::Locks::with_background_runtime));
+/// if the store is unreachable, the lease simply expires after its ttl.
+/// Call [`release`](Self::release) to release and see the outcome.
+///
+/// # Renewal and runtimes
+/// Renewal does not run on the runtime the guard was acquired on, but on the
+/// library's own background thread (unless the [`Locks`](crate::Locks) names
+/// a runtime), so a guard keeps renewing, and [`lost`](Self::lost) keeps its
+/// promise, when the runtime that took it, or any other, shuts down.
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct LeaseGuard {
     lease: Lease,
@@ -274,7 +282,13 @@ impl Drop for LeaseGuard {
             return;
         }
         self.stop_renewal();
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        // On the dropping task's runtime when there is one: the release is
+        // then on its way without a wake-up of another thread, and the next
+        // acquisition of the key (which waits for it) goes on sooner.
+        let runtime = tokio::runtime::Handle::try_current()
+            .ok()
+            .or_else(|| self.renewals.background().handle());
+        if let Some(runtime) = runtime {
             let backend = self.backend.clone();
             let lease = self.lease.clone();
             let pending = self.pending.begin(self.key());

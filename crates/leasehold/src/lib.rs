@@ -146,6 +146,7 @@ mod setters;
 
 pub mod backend;
 pub mod backends;
+mod background;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 mod election;

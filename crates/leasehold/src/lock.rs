@@ -2,7 +2,10 @@
 //! shares: validation, waiting with wake-ups, backoff, deadlines.
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::time::{sleep_until, timeout_at, Instant};
@@ -162,7 +165,43 @@ impl Locks {
     /// Measures lease deadlines on `clock` (tests suspend the machine).
     #[cfg(test)]
     pub(crate) fn with_lease_clock(mut self, clock: crate::time::LeaseClock) -> Self {
-        self.renewals = RenewalScheduler::with_clock(clock);
+        self.renewals = RenewalScheduler::new(clock, self.renewals.background().clone());
+        self
+    }
+
+    /// Runs this handle's background work on `runtime` instead of the
+    /// library's own thread: the renewal of its guards (and their lost
+    /// signal), and the completion of acquire attempts whose caller went
+    /// away (a grant they bring is released).
+    ///
+    /// By default that work runs on a thread the library starts on first
+    /// use, with a runtime of its own, so that it goes on whatever happens
+    /// to the runtimes of the callers: a handle used from several runtimes
+    /// keeps renewing the guards of each after another one ends. Name a
+    /// runtime only if it outlives every guard of this handle (and its
+    /// clones): when it shuts down, renewal stops and guards are lost
+    /// without their [`lost`](LeaseGuard::lost) signal firing. Uses: a
+    /// program or binding that owns the process's one runtime and wants no
+    /// extra thread, and tests on paused time (`start_paused`), whose clock
+    /// then drives renewal as it drives the test (on the library's thread,
+    /// renewal runs on real time, which a paused test clock does not
+    /// follow). Set it before the first acquisition.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use leasehold::backends::memory::MemoryBackend;
+    /// use leasehold::Locks;
+    /// let locks = Locks::new(MemoryBackend::new())
+    ///     .with_background_runtime(tokio::runtime::Handle::current());
+    /// # drop(locks);
+    /// # }
+    /// ```
+    pub fn with_background_runtime(mut self, runtime: tokio::runtime::Handle) -> Self {
+        self.renewals = RenewalScheduler::new(
+            self.renewals.clock().clone(),
+            crate::background::Background::On(runtime),
+        );
         self
     }
 
@@ -229,8 +268,10 @@ impl Locks {
     /// key; [`Error::Unavailable`]/[`Error::Backend`] from the store.
     ///
     /// # Cancel safety
-    /// If the future is dropped after the store granted the lease but before
-    /// it returned, the lease is not renewed and expires after its ttl.
+    /// Cancel safe: if the future is dropped while an attempt is at the
+    /// store, the attempt is finished in the background (see
+    /// [`with_background_runtime`](Self::with_background_runtime)) and a
+    /// grant it brings is released at once, not left held for its ttl.
     pub async fn try_acquire(&self, key: &str) -> Result<LeaseGuard> {
         self.acquire_with(key, &AcquireOptions::new()).await
     }
@@ -275,7 +316,7 @@ impl Locks {
     /// and then counts the key busy, and an attempt the store has not
     /// answered [`STORE_ANSWER_GRACE`] after the bound is given up
     /// ([`Error::Unavailable`]; a grant that attempt still brings is
-    /// released in the background). A grant that arrives after its lease
+    /// released in the background, as when the caller drops the future). A grant that arrives after its lease
     /// already ended is released too and counts as busy, so a returned
     /// guard is never born lost. An acquisition waits first for a release
     /// of the same key that a guard dropped through this handle (or a
@@ -406,10 +447,11 @@ impl Locks {
     }
 
     /// One attempt at the store, raced against the cancel token and the
-    /// backstop. An attempt cut short is not dropped (its grant would then
-    /// hold the key for a ttl with nobody renewing or releasing it): it runs
-    /// on in the background, for at most a ttl, and a grant it brings is
-    /// released at once.
+    /// backstop. An attempt cut short, here or because the caller dropped
+    /// the acquisition, is not abandoned (the store may already have
+    /// granted it, and the grant would then hold the key for a ttl with
+    /// nobody renewing or releasing it): [`InFlight`] finishes it in the
+    /// background and releases a grant it brings.
     async fn attempt(
         &self,
         request: &Arc<AcquireRequest>,
@@ -418,32 +460,41 @@ impl Locks {
     ) -> Result<Acquire> {
         let backend = self.backend.clone();
         let owned = request.clone();
-        let mut attempt: BoxFuture<'static, Result<Acquire>> =
-            Box::pin(async move { try_acquire_any(&*backend, &owned).await });
-        let cut_short = tokio::select! {
+        let mut attempt = InFlight {
+            attempt: Some(Box::pin(
+                async move { try_acquire_any(&*backend, &owned).await },
+            )),
+            locks: self,
+            request,
+        };
+        tokio::select! {
             biased;
-            outcome = &mut attempt => return outcome,
-            _ = cancelled(options) => Error::Cancelled { key: request.key().to_string() },
-            _ = sleep_until_some(backstop) => Error::unavailable(format!(
+            outcome = &mut attempt => outcome,
+            _ = cancelled(options) => Err(Error::Cancelled { key: request.key().to_string() }),
+            _ = sleep_until_some(backstop) => Err(Error::unavailable(format!(
                 "the store did not answer an acquire of {:?} within {STORE_ANSWER_GRACE:?} after the wait bound",
                 request.key().as_str()
-            )),
-        };
-        let backend = self.backend.clone();
-        let ttl = request.ttl();
-        tokio::spawn(async move {
-            if let Ok(Ok(Acquire::Granted(lease))) = tokio::time::timeout(ttl, attempt).await {
-                give_back(&*backend, &lease).await;
-            }
-        });
-        Err(cut_short)
+            ))),
+        }
     }
 
     /// Releases a grant that will not become a guard, within the backstop
-    /// (past it the lease simply expires).
+    /// (past it the lease simply expires). The release runs on a task of
+    /// the background runtime, so a caller that goes away meanwhile does
+    /// not cut it short; it is recorded as pending, so a later acquisition
+    /// of the key through this handle waits for it.
     async fn give_back(&self, lease: &Lease, backstop: Option<Instant>) {
+        let (done, finished) = tokio::sync::oneshot::channel::<()>();
+        let backend = self.backend.clone();
+        let lease = lease.clone();
+        let pending = self.pending.begin(lease.key());
+        self.renewals.background().spawn(async move {
+            let _pending = pending;
+            give_back(&*backend, &lease).await;
+            let _ = done.send(());
+        });
         tokio::select! {
-            _ = give_back(&*self.backend, lease) => {}
+            _ = finished => {}
             _ = sleep_until_some(backstop) => {}
         }
     }
@@ -504,6 +555,53 @@ impl Locks {
         let key = Key::new(key)?;
         let span = tracing::info_span!("force_release", key = %key);
         self.backend.force_release(&key).instrument(span).await
+    }
+}
+
+/// An acquire attempt at the store that is finished even if nobody waits
+/// for it any more. Polled in place, so the common case (the caller takes
+/// the answer) costs no task; dropped before its answer (the caller went
+/// away: a dropped future, a `select!`, a disconnected HTTP client, or the
+/// cancel token or backstop in [`Locks::attempt`]), it moves the attempt to
+/// the background runtime, which waits for the answer (for at most a ttl:
+/// after that a grant has expired anyway) and releases a grant at once.
+/// Until then the key's next acquisition through this handle waits for it,
+/// as for a dropped guard's release.
+struct InFlight<'a> {
+    attempt: Option<BoxFuture<'static, Result<Acquire>>>,
+    locks: &'a Locks,
+    request: &'a Arc<AcquireRequest>,
+}
+
+impl Future for InFlight<'_> {
+    type Output = Result<Acquire>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Some(attempt) = self.attempt.as_mut() else {
+            // Polled after its answer: there is nothing more to come.
+            return Poll::Pending;
+        };
+        let outcome = std::task::ready!(attempt.as_mut().poll(cx));
+        self.attempt = None;
+        Poll::Ready(outcome)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        let Some(attempt) = self.attempt.take() else {
+            return;
+        };
+        let backend = self.locks.backend.clone();
+        let ttl = self.request.ttl();
+        let pending = self.locks.pending.begin(self.request.key());
+        self.locks.renewals.background().spawn(async move {
+            let _pending = pending;
+            if let Ok(Ok(Acquire::Granted(lease))) = tokio::time::timeout(ttl, attempt).await {
+                tracing::debug!(key = %lease.key(), token = lease.token(), "a grant whose caller went away; giving it back");
+                give_back(&*backend, &lease).await;
+            }
+        });
     }
 }
 

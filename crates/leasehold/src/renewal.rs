@@ -16,6 +16,10 @@
 //! Due times are on the [`LeaseClock`], which counts suspended time: while
 //! anything is due, the driver looks at that clock at least every second, so
 //! a renewal that fell due during a suspend starts right after the resume.
+//!
+//! The driver and the renewal tasks run on the handle's [`Background`]
+//! runtime (background.rs), not on the runtime of the caller that scheduled
+//! first: renewal must go on while any caller's runtime ends.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -26,6 +30,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, Instant};
 
 use crate::backend::BoxFuture;
+use crate::background::Background;
 use crate::time::LeaseClock;
 
 /// How long one renewal request may take before the guard gives it up and
@@ -52,6 +57,7 @@ struct Shared {
     queue: Mutex<Queue>,
     wake: Arc<Notify>,
     clock: LeaseClock,
+    background: Background,
 }
 
 #[derive(Default)]
@@ -91,14 +97,15 @@ impl Drop for Shared {
 }
 
 impl RenewalScheduler {
-    /// A scheduler whose due times are on `clock`.
-    #[cfg(test)]
-    pub(crate) fn with_clock(clock: LeaseClock) -> Self {
+    /// A scheduler whose due times are on `clock` and whose tasks run on
+    /// `background`.
+    pub(crate) fn new(clock: LeaseClock, background: Background) -> Self {
         RenewalScheduler {
             shared: Arc::new(Shared {
                 queue: Mutex::default(),
                 wake: Arc::default(),
                 clock,
+                background,
             }),
         }
     }
@@ -108,21 +115,33 @@ impl RenewalScheduler {
         &self.shared.clock
     }
 
-    /// Spawns `task` at `at` (on [`Self::clock`]), unless cancelled first. Must be called within
-    /// a tokio runtime.
+    /// Where the renewal tasks run; other background work of the same
+    /// handle goes there too.
+    pub(crate) fn background(&self) -> &Background {
+        &self.shared.background
+    }
+
+    /// Spawns `task` at `at` (on [`Self::clock`]), unless cancelled first,
+    /// on the [`Background`] runtime.
     pub(crate) fn schedule(&self, at: Instant, task: BoxFuture<'static, ()>) -> Ticket {
         let mut queue = self.shared.lock();
         let ticket = Ticket(at, queue.next_id);
         queue.next_id += 1;
         queue.due.insert(ticket, task);
-        // A driver whose runtime shut down is gone: start one on this runtime.
+        // Started on first use. A driver can only be gone if the runtime it
+        // ran on shut down: one the caller named (`with_background_runtime`),
+        // or the caller's own if the library's thread could not be started.
         let driver_alive = queue.driver.as_ref().is_some_and(|d| !d.is_finished());
         if !driver_alive {
             queue.armed = None;
-            queue.driver = Some(tokio::spawn(drive(
-                Arc::downgrade(&self.shared),
-                self.shared.wake.clone(),
-            )));
+            let driver = drive(Arc::downgrade(&self.shared), self.shared.wake.clone());
+            queue.driver = match self.shared.background.handle() {
+                Some(runtime) => Some(runtime.spawn(driver)),
+                None => {
+                    tracing::error!("no runtime to renew leases on; guards will be lost");
+                    None
+                }
+            };
         } else if queue.armed.is_none_or(|armed| at < armed) {
             self.shared.wake.notify_one();
         }
@@ -175,9 +194,17 @@ mod tests {
         })
     }
 
+    /// A scheduler on the test's runtime, whose paused clock then drives it.
+    fn on_this_runtime() -> RenewalScheduler {
+        RenewalScheduler::new(
+            LeaseClock::default(),
+            Background::On(tokio::runtime::Handle::current()),
+        )
+    }
+
     #[tokio::test(start_paused = true)]
     async fn starts_tasks_when_due_and_not_before() {
-        let s = RenewalScheduler::default();
+        let s = on_this_runtime();
         let ran = Arc::new(AtomicU32::new(0));
         let t0 = Instant::now();
         s.schedule(t0 + Duration::from_secs(10), counter_task(&ran));
@@ -196,7 +223,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn cancelled_tasks_never_start() {
-        let s = RenewalScheduler::default();
+        let s = on_this_runtime();
         let ran = Arc::new(AtomicU32::new(0));
         let ticket = s.schedule(Instant::now() + Duration::from_secs(1), counter_task(&ran));
         assert!(s.cancel(ticket));
@@ -205,8 +232,10 @@ mod tests {
         assert_eq!(ran.load(Ordering::SeqCst), 0);
     }
 
+    /// Tasks scheduled from runtimes that end run on (on the library's
+    /// background thread): the first runtime's end takes nothing with it.
     #[test]
-    fn a_new_runtime_gets_a_new_driver() {
+    fn tasks_outlive_the_runtimes_that_scheduled_them() {
         let s = RenewalScheduler::default();
         let ran = Arc::new(AtomicU32::new(0));
         for _ in 0..2 {
@@ -214,13 +243,17 @@ mod tests {
                 .enable_time()
                 .build()
                 .unwrap();
+            // Due after the runtime that scheduled it has ended.
             rt.block_on(async {
                 s.schedule(
-                    Instant::now() + Duration::from_millis(5),
+                    Instant::now() + Duration::from_millis(20),
                     counter_task(&ran),
                 );
-                tokio::time::sleep(Duration::from_millis(50)).await;
             });
+        }
+        let give_up = std::time::Instant::now() + Duration::from_secs(30);
+        while ran.load(Ordering::SeqCst) < 2 && std::time::Instant::now() < give_up {
+            std::thread::sleep(Duration::from_millis(5));
         }
         assert_eq!(ran.load(Ordering::SeqCst), 2);
     }

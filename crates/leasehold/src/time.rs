@@ -317,7 +317,9 @@ mod tests {
     /// suspensions the test makes.
     async fn held_on_a_manual_clock() -> (Arc<ManualSuspendClock>, crate::LeaseGuard) {
         let manual = Arc::new(ManualSuspendClock::default());
+        // Renewal on the paused test runtime, whose clock the test moves.
         let locks = crate::Locks::new(crate::backends::memory::MemoryBackend::new())
+            .with_background_runtime(tokio::runtime::Handle::current())
             .with_lease_clock(LeaseClock::with_suspend_clock(manual.clone()));
         let ttl = Duration::from_secs(30);
         let guard = locks

@@ -8,12 +8,15 @@ use std::time::Duration;
 
 use leasehold::testing::{Fault, Faulty, Op};
 use leasehold::{AcquireOptions, Error, Locks, STORE_ANSWER_GRACE};
+use tokio::runtime::Handle;
 use tokio::time::{sleep, timeout, Instant};
 
 /// The memory store with faults to switch on, and a handle on it.
 fn setup() -> (Faulty, Locks) {
     let store = Faulty::default();
-    let locks = Locks::new(store.clone());
+    // On the test's runtime, whose paused clock must drive renewal too
+    // (the library's own background thread runs on real time).
+    let locks = Locks::new(store.clone()).with_background_runtime(Handle::current());
     (store, locks)
 }
 

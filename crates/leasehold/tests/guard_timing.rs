@@ -7,6 +7,7 @@ use leasehold::backend::{Acquire, AcquireRequest};
 use leasehold::testing::{Fault, Faulty, Op};
 use leasehold::time::trusted_for;
 use leasehold::{AcquireOptions, Backend, Error, Key, Locks};
+use tokio::runtime::Handle;
 use tokio::time::{sleep, Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -18,7 +19,9 @@ fn down() -> Fault {
 /// The memory store with faults to switch on, and a handle on it.
 fn setup() -> (Faulty, Locks) {
     let store = Faulty::default();
-    let locks = Locks::new(store.clone());
+    // On the test's runtime, whose paused clock must drive renewal too
+    // (the library's own background thread runs on real time).
+    let locks = Locks::new(store.clone()).with_background_runtime(Handle::current());
     (store, locks)
 }
 

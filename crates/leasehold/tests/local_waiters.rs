@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use leasehold::backends::memory::MemoryBackend;
 use leasehold::{Error, Locks};
+use tokio::runtime::Handle;
 
 /// After `force_release`, the store considers the key free: a waiter of
 /// the same `Locks` gets it although the broken guard still lives, as a
@@ -28,7 +29,7 @@ async fn a_broken_guard_does_not_block_its_own_process() {
 /// holder): the waiter's turn begins when the store frees the key.
 #[tokio::test(start_paused = true)]
 async fn an_expired_guard_does_not_block_its_own_process() {
-    let locks = Locks::new(MemoryBackend::new());
+    let locks = Locks::new(MemoryBackend::new()).with_background_runtime(Handle::current());
     let options = leasehold::AcquireOptions::new()
         .with_ttl(Duration::from_secs(1))
         .with_wait(Duration::from_secs(1))
@@ -61,8 +62,9 @@ fn held_here(e: &Error) -> bool {
 #[tokio::test(start_paused = true)]
 async fn a_timeout_behind_a_guard_of_this_process_says_so() {
     let backend = std::sync::Arc::new(MemoryBackend::new());
-    let here = Locks::from_arc(backend.clone());
-    let elsewhere = Locks::from_arc(backend);
+    // On the paused test runtime: its clock drives renewal too.
+    let here = Locks::from_arc(backend.clone()).with_background_runtime(Handle::current());
+    let elsewhere = Locks::from_arc(backend).with_background_runtime(Handle::current());
     let guard = here.acquire("k", Duration::from_secs(1)).await.unwrap();
 
     let e = timed_out(&here).await;

@@ -81,3 +81,24 @@ async fn close_shuts_down_only_the_stores_own_client() {
         .expect("the application's client answers")
         .expect("the application's client still works");
 }
+
+/// With `listen=off` the store is wrapped (waiters poll), and `close` still
+/// reaches the MongoDB client inside: later operations fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_reaches_the_store_behind_listen_off() {
+    let Some(url) = url() else { return };
+    let bound = Duration::from_secs(10);
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let locks = leasehold::Locks::open(&format!("{url}{sep}listen=off"))
+        .await
+        .unwrap();
+    locks.inspect("close-polling:k").await.unwrap();
+    let after = locks.clone();
+    tokio::time::timeout(bound, locks.close())
+        .await
+        .expect("close returns");
+    let result = tokio::time::timeout(bound, after.inspect("close-polling:k"))
+        .await
+        .expect("an operation after close answers");
+    assert!(result.is_err(), "the client is shut down: {result:?}");
+}

@@ -3,8 +3,11 @@
 //!
 //! Implement [`Decorator`] (its [`inner`](Decorator::inner) and the
 //! operations you change); every [`Decorator`] is a [`Backend`]. Without it
-//! each wrapper repeats seven forwarding methods, and a new trait method
-//! would have to be added to every one.
+//! each wrapper repeats every method of [`Backend`] (thirteen, `shutdown`
+//! included), and a new trait method would have to be added to every one.
+//! Every method is forwarded, [`shutdown`](Decorator::shutdown) too: a
+//! wrapper that kept the trait's do-nothing default would make
+//! [`Locks::close`](crate::Locks::close) miss the store inside it.
 //!
 //! ```
 //! use std::sync::atomic::{AtomicU64, Ordering};
@@ -106,6 +109,11 @@ pub trait Decorator: Debug + Send + Sync + 'static {
     fn list_permits<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<PermitInfo>>> {
         self.inner().list_permits(prefix)
     }
+
+    /// [`Backend::shutdown`]; by default `inner`'s.
+    fn shutdown(&self) -> BoxFuture<'_, ()> {
+        self.inner().shutdown()
+    }
 }
 
 impl<D: Decorator> Backend for D {
@@ -145,5 +153,46 @@ impl<D: Decorator> Backend for D {
     }
     fn list_permits<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<PermitInfo>>> {
         Decorator::list_permits(self, prefix)
+    }
+    fn shutdown(&self) -> BoxFuture<'_, ()> {
+        Decorator::shutdown(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::backends::memory::MemoryBackend;
+    use crate::backends::polling::PollingOnly;
+
+    /// A store whose shutdown leaves a mark.
+    #[derive(Debug, Default)]
+    struct MarksShutdown {
+        inner: MemoryBackend,
+        shut: AtomicBool,
+    }
+
+    impl Decorator for MarksShutdown {
+        fn inner(&self) -> &dyn Backend {
+            &self.inner
+        }
+        fn shutdown(&self) -> BoxFuture<'_, ()> {
+            self.shut.store(true, Ordering::SeqCst);
+            Box::pin(async {})
+        }
+    }
+
+    #[tokio::test]
+    async fn close_reaches_the_store_inside_a_decorator() {
+        let store = Arc::new(MarksShutdown::default());
+        let locks = crate::Locks::new(PollingOnly::new(store.clone()));
+        locks.close().await;
+        assert!(
+            store.shut.load(Ordering::SeqCst),
+            "shutdown was not forwarded"
+        );
     }
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ::http::{header, Request, Response, StatusCode};
+use tokio::runtime::Handle;
 use tower::{Layer, Service, ServiceExt};
 
 use super::body::collect;
@@ -60,7 +61,7 @@ async fn json(response: Response<super::LockBody<String>>) -> serde_json::Value 
 
 #[tokio::test(start_paused = true)]
 async fn passes_the_token_and_releases_after_the_response() {
-    let locks = Locks::new(MemoryBackend::new());
+    let locks = Locks::new(MemoryBackend::new()).with_background_runtime(Handle::current());
     let calls = Arc::new(AtomicUsize::new(0));
     let svc = layer(&locks, Mode::Reject).layer(counting(calls.clone()));
     let first = svc.clone().oneshot(post("/k/a")).await.unwrap();
@@ -73,7 +74,7 @@ async fn passes_the_token_and_releases_after_the_response() {
 
 #[tokio::test(start_paused = true)]
 async fn skipped_requests_take_no_lock() {
-    let locks = Locks::new(MemoryBackend::new());
+    let locks = Locks::new(MemoryBackend::new()).with_background_runtime(Handle::current());
     let _held = locks.try_acquire("a").await.unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
     let svc = layer(&locks, Mode::Reject).layer(counting(calls.clone()));
@@ -83,7 +84,7 @@ async fn skipped_requests_take_no_lock() {
 
 #[tokio::test(start_paused = true)]
 async fn reject_answers_409_without_calling_the_handler() {
-    let locks = Locks::new(MemoryBackend::new());
+    let locks = Locks::new(MemoryBackend::new()).with_background_runtime(Handle::current());
     let _held = locks
         .acquire_with(
             "a",
@@ -106,7 +107,7 @@ async fn reject_answers_409_without_calling_the_handler() {
 
 #[tokio::test(start_paused = true)]
 async fn wait_proceeds_when_the_holder_releases() {
-    let locks = Locks::new(MemoryBackend::new());
+    let locks = Locks::new(MemoryBackend::new()).with_background_runtime(Handle::current());
     let held = locks.try_acquire("a").await.unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
     let svc = layer(&locks, Mode::Wait(Duration::from_secs(5))).layer(counting(calls.clone()));
@@ -121,7 +122,7 @@ async fn wait_proceeds_when_the_holder_releases() {
 
 #[tokio::test(start_paused = true)]
 async fn wait_past_the_bound_answers_409_with_the_holders_remaining_ttl() {
-    let locks = Locks::new(MemoryBackend::new());
+    let locks = Locks::new(MemoryBackend::new()).with_background_runtime(Handle::current());
     let _held = locks.try_acquire("a").await.unwrap(); // 30 s
     let calls = Arc::new(AtomicUsize::new(0));
     let svc = layer(&locks, Mode::Wait(Duration::from_secs(2))).layer(counting(calls.clone()));
@@ -136,7 +137,7 @@ async fn wait_past_the_bound_answers_409_with_the_holders_remaining_ttl() {
 
 #[tokio::test(start_paused = true)]
 async fn invalid_derived_key_is_a_400_problem() {
-    let locks = Locks::new(MemoryBackend::new());
+    let locks = Locks::new(MemoryBackend::new()).with_background_runtime(Handle::current());
     let calls = Arc::new(AtomicUsize::new(0));
     let svc = layer(&locks, Mode::Reject).layer(counting(calls.clone()));
     let long = format!("/k/{}", "x".repeat(300));
@@ -151,7 +152,7 @@ async fn invalid_derived_key_is_a_400_problem() {
 #[tokio::test(start_paused = true)]
 async fn store_failure_and_silence_are_503_problems() {
     let store = Faulty::default();
-    let locks = Locks::new(store.clone());
+    let locks = Locks::new(store.clone()).with_background_runtime(Handle::current());
     let calls = Arc::new(AtomicUsize::new(0));
     for mode in [Mode::Reject, Mode::Wait(Duration::from_secs(1))] {
         let svc = layer(&locks, mode).layer(counting(calls.clone()));
@@ -182,7 +183,7 @@ async fn store_failure_and_silence_are_503_problems() {
 
 #[tokio::test(start_paused = true)]
 async fn handler_error_releases() {
-    let locks = Locks::new(MemoryBackend::new());
+    let locks = Locks::new(MemoryBackend::new()).with_background_runtime(Handle::current());
     let failing =
         tower::service_fn(|_: Req| async { Err::<Response<String>, _>("handler failed") });
     let svc = layer(&locks, Mode::Reject).layer(failing);
@@ -192,7 +193,7 @@ async fn handler_error_releases() {
 
 #[tokio::test(start_paused = true)]
 async fn dropped_request_releases() {
-    let locks = Locks::new(MemoryBackend::new());
+    let locks = Locks::new(MemoryBackend::new()).with_background_runtime(Handle::current());
     let (entered_tx, entered) = tokio::sync::oneshot::channel::<()>();
     let entered_tx = Arc::new(std::sync::Mutex::new(Some(entered_tx)));
     let stuck = tower::service_fn(move |_: Req| {
@@ -256,7 +257,7 @@ impl http_body::Body for Streamed {
 
 #[tokio::test(start_paused = true)]
 async fn the_permit_is_held_while_the_body_streams_and_released_at_its_end() {
-    let locks = Locks::new(MemoryBackend::new());
+    let locks = Locks::new(MemoryBackend::new()).with_background_runtime(Handle::current());
     let (chunks, rx) = tokio::sync::mpsc::unbounded_channel();
     let rx = Arc::new(std::sync::Mutex::new(Some(rx)));
     let streaming = tower::service_fn(move |req: Req| {
@@ -283,7 +284,7 @@ async fn the_permit_is_held_while_the_body_streams_and_released_at_its_end() {
 
 #[tokio::test(start_paused = true)]
 async fn a_body_dropped_unfinished_releases_the_permit() {
-    let locks = Locks::new(MemoryBackend::new());
+    let locks = Locks::new(MemoryBackend::new()).with_background_runtime(Handle::current());
     let (_chunks, rx) = tokio::sync::mpsc::unbounded_channel();
     let rx = Arc::new(std::sync::Mutex::new(Some(rx)));
     let streaming = tower::service_fn(move |_: Req| {
@@ -300,7 +301,7 @@ async fn a_body_dropped_unfinished_releases_the_permit() {
 
 #[tokio::test(start_paused = true)]
 async fn the_limit_refuses_with_the_first_permits_remaining_time() {
-    let locks = Locks::new(MemoryBackend::new());
+    let locks = Locks::new(MemoryBackend::new()).with_background_runtime(Handle::current());
     let sem = locks.semaphore("a", 2).unwrap();
     let options = crate::AcquireOptions::new();
     let _long = sem
@@ -330,7 +331,7 @@ async fn the_limit_refuses_with_the_first_permits_remaining_time() {
 
 #[tokio::test(start_paused = true)]
 async fn the_limit_releases_on_handler_error_and_dropped_request() {
-    let locks = Locks::new(MemoryBackend::new());
+    let locks = Locks::new(MemoryBackend::new()).with_background_runtime(Handle::current());
     let failing =
         tower::service_fn(|_: Req| async { Err::<Response<String>, _>("handler failed") });
     assert!(limit(&locks, 1)
@@ -360,7 +361,7 @@ async fn the_limit_releases_on_handler_error_and_dropped_request() {
 #[tokio::test(start_paused = true)]
 async fn the_limit_answers_503_store_problems_and_400_bad_keys() {
     let store = Faulty::default();
-    let locks = Locks::new(store.clone());
+    let locks = Locks::new(store.clone()).with_background_runtime(Handle::current());
     let calls = Arc::new(AtomicUsize::new(0));
     let svc = limit(&locks, 2).layer(counting(calls.clone()));
     for state in [Fault::Unavailable("down".into()), Fault::Hang] {
