@@ -52,11 +52,7 @@ fn bad_input_exits_64_naming_the_problem_and_the_store_keeps_working() {
         ),
         (
             &["run", "a", "b", "--shared", "--", "true"],
-            "invalid --shared: takes one reader-writer lock KEY",
-        ),
-        (
-            &["run", "a", "b", "--exclusive", "--", "true"],
-            "invalid --exclusive",
+            "invalid --shared: takes one KEY",
         ),
         (
             &["run", "k", "--shared", "--permits", "2", "--", "true"],
@@ -208,4 +204,10 @@ fn demo_shows_the_race_and_three_safe_strategies() {
     let dir = tempfile::tempdir().unwrap();
     let out = run(leasehold(&sqlite_store(dir.path())).args(["demo", "--workers", "4", "--json"]));
     assert_demo_shows_race_and_safety(&out, &["none", "lease", "row-lock", "optimistic"]);
+}
+
+#[test]
+fn a_frozen_run_has_its_command_stopped_before_the_next_holder_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    frozen_run_stops_its_command(&sqlite_store(dir.path()), dir.path());
 }

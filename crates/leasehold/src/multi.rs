@@ -307,26 +307,35 @@ pub struct MultiGuard {
     /// In canonical key order.
     guards: Vec<LeaseGuard>,
     /// Held with `guards` and counted in every answer about the set, but
-    /// not listed (their keys' tokens are the `guards`'): the writers of
-    /// [`Locks::acquire_many_exclusive`].
-    companions: Vec<LeaseGuard>,
+    /// not in `guards` (a key's token there is its mutex's): the writers of
+    /// [`Locks::acquire_many_exclusive`], in canonical key order.
+    writers: Vec<LeaseGuard>,
 }
 
 impl MultiGuard {
     fn from_parts(taken: Vec<(Part<'_>, LeaseGuard)>) -> Self {
-        let (mut guards, mut companions) = (Vec::new(), Vec::new());
+        let (mut guards, mut writers) = (Vec::new(), Vec::new());
         for (part, guard) in taken {
             match part {
                 Part::Mutex(_) => guards.push(guard),
-                Part::Writer(_) => companions.push(guard),
+                Part::Writer(_) => writers.push(guard),
             }
         }
-        MultiGuard { guards, companions }
+        MultiGuard { guards, writers }
     }
 
-    /// Every lease held, listed or not.
+    /// The writers of the keys' reader-writer locks that
+    /// [`Locks::acquire_many_exclusive`] holds beside their mutexes, in
+    /// canonical key order (empty for other sets). Their tokens come from
+    /// the reader-writer locks' fences, for a resource that fences its
+    /// writes by those.
+    pub fn writers(&self) -> &[LeaseGuard] {
+        &self.writers
+    }
+
+    /// Every lease held, mutexes and writers.
     fn all(&self) -> impl Iterator<Item = &LeaseGuard> + '_ {
-        self.guards.iter().chain(&self.companions)
+        self.guards.iter().chain(&self.writers)
     }
 
     /// The guards of each key, in canonical (sorted) key order.
@@ -397,7 +406,7 @@ impl MultiGuard {
         let mut first_error = None;
         // Last taken first: the writers, then the mutexes.
         for guard in self
-            .companions
+            .writers
             .into_iter()
             .chain(self.guards.into_iter().rev())
         {
@@ -420,7 +429,7 @@ impl From<LeaseGuard> for MultiGuard {
     fn from(guard: LeaseGuard) -> Self {
         MultiGuard {
             guards: vec![guard],
-            companions: Vec::new(),
+            writers: Vec::new(),
         }
     }
 }
