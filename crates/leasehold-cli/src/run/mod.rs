@@ -284,6 +284,13 @@ async fn run_with(
                 lost.key().as_str(),
                 lost.token()
             ));
+            // Give back what is still held (a broken mutex leaves its
+            // writer, a lost key of a set the others) now: dropped, it
+            // would be released in the background, which exit cuts short,
+            // and the rest would stay held for a ttl.
+            if let Err(e) = guard.release().await {
+                tracing::warn!(error = %e, "could not give the rest of the set back; it expires after its ttl");
+            }
             Ok(EX_LOST)
         }
         Err(e) => Err(e.into()),
