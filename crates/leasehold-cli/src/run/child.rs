@@ -69,6 +69,7 @@ pub(super) fn spawn(
     command: &[String],
     guard: &MultiGuard,
     writer_tokens: bool,
+    first_schedule: (std::time::Duration, std::time::Duration),
 ) -> Result<Spawned, CliError> {
     let (program, rest) = command
         .split_first()
@@ -116,12 +117,19 @@ pub(super) fn spawn(
         })?;
     // The child also does this before exec; doing it here too closes the
     // window in which one of the two has not happened yet (as shells do).
+    // The watchdog gets the lease's schedule at once, before `run` reaches
+    // its supervising loop: a `run` frozen in between must not leave it
+    // without a deadline.
+    let mut watchdog = Watchdog::start(group);
+    if let Some(w) = watchdog.as_mut() {
+        w.schedule(first_schedule.0, first_schedule.1);
+    }
     let has_terminal = foreground && set_foreground(group).is_ok();
     Ok(Spawned {
         child,
         group,
         has_terminal,
-        watchdog: Watchdog::start(group),
+        watchdog,
     })
 }
 

@@ -249,7 +249,14 @@ async fn run_with(
         ));
     }
 
-    let mut spawned = match child::spawn(&args.command, &guard, args.exclusive) {
+    let mut spawned = match child::spawn(&args.command, &guard, args.exclusive, {
+        let (term_at, kill_at) = schedule(guard.valid_until(), grace, kill_margin(guard.ttl()));
+        let now = Instant::now();
+        (
+            term_at.saturating_duration_since(now),
+            kill_at.saturating_duration_since(now),
+        )
+    }) {
         Ok(spawned) => spawned,
         Err(e) => {
             let _ = guard.release().await;
