@@ -38,7 +38,13 @@ pub struct ReleaseArgs {
     pub key: String,
     /// Required: breaking somebody else's lock is an admin action. The
     /// fencing token moves on, so the evicted holder's writes are refused by
-    /// fenced resources.
+    /// fenced resources. It breaks the mutex KEY: a plain (or --exclusive)
+    /// `run KEY`, which holds it together with KEY's reader-writer writer,
+    /// then loses KEY, stops its command and gives the writer back. The
+    /// --shared holders of KEY, a writer taken with the library's
+    /// `rw_lock(KEY)` alone, and semaphore permits of KEY are not broken
+    /// (the stores have no admin break for them): they end with their
+    /// holders or their ttl, and release names them when any are live.
     #[arg(long)]
     pub force: bool,
 }
@@ -185,6 +191,20 @@ pub async fn release(store: &str, args: ReleaseArgs) -> Result<u8, CliError> {
         ),
         (true, None) => println!("broke the lock on {}", args.key),
         (false, _) => println!("{} was not held", args.key),
+    }
+    // One key is one lock to the user, but the break reaches only the
+    // mutex: say what else still holds KEY rather than let "broke" imply it.
+    let readers_writers = locks.rw_lock(&args.key)?.holders().await?;
+    let permits = locks.semaphore(&args.key, 1)?.holders().await?;
+    if !readers_writers.is_empty() || !permits.is_empty() {
+        println!(
+            "note: {} still has {} reader-writer holder(s) and {} semaphore permit(s), \
+             which release --force does not break; a `run` among them stops once \
+             its mutex is broken, the others end with their holders or their ttl",
+            args.key,
+            readers_writers.len(),
+            permits.len()
+        );
     }
     Ok(0)
 }

@@ -165,3 +165,10 @@ fn a_grant_that_arrives_expired_never_starts_the_command() {
         }
     }
 }
+
+#[test]
+fn a_frozen_run_has_its_command_stopped_before_the_next_holder_starts() {
+    let Some(store) = schema() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    frozen_run_stops_its_command(store.as_ref(), dir.path());
+}

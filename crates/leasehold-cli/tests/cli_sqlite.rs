@@ -52,11 +52,7 @@ fn bad_input_exits_64_naming_the_problem_and_the_store_keeps_working() {
         ),
         (
             &["run", "a", "b", "--shared", "--", "true"],
-            "invalid --shared: takes one reader-writer lock KEY",
-        ),
-        (
-            &["run", "a", "b", "--exclusive", "--", "true"],
-            "invalid --exclusive",
+            "invalid --shared: takes one KEY",
         ),
         (
             &["run", "k", "--shared", "--permits", "2", "--", "true"],
@@ -228,4 +224,66 @@ fn demo_shows_the_race_and_three_safe_strategies() {
     let dir = tempfile::tempdir().unwrap();
     let out = run(leasehold(&sqlite_store(dir.path())).args(["demo", "--workers", "4", "--json"]));
     assert_demo_shows_race_and_safety(&out, &["none", "lease", "row-lock", "optimistic"]);
+}
+
+#[test]
+fn a_frozen_run_has_its_command_stopped_before_the_next_holder_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    frozen_run_stops_its_command(&sqlite_store(dir.path()), dir.path());
+}
+
+/// `release --force KEY` breaks a plain `run KEY` as a whole: the run loses
+/// the mutex, stops its command (exit 70) and gives KEY's writer back, so
+/// a `--shared` run of KEY can start; a reader of KEY is not broken, and
+/// release says so.
+#[test]
+fn force_release_of_a_plain_runs_key_frees_the_whole_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = sqlite_store(dir.path());
+    let pidfile = dir.path().join("cmd.pid");
+    let mut holder = leasehold(&store)
+        .args(["run", "whole", "--ttl", "3s", "--", "sh", "-c"])
+        .arg(pid_then_sleep(&pidfile))
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(20), || read_pid(&pidfile).is_some()),
+        "the command did not start"
+    );
+    let s = status(&store, "whole");
+    assert_eq!(s["held"], true, "{s}");
+    assert_eq!(
+        s["rw"][0]["side"], "write",
+        "a plain run holds KEY's writer: {s}"
+    );
+    let out = run(leasehold(&store).args(["release", "whole", "--force"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("broke the lock"), "{}", stdout(&out));
+    // The run learns at its next renewal (ttl/3) and stops its command.
+    assert_eq!(holder.wait().unwrap().code(), Some(70));
+    let out = run(leasehold(&store).args(["run", "whole", "--shared", "--", "true"]));
+    assert!(
+        out.status.success(),
+        "KEY is free for readers: {}",
+        stderr(&out)
+    );
+
+    let mut reader = leasehold(&store)
+        .args(["run", "whole", "--shared", "--ttl", "3s", "--", "sh", "-c"])
+        .arg(pid_then_sleep(&pidfile))
+        .spawn()
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(20), || status(
+        &store, "whole"
+    )["rw"]
+        .as_array()
+        .is_some_and(|rows| !rows.is_empty())));
+    let out = run(leasehold(&store).args(["release", "whole", "--force"]));
+    assert!(
+        stdout(&out).contains("1 reader-writer holder(s)"),
+        "{}",
+        stdout(&out)
+    );
+    let _ = reader.kill();
+    let _ = reader.wait();
 }

@@ -40,14 +40,19 @@ impl Locks {
     /// what is left of the one wait bound of the whole call. If a key cannot
     /// be had (busy, timeout, cancel, store error) the keys already taken
     /// are released before the error is returned, so on `Err` the call holds
-    /// nothing.
+    /// nothing. On `Ok` every key's lease is good: once the last key is
+    /// granted every key is checked, and if one lapsed (or was broken) while
+    /// a later one was waited for, the whole set is released and taken again
+    /// within what is left of the wait bound.
     ///
     /// # Errors
     /// [`Error::InvalidInput`] (before any I/O) for an empty set, too many
     /// keys, a bad key, a duplicate or a bad ttl; otherwise the error of the
     /// first key that could not be had ([`Error::Busy`] when trying once,
     /// [`Error::Timeout`] with `waited` counted from the start of the whole
-    /// call, [`Error::Cancelled`], store errors).
+    /// call once the wait bound is spent, [`Error::Cancelled`], store
+    /// errors). Trying once, a set whose first keys lapsed before the last
+    /// was granted is [`Error::LeaseLost`] naming the lapsed key.
     ///
     /// # Cancel safety
     /// If the future is dropped midway, the guards of the keys taken so far
@@ -73,25 +78,139 @@ impl Locks {
         self.acquire_many(keys, &AcquireOptions::new()).await
     }
 
+    /// Takes, for every key of `keys`, both its mutex (as
+    /// [`acquire_many`](Self::acquire_many)) and the writer side of its
+    /// reader-writer lock ([`RwLock::write_with`](crate::RwLock::write_with)),
+    /// all or none: the holder then excludes, for each key, the holders of
+    /// the mutex `key` *and* the readers and writer of the reader-writer lock
+    /// `key`, which the store otherwise keeps apart (docs/rw-lock.md). This
+    /// is how the CLI's plain `run KEY` holds "the one lock KEY".
+    ///
+    /// The locks are taken in one canonical order, by key bytes and for each
+    /// key the mutex before the writer, so two such calls, and calls of
+    /// [`acquire_many`](Self::acquire_many), whose sets overlap cannot
+    /// deadlock. The returned guard's [`guards`](MultiGuard::guards) and
+    /// [`tokens`](MultiGuard::tokens) are the mutexes' (one per key, so a
+    /// resource fenced by the mutex `key` keeps one sequence of tokens); the
+    /// writers are held, renewed and released with them, and losing any of
+    /// them makes the set lost.
+    ///
+    /// # Errors
+    /// As [`acquire_many`](Self::acquire_many).
+    ///
+    /// # Cancel safety
+    /// As [`acquire_many`](Self::acquire_many).
+    pub async fn acquire_many_exclusive<S: AsRef<str>>(
+        &self,
+        keys: &[S],
+        options: &AcquireOptions,
+    ) -> Result<MultiGuard> {
+        let keys = canonical_keys(keys)?;
+        validate_ttl(options.ttl())?;
+        let parts: Vec<Part<'_>> = keys
+            .iter()
+            .flat_map(|key| [Part::Mutex(key), Part::Writer(key)])
+            .collect();
+        let span =
+            tracing::debug_span!("acquire_many_exclusive", keys = keys.len(), ttl = ?options.ttl());
+        self.acquire_parts(&parts, options).instrument(span).await
+    }
+
     async fn acquire_sorted(&self, keys: &[Key], options: &AcquireOptions) -> Result<MultiGuard> {
+        let parts: Vec<Part<'_>> = keys.iter().map(Part::Mutex).collect();
+        self.acquire_parts(&parts, options).await
+    }
+
+    /// Takes `parts` in their order, all or none, under one wait bound.
+    /// A set is returned only if every lease in it is still good once the
+    /// last part is granted: a key taken early may lapse (or be broken)
+    /// while a later one is waited for, and a set with a lost key is no set.
+    /// Such a set is released and taken again while the wait bound allows.
+    async fn acquire_parts(
+        &self,
+        parts: &[Part<'_>],
+        options: &AcquireOptions,
+    ) -> Result<MultiGuard> {
         let started = Instant::now();
-        // One bound for the whole call: each key gets what is left of it.
+        // One bound for the whole call: each part gets what is left of it.
+        // `None` with a wait: a bound too far to represent, i.e. no bound.
+        let waits = options.wait().is_some_and(|w| !w.is_zero());
         let deadline = options.wait().and_then(|w| started.checked_add(w));
-        let mut guards = Vec::with_capacity(keys.len());
-        for key in keys {
-            let mut per_key = options.clone();
-            if let Some(d) = deadline {
-                per_key = per_key.with_wait(d.saturating_duration_since(Instant::now()));
-            }
-            match self.acquire_with(key.as_str(), &per_key).await {
-                Ok(guard) => guards.push(guard),
-                Err(error) => {
-                    release_all(guards).await;
-                    return Err(whole_call_error(error, started));
+        loop {
+            let mut taken: Vec<(Part<'_>, LeaseGuard)> = Vec::with_capacity(parts.len());
+            for part in parts {
+                let mut per_part = options.clone();
+                if let Some(d) = deadline {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if waits && left.is_zero() {
+                        // The budget is spent: that is a timeout, not the
+                        // busy answer of a zero-length wait.
+                        release_all(taken).await;
+                        return Err(spent(part.key(), started));
+                    }
+                    per_part = per_part.with_wait(left);
+                }
+                match self.take(*part, &per_part).await {
+                    Ok(guard) => taken.push((*part, guard)),
+                    Err(error) => {
+                        release_all(taken).await;
+                        return Err(whole_call_error(error, started, waits));
+                    }
                 }
             }
+            let Some(lapsed) = taken
+                .iter()
+                .find(|(_, g)| g.is_lost())
+                .map(|(part, _)| part.key().as_str().to_owned())
+            else {
+                return Ok(MultiGuard::from_parts(taken));
+            };
+            tracing::debug!(key = %lapsed, "a key of the set lapsed while a later one was waited for; taking the set again");
+            release_all(taken).await;
+            if !waits {
+                // Tried once: the set could not be had whole.
+                return Err(Error::LeaseLost { key: lapsed });
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(spent(&Key::new(&lapsed)?, started));
+            }
         }
-        Ok(MultiGuard { guards })
+    }
+
+    /// One part of a set, under `options`.
+    async fn take(&self, part: Part<'_>, options: &AcquireOptions) -> Result<LeaseGuard> {
+        match part {
+            Part::Mutex(key) => self.acquire_with(key.as_str(), options).await,
+            Part::Writer(key) => self.rw_lock(key.as_str())?.write_with(options).await,
+        }
+    }
+}
+
+/// One lock of an all-or-nothing set.
+#[derive(Debug, Clone, Copy)]
+enum Part<'k> {
+    /// The mutex `key`.
+    Mutex(&'k Key),
+    /// The writer side of the reader-writer lock `key`.
+    Writer(&'k Key),
+}
+
+impl Part<'_> {
+    fn key(&self) -> &Key {
+        match self {
+            Part::Mutex(key) | Part::Writer(key) => key,
+        }
+    }
+}
+
+/// The timeout of a call whose wait bound is spent.
+fn spent(key: &Key, started: Instant) -> Error {
+    Error::Timeout {
+        key: key.to_string(),
+        waited: started.elapsed(),
+        held_here: false,
+        holder: None,
+        remaining: None,
     }
 }
 
@@ -129,9 +248,22 @@ pub fn canonical_keys<S: AsRef<str>>(keys: &[S]) -> Result<Vec<Key>> {
     Ok(sorted)
 }
 
-/// A timeout reports the wait of the whole call, not of its last key.
-fn whole_call_error(error: Error, started: Instant) -> Error {
+/// A timeout reports the wait of the whole call, not of its last key; in a
+/// call that waits, a busy answer (a later key reached with nothing left of
+/// the bound) is a timeout too.
+fn whole_call_error(error: Error, started: Instant, waits: bool) -> Error {
     match error {
+        Error::Busy {
+            key,
+            holder,
+            remaining,
+        } if waits => Error::Timeout {
+            key,
+            waited: started.elapsed(),
+            held_here: false,
+            holder: Some(holder),
+            remaining: Some(remaining),
+        },
         Error::Timeout {
             key,
             held_here,
@@ -151,8 +283,8 @@ fn whole_call_error(error: Error, started: Instant) -> Error {
 
 /// Releases `guards`, last taken first; a failed release is logged and the
 /// lease expires by itself (the caller gets the error that ended the call).
-async fn release_all(guards: Vec<LeaseGuard>) {
-    for guard in guards.into_iter().rev() {
+async fn release_all(guards: Vec<(Part<'_>, LeaseGuard)>) {
+    for (_, guard) in guards.into_iter().rev() {
         let key = guard.key().to_string();
         if let Err(e) = guard.release().await {
             tracing::warn!(%key, error = %e, "could not release a key of an all-or-nothing lock; it will expire");
@@ -174,9 +306,38 @@ async fn release_all(guards: Vec<LeaseGuard>) {
 pub struct MultiGuard {
     /// In canonical key order.
     guards: Vec<LeaseGuard>,
+    /// Held with `guards` and counted in every answer about the set, but
+    /// not in `guards` (a key's token there is its mutex's): the writers of
+    /// [`Locks::acquire_many_exclusive`], in canonical key order.
+    writers: Vec<LeaseGuard>,
 }
 
 impl MultiGuard {
+    fn from_parts(taken: Vec<(Part<'_>, LeaseGuard)>) -> Self {
+        let (mut guards, mut writers) = (Vec::new(), Vec::new());
+        for (part, guard) in taken {
+            match part {
+                Part::Mutex(_) => guards.push(guard),
+                Part::Writer(_) => writers.push(guard),
+            }
+        }
+        MultiGuard { guards, writers }
+    }
+
+    /// The writers of the keys' reader-writer locks that
+    /// [`Locks::acquire_many_exclusive`] holds beside their mutexes, in
+    /// canonical key order (empty for other sets). Their tokens come from
+    /// the reader-writer locks' fences, for a resource that fences its
+    /// writes by those.
+    pub fn writers(&self) -> &[LeaseGuard] {
+        &self.writers
+    }
+
+    /// Every lease held, mutexes and writers.
+    fn all(&self) -> impl Iterator<Item = &LeaseGuard> + '_ {
+        self.guards.iter().chain(&self.writers)
+    }
+
     /// The guards of each key, in canonical (sorted) key order.
     pub fn guards(&self) -> &[LeaseGuard] {
         &self.guards
@@ -199,7 +360,7 @@ impl MultiGuard {
 
     /// Whether any key's lease is lost.
     pub fn is_lost(&self) -> bool {
-        self.guards.iter().any(LeaseGuard::is_lost)
+        self.all().any(LeaseGuard::is_lost)
     }
 
     /// `Ok(())` while every lease can be relied on, else
@@ -208,14 +369,13 @@ impl MultiGuard {
     /// # Errors
     /// [`Error::LeaseLost`] once [`is_lost`](Self::is_lost) is true.
     pub fn check(&self) -> Result<()> {
-        self.guards.iter().try_for_each(LeaseGuard::check)
+        self.all().try_for_each(LeaseGuard::check)
     }
 
     /// Until when every lease can be relied on: the earliest of the keys'
     /// [`LeaseGuard::valid_until`].
     pub fn valid_until(&self) -> Instant {
-        self.guards
-            .iter()
+        self.all()
             .map(LeaseGuard::valid_until)
             .min()
             .expect("a multi-guard holds at least one key")
@@ -225,8 +385,7 @@ impl MultiGuard {
     /// Does not borrow the guard; cancel safe.
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
         let mut each: Vec<Pin<Box<dyn Future<Output = ()> + Send>>> = self
-            .guards
-            .iter()
+            .all()
             .map(|g| Box::pin(g.lost()) as Pin<Box<dyn Future<Output = ()> + Send>>)
             .collect();
         poll_fn(move |cx| {
@@ -245,7 +404,12 @@ impl MultiGuard {
     /// key whose release failed expires after its ttl).
     pub async fn release(self) -> Result<()> {
         let mut first_error = None;
-        for guard in self.guards.into_iter().rev() {
+        // Last taken first: the writers, then the mutexes.
+        for guard in self
+            .writers
+            .into_iter()
+            .chain(self.guards.into_iter().rev())
+        {
             if let Err(e) = guard.release().await {
                 first_error.get_or_insert(e);
             }
@@ -265,6 +429,7 @@ impl From<LeaseGuard> for MultiGuard {
     fn from(guard: LeaseGuard) -> Self {
         MultiGuard {
             guards: vec![guard],
+            writers: Vec::new(),
         }
     }
 }
@@ -312,6 +477,67 @@ mod tests {
                 }
                 other => panic!("expected InvalidInput ({why}), got {other:?}"),
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod lapsed_set_tests {
+    use super::*;
+    use crate::backends::memory::MemoryBackend;
+
+    /// Another holder keeps `b` for 2.2 s; `[a, b]` with a 1 s ttl and no
+    /// renewal gets `a` at once and `b` only after `a` lapsed: the set must
+    /// not come back lost.
+    #[tokio::test(start_paused = true)]
+    async fn a_set_whose_first_key_lapsed_while_waiting_is_taken_again() {
+        let backend = std::sync::Arc::new(MemoryBackend::new());
+        let ours = Locks::from_arc(backend.clone());
+        let theirs = Locks::from_arc(backend);
+        let held = theirs
+            .acquire_with(
+                "b",
+                &AcquireOptions::new()
+                    .with_ttl(Duration::from_millis(2200))
+                    .with_auto_renew(false),
+            )
+            .await
+            .unwrap();
+        let options = AcquireOptions::new()
+            .with_ttl(Duration::from_secs(1))
+            .with_wait(Duration::from_secs(6))
+            .with_auto_renew(false);
+        let set = ours.acquire_many(&["a", "b"], &options).await.unwrap();
+        assert!(!set.is_lost(), "a lost set was returned: {set:?}");
+        set.check().unwrap();
+        drop(held);
+    }
+
+    /// The same with the wait bound spent by the time `b` comes free: a
+    /// timeout, never a lost set nor a busy answer.
+    #[tokio::test(start_paused = true)]
+    async fn a_lapsed_set_with_the_wait_spent_is_a_timeout() {
+        let backend = std::sync::Arc::new(MemoryBackend::new());
+        let ours = Locks::from_arc(backend.clone());
+        let theirs = Locks::from_arc(backend);
+        let _held = theirs
+            .acquire_with(
+                "b",
+                &AcquireOptions::new()
+                    .with_ttl(Duration::from_millis(2200))
+                    .with_auto_renew(false),
+            )
+            .await
+            .unwrap();
+        let options = AcquireOptions::new()
+            .with_ttl(Duration::from_secs(1))
+            .with_wait(Duration::from_millis(2300))
+            .with_auto_renew(false);
+        // `a` lapses at 1 s, `b` comes free at 2.2 s, the set is retaken
+        // within the last 0.1 s: Ok and good, or a timeout.
+        match ours.acquire_many(&["a", "b"], &options).await {
+            Ok(set) => assert!(!set.is_lost(), "a lost set was returned: {set:?}"),
+            Err(e) => assert!(matches!(e, Error::Timeout { .. }), "{e:?}"),
         }
     }
 }

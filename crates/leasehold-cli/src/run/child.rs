@@ -31,6 +31,15 @@ impl Spawned {
         let _ = killpg(self.group, signal);
     }
 
+    /// Tells the watchdog the current stop schedule (SIGTERM in `term_in`,
+    /// SIGKILL in `kill_in`), which it keeps on its own if `run` stops
+    /// renewing it.
+    pub(super) fn schedule(&mut self, term_in: std::time::Duration, kill_in: std::time::Duration) {
+        if let Some(watchdog) = self.watchdog.as_mut() {
+            watchdog.schedule(term_in, kill_in);
+        }
+    }
+
     /// Call once the command is reaped: takes the terminal back (if the
     /// command had it) and stands the watchdog down.
     pub(super) async fn finish(mut self) {
@@ -52,15 +61,29 @@ impl Spawned {
 /// another key's token). If `run` is the terminal's foreground process,
 /// the command's group becomes the foreground group, so a command that reads
 /// the terminal is not stopped by SIGTTIN (and Ctrl-C reaches it directly).
-pub(super) fn spawn(command: &[String], guard: &MultiGuard) -> Result<Spawned, CliError> {
+///
+/// With `writer_tokens` (`run --exclusive`) the tokens are those of the
+/// reader-writer locks' writers the guard holds beside its mutexes, as
+/// `--exclusive` always gave; otherwise the guard's keys' own.
+pub(super) fn spawn(
+    command: &[String],
+    guard: &MultiGuard,
+    writer_tokens: bool,
+    first_schedule: (std::time::Duration, std::time::Duration),
+) -> Result<Spawned, CliError> {
     let (program, rest) = command
         .split_first()
         .ok_or_else(|| CliError::usage("run needs a command after --"))?;
     let foreground = in_terminal_foreground();
     let mut cmd = Command::new(program);
-    let (keys, tokens): (Vec<&str>, Vec<String>) = guard
-        .tokens()
-        .map(|(key, token)| (key.as_str(), token.to_string()))
+    let listed = if writer_tokens && !guard.writers().is_empty() {
+        guard.writers()
+    } else {
+        guard.guards()
+    };
+    let (keys, tokens): (Vec<&str>, Vec<String>) = listed
+        .iter()
+        .map(|g| (g.key().as_str(), g.token().to_string()))
         .unzip();
     if let ([key], [token]) = (keys.as_slice(), tokens.as_slice()) {
         cmd.env("LEASEHOLD_KEY", key).env("LEASEHOLD_TOKEN", token);
@@ -94,12 +117,19 @@ pub(super) fn spawn(command: &[String], guard: &MultiGuard) -> Result<Spawned, C
         })?;
     // The child also does this before exec; doing it here too closes the
     // window in which one of the two has not happened yet (as shells do).
+    // The watchdog gets the lease's schedule at once, before `run` reaches
+    // its supervising loop: a `run` frozen in between must not leave it
+    // without a deadline.
+    let mut watchdog = Watchdog::start(group);
+    if let Some(w) = watchdog.as_mut() {
+        w.schedule(first_schedule.0, first_schedule.1);
+    }
     let has_terminal = foreground && set_foreground(group).is_ok();
     Ok(Spawned {
         child,
         group,
         has_terminal,
-        watchdog: Watchdog::start(group),
+        watchdog,
     })
 }
 

@@ -5,7 +5,9 @@
 //! - it starts only under a live lease (the guard is checked first);
 //! - it runs in its own process group, with the terminal if `run` had it;
 //! - it is stopped *inside* the lease when renewal stops succeeding: SIGTERM
-//!   at `valid_until - kill_after`, SIGKILL at `valid_until` (see `stop`);
+//!   at `valid_until - kill_after`, SIGKILL at `valid_until - kill_margin`
+//!   (see `stop`); the watchdog keeps the same schedule on its own, so a
+//!   frozen or hung `run` cannot keep the command alive past it;
 //! - it dies with `run`: SIGHUP/SIGQUIT/SIGINT/SIGTERM are forwarded to its
 //!   group (`signals`); if `run` is killed, the command gets the
 //!   parent-death signal (`child`) and a watchdog process kills its group
@@ -25,7 +27,7 @@ use std::time::Duration;
 use clap::Args;
 use leasehold::{AcquireOptions, Locks, MultiGuard};
 use nix::sys::signal::Signal;
-use tokio::time::{sleep_until, Instant};
+use tokio::time::{sleep, sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 
 use crate::exit::{CliError, EX_LOST, EX_TEMPFAIL};
@@ -36,34 +38,53 @@ use signals::Signals;
 /// What `run --help` says about the lifecycle; README's "run" section says
 /// the same.
 const RUN_PROMISES: &str = "\
-Several keys are taken all or none, in sorted order (so runs whose key sets \
-overlap cannot deadlock), under the one --wait; losing any of them stops the \
-command. The command gets LEASEHOLD_KEYS and LEASEHOLD_TOKENS (the fencing \
-tokens), one line per key in sorted order, in its environment, and with one \
-key also LEASEHOLD_KEY and LEASEHOLD_TOKEN; it runs in its own process group. It is started only while the \
-lease is valid. With a terminal on stdin (run in the foreground) the command's \
-group gets the terminal and run takes it back afterwards.
+One key is one lock: a plain run KEY (and run KEY --exclusive, the same) \
+excludes other plain runs of KEY, the --shared runs of KEY and holders of \
+the library's mutex KEY (locks.acquire(KEY)): it holds both the mutex KEY and \
+the exclusive side of KEY's reader-writer lock. --shared runs of KEY overlap \
+each other only. --permits N is a semaphore KEY apart from these (it does not \
+exclude a plain run of KEY). LEASEHOLD_TOKEN is the mutex KEY's token for a \
+plain run (as locks.acquire gives), the reader-writer lock's for --shared and \
+--exclusive.
+
+Several keys are taken all or none, in sorted order, for each key its mutex \
+before its writer (so runs whose key sets overlap cannot deadlock), under the \
+one --wait; losing any of them stops the command. The command gets \
+LEASEHOLD_KEYS and LEASEHOLD_TOKENS (the fencing tokens), one line per key in \
+sorted order, in its environment, and with one key also LEASEHOLD_KEY and \
+LEASEHOLD_TOKEN; it runs in its own process group. It is started only while \
+the lease is valid. With a terminal on stdin (run in the foreground) the \
+command's group gets the terminal and run takes it back afterwards.
 
 Signals: SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to run are forwarded to the \
 command's group; run then waits for the command and exits with its code. If \
 run itself dies (kill -9, a crash), the command gets SIGKILL from the kernel \
 (Linux parent-death signal) and a small watchdog process that run starts \
-beside it (`leasehold run-watchdog`) sends SIGKILL to the command's whole \
-group.
+beside it (`leasehold run-watchdog`, in a process group of its own) sends \
+SIGKILL to the command's whole group.
 
 Lost lease: the stop schedule is counted inside the lease. If no renewal has \
 succeeded by valid_until minus --kill-after, the group gets SIGTERM; at \
-valid_until (at least 1 % of the ttl + 2 ms before the store frees the \
-key) it gets SIGKILL; run exits 70 once the command is gone. A renewal that succeeds \
+valid_until minus 250 ms (a quarter of the ttl if that is less; valid_until \
+itself is 1 % of the ttl + 2 ms before the store frees the key) it gets \
+SIGKILL; run exits 70 once the command is gone. A renewal that succeeds \
 before the SIGTERM cancels the schedule. If the store reports the lease gone \
 early (e.g. `release --force`), SIGTERM follows at once and SIGKILL after \
---kill-after or at valid_until, whichever comes first.
+--kill-after or at the SIGKILL time, whichever comes first. The watchdog keeps \
+the same schedule on its own (run tells it each new deadline, on \
+CLOCK_BOOTTIME): a run that is frozen (SIGSTOP, a cgroup freezer), hung or \
+dead cannot keep its command running past it. The 250 ms margin covers a \
+timer firing late and the group's death under heavy CPU load (measured worst \
+about 155 ms together); a machine stalled longer than that (a VM paused, \
+swap storms) is out of reach.
 
 Not promised: processes that leave the command's process group (setsid, \
-daemonizing) are out of reach; if the watchdog is killed together with run \
-(e.g. kill -9 of both), only the command itself dies with run; when the \
-command exits normally, anything it left running in the background is not \
-stopped; job control (Ctrl-Z) of the command is not supported.
+daemonizing, a grandchild that moved to another group) are out of reach; if \
+the watchdog is killed or frozen together with run (kill -9 or SIGSTOP of \
+both, a freezer over the whole session), only the command itself dies with \
+run, and a frozen command holds on until it is thawed; when the command exits \
+normally, anything it left running in the background is not stopped; job \
+control (Ctrl-Z) of the command is not supported.
 
 Exit: the command's own code (128 + N if signal N ended it, 127 if it could \
 not be started); 70 lease lost (the command was stopped); 75 not acquired \
@@ -89,13 +110,13 @@ pub struct RunArgs {
     /// at once) instead of the lock KEY; the command also gets LEASEHOLD_SLOT
     #[arg(long, value_name = "N")]
     pub permits: Option<u32>,
-    /// Take a shared (reader) grant of the reader-writer lock KEY: shared
-    /// runs of KEY overlap, an --exclusive run of KEY excludes them all
+    /// Take a shared grant of KEY: shared runs of KEY overlap; a plain (or
+    /// --exclusive) run of KEY excludes them all
     #[arg(long, conflicts_with_all = ["permits", "exclusive"])]
     pub shared: bool,
-    /// Take the exclusive (writer) grant of the reader-writer lock KEY: it
-    /// waits for the --shared runs of KEY to end, and new ones wait for it
-    /// (a plain `run KEY` is the mutex KEY, another lock)
+    /// Take KEY exclusively, the same as a plain `run KEY` (which is the
+    /// exclusive side of KEY's lock): it waits for the --shared runs of KEY
+    /// to end, and new ones wait for it
     #[arg(long, conflicts_with = "permits")]
     pub exclusive: bool,
     /// The command and its arguments
@@ -147,15 +168,10 @@ pub async fn run(store: &str, args: RunArgs) -> Result<u8, CliError> {
             .into());
         }
     }
-    if (args.shared || args.exclusive) && args.keys.len() > 1 {
-        let flag = if args.shared {
-            "--shared"
-        } else {
-            "--exclusive"
-        };
+    if args.shared && args.keys.len() > 1 {
         return Err(leasehold::Error::invalid(
-            flag,
-            "takes one reader-writer lock KEY; several keys are a multi-lock of mutexes",
+            "--shared",
+            "takes one KEY; several keys are taken exclusively, all or none",
         )
         .into());
     }
@@ -201,12 +217,14 @@ async fn run_with(
                 .read_with(&options)
                 .await
                 .map(MultiGuard::from),
-            (None, [key]) if args.exclusive => locks
-                .rw_lock(key)?
-                .write_with(&options)
-                .await
-                .map(MultiGuard::from),
-            _ => locks.acquire_many(&args.keys, &options).await,
+            // Plain and --exclusive alike: for each key its mutex (which
+            // `locks.acquire(KEY)` in an application also takes) and the
+            // writer of its reader-writer lock (which excludes --shared
+            // runs), so KEY is one lock whatever takes it. The library keeps
+            // those two apart; holding both closes the gap, and the one
+            // canonical order (by key, mutex first) keeps overlapping runs
+            // from deadlocking.
+            _ => locks.acquire_many_exclusive(&args.keys, &options).await,
         }
     };
     let guard = tokio::select! {
@@ -231,7 +249,14 @@ async fn run_with(
         ));
     }
 
-    let mut spawned = match child::spawn(&args.command, &guard) {
+    let mut spawned = match child::spawn(&args.command, &guard, args.exclusive, {
+        let (term_at, kill_at) = schedule(guard.valid_until(), grace, kill_margin(guard.ttl()));
+        let now = Instant::now();
+        (
+            term_at.saturating_duration_since(now),
+            kill_at.saturating_duration_since(now),
+        )
+    }) {
         Ok(spawned) => spawned,
         Err(e) => {
             let _ = guard.release().await;
@@ -266,6 +291,13 @@ async fn run_with(
                 lost.key().as_str(),
                 lost.token()
             ));
+            // Give back what is still held (a broken mutex leaves its
+            // writer, a lost key of a set the others) now: dropped, it
+            // would be released in the background, which exit cuts short,
+            // and the rest would stay held for a ttl.
+            if let Err(e) = guard.release().await {
+                tracing::warn!(error = %e, "could not give the rest of the set back; it expires after its ttl");
+            }
             Ok(EX_LOST)
         }
         Err(e) => Err(e.into()),
@@ -290,29 +322,72 @@ async fn supervise(
 ) -> std::io::Result<Ending> {
     let lost = guard.lost();
     tokio::pin!(lost);
+    let margin = kill_margin(guard.ttl());
+    // How soon a renewal reaches the watchdog: well inside the slack between
+    // a renewal's due time (ttl/3) and SIGTERM (ttl/2 at the earliest).
+    let tell_every =
+        (guard.ttl() / 20).clamp(Duration::from_millis(10), Duration::from_millis(250));
     loop {
         // Re-read every turn: each successful renewal moves it forward.
-        let term_at = sigterm_due(guard.valid_until(), grace);
+        let (term_at, kill_at) = schedule(guard.valid_until(), grace, margin);
+        let now = Instant::now();
+        spawned.schedule(
+            term_at.saturating_duration_since(now),
+            kill_at.saturating_duration_since(now),
+        );
         tokio::select! {
-            status = spawned.child.wait() => return Ok(Ending::Exited(status?)),
+            status = spawned.child.wait() => {
+                let status = status?;
+                // Killed by a signal once the schedule had passed: the
+                // watchdog stopped it while `run` was frozen or slow.
+                use std::os::unix::process::ExitStatusExt;
+                if status.signal().is_some() && Instant::now() >= term_at {
+                    return Ok(Ending::Stopped);
+                }
+                return Ok(Ending::Exited(status));
+            }
             signal = signals.recv() => spawned.forward(signal),
             _ = &mut lost => {
                 // The store says the lease is gone (or its deadline passed):
-                // SIGTERM now, SIGKILL after the grace or at valid_until.
-                let kill_at = guard.valid_until().min(Instant::now() + grace);
+                // SIGTERM now, SIGKILL after the grace or at the kill time.
+                let kill_at = kill_at.min(Instant::now() + grace);
                 stop::stop_group(spawned, kill_at, signals).await;
                 return Ok(Ending::Stopped);
             }
+            _ = sleep(tell_every) => {}
             _ = sleep_until(term_at) => {
-                if sigterm_due(guard.valid_until(), grace) > term_at {
+                if schedule(guard.valid_until(), grace, margin).0 > term_at {
                     continue; // renewed meanwhile: the schedule moves on
                 }
                 tracing::warn!(?guard, "no renewal succeeded; stopping the command inside the lease");
-                stop::stop_group(spawned, guard.valid_until(), signals).await;
+                stop::stop_group(spawned, kill_at, signals).await;
                 return Ok(Ending::Stopped);
             }
         }
     }
+}
+
+/// How long before `valid_until` the group gets SIGKILL: room for the
+/// kill timer to fire late and for the group to die before the lease ends
+/// (and, `valid_until` being already 1 % + 2 ms inside the store's expiry,
+/// before the next holder can be granted). Measured on a 2-core machine
+/// with both cores busy (see README, "run"): a timer fired late by
+/// p99 46 ms, max 58 ms; SIGKILL of a group to its leader reaped p99 41 ms,
+/// max 96 ms. 250 ms covers the worst sum seen (~155 ms) with room; a
+/// quarter of a short ttl keeps it inside the lease.
+const KILL_MARGIN: Duration = Duration::from_millis(250);
+
+fn kill_margin(ttl: Duration) -> Duration {
+    KILL_MARGIN.min(ttl / 4)
+}
+
+/// When the command gets SIGTERM unless a renewal succeeds first, and when
+/// SIGKILL: SIGTERM at `valid_until - grace`, SIGKILL at
+/// `valid_until - margin`, and never SIGKILL before SIGTERM (a grace
+/// shorter than the margin sends both together).
+fn schedule(valid_until: Instant, grace: Duration, margin: Duration) -> (Instant, Instant) {
+    let kill = valid_until.checked_sub(margin).unwrap_or(valid_until);
+    (sigterm_due(valid_until, grace).min(kill), kill)
 }
 
 /// When the command gets SIGTERM unless a renewal succeeds first.

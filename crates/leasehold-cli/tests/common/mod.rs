@@ -549,6 +549,13 @@ macro_rules! process_tests {
         }
 
         #[test]
+        fn a_plain_run_excludes_the_shared_runs_of_its_key() {
+            let Some(store) = $store else { return };
+            let dir = tempfile::tempdir().unwrap();
+            $crate::common::plain_run_excludes_shared_runs(store.as_ref(), dir.path());
+        }
+
+        #[test]
         fn a_killed_holder_is_taken_over_within_ttl_plus_one_second() {
             let Some(store) = $store else { return };
             let dir = tempfile::tempdir().unwrap();
@@ -583,4 +590,135 @@ pub fn start_holder(store: &str, key: &str, pidfile: &Path) -> (Child, i32) {
         "the command did not start"
     );
     (holder, read_pid(pidfile).unwrap())
+}
+
+/// A key unique to this test run.
+fn unique_key(prefix: &str) -> String {
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    )
+}
+
+/// One key is one lock: five `run KEY --shared` commands hold KEY together
+/// (each records its start and end and sleeps 1 s); a plain `run KEY`
+/// started while they hold it overlaps none of them, and while it runs the
+/// library's mutex KEY (`locks.acquire(KEY)`, as an application beside a
+/// cron `run` takes it) is busy too.
+pub fn plain_run_excludes_shared_runs(store: &str, dir: &Path) {
+    let times = dir.join("times.log");
+    std::fs::write(&times, "").unwrap();
+    let key = unique_key("one");
+    let spawn = |flag: Option<&str>, side: &str| {
+        let mut cmd = leasehold(store);
+        cmd.args(["run", &key, "--wait", "60s", "--ttl", "10s"]);
+        cmd.args(flag);
+        cmd.args(["--", "sh", "-c"]).arg(format!(
+            "s=$(date +%s%N); sleep 1; echo {side} $s $(date +%s%N) >> {t}",
+            t = times.display()
+        ));
+        cmd.spawn().unwrap()
+    };
+    let mut children: Vec<Child> = (0..5).map(|_| spawn(Some("--shared"), "S")).collect();
+    assert!(
+        wait_until(Duration::from_secs(20), || status(store, &key)["rw"]
+            .as_array()
+            .is_some_and(|rows| rows.len() == 5)),
+        "five shared runs never held KEY together: {}",
+        status(store, &key)
+    );
+    children.push(spawn(None, "X"));
+    // While the plain run holds KEY (its command is in `sleep 1`), the
+    // library's mutex of KEY is taken too.
+    assert!(
+        wait_until(Duration::from_secs(20), || status(store, &key)["held"]
+            == true),
+        "the plain run never took the mutex KEY: {}",
+        status(store, &key)
+    );
+    for mut child in children {
+        assert!(child.wait().unwrap().success(), "a run failed");
+    }
+    let rows: Vec<(String, u128, u128)> = std::fs::read_to_string(&times)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (
+                f[0].to_owned(),
+                f[1].parse().unwrap(),
+                f[2].parse().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(rows.len(), 6, "every command ran once: {rows:?}");
+    let writer = rows.iter().find(|r| r.0 == "X").unwrap();
+    for reader in rows.iter().filter(|r| r.0 == "S") {
+        assert!(
+            !(reader.1 < writer.2 && writer.1 < reader.2),
+            "the plain run overlapped a shared run {reader:?}: {rows:?}"
+        );
+    }
+}
+
+/// A `run --ttl 2s KEY` whose command appends "A" lines to a file is frozen
+/// with SIGSTOP (the `run` process only: its command and the watchdog go
+/// on). A second `run KEY --wait 15s` takes KEY once the lease ends and
+/// appends "B"; no "A" may follow the first "B": the frozen run's command
+/// was stopped inside its lease, by the watchdog.
+pub fn frozen_run_stops_its_command(store: &str, dir: &Path) {
+    let log = dir.join("writes.log");
+    std::fs::write(&log, "").unwrap();
+    let key = unique_key("frozen");
+    let writer = |tag: &str| {
+        format!(
+            "while :; do echo {tag} >> {}; sleep 0.02; done",
+            log.display()
+        )
+    };
+    let mut first = leasehold(store)
+        .args(["run", &key, "--ttl", "2s", "--", "sh", "-c", &writer("A")])
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(20), || std::fs::read_to_string(&log)
+            .unwrap()
+            .contains('A')),
+        "the first command never wrote"
+    );
+    let run_pid = nix::unistd::Pid::from_raw(i32::try_from(first.id()).unwrap());
+    nix::sys::signal::kill(run_pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let second = leasehold(store)
+        .args(["run", &key, "--wait", "15s", "--ttl", "2s", "--"])
+        .args(["sh", "-c"])
+        .arg(format!(
+            "echo B >> {l}; sleep 1; echo B >> {l}",
+            l = log.display()
+        ))
+        .output()
+        .unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    // Let the first run go and end (it finds its lease lost: exit 70).
+    nix::sys::signal::kill(run_pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    let _ = first.kill();
+    let _ = first.wait();
+    assert!(
+        second.status.success(),
+        "the second run failed: {}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    let after: usize = text
+        .lines()
+        .skip_while(|l| *l != "B")
+        .filter(|l| *l == "A")
+        .count();
+    assert!(text.contains('B'), "the second command never wrote: {text}");
+    assert_eq!(
+        after, 0,
+        "the frozen run's command wrote {after} times after the next holder started"
+    );
 }
