@@ -786,7 +786,9 @@ async fn open_link(config: &Config, retrying: bool) -> Result<Link, sqlx::Error>
             round_trip: sent.elapsed(),
         })
     };
-    match timeout(config.acquire_timeout + PROBE_TIMEOUT, attempt).await {
+    // The whole attempt, probe included, within the acquire timeout: a
+    // server that accepts and never answers is `Unavailable` within it.
+    match timeout(config.acquire_timeout, attempt).await {
         Ok(outcome) => outcome,
         Err(_) => Err(sqlx::Error::PoolTimedOut),
     }
