@@ -148,7 +148,9 @@ async fn a_silent_server_is_unavailable_within_the_acquire_timeout() {
     .await;
     let took = started.elapsed();
     held.abort();
-    let err = outcome.err().expect("a silent server is not a store");
+    let Err(err) = outcome else {
+        panic!("a silent server is not a store");
+    };
     assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
     assert!(err.is_retryable());
     assert!(
