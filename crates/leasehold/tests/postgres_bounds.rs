@@ -126,3 +126,35 @@ async fn reject_mode_answers_409_at_once_while_the_row_is_checked_in() {
     holder.release().await.unwrap();
     drop_table(backend.pool(), &format!("\"{table}\"")).await;
 }
+
+/// A server that accepts the connection and never answers: `Locks::open`
+/// fails with a retryable `Unavailable` within the acquire timeout, as
+/// docs/postgres.md promises (no server needed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_server_is_unavailable_within_the_acquire_timeout() {
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            open.push(socket);
+        }
+    });
+    let bound = Duration::from_secs(1);
+    let started = Instant::now();
+    let outcome = Locks::open(&format!(
+        "postgres://u@127.0.0.1:{port}/db?acquire_timeout=1s"
+    ))
+    .await;
+    let took = started.elapsed();
+    held.abort();
+    let Err(err) = outcome else {
+        panic!("a silent server is not a store");
+    };
+    assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
+    assert!(err.is_retryable());
+    assert!(
+        took < bound + ROUND_TRIP_SLACK,
+        "took {took:?} with acquire_timeout {bound:?}"
+    );
+}

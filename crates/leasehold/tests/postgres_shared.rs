@@ -217,3 +217,155 @@ fn the_shared_connection_outlives_the_runtime_that_opened_it() {
         drop(opener);
     });
 }
+
+/// A TCP proxy that holds back every reply by a fixed delay (a server far
+/// away), without slowing the stream down, and counts the connections it
+/// carries.
+struct SlowReplies {
+    addr: std::net::SocketAddr,
+    connections: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl SlowReplies {
+    async fn start(upstream: std::net::SocketAddr, delay: Duration) -> Self {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let connections = std::sync::Arc::new(AtomicUsize::new(0));
+        let counted = connections.clone();
+        let accept = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let Ok(server) = tokio::net::TcpStream::connect(upstream).await else {
+                        return;
+                    };
+                    let (mut cr, mut cw) = client.into_split();
+                    let (mut sr, mut sw) = server.into_split();
+                    let requests = tokio::io::copy(&mut cr, &mut sw);
+                    // Replies: read as they come, each chunk written `delay`
+                    // after it arrived.
+                    let (chunks, mut due) = tokio::sync::mpsc::unbounded_channel();
+                    let read = async move {
+                        let mut buf = vec![0u8; 16 * 1024];
+                        while let Ok(n @ 1..) = sr.read(&mut buf).await {
+                            if chunks
+                                .send((Instant::now() + delay, buf[..n].to_vec()))
+                                .is_err()
+                            {
+                                break;
+                            }
+                        }
+                    };
+                    let write = async move {
+                        while let Some((at, chunk)) = due.recv().await {
+                            tokio::time::sleep_until(at).await;
+                            if cw.write_all(&chunk).await.is_err() {
+                                break;
+                            }
+                        }
+                    };
+                    tokio::select! {
+                        _ = requests => {}
+                        _ = async { tokio::join!(read, write) } => {}
+                    }
+                });
+            }
+        });
+        SlowReplies {
+            addr,
+            connections,
+            accept,
+        }
+    }
+
+    fn connections(&self) -> usize {
+        self.connections.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for SlowReplies {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+/// Replies come 120 ms late, and other tasks of the process keep giving up
+/// on their statements after 5 ms: only a caller's own statement may be
+/// abandoned, and not while the slow link is still within its normal time,
+/// so the connection is never reopened and a guard's renewals (queued
+/// behind those statements) keep its lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_that_give_up_on_a_slow_link_abandon_no_statement() {
+    let Some(url) = server_url("LEASEHOLD_TEST_POSTGRES") else {
+        return;
+    };
+    let (_, direct) = blackhole::in_front_of_postgres(&url).await;
+    let upstream = {
+        use std::net::ToSocketAddrs;
+        (direct.get_host(), direct.get_port())
+            .to_socket_addrs()
+            .unwrap()
+            .next()
+            .unwrap()
+    };
+    let proxy = SlowReplies::start(upstream, Duration::from_millis(120)).await;
+    let proxied = format!(
+        "postgres://{}@127.0.0.1:{}/{}",
+        direct.get_username(),
+        proxy.addr.port(),
+        direct.get_database().unwrap_or("postgres")
+    );
+    let locks = Locks::open(&proxied).await.unwrap();
+    let key = unique("slow-link-held");
+    let ttl = Duration::from_secs(3);
+    let guard = locks
+        .acquire_with(&key, &AcquireOptions::new().with_ttl(ttl))
+        .await
+        .unwrap();
+    assert_eq!(proxy.connections(), 1, "one connection to begin with");
+
+    let until = Instant::now() + ttl * 3;
+    let mut impatient = Vec::new();
+    for _ in 0..4 {
+        let locks = locks.clone();
+        impatient.push(tokio::spawn(async move {
+            let mut gave_up = 0u32;
+            while Instant::now() < until {
+                let other = unique("slow-link-other");
+                match timeout(Duration::from_millis(5), locks.try_acquire(&other)).await {
+                    Err(_) => gave_up += 1,
+                    Ok(Ok(guard)) => drop(guard),
+                    Ok(Err(e)) => panic!("{e}"),
+                }
+            }
+            gave_up
+        }));
+    }
+    let mut gave_up = 0;
+    for task in impatient {
+        gave_up += task.await.unwrap();
+    }
+    eprintln!(
+        "callers gave up {gave_up} times; {} connection(s); lost: {}",
+        proxy.connections(),
+        guard.is_lost()
+    );
+    assert!(gave_up > 100, "callers gave up {gave_up} times");
+    assert!(!guard.is_lost(), "the guard was lost");
+    assert_eq!(
+        proxy.connections(),
+        1,
+        "the connection was reopened while every statement was answered"
+    );
+    let checker = other_process(&url).await;
+    let held = checker
+        .inspect(&Key::new(&key).unwrap())
+        .await
+        .unwrap()
+        .expect("still held at the store");
+    assert_eq!(held.token, guard.token());
+    guard.release().await.unwrap();
+}

@@ -19,10 +19,15 @@
 //!
 //! Every statement is bounded, since everything behind it waits for it:
 //! row-lock waits by the session's `lock_timeout` ([`SESSION_LOCK_TIMEOUT`])
-//! and the store's caps ([`ROW_LOCK_WAIT`] for acquire and renew), and a
-//! statement that outlives the patience of a caller (for at least
-//! [`MIN_PATIENCE`]) or [`STATEMENT_BOUND`] is taken as a sign of a dead
-//! connection: it is dropped and the next statement goes out on a new one.
+//! and the store's caps ([`ROW_LOCK_WAIT`] for acquire and renew). A
+//! statement is taken as a sign of a dead connection (it is dropped and the
+//! next statement goes out on a new one) when it outlives the patience of
+//! *its own* caller by the link's normal time ([`patience`]), when it runs
+//! longer than any healthy statement can while a caller queued behind it
+//! has given up, or after [`STATEMENT_BOUND`]. Another caller's impatience
+//! says nothing about a statement still within its healthy time: on a slow
+//! link (a server 120 ms away), callers with a short patience would
+//! otherwise abandon every statement in turn, renewals included.
 //!
 //! Releases announced while nobody listened are lost, so every waiter is
 //! woken once `LISTEN` is back after a gap with waiters (not before: a
@@ -55,14 +60,15 @@ pub(super) const ROW_LOCK_WAIT: Duration = Duration::from_millis(50);
 /// The session's `lock_timeout`, for the statements that do not set their
 /// own (release, force-release): far above a commit, and a bound on how
 /// long they hold up the statements queued behind them.
-const SESSION_LOCK_TIMEOUT: &str = "1s";
+const SESSION_LOCK_TIMEOUT: Duration = Duration::from_secs(1);
 /// The migration's wait for a concurrent first start (an advisory lock).
 const MIGRATION_LOCK_TIMEOUT: &str = "5s";
 /// A statement still running after this is presumed stuck on a dead path.
 const STATEMENT_BOUND: Duration = Duration::from_secs(10);
-/// A caller that gives up on a statement (a renewal attempt's own bound,
+/// A caller that gives up on its statement (a renewal attempt's own bound,
 /// the acquire backstop) marks the connection dead, but only once the
-/// running statement has had this long: a healthy one answers far sooner.
+/// statement has had this long plus two of the link's round trips
+/// ([`patience`]): a healthy one answers far sooner.
 const MIN_PATIENCE: Duration = Duration::from_millis(100);
 /// How long a failed connection attempt answers for the server.
 const REFUSAL_MEMORY: Duration = Duration::from_secs(1);
@@ -172,7 +178,8 @@ struct Job {
 pub(super) struct Session {
     config: Arc<Config>,
     hub: WakeHub,
-    /// Bumped by every caller that stops waiting for its answer.
+    /// Bumped by every caller that stops waiting for its answer (the
+    /// running statement's own caller is seen by its reply channel).
     gave_up: watch::Sender<u64>,
     running: std::sync::Mutex<Option<Running>>,
 }
@@ -334,13 +341,29 @@ impl Drop for GiveUpOnDrop<'_> {
 struct Link {
     listener: PgListener,
     pool: PgPool,
+    /// The link's round trip as the fastest recent statements saw it (see
+    /// [`Link::answered_in`]).
+    round_trip: Duration,
 }
 
 impl Link {
+    /// Counts a statement answered after `took`: a faster one lowers the
+    /// estimate at once (the round trip is the least a statement takes); a
+    /// slower one raises it by an eighth of the gap, so that a row-lock
+    /// wait moves it little while a link that became slower is followed.
+    fn answered_in(&mut self, took: Duration) {
+        let took = took.min(SESSION_LOCK_TIMEOUT);
+        self.round_trip = if took < self.round_trip {
+            took
+        } else {
+            self.round_trip + (took - self.round_trip) / 8
+        };
+    }
+
     /// Closes the connection in the background (a dead one may never
     /// answer the `UNLISTEN` sqlx sends on drop).
     fn close(self) {
-        let Link { listener, pool } = self;
+        let Link { listener, pool, .. } = self;
         drop(listener);
         tokio::spawn(async move {
             let _ = timeout(Duration::from_secs(1), pool.close()).await;
@@ -604,40 +627,61 @@ impl Task {
 /// connection is no longer usable.
 async fn serve_job(
     open: &mut Link,
-    job: Job,
+    mut job: Job,
     gave_up: &mut watch::Receiver<u64>,
 ) -> Result<(), &'static str> {
     gave_up.borrow_and_update();
     let started = Instant::now();
-    let work = perform(&mut open.listener, job.op);
-    tokio::pin!(work);
-    let mut impatient = false;
-    let outcome = loop {
-        tokio::select! {
-            biased;
-            outcome = &mut work => break Some(outcome),
-            changed = gave_up.changed(), if !impatient => {
-                // The sender lives in the session, which outlives this task.
-                impatient = changed.is_ok();
+    // Its own caller gone: abandoned once the link's normal time is past.
+    let own_patience = started + patience(open.round_trip);
+    // Another caller gone: only once no healthy statement could still be
+    // running (the migration's lock waits are longer; it has the bound).
+    let healthy = match job.op {
+        Op::Transaction(_) => STATEMENT_BOUND,
+        _ => SESSION_LOCK_TIMEOUT + patience(open.round_trip),
+    };
+    let (mut abandoned, mut others_gave_up) = (false, false);
+    let outcome = {
+        let work = perform(&mut open.listener, job.op);
+        tokio::pin!(work);
+        loop {
+            tokio::select! {
+                biased;
+                outcome = &mut work => break Some(outcome),
+                () = job.reply.closed(), if !abandoned => abandoned = true,
+                changed = gave_up.changed(), if !others_gave_up => {
+                    // The sender lives in the session, which outlives this task.
+                    others_gave_up = changed.is_ok();
+                }
+                () = sleep_until(own_patience), if abandoned => break None,
+                () = sleep_until(started + healthy), if others_gave_up => break None,
+                () = sleep_until(started + STATEMENT_BOUND) => break None,
             }
-            () = sleep_until(started + MIN_PATIENCE), if impatient => break None,
-            () = sleep_until(started + STATEMENT_BOUND) => break None,
         }
     };
+    let waited = started.elapsed();
     let Some(outcome) = outcome else {
-        let waited = started.elapsed();
         let _ = job.reply.send(Err(Failed::Store(Error::unavailable(format!(
             "PostgreSQL did not answer a statement within {waited:?}; reconnecting"
         )))));
         return Err("a statement did not answer");
     };
     let broken = matches!(&outcome, Err(e) if breaks_connection(e));
+    if !broken {
+        open.answered_in(waited);
+    }
     let _ = job.reply.send(outcome.map_err(Failed::Sql));
     if broken {
         Err("a statement failed with the connection")
     } else {
         Ok(())
     }
+}
+
+/// How long a statement whose caller gave up may still run before the
+/// connection is presumed dead, on a link whose round trip is `round_trip`.
+fn patience(round_trip: Duration) -> Duration {
+    MIN_PATIENCE + round_trip * 2
 }
 
 async fn perform(listener: &mut PgListener, op: Op) -> Result<Answer, sqlx::Error> {
@@ -728,14 +772,23 @@ async fn open_link(config: &Config, retrying: bool) -> Result<Link, sqlx::Error>
         // reconnect loses its buffer; the task reconnects itself instead.
         listener.eager_reconnect(false);
         listener.ignore_pool_close_event(true);
+        // This round trip is the link's first estimate of its own.
+        let sent = Instant::now();
         listener
             .execute(&*format!(
-                "LISTEN \"{CHANNEL}\"; SET lock_timeout = '{SESSION_LOCK_TIMEOUT}'"
+                "LISTEN \"{CHANNEL}\"; SET lock_timeout = '{}ms'",
+                SESSION_LOCK_TIMEOUT.as_millis()
             ))
             .await?;
-        Ok(Link { listener, pool })
+        Ok(Link {
+            listener,
+            pool,
+            round_trip: sent.elapsed(),
+        })
     };
-    match timeout(config.acquire_timeout + PROBE_TIMEOUT, attempt).await {
+    // The whole attempt, probe included, within the acquire timeout: a
+    // server that accepts and never answers is `Unavailable` within it.
+    match timeout(config.acquire_timeout, attempt).await {
         Ok(outcome) => outcome,
         Err(_) => Err(sqlx::Error::PoolTimedOut),
     }
