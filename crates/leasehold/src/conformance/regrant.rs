@@ -179,10 +179,34 @@ async fn repeat_after_takeover_is_busy(store: &TestStore, kind: Kind) {
     let (kind, rival) = kind.exclusive();
     let req = kind.request(&k, SHORT);
     granted(store.backend.as_ref(), &req, "first attempt").await;
-    // Another owner takes the lock once the store sees the grant expired.
     let deadline = Instant::now() + Duration::from_secs(10);
+    // The other owner; as a writer it waits (until `deadline`), so it
+    // marks the lock while readers hold.
+    let other = rival
+        .request(&k, Duration::from_secs(30))
+        .with_lock_deadline(deadline);
+    if kind == Kind::Read {
+        // Once the reader's grant has expired, its repeat meets the mark.
+        let marked = attempt(store.backend.as_ref(), &other).await;
+        assert!(
+            matches!(marked, Acquire::Busy(_)),
+            "a reader holds: {marked:?}"
+        );
+        while !live(store, kind, &k).await.is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "the reader's {SHORT:?} never ended"
+            );
+            sleep(SHORT / 2).await;
+        }
+        let repeat = attempt(store.backend.as_ref(), &req).await;
+        assert!(
+            matches!(repeat, Acquire::Busy(_)),
+            "an expired reader's repeat meets the waiting writer's mark: {repeat:?}"
+        );
+    }
+    // Another owner takes the lock once the store sees the grant expired.
     let taken = loop {
-        let other = rival.request(&k, Duration::from_secs(30));
         match attempt(store.backend.as_ref(), &other).await {
             Acquire::Granted(lease) => break lease,
             Acquire::Busy(_) if Instant::now() < deadline => sleep(SHORT / 2).await,
