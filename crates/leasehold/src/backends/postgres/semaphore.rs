@@ -191,11 +191,9 @@ impl PermitStatements {
         // statement must not keep the fence and take a new token too. A
         // slot still in the row was not replaced by a grant since (a grant
         // drops expired slots), so extending it never makes one too many.
-        let own = format!(
-            "(SELECT min(s.k) FROM jsonb_each(l.slots) AS s(k, v) \
+        let own = "(SELECT min(s.k) FROM jsonb_each(l.slots) AS s(k, v) \
               WHERE s.v->>'o' = $2::text AND (s.v->>'e')::bigint > \
-                (extract(epoch FROM statement_timestamp()) * 1000)::bigint)"
-        );
+                (extract(epoch FROM statement_timestamp()) * 1000)::bigint)";
         PermitStatements {
             migrate: format!(
                 "CREATE TABLE IF NOT EXISTS {p} ( \
