@@ -66,6 +66,16 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// - **Owner checks.** `renew` and `release` act only if both owner and
 ///   token match; `renew` never resurrects an expired lease, even one nobody
 ///   took since.
+/// - **A repeated request is the same grant, extended.** The core repeats
+///   a request (same [`AcquireRequest`], same [`OwnerId`]) after a grant
+///   that arrived too late, and a driver re-sends a command whose answer
+///   was lost. A repeat while that owner's grant of the same kind (and
+///   side) is live answers that grant again (same token, same slot) with
+///   its expiry counted from the repeat at the store's clock, as a renewal
+///   would; it never takes a second slot, is never busy to that owner, and
+///   never answers "granted" for an expiry the store did not extend. An
+///   expired grant is not brought back: the repeat follows the ordinary
+///   rules (busy, or a new grant with a new token).
 /// - **Inputs are already valid.** Keys are [`Key`]s and ttls are within
 ///   bounds; a backend does no validation of its own and never builds a
 ///   query by pasting a key into its text.

@@ -85,7 +85,13 @@ impl Backend for MemoryBackend {
                 fence: 0,
                 holder: None,
             });
-            if let Some(h) = record.live_holder(now) {
+            if let Some(h) = record.holder.as_mut().filter(|h| h.expires_at > now) {
+                if h.owner == req.owner() {
+                    // A repeat of the request that holds: the same grant,
+                    // its expiry counted from this attempt.
+                    h.expires_at = now + req.ttl();
+                    return Ok(Acquire::Granted(req.granted(record.fence)));
+                }
                 return Ok(Acquire::Busy(Busy {
                     holder: h.label.clone(),
                     remaining: h.expires_at - now,

@@ -68,6 +68,22 @@ impl Semaphore {
         })
     }
 
+    /// A repeat of a request that holds a live slot among `which`: the same
+    /// grant (slot and token), its expiry counted from this attempt.
+    fn regrant(
+        &mut self,
+        req: &AcquireRequest,
+        now: Instant,
+        which: impl Fn(u32) -> bool,
+    ) -> Option<Acquire> {
+        let (slot, permit) = self
+            .slots
+            .iter_mut()
+            .find(|(s, p)| which(**s) && p.owner == req.owner() && p.expires_at > now)?;
+        permit.expires_at = now + req.ttl();
+        Some(Acquire::Granted(req.granted_permit(*slot, permit.token)))
+    }
+
     fn grant(&mut self, req: &AcquireRequest, slot: u32, now: Instant) -> Acquire {
         self.fence += 1;
         self.slots.insert(
@@ -88,6 +104,10 @@ impl Semaphore {
     /// if only readers do and no other writer has marked it.
     fn try_rw(&mut self, req: &AcquireRequest, side: RwSide, now: Instant) -> Acquire {
         self.forget_expired(now);
+        let own = |s: u32| (s == WRITER_SLOT) == (side == RwSide::Write);
+        if let Some(regrant) = self.regrant(req, now, own) {
+            return regrant;
+        }
         let writer_live = self.slots.contains_key(&WRITER_SLOT);
         let others_mark = self.mark.as_ref().is_some_and(|m| m.owner != req.owner());
         match side {
@@ -155,6 +175,9 @@ impl PermitTable {
         let mut keys = self.keys();
         let sem = keys.entry(req.key().clone()).or_default();
         sem.forget_expired(now);
+        if let Some(regrant) = sem.regrant(req, now, |_| true) {
+            return regrant;
+        }
         if sem.slots.len() >= permits as usize {
             let first_to_expire = sem.slots.values().min_by_key(|p| p.expires_at);
             return Acquire::Busy(Busy {

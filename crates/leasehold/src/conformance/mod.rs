@@ -39,6 +39,7 @@ mod cross_client;
 mod election;
 mod multi;
 mod protocol;
+mod regrant;
 mod rwlock;
 mod semaphore;
 mod store;
@@ -62,6 +63,7 @@ pub use multi::{
     acquire_many_overlapping_sets_do_not_deadlock,
 };
 pub use protocol::*;
+pub use regrant::*;
 pub use rwlock::*;
 pub use semaphore::*;
 pub use store::{unblock, Capabilities, TestStore, Unblock};
@@ -121,7 +123,11 @@ macro_rules! conformance_tests {
             semaphore_owner_checked_renew_release,
             semaphore_release_wakes_a_waiter,
             semaphore_disagreeing_permits,
-            semaphore_bad_input_rejected_before_io
+            semaphore_bad_input_rejected_before_io,
+            regrant_permit_repeat_is_the_same_grant_extended,
+            regrant_permit_repeat_takes_no_second_slot,
+            regrant_permit_repeat_after_takeover_is_busy,
+            regrant_permit_delivered_twice
         );
     };
     (@group rwlock $factory:path) => {
@@ -134,7 +140,15 @@ macro_rules! conformance_tests {
             rw_waiting_writer_is_not_starved,
             rw_release_wakes_a_waiter,
             rw_apart_from_semaphore_and_mutex,
-            rw_bad_input_rejected_before_io
+            rw_bad_input_rejected_before_io,
+            regrant_reader_repeat_is_the_same_grant_extended,
+            regrant_reader_repeat_takes_no_second_slot,
+            regrant_reader_repeat_after_takeover_is_busy,
+            regrant_reader_delivered_twice,
+            regrant_writer_repeat_is_the_same_grant_extended,
+            regrant_writer_repeat_takes_no_second_grant,
+            regrant_writer_repeat_after_takeover_is_busy,
+            regrant_writer_delivered_twice
         );
     };
     (@group blocking $factory:path) => {
@@ -177,7 +191,11 @@ macro_rules! conformance_tests {
             election_observers_see_every_leader_in_token_order,
             election_resign_hands_over_promptly,
             election_crashed_leader_is_replaced_after_ttl,
-            announce_wakes_subscribers
+            announce_wakes_subscribers,
+            regrant_mutex_repeat_is_the_same_grant_extended,
+            regrant_mutex_repeat_takes_no_second_grant,
+            regrant_mutex_repeat_after_takeover_is_busy,
+            regrant_mutex_delivered_twice
         );
         $($( $crate::conformance_tests!(@group $group $factory); )*)?
     };

@@ -77,6 +77,11 @@ pub enum Fault {
     /// Asks the store after this long (tokio's clock, so tests on paused
     /// time see exact instants).
     Delay(Duration),
+    /// Delivers the request to the store twice and answers the second
+    /// answer, as a client library does when it re-sends a command after
+    /// a dropped connection or a timeout (the first was executed, its
+    /// answer lost).
+    Twice,
 }
 
 #[derive(Debug)]
@@ -177,7 +182,7 @@ impl Faulty {
     fn run<'a, T: Send + 'a>(
         &'a self,
         op: Op,
-        call: impl FnOnce() -> BoxFuture<'a, Result<T>> + Send + 'a,
+        call: impl Fn() -> BoxFuture<'a, Result<T>> + Send + 'a,
     ) -> BoxFuture<'a, Result<T>> {
         match self.fault_for(op) {
             None => call(),
@@ -187,6 +192,11 @@ impl Faulty {
             Some(Fault::Hang) => Box::pin(std::future::pending()),
             Some(Fault::Delay(delay)) => Box::pin(async move {
                 tokio::time::sleep(delay).await;
+                call().await
+            }),
+            Some(Fault::Twice) => Box::pin(async move {
+                // The first answer is lost on its way back, whatever it was.
+                let _lost = call().await;
                 call().await
             }),
         }
@@ -308,5 +318,22 @@ mod tests {
                 .await
                 .unwrap_or_else(|e| panic!("{op:?} after recover: {e}"));
         }
+    }
+
+    #[tokio::test]
+    async fn twice_delivers_the_request_twice_and_answers_the_second() {
+        let inner = Faulty::default();
+        let store = Faulty::new(Arc::new(inner.clone()));
+        store.set(Op::TryAcquirePermit, Fault::Twice);
+        let key = Key::new("k").unwrap();
+        let req = AcquireRequest::permit(key, Duration::from_secs(5), "t", 2).unwrap();
+        let answer = Backend::try_acquire_permit(&store, &req).await.unwrap();
+        assert!(matches!(answer, Acquire::Granted(_)), "{answer:?}");
+        assert_eq!(store.calls(Op::TryAcquirePermit), 1);
+        assert_eq!(
+            inner.calls(Op::TryAcquirePermit),
+            2,
+            "the store saw it twice"
+        );
     }
 }

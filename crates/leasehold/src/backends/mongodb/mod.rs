@@ -89,6 +89,10 @@ struct Inner {
     /// Whether the client is ours (made from a URL) and so ours to shut
     /// down; an application's own client is left to it.
     owns_client: bool,
+    /// Tests: what the next read of a semaphore's document answers
+    /// instead of the store, as a snapshot older than the latest write.
+    #[cfg(test)]
+    stale_read: std::sync::Mutex<Option<Document>>,
 }
 
 impl MongoBackend {
@@ -185,6 +189,8 @@ impl MongoBackend {
                 coll,
                 clock,
                 owns_client,
+                #[cfg(test)]
+                stale_read: std::sync::Mutex::default(),
             }),
         })
     }
@@ -241,6 +247,23 @@ impl MongoBackend {
         Ok((found, self.now().await?))
     }
 
+    /// The answer to an attempt that found the key held: if the holder is
+    /// this request's owner (a repeat of a granted request), the same grant
+    /// with its expiry counted from now, as a renewal extends it; else busy.
+    async fn regrant_or_busy(&self, req: &AcquireRequest) -> Result<Acquire> {
+        let (found, _) = self.record(req.key()).await?;
+        let owner = req.owner().to_string();
+        if let Some(d) = found.filter(|d| d.get_str("owner") == Ok(owner.as_str())) {
+            let lease = req.granted(fence_of(&d)?);
+            // Not when it has expired meanwhile: then busy, and the core
+            // tries again by the ordinary rules.
+            if self.renew(&lease, req.ttl()).await? {
+                return Ok(Acquire::Granted(lease));
+            }
+        }
+        Ok(Acquire::Busy(self.busy(req.key()).await?))
+    }
+
     async fn busy(&self, key: &Key) -> Result<Busy> {
         let (found, now) = self.record(key).await?;
         // The holder may have left since: zero remaining makes the waiter retry.
@@ -289,7 +312,7 @@ impl Backend for MongoBackend {
                 // decided atomically either way; read which way (the owner
                 // id is fresh, so it is ours only if our write happened).
                 Ok(None) => self.recover(req).await,
-                Err(e) if is_duplicate_key(&e) => Ok(Acquire::Busy(self.busy(req.key()).await?)),
+                Err(e) if is_duplicate_key(&e) => self.regrant_or_busy(req).await,
                 Err(e) => Err(self.fail(e)),
             }
         })

@@ -6,9 +6,14 @@
 //! (it has no top-level `owner`).
 //!
 //! A grant reads the document and writes it back on condition that its
-//! fence is unchanged: the write is the one atomic step that decides (any
-//! grant in between bumps the fence and the write matches nothing; a
-//! release or renewal in between cannot make the count wrong). Counting
+//! fence and its revision `rev` are unchanged: the write is the one atomic
+//! step that decides. Every grant, renewal, release and writer's mark bumps
+//! `rev`, so a read older than any of them (a `readConcern: majority`
+//! snapshot that missed a late renewal, in which a renewed slot looks
+//! expired) matches nothing and is read again: a grant never overwrites a
+//! slot renewed after its read. (The fence alone would not do: renewals and
+//! releases leave it.) A document from before `rev` existed has none, which
+//! the condition matches as null until the first write sets it. Counting
 //! live slots needs an expression no classic update operator has, and
 //! this store keeps to classic operators (wire-compatible servers). A lost
 //! race is retried a few times, then reported busy with no time left, so
@@ -134,6 +139,13 @@ impl MongoBackend {
                 .find_one(doc! { "_id": &id })
                 .await
                 .map_err(|e| self.fail(e))?;
+            #[cfg(test)]
+            let found = self.take_stale_read().or(found);
+            // The write below is conditioned on these: what it was decided on.
+            let rev = found.as_ref().and_then(|d| d.get("rev")).and_then(as_i64);
+            let unchanged = |fence: i64| {
+                doc! { "_id": &id, "fence": fence, "rev": rev.map_or(Bson::Null, Bson::Int64) }
+            };
             let (fence, slots) = match &found {
                 Some(d) => (
                     d.get("fence")
@@ -161,6 +173,26 @@ impl MongoBackend {
                     remaining: first.map_or(Duration::ZERO, |(_, left)| millis_to_duration(left)),
                 })
             };
+            // A repeat by an owner whose grant (of this kind, on this side)
+            // is live: that grant again, its expiry from now, as a renewal
+            // (which checks it is still live at the store). Never a second
+            // slot, never busy to its holder.
+            let own = live.iter().find(|s| {
+                s.owner == owner
+                    && match side {
+                        None => true,
+                        Some(RwSide::Read) => s.slot != WRITER_SLOT,
+                        Some(RwSide::Write) => s.slot == WRITER_SLOT,
+                    }
+            });
+            if let Some(own) = own {
+                let lease = req.granted_permit(own.slot, record.token(own.token)?);
+                if self.renew_permit_now(&lease, req.ttl()).await? {
+                    return Ok(Acquire::Granted(lease));
+                }
+                // It ended meanwhile: decide again on a fresh read.
+                continue;
+            }
             let writer_live = live.iter().any(|s| s.slot == WRITER_SLOT);
             let slot = match side {
                 None => {
@@ -188,10 +220,11 @@ impl MongoBackend {
                             "holder": req.holder(),
                             "expiresAt": date(now.upper.saturating_add(duration_to_millis(life))),
                         };
-                        let update = doc! { "$set": { "mark": mark, "fence": fence + 1 } };
-                        let done = self
-                            .update_slot(doc! { "_id": &id, "fence": fence }, update)
-                            .await?;
+                        let update = doc! {
+                            "$set": { "mark": mark, "fence": fence + 1 },
+                            "$inc": { "rev": 1_i64 },
+                        };
+                        let done = self.update_slot(unchanged(fence), update).await?;
                         if done.matched_count != 1 {
                             continue;
                         }
@@ -211,7 +244,7 @@ impl MongoBackend {
             let won = match found {
                 None => {
                     let fresh = doc! { "_id": &id, "fence": token, "releases": 0_i64,
-                    "slots": { slot.to_string(): entry } };
+                    "rev": 0_i64, "slots": { slot.to_string(): entry } };
                     match self.inner.coll.insert_one(fresh).await {
                         Ok(_) => true,
                         Err(e) if is_duplicate_key(&e) => false,
@@ -219,15 +252,15 @@ impl MongoBackend {
                     }
                 }
                 Some(_) => {
-                    let mut update =
-                        doc! { "$set": { format!("slots.{slot}"): entry, "fence": token } };
+                    let mut update = doc! {
+                        "$set": { format!("slots.{slot}"): entry, "fence": token },
+                        "$inc": { "rev": 1_i64 },
+                    };
                     if side == Some(RwSide::Write) {
                         // Granted: its own mark has done its work.
                         update.insert("$unset", doc! { "mark": "" });
                     }
-                    let done = self
-                        .update_slot(doc! { "_id": &id, "fence": fence }, update)
-                        .await?;
+                    let done = self.update_slot(unchanged(fence), update).await?;
                     done.matched_count == 1
                 }
             };
@@ -241,6 +274,12 @@ impl MongoBackend {
             holder: String::new(),
             remaining: Duration::ZERO,
         }))
+    }
+
+    /// Tests: the stale document the next read answers, if one was set.
+    #[cfg(test)]
+    fn take_stale_read(&self) -> Option<Document> {
+        self.inner.stale_read.lock().unwrap().take()
     }
 
     /// The filter matching `lease`'s slot while it holds it.
@@ -260,17 +299,21 @@ impl MongoBackend {
         let (mut filter, slot) = Self::held(lease)?;
         // Not expired even by the latest possible "now": never revived.
         filter.insert(format!("{slot}.expiresAt"), doc! { "$gt": date(now.upper) });
-        let update = doc! { "$set": {
-            format!("{slot}.expiresAt"): date(now.upper.saturating_add(ttl)),
-            format!("{slot}.ttlMs"): ttl,
-        } };
+        let update = doc! {
+            "$set": {
+                format!("{slot}.expiresAt"): date(now.upper.saturating_add(ttl)),
+                format!("{slot}.ttlMs"): ttl,
+            },
+            // A grant decided on a read from before this renewal must fail.
+            "$inc": { "rev": 1_i64 },
+        };
         let done = self.update_slot(filter, update).await?;
         Ok(done.matched_count == 1)
     }
 
     pub(super) async fn release_permit_now(&self, lease: &Lease) -> Result<()> {
         let (filter, slot) = Self::held(lease)?;
-        let update = doc! { "$unset": { slot: "" }, "$inc": { "releases": 1_i64 } };
+        let update = doc! { "$unset": { slot: "" }, "$inc": { "releases": 1_i64, "rev": 1_i64 } };
         let done = self.update_slot(filter, update).await?;
         if done.modified_count == 1 {
             self.inner.watcher.wake_local(lease.key().as_str());
@@ -327,5 +370,59 @@ impl MongoBackend {
             }
         }
         Ok(out)
+    }
+}
+
+#[cfg(all(test, feature = "conformance"))]
+mod tests {
+    use super::*;
+    use crate::backends::mongodb::MongoOptions;
+
+    /// A grant decided on a read older than a renewal (a lagging majority
+    /// snapshot, injected here) must not take the renewed slot: before the
+    /// revision, the write was conditioned on the fence alone, which the
+    /// renewal left, so it matched and two owners held slot 0.
+    #[tokio::test]
+    async fn a_grant_never_overwrites_a_permit_renewed_after_its_read() {
+        let Some(url) = crate::conformance::server_url("LEASEHOLD_TEST_MONGODB") else {
+            return;
+        };
+        let collection = format!("stale_read_{:016x}", rand::random::<u64>());
+        let options = MongoOptions::new().with_collection(collection);
+        let backend = MongoBackend::connect_with(&url, options).await.unwrap();
+        let key = Key::new("sem").unwrap();
+        let first_ttl = Duration::from_millis(300);
+        let a = AcquireRequest::permit(key.clone(), first_ttl, "a", 1).unwrap();
+        let Acquire::Granted(held) = backend.acquire_permit(&a).await.unwrap() else {
+            panic!("a free semaphore grants");
+        };
+        let snapshot = backend
+            .inner
+            .coll
+            .find_one(doc! { "_id": id_of(&key) })
+            .await
+            .unwrap()
+            .expect("the semaphore's document");
+        assert!(backend
+            .renew_permit_now(&held, Duration::from_secs(30))
+            .await
+            .unwrap());
+        // Past the first expiry by any clock bound: in the snapshot, the
+        // slot now looks free.
+        tokio::time::sleep(first_ttl + Duration::from_millis(700)).await;
+        *backend.inner.stale_read.lock().unwrap() = Some(snapshot);
+        let b = AcquireRequest::permit(key.clone(), Duration::from_secs(30), "b", 1).unwrap();
+        let answer = backend.acquire_permit(&b).await.unwrap();
+        let listed = backend.list_permits_now("sem").await.unwrap();
+        backend.inner.coll.drop().await.unwrap();
+        assert!(
+            matches!(answer, Acquire::Busy(_)),
+            "the renewed permit is still held: {answer:?}"
+        );
+        assert_eq!(
+            listed.iter().map(|p| p.token).collect::<Vec<_>>(),
+            [held.token()],
+            "the renewed holder alone holds"
+        );
     }
 }

@@ -67,10 +67,18 @@ fn beside(table: &str, suffix: &str) -> String {
 /// attempts and each sees the latest committed slots and mark (see the
 /// module's notes on the permits). Every attempt rewrites the row: a
 /// refused one keeps slots and fence, and a waiting writer's sets or
-/// refreshes its mark. $1 key, $2 owner, $3 holder, $4 ttl ms, $5 lock
-/// wait ms (text), $6 'r' or 'w', $7 the mark's life in ms (0: none).
-/// Answers the new fence and the granted slot (both null when refused), and
-/// the holder that expires first with its time left (not our own mark).
+/// refreshes its mark; a repeat by an owner whose grant (on its side) is
+/// live is that grant again, its expiry from now. $1 key, $2 owner, $3
+/// holder, $4 ttl ms, $5 lock wait ms (text), $6 'r' or 'w', $7 the mark's
+/// life in ms (0: none). Answers the token and the slot (both null when
+/// refused), and the holder that expires first with its time left (not our
+/// own mark).
+///
+/// The decision is read back explicitly: a grant or regrant writes our
+/// slot's expiry as `now + ttl` with the statement's one `now`, which no
+/// earlier attempt wrote (an earlier grant's entry is either live, and
+/// then this attempt is its regrant, or expired, below `now`). A refused
+/// attempt leaves our entries as they were, so it never reads as granted.
 fn rw_acquire(p: &str) -> String {
     // One instant for the whole statement: `ok` is evaluated once per
     // column, and columns that disagreed on it would break the fence. The
@@ -90,6 +98,12 @@ fn rw_acquire(p: &str) -> String {
     let ok = format!(
         "({open} AND CASE WHEN $6::text = 'w' THEN {readers} = 0 ELSE {readers} < {max} END)"
     );
+    // The slot (text) of this owner's live grant on the requested side.
+    let own = format!(
+        "(SELECT min(s.k) FROM jsonb_each(l.slots) AS s(k, v) \
+          WHERE (s.k = '{w}') = ($6::text = 'w') AND s.v->>'o' = $2::text \
+            AND (s.v->>'e')::bigint > {now})"
+    );
     let entry = |token: &str| {
         format!("jsonb_build_object('o', $2::text, 'h', $3::text, 't', {token}, 'e', {now} + $4::bigint)")
     };
@@ -102,25 +116,33 @@ fn rw_acquire(p: &str) -> String {
             WHERE NOT coalesce((l.slots->(i::text)->>'e')::bigint > {now}, false))::text END"
     );
     let first_slot = format!("CASE WHEN $6::text = 'w' THEN '{w}' ELSE '0' END");
+    // This attempt's grant or regrant: our entry on our side written now.
+    let mine = format!(
+        "FROM jsonb_each(l.slots) AS s(k, v) WHERE (s.k = '{w}') = ($6::text = 'w') \
+           AND s.v->>'o' = $2::text AND (s.v->>'e')::bigint = {now} + $4::bigint"
+    );
     format!(
         "WITH up AS ( \
            INSERT INTO {p} AS l (key, fence, slots, mark) \
            SELECT $1, 1, jsonb_build_object({first_slot}, {first}), NULL::jsonb \
            FROM (SELECT set_config('lock_timeout', $5::text, true)) AS bounded \
            ON CONFLICT (key) DO UPDATE SET \
-             fence = CASE WHEN {ok} THEN l.fence + 1 ELSE l.fence END, \
-             slots = CASE WHEN {ok} THEN \
+             fence = CASE WHEN {own} IS NULL AND {ok} THEN l.fence + 1 ELSE l.fence END, \
+             slots = CASE WHEN {own} IS NOT NULL THEN \
+               jsonb_set(l.slots, ARRAY[{own}, 'e'], to_jsonb({now} + $4::bigint)) \
+               WHEN {ok} THEN \
                (SELECT coalesce(jsonb_object_agg(s.k, s.v), '{{}}'::jsonb) \
                 FROM jsonb_each(l.slots) AS s(k, v) WHERE (s.v->>'e')::bigint > {now}) \
                || jsonb_build_object({slot}, {next}) ELSE l.slots END, \
-             mark = CASE WHEN {ok} AND $6::text = 'w' THEN NULL::jsonb \
+             mark = CASE WHEN {own} IS NOT NULL THEN l.mark \
+               WHEN {ok} AND $6::text = 'w' THEN NULL::jsonb \
                WHEN {open} AND $6::text = 'w' AND $7::bigint > 0 THEN \
                  jsonb_build_object('o', $2::text, 'h', $3::text, 'e', {now} + $7::bigint) \
                ELSE l.mark END \
-           RETURNING l.fence, l.slots, l.mark, \
-             (SELECT s.k::bigint FROM jsonb_each(l.slots) AS s(k, v) \
-              WHERE s.v->>'o' = $2::text AND (s.v->>'t')::bigint = l.fence) AS slot) \
-         SELECT CASE WHEN up.slot IS NOT NULL THEN up.fence END, up.slot, b.h, b.left_ms \
+           RETURNING l.slots, l.mark, \
+             (SELECT (s.v->>'t')::bigint {mine}) AS token, \
+             (SELECT s.k::bigint {mine}) AS slot) \
+         SELECT up.token, up.slot, b.h, b.left_ms \
          FROM up LEFT JOIN LATERAL ( \
            SELECT x.h, x.e - {now} AS left_ms FROM ( \
              SELECT s.v->>'h' AS h, (s.v->>'e')::bigint AS e FROM jsonb_each(up.slots) AS s(k, v) \
@@ -163,6 +185,15 @@ impl PermitStatements {
         let entry = |token: &str| {
             format!("jsonb_build_object('o', $2::text, 'h', $3::text, 't', {token}, 'e', {NOW} + $4::bigint)")
         };
+        // The owner's live slot (its key, text), if the owner repeats. At
+        // one instant (the statement's start), so that the fence, the
+        // slots and the condition agree on it: a slot that ends during the
+        // statement must not keep the fence and take a new token too. A
+        // slot still in the row was not replaced by a grant since (a grant
+        // drops expired slots), so extending it never makes one too many.
+        let own = "(SELECT min(s.k) FROM jsonb_each(l.slots) AS s(k, v) \
+              WHERE s.v->>'o' = $2::text AND (s.v->>'e')::bigint > \
+                (extract(epoch FROM statement_timestamp()) * 1000)::bigint)";
         PermitStatements {
             migrate: format!(
                 "CREATE TABLE IF NOT EXISTS {p} ( \
@@ -173,22 +204,32 @@ impl PermitStatements {
             // $1 key, $2 owner, $3 holder, $4 ttl ms, $5 lock wait ms
             // (text), $6 permits. Expired slots are dropped as the row is
             // rewritten; the busy branch names the holder that expires first.
+            // A repeat by an owner with a live slot is that grant again
+            // (slot and token), its expiry from now: a request re-sent
+            // after a lost answer takes no second slot. The owner has at
+            // most one slot (a grant drops its expired ones), so RETURNING
+            // finds this attempt's grant or regrant by owner alone.
             acquire: format!(
                 "WITH granted AS ( \
                    INSERT INTO {p} AS l (key, fence, slots) \
                    SELECT $1, 1, jsonb_build_object('0', {first}) \
                    FROM (SELECT set_config('lock_timeout', $5::text, true)) AS bounded \
-                   ON CONFLICT (key) DO UPDATE SET fence = l.fence + 1, \
-                     slots = (SELECT coalesce(jsonb_object_agg(s.k, s.v), '{{}}'::jsonb) \
+                   ON CONFLICT (key) DO UPDATE SET \
+                     fence = CASE WHEN {own} IS NULL THEN l.fence + 1 ELSE l.fence END, \
+                     slots = CASE WHEN {own} IS NOT NULL THEN \
+                       jsonb_set(l.slots, ARRAY[{own}, 'e'], to_jsonb({NOW} + $4::bigint)) ELSE \
+                       (SELECT coalesce(jsonb_object_agg(s.k, s.v), '{{}}'::jsonb) \
                               FROM jsonb_each(l.slots) AS s(k, v) WHERE (s.v->>'e')::bigint > {NOW}) \
                        || jsonb_build_object( \
                             (SELECT min(i) FROM generate_series(0, $6::bigint - 1) AS i \
                              WHERE NOT coalesce((l.slots->(i::text)->>'e')::bigint > {NOW}, false))::text, \
-                            {next}) \
-                   WHERE {live_l} < $6::bigint \
-                   RETURNING l.fence, (SELECT s.k::bigint FROM jsonb_each(l.slots) AS s(k, v) \
-                     WHERE s.v->>'o' = $2::text AND (s.v->>'t')::bigint = l.fence) AS slot) \
-                 SELECT fence, slot, NULL::text AS holder, NULL::bigint AS remaining_ms FROM granted \
+                            {next}) END \
+                   WHERE {own} IS NOT NULL OR {live_l} < $6::bigint \
+                   RETURNING (SELECT (s.v->>'t')::bigint FROM jsonb_each(l.slots) AS s(k, v) \
+                     WHERE s.v->>'o' = $2::text ORDER BY 1 DESC LIMIT 1) AS token, \
+                     (SELECT s.k::bigint FROM jsonb_each(l.slots) AS s(k, v) \
+                     WHERE s.v->>'o' = $2::text ORDER BY (s.v->>'t')::bigint DESC LIMIT 1) AS slot) \
+                 SELECT token, slot, NULL::text AS holder, NULL::bigint AS remaining_ms FROM granted \
                  UNION ALL \
                  (SELECT NULL::bigint, NULL::bigint, s.v->>'h', (s.v->>'e')::bigint - {NOW} \
                   FROM {p} AS r CROSS JOIN LATERAL jsonb_each(r.slots) AS s(k, v) \
@@ -197,6 +238,7 @@ impl PermitStatements {
                 first = entry("1"),
                 next = entry("l.fence + 1"),
                 live_l = live("l.slots"),
+                own = own,
             ),
             // $1 key, $2 slot (text), $3 owner, $4 token, $5 ttl ms, $6
             // lock wait ms (text), bounded like the mutex's renewal.

@@ -118,7 +118,8 @@ impl Statements {
         Statements {
             migrate: migration(table),
             // Grants if the row is new, free or expired and returns the new
-            // fence; otherwise returns the holder and its remaining time, so
+            // fence; a repeat by the owner that holds it live is the same
+            // grant (same fence), its expiry counted from now; otherwise returns the holder and its remaining time, so
             // the busy path is one round trip too. The busy branch reads the
             // statement's snapshot: if the holder committed after it, no row
             // comes back and the caller reports "busy, 0 ms left" (retry now).
@@ -143,10 +144,12 @@ impl Statements {
                    INSERT INTO {table} AS l (key, fence, owner, holder, expires_at) \
                    SELECT $1, 1, $2, $3, clock_timestamp() + $4 * interval '1 millisecond' \
                    FROM (SELECT set_config('lock_timeout', $5, true)) AS bounded \
-                   ON CONFLICT (key) DO UPDATE SET fence = l.fence + 1, owner = excluded.owner, \
-                     holder = excluded.holder, \
+                   ON CONFLICT (key) DO UPDATE SET fence = CASE WHEN l.owner = excluded.owner \
+                       AND l.expires_at > clock_timestamp() THEN l.fence ELSE l.fence + 1 END, \
+                     owner = excluded.owner, holder = excluded.holder, \
                      expires_at = clock_timestamp() + $4 * interval '1 millisecond' \
                    WHERE l.owner IS NULL OR l.expires_at <= clock_timestamp() \
+                     OR l.owner = excluded.owner \
                    RETURNING l.fence) \
                  SELECT fence, NULL::text AS holder, NULL::bigint AS remaining_ms FROM granted \
                  UNION ALL \

@@ -2,11 +2,19 @@
 -- (PX), so the server's clock decides.
 -- KEYS[1] lock, KEYS[2] fence; ARGV[1] owner (32 hex digits), ARGV[2] ttl in
 -- ms, ARGV[3] holder label.
--- Returns {token, '', 0} when granted, {0, holder, pttl} when busy.
+-- Returns {token, '', 0} when granted (or granted again to the same owner),
+-- {0, holder, pttl} when busy.
 if redis.call('SET', KEYS[1], ARGV[1] .. ':' .. ARGV[3], 'NX', 'PX', ARGV[2]) then
   -- The fence key has no ttl and is never deleted. INCR's reply passes
   -- through a Lua double: exact up to 2^53 grants per key.
   return {redis.call('INCR', KEYS[2]), '', 0}
 end
 local current = redis.call('GET', KEYS[1]) or ''
+if string.sub(current, 1, 32) == ARGV[1] then
+  -- A repeat by the holder (a command re-sent after a lost reply, or the
+  -- core repeating its request): the same grant, its expiry from now. While
+  -- the lock key exists the fence is its holder's token (see renew.lua).
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {tonumber(redis.call('GET', KEYS[2])), '', 0}
+end
 return {0, string.sub(current, 34), redis.call('PTTL', KEYS[1])}

@@ -11,18 +11,29 @@ local permits = tonumber(ARGV[4])
 local all = redis.call('HGETALL', KEYS[1])
 local live, taken = 0, {}
 local first_exp, first_holder = nil, ''
+local own_slot, own_token = nil, nil
 for i = 1, #all, 2 do
-  local exp, holder = string.match(all[i + 1], '^(%d+):%x+:%d+:(.*)$')
+  local exp, owner, token, holder = string.match(all[i + 1], '^(%d+):(%x+):(%d+):(.*)$')
   exp = tonumber(exp)
   if exp and exp > now then
     live = live + 1
     taken[all[i]] = true
+    if owner == ARGV[1] then
+      own_slot, own_token = all[i], token
+    end
     if not first_exp or exp < first_exp then
       first_exp, first_holder = exp, holder
     end
   else
     redis.call('HDEL', KEYS[1], all[i])
   end
+end
+if own_slot then
+  -- A repeat by an owner that holds a live permit (a command re-sent after
+  -- a lost reply): the same grant, its expiry from now, never a second slot.
+  redis.call('HSET', KEYS[1], own_slot,
+    string.format('%d:%s:%s:%s', now + tonumber(ARGV[2]), ARGV[1], own_token, ARGV[3]))
+  return {tonumber(own_token), tonumber(own_slot), '', 0}
 end
 if live >= permits then
   return {0, -1, first_holder, first_exp - now}

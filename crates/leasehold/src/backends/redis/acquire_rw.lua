@@ -16,11 +16,16 @@ local writer_slot = ARGV[6]
 local all = redis.call('HGETALL', KEYS[1])
 local readers, writer, others_mark, taken = 0, false, false, {}
 local first_exp, first_holder = nil, ''
+local own_slot, own_token = nil, nil
 for i = 1, #all, 2 do
-  local exp, owner, holder = string.match(all[i + 1], '^(%d+):(%x+):%d+:(.*)$')
+  local exp, owner, token, holder = string.match(all[i + 1], '^(%d+):(%x+):(%d+):(.*)$')
   exp = tonumber(exp)
   if exp and exp > now then
     local own_mark = all[i] == 'mark' and owner == ARGV[1]
+    if owner == ARGV[1] and all[i] ~= 'mark'
+        and (all[i] == writer_slot) == (ARGV[4] == 'w') then
+      own_slot, own_token = all[i], token
+    end
     if all[i] == 'mark' then
       others_mark = others_mark or not own_mark
     elseif all[i] == writer_slot then
@@ -38,6 +43,13 @@ for i = 1, #all, 2 do
 end
 local function busy()
   return {0, -1, first_holder, (first_exp or now) - now}
+end
+if own_slot then
+  -- A repeat by an owner whose grant on this side is live (a command
+  -- re-sent after a lost reply): the same grant, its expiry from now.
+  redis.call('HSET', KEYS[1], own_slot,
+    string.format('%d:%s:%s:%s', now + tonumber(ARGV[2]), ARGV[1], own_token, ARGV[3]))
+  return {tonumber(own_token), tonumber(own_slot), '', 0}
 end
 if writer or others_mark then
   return busy()

@@ -59,15 +59,20 @@ const MIGRATION: &str = "CREATE TABLE IF NOT EXISTS leasehold_locks (
 ) WITHOUT ROWID";
 
 /// Grants the lease if the key is new, free or expired; returns the new
-/// fence. Parameters: key, owner, holder, ttl in ms.
+/// fence. A repeat by the owner that holds it live is the same grant, its
+/// expiry counted from now (the fence stays). Parameters: key, owner,
+/// holder, ttl in ms.
 const ACQUIRE: &str = concat!(
     "INSERT INTO leasehold_locks (key, fence, owner, holder, expires_at_ms) VALUES (?1, 1, ?2, ?3, ",
     now_ms!(),
-    " + ?4) ON CONFLICT (key) DO UPDATE SET fence = fence + 1, owner = excluded.owner, \
+    " + ?4) ON CONFLICT (key) DO UPDATE SET fence = CASE WHEN owner = excluded.owner \
+     AND expires_at_ms > ",
+    now_ms!(),
+    " THEN fence ELSE fence + 1 END, owner = excluded.owner, \
      holder = excluded.holder, expires_at_ms = excluded.expires_at_ms \
      WHERE owner IS NULL OR expires_at_ms <= ",
     now_ms!(),
-    " RETURNING fence"
+    " OR owner = excluded.owner RETURNING fence"
 );
 
 /// Frees the key if owner and fence match. Parameters: key, owner, fence.
@@ -237,7 +242,13 @@ impl SqliteBackend {
         Box::pin(async move {
             let mut conn = BoundedBusy::new(&self.pool, req).await?;
             let outcome = acquire(conn.conn(), req).await;
-            conn.restore(self.busy_timeout).await?;
+            if let Err(e) = conn.restore(self.busy_timeout).await {
+                // The connection is closed instead of pooled (see
+                // `BoundedBusy`), so no later statement inherits the short
+                // timeout. The answer stands: a grant dropped here would be
+                // held at the store for its whole ttl by nobody.
+                tracing::debug!(key = %req.key(), error = %e, "could not restore the busy timeout; connection closed");
+            }
             outcome
         })
     }
@@ -381,6 +392,10 @@ impl BoundedBusy {
 
     fn set(&mut self, timeout: Duration) -> BoxFuture<'_, Result<()>> {
         Box::pin(async move {
+            #[cfg(test)]
+            if tests::FAIL_SET.with(|fail| fail.replace(false)) {
+                return Err(Error::unavailable("injected: busy_timeout not set").in_store(STORE));
+            }
             // PRAGMA takes no parameters; the value is an integer, and a
             // non-persistent statement keeps these one-off texts out of the
             // prepared-statement cache.
@@ -577,6 +592,7 @@ fn slot_tables(lease: &Lease) -> &'static slots::SlotTables {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
     use crate::{Error, Locks};
 
     #[tokio::test]
@@ -610,5 +626,53 @@ mod tests {
             .release()
             .await
             .unwrap();
+    }
+
+    std::thread_local! {
+        /// Fails the next `PRAGMA busy_timeout` on this thread.
+        pub(super) static FAIL_SET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    /// A grant whose connection cannot get its busy timeout back is still
+    /// the caller's (the connection is closed): before, the error replaced
+    /// the grant, which the store then held for its ttl with no guard.
+    #[tokio::test]
+    async fn a_grant_survives_a_failed_busy_timeout_restore() {
+        let tmp = tempfile::tempdir().unwrap();
+        let backend = SqliteBackend::open(tmp.path().join("x.db")).await.unwrap();
+        let key = Key::new("k").unwrap();
+        let req = AcquireRequest::new(key.clone(), Duration::from_secs(30), "h").unwrap();
+        // `BoundedBusy::new` sets the bound; the restore after the grant
+        // is the next `set`.
+        let conn = BoundedBusy::new(&backend.pool, &req).await.unwrap();
+        FAIL_SET.with(|fail| fail.set(true));
+        assert!(
+            conn.restore(backend.busy_timeout).await.is_err(),
+            "the hook fails a restore"
+        );
+        FAIL_SET.with(|fail| fail.set(false));
+
+        let acquire = backend.bounded_acquire(&req, |conn, req| {
+            FAIL_SET.with(|fail| fail.set(true));
+            acquire_on(conn, req)
+        });
+        let answer = acquire.await;
+        FAIL_SET.with(|fail| fail.set(false));
+        let Ok(Acquire::Granted(lease)) = answer else {
+            panic!("the grant is the caller's: {answer:?}");
+        };
+        let info = backend.inspect(&key).await.unwrap().expect("held");
+        assert_eq!(info.token, lease.token());
+        backend.release(&lease).await.unwrap();
+        assert!(
+            backend.inspect(&key).await.unwrap().is_none(),
+            "released by its guard"
+        );
+        // The next acquisition runs on a connection with its timeout set.
+        let again = AcquireRequest::new(key, Duration::from_secs(30), "h").unwrap();
+        assert!(matches!(
+            backend.try_acquire(&again).await,
+            Ok(Acquire::Granted(_))
+        ));
     }
 }

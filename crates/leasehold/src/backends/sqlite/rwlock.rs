@@ -70,8 +70,16 @@ pub(super) fn acquire_on<'a>(
     side: RwSide,
 ) -> BoxFuture<'a, Result<Acquire>> {
     Box::pin(async move {
-        let Some(mut tx) = slots::begin(conn).await? else {
+        let Some(tx) = slots::begin(conn).await? else {
             return Ok(write_locked());
+        };
+        let own = match side {
+            RwSide::Read => 0..=MAX_PERMITS - 1,
+            RwSide::Write => WRITER_SLOT..=WRITER_SLOT,
+        };
+        let mut tx = match slots::regrant(tx, &TABLES, req, own).await? {
+            Ok(regranted) => return Ok(regranted),
+            Err(tx) => tx,
         };
         let key = req.key().as_str();
         let owner = req.owner().to_string();

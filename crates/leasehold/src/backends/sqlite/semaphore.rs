@@ -39,9 +39,13 @@ pub(super) fn acquire_on<'a>(
     req: &'a AcquireRequest,
 ) -> BoxFuture<'a, Result<Acquire>> {
     Box::pin(async move {
-        let Some(mut tx) = slots::begin(conn).await? else {
+        let Some(tx) = slots::begin(conn).await? else {
             // Another connection kept the write lock for the whole wait.
             return Ok(write_locked());
+        };
+        let mut tx = match slots::regrant(tx, &TABLES, req, 0..=u32::MAX).await? {
+            Ok(regranted) => return Ok(regranted),
+            Err(tx) => tx,
         };
         let permits = i64::from(req.permits().unwrap_or(1));
         let (live, holder, remaining): (i64, Option<String>, Option<i64>) = sqlx::query_as(LIVE)

@@ -30,6 +30,9 @@ pub(super) struct SlotTables {
     pub(super) take_slot: &'static str,
     /// Parameters: key, slot, owner, token, ttl in ms.
     pub(super) renew: &'static str,
+    /// Parameters: key, owner, ttl in ms, lowest and highest slot. Extends
+    /// the owner's live slot in that range; returns its slot and token.
+    pub(super) regrant: &'static str,
     /// Parameters: key, slot, owner, token.
     pub(super) release: &'static str,
     /// Parameter: key prefix. The live rows, by key and slot.
@@ -105,6 +108,16 @@ macro_rules! slot_tables {
                  AND expires_at_ms > ",
                 now_ms!()
             ),
+            regrant: concat!(
+                "UPDATE ",
+                $slots,
+                " SET expires_at_ms = ",
+                now_ms!(),
+                " + ?3 WHERE key = ?1 AND owner = ?2 AND slot BETWEEN ?4 AND ?5 \
+                 AND expires_at_ms > ",
+                now_ms!(),
+                " RETURNING slot, token"
+            ),
             release: concat!(
                 "DELETE FROM ",
                 $slots,
@@ -161,6 +174,36 @@ pub(super) async fn free_slot(
         .fetch_one(&mut **tx)
         .await
         .map_err(classify)
+}
+
+/// A repeat of a request whose owner holds a live slot in `slots`: the
+/// same grant (slot and token), its expiry counted from now, committed.
+/// `Err(tx)` gives the transaction back when the owner holds none.
+pub(super) async fn regrant<'c>(
+    mut tx: Transaction<'c, Sqlite>,
+    tables: &SlotTables,
+    req: &AcquireRequest,
+    slots: std::ops::RangeInclusive<u32>,
+) -> Result<std::result::Result<Acquire, Transaction<'c, Sqlite>>> {
+    let held: Option<(i64, i64)> = sqlx::query_as(tables.regrant)
+        .bind(req.key().as_str())
+        .bind(req.owner().to_string())
+        .bind(duration_to_millis(req.ttl()))
+        .bind(i64::from(*slots.start()))
+        .bind(i64::from(*slots.end()))
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(classify)?;
+    let Some((slot, token)) = held else {
+        return Ok(Err(tx));
+    };
+    tx.commit().await.map_err(classify)?;
+    let record = RecordDecoder::new(STORE, req.key().as_str());
+    let slot =
+        u32::try_from(slot).map_err(|_| record.corrupt(format!("slot {slot} is negative")))?;
+    Ok(Ok(Acquire::Granted(
+        req.granted_permit(slot, record.token(token)?),
+    )))
 }
 
 /// Takes the key's next fence and `slot` for the request, and commits.
