@@ -115,6 +115,33 @@ pub(crate) const REDIS_CLUSTER: &str = "redis+cluster";
 /// poll (`off`).
 const LISTEN: &str = "listen";
 
+/// sqlx's PostgreSQL connection parameters (sqlx-postgres 0.8,
+/// `options/parse.rs`), besides `options[NAME]`.
+const POSTGRES_DRIVER_OPTIONS: &[&str] = &[
+    "sslmode",
+    "ssl-mode",
+    "sslrootcert",
+    "ssl-root-cert",
+    "ssl-ca",
+    "sslcert",
+    "ssl-cert",
+    "sslkey",
+    "ssl-key",
+    "statement-cache-capacity",
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "password",
+    "application_name",
+    "options",
+];
+
+/// What redis-rs 1.8 reads from a URL's query: the protocol, and for a
+/// `redis+unix://` socket the database and credentials.
+const REDIS_DRIVER_OPTIONS: &[&str] = &["protocol", "db", "user", "pass"];
+
 impl Scheme {
     /// Parses `url`: the store it names and the URL's parts.
     ///
@@ -180,8 +207,10 @@ impl Scheme {
             if scheme.own_options().contains(&name) {
                 scheme.check_option(name, value, pair)?;
                 parsed.options.push((name.to_owned(), value.to_owned()));
-            } else if scheme.takes_driver_options() {
+            } else if scheme.takes_driver_option(name) {
                 driver_pairs.push(pair);
+            } else if scheme.takes_driver_options() {
+                return Err(scheme.unknown_driver_option(name));
             } else {
                 return Err(scheme.unknown_option(pair));
             }
@@ -290,6 +319,53 @@ impl Scheme {
     /// they are refused).
     fn takes_driver_options(self) -> bool {
         !matches!(self, Scheme::Memory | Scheme::Sqlite)
+    }
+
+    /// The driver's own query options that leasehold passes on, where the
+    /// driver would otherwise ignore a misspelt one silently (sqlx logs and
+    /// skips an unknown PostgreSQL parameter; redis-rs reads only the
+    /// names it knows). `None`: the driver refuses unknown options itself
+    /// (MongoDB's, with a "similar name" hint), before any I/O.
+    fn driver_options(self) -> Option<&'static [&'static str]> {
+        match self {
+            Scheme::Postgres => Some(POSTGRES_DRIVER_OPTIONS),
+            Scheme::Redis => Some(REDIS_DRIVER_OPTIONS),
+            Scheme::Memory | Scheme::Sqlite | Scheme::Mongodb => None,
+        }
+    }
+
+    /// Whether `name` is an option the driver takes (see
+    /// [`driver_options`](Self::driver_options)).
+    fn takes_driver_option(self, name: &str) -> bool {
+        if !self.takes_driver_options() {
+            return false;
+        }
+        match self.driver_options() {
+            None => true,
+            Some(known) => {
+                known.contains(&name)
+                    // sqlx's per-parameter form of `options`: options[search_path]=x
+                    || (self == Scheme::Postgres
+                        && name.starts_with("options[")
+                        && name.ends_with(']'))
+            }
+        }
+    }
+
+    /// A store option that is neither leasehold's nor the driver's: named
+    /// without its value (a misspelt `password` must not show its secret).
+    fn unknown_driver_option(self, name: &str) -> Error {
+        let mut allowed: Vec<&str> = vec![LISTEN];
+        allowed.extend_from_slice(self.own_options());
+        allowed.extend_from_slice(self.driver_options().unwrap_or(&[]));
+        Error::invalid(
+            "store url",
+            format!(
+                "unknown {} option {name:?}; allowed: {}",
+                self.name(),
+                allowed.join(", ")
+            ),
+        )
     }
 
     /// Checks the values the store does not check itself when opened, and
@@ -492,6 +568,34 @@ mod tests {
             assert!(
                 problem("sqlite:///tmp/x.db?synchronous=off").contains("synchronous=full|normal")
             );
+        }
+    }
+
+    #[test]
+    fn unknown_options_are_refused_on_every_store() {
+        assert!(problem("memory://?cache=1").contains("takes no option"));
+        #[cfg(feature = "sqlite")]
+        assert!(problem("sqlite:///tmp/x.db?mode=rw").contains("unknown sqlite option"));
+        #[cfg(feature = "postgres")]
+        {
+            let message = problem("postgres://u:hunter22@h/db?max_conections=4");
+            assert!(message.contains("unknown postgres option \"max_conections\""));
+            assert!(message.contains("max_connections") && message.contains("sslmode"));
+            let hidden = problem("postgres://h/db?pasword=hunter22");
+            assert!(hidden.contains("\"pasword\"") && !hidden.contains("hunter22"));
+            for good in [
+                "postgres://h/db?sslmode=disable&application_name=x&max_connections=2",
+                "postgresql://h/db?options[search_path]=app&pooler=pgbouncer",
+            ] {
+                assert!(Scheme::parse(good).is_ok(), "{good}");
+            }
+        }
+        #[cfg(feature = "redis")]
+        {
+            assert!(problem("redis://h?prefx=a").contains("unknown redis option \"prefx\""));
+            assert!(problem("redis+cluster://a:1,b:2?min_replica=1")
+                .contains("unknown redis option \"min_replica\""));
+            assert!(Scheme::parse("redis://h/2?prefix=a&protocol=resp3&min_replicas=1").is_ok());
         }
     }
 
