@@ -70,14 +70,24 @@ pub enum Error {
     },
 
     /// `try_acquire` found a live holder. Try again later.
-    #[error("lock {key:?} is held by {holder} for up to {} more", Millis(*remaining))]
+    ///
+    /// The message says what the primitive's state is: a mutex held, every
+    /// permit of a semaphore taken, a reader-writer lock closed to readers
+    /// by a writer (holding, or waiting with its marker), or not free for a
+    /// writer.
+    #[error("{}", busy_message(key, holder, *remaining, *kind))]
     Busy {
         /// The contested key.
         key: String,
-        /// The holder's human label (`host:pid`), for display only.
+        /// The holder's human label (`host:pid`), for display only: for a
+        /// semaphore the permit that expires first, for a reader-writer
+        /// lock the holder or waiting writer that blocked the attempt.
         holder: String,
         /// The longest the current lease can still last, by the store's clock.
         remaining: Duration,
+        /// What was asked for: a mutex, a permit of a semaphore of N, or a
+        /// side of a reader-writer lock.
+        kind: LockKind,
     },
 
     /// The lock was not acquired within the caller's wait bound.
@@ -336,6 +346,42 @@ impl std::fmt::Display for StoreName {
 /// Shows a measured duration to the millisecond (`5.002s`, `250ms`):
 /// nanoseconds of a timer's overshoot are noise in a message. Durations
 /// under a millisecond keep their precision, so they never print as `0ms`.
+/// What a busy attempt asked for ([`Error::Busy`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LockKind {
+    /// A mutex (also a row lock of the pessimistic helpers).
+    Mutex,
+    /// A permit of a semaphore of this many permits.
+    Semaphore {
+        /// The semaphore's number of permits.
+        permits: u32,
+    },
+    /// The shared (reader) side of a reader-writer lock.
+    Read,
+    /// The exclusive (writer) side of a reader-writer lock.
+    Write,
+}
+
+fn busy_message(key: &str, holder: &str, remaining: Duration, kind: LockKind) -> String {
+    let left = Millis(remaining);
+    match kind {
+        LockKind::Mutex => format!("lock {key:?} is held by {holder} for up to {left} more"),
+        LockKind::Semaphore { permits: 1 } => format!(
+            "the 1 permit of semaphore {key:?} is taken, by {holder} for up to {left} more"
+        ),
+        LockKind::Semaphore { permits } => format!(
+            "all {permits} permits of semaphore {key:?} are taken; the first frees within {left} (held by {holder})"
+        ),
+        LockKind::Read => format!(
+            "rw lock {key:?} is closed to readers: writer {holder} holds it or waits for it, for up to {left} more"
+        ),
+        LockKind::Write => format!(
+            "rw lock {key:?} is not free for a writer: {holder} holds it or waits for it, for up to {left} more"
+        ),
+    }
+}
+
 struct Millis(Duration);
 
 impl std::fmt::Display for Millis {
@@ -505,14 +551,27 @@ mod tests {
             timeout(Duration::from_nanos(5_001_659_909)).to_string(),
             r#"lock "k" was not acquired within 5.002s"#
         );
-        let busy = Error::Busy {
+        let busy = |kind| Error::Busy {
             key: "k".into(),
             holder: "h:1".into(),
             remaining: Duration::from_nanos(29_999_600_000),
+            kind,
         };
         assert_eq!(
-            busy.to_string(),
+            busy(LockKind::Mutex).to_string(),
             r#"lock "k" is held by h:1 for up to 30s more"#
+        );
+        assert_eq!(
+            busy(LockKind::Semaphore { permits: 2 }).to_string(),
+            r#"all 2 permits of semaphore "k" are taken; the first frees within 30s (held by h:1)"#
+        );
+        assert_eq!(
+            busy(LockKind::Read).to_string(),
+            r#"rw lock "k" is closed to readers: writer h:1 holds it or waits for it, for up to 30s more"#
+        );
+        assert_eq!(
+            busy(LockKind::Write).to_string(),
+            r#"rw lock "k" is not free for a writer: h:1 holds it or waits for it, for up to 30s more"#
         );
         let shown = |d| Millis(d).to_string();
         assert_eq!(shown(Duration::from_micros(250_400)), "250ms");

@@ -182,7 +182,7 @@ pub mod time;
 // `backend` alone (the rule is in docs/architecture.md).
 pub use backend::{Backend, Lease, LeaseInfo, OwnerId};
 pub use election::{Election, Leader, Leadership, Observer, MAX_CANDIDATE_BYTES};
-pub use error::{BoxError, Error, Result};
+pub use error::{BoxError, Error, LockKind, Result};
 pub use guard::LeaseGuard;
 pub use key::{validate_prefix, Key, MAX_KEY_BYTES};
 pub use lock::{AcquireOptions, Locks, STORE_ANSWER_GRACE};

@@ -413,6 +413,7 @@ impl Locks {
                     key: request.key().to_string(),
                     holder: busy.holder,
                     remaining: busy.remaining,
+                    kind: lock_kind(&request),
                 });
             }
             let now = Instant::now();
@@ -659,5 +660,16 @@ impl Waiting {
             subscription,
             backoff,
         })
+    }
+}
+
+/// What a request asks for, as [`Error::Busy`] names it.
+fn lock_kind(request: &AcquireRequest) -> crate::error::LockKind {
+    use crate::error::LockKind;
+    match request.permit_kind() {
+        None => LockKind::Mutex,
+        Some(PermitKind::Semaphore(permits)) => LockKind::Semaphore { permits },
+        Some(PermitKind::Read) => LockKind::Read,
+        Some(PermitKind::Write) => LockKind::Write,
     }
 }

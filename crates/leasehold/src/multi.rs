@@ -257,6 +257,7 @@ fn whole_call_error(error: Error, started: Instant, waits: bool) -> Error {
             key,
             holder,
             remaining,
+            ..
         } if waits => Error::Timeout {
             key,
             waited: started.elapsed(),

@@ -173,6 +173,42 @@ mod tests {
             .starts_with("invalid store url: not a PostgreSQL URL"));
     }
 
+    /// Every store refuses an option it does not know, before any I/O
+    /// (nothing listens on port 1).
+    #[tokio::test]
+    async fn unknown_url_options_are_refused_on_every_store() {
+        assert!(problem("memory://?cache=1")
+            .await
+            .contains("takes no option"));
+        #[cfg(feature = "sqlite")]
+        assert!(problem("sqlite:///tmp/x.db?journal=wal")
+            .await
+            .contains("unknown sqlite option"));
+        #[cfg(feature = "postgres")]
+        assert!(problem("postgres://127.0.0.1:1/db?max_conections=4")
+            .await
+            .contains("unknown postgres option \"max_conections\""));
+        #[cfg(feature = "redis")]
+        {
+            assert!(problem("redis://127.0.0.1:1?prefx=a")
+                .await
+                .contains("unknown redis option \"prefx\""));
+            assert!(
+                problem("redis+cluster://127.0.0.1:1,127.0.0.1:2?min_replica=1")
+                    .await
+                    .contains("unknown redis option \"min_replica\"")
+            );
+        }
+        #[cfg(feature = "mongodb")]
+        {
+            let message = problem("mongodb://127.0.0.1:1/?directConection=true").await;
+            assert!(
+                message.starts_with("invalid store url") && message.contains("directConection"),
+                "{message}"
+            );
+        }
+    }
+
     #[tokio::test]
     async fn listen_option_is_checked_and_taken_out() {
         assert!(problem("memory://?listen=maybe")

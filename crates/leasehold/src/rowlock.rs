@@ -234,6 +234,7 @@ fn lock_error(e: sqlx::Error, label: &str) -> Error {
             key: label.to_owned(),
             holder: "another transaction".to_owned(),
             remaining: Duration::ZERO,
+            kind: crate::error::LockKind::Mutex,
         }
     } else {
         classify(e)
