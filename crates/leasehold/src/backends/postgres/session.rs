@@ -34,6 +34,7 @@
 //! waiter woken early could retry, find the key held, and miss the release
 //! that follows).
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -445,6 +446,59 @@ fn spawn_serving(
         })
 }
 
+/// The jobs the serving task has taken off its channel, renewals first.
+///
+/// A renewal must not wait behind acquisitions queued before it: attempts
+/// whose callers left are still completed (and their grants given back) in
+/// the background, so a burst of callers that give up can queue many
+/// statements on a slow link, and the leases this process holds would
+/// lapse behind them. Renewals are the only `Op::Execute` jobs.
+struct JobQueue {
+    channel: mpsc::UnboundedReceiver<Job>,
+    renewals: VecDeque<Job>,
+    others: VecDeque<Job>,
+}
+
+impl JobQueue {
+    fn new(channel: mpsc::UnboundedReceiver<Job>) -> Self {
+        JobQueue {
+            channel,
+            renewals: VecDeque::new(),
+            others: VecDeque::new(),
+        }
+    }
+
+    fn sort_in(&mut self, job: Job) {
+        match job.op {
+            Op::Execute(_) => self.renewals.push_back(job),
+            _ => self.others.push_back(job),
+        }
+    }
+
+    /// The next job without waiting, renewals first.
+    fn try_next(&mut self) -> Option<Job> {
+        while let Ok(job) = self.channel.try_recv() {
+            self.sort_in(job);
+        }
+        self.renewals
+            .pop_front()
+            .or_else(|| self.others.pop_front())
+    }
+
+    /// The next job, renewals first; `None` once every sender is gone and
+    /// nothing is left. Cancel safe: a job taken off the channel stays
+    /// queued here until it is returned.
+    async fn next(&mut self) -> Option<Job> {
+        loop {
+            if let Some(job) = self.try_next() {
+                return Some(job);
+            }
+            let job = self.channel.recv().await?;
+            self.sort_in(job);
+        }
+    }
+}
+
 /// Serves jobs and forwards notifications until the last backend goes.
 async fn serve(
     jobs: mpsc::UnboundedReceiver<Job>,
@@ -456,7 +510,7 @@ async fn serve(
     // registered).
     let missed = hub.watched_keys() > 0;
     let mut task = Task {
-        jobs,
+        jobs: JobQueue::new(jobs),
         config,
         hub,
         gave_up,
@@ -483,7 +537,7 @@ fn dropped_backoff() -> Backoff {
 
 /// The serving task's state.
 struct Task {
-    jobs: mpsc::UnboundedReceiver<Job>,
+    jobs: JobQueue,
     config: Arc<Config>,
     hub: WakeHub,
     gave_up: watch::Receiver<u64>,
@@ -520,7 +574,7 @@ impl Task {
                     Some("the connection failed")
                 }
             },
-            job = self.jobs.recv() => match job {
+            job = self.jobs.next() => match job {
                 None => return false,
                 Some(job) if job.reply.is_closed() => None,
                 Some(job) => serve_job(open, job, &mut self.gave_up).await.err(),
@@ -545,7 +599,7 @@ impl Task {
     /// waiters), then connects.
     async fn step_unconnected(&mut self) -> bool {
         let job = tokio::select! {
-            job = self.jobs.recv() => match job {
+            job = self.jobs.next() => match job {
                 Some(job) if job.reply.is_closed() => return true,
                 Some(job) => Some(job),
                 None => return false,
@@ -600,7 +654,7 @@ impl Task {
                 if let Some(job) = job {
                     let _ = job.reply.send(Err(last.error()));
                 }
-                while let Ok(job) = self.jobs.try_recv() {
+                while let Some(job) = self.jobs.try_next() {
                     let _ = job.reply.send(Err(last.error()));
                 }
                 self.refusal = Some(last);
@@ -799,5 +853,47 @@ async fn sleep_until_some(deadline: Option<Instant>) {
     match deadline {
         Some(d) => sleep_until(d).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(op: Op) -> Job {
+        Job {
+            op,
+            reply: oneshot::channel().0,
+        }
+    }
+
+    fn is_renewal(job: &Job) -> bool {
+        matches!(job.op, Op::Execute(_))
+    }
+
+    /// A renewal queued behind acquisitions is served before them, and
+    /// the rest keep their order.
+    #[tokio::test]
+    async fn renewals_go_before_the_jobs_queued_ahead_of_them() {
+        let (sender, channel) = mpsc::unbounded_channel();
+        let mut queue = JobQueue::new(channel);
+        for n in 0..3 {
+            sender
+                .send(job(Op::Rows(Statement::new(&format!("attempt {n}"), &[]))))
+                .unwrap();
+        }
+        sender
+            .send(job(Op::Execute(Statement::new("renew", &[]))))
+            .unwrap();
+        let first = queue.next().await.unwrap();
+        assert!(is_renewal(&first), "the renewal first");
+        for n in 0..3 {
+            match queue.next().await.unwrap().op {
+                Op::Rows(statement) => assert_eq!(statement.sql, format!("attempt {n}")),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        drop(sender);
+        assert!(queue.next().await.is_none(), "ends with its senders");
     }
 }
