@@ -566,8 +566,10 @@ impl Locks {
 /// cancel token or backstop in [`Locks::attempt`]), it moves the attempt to
 /// the background runtime, which waits for the answer (for at most a ttl:
 /// after that a grant has expired anyway) and releases a grant at once.
-/// Until then the key's next acquisition through this handle waits for it,
-/// as for a dropped guard's release.
+/// While that release is on its way the key's next acquisition through
+/// this handle waits for it, as for a dropped guard's release (not while
+/// the answer is still awaited: a store that never answers would hold the
+/// key up for a ttl).
 struct InFlight<'a> {
     attempt: Option<BoxFuture<'static, Result<Acquire>>>,
     locks: &'a Locks,
@@ -595,10 +597,13 @@ impl Drop for InFlight<'_> {
         };
         let backend = self.locks.backend.clone();
         let ttl = self.request.ttl();
-        let pending = self.locks.pending.begin(self.request.key());
+        let pending = self.locks.pending.clone();
         self.locks.renewals.background().spawn(async move {
-            let _pending = pending;
             if let Ok(Ok(Acquire::Granted(lease))) = tokio::time::timeout(ttl, attempt).await {
+                // Recorded only once there is a grant to give back: an
+                // attempt the store never answers (a hung server) must not
+                // hold up the key's next acquisitions for a ttl.
+                let _pending = pending.begin(lease.key());
                 tracing::debug!(key = %lease.key(), token = lease.token(), "a grant whose caller went away; giving it back");
                 give_back(&*backend, &lease).await;
             }
