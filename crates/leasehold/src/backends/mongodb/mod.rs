@@ -132,9 +132,20 @@ impl MongoBackend {
 
     async fn connect_to(url: &str, options: MongoOptions) -> Result<Self> {
         options.validate()?;
-        let mut client_options = ClientOptions::parse(url)
-            .await
-            .map_err(|e| Error::invalid_from("store url", "not a MongoDB URL", e))?;
+        let mut client_options = ClientOptions::parse(url).await.map_err(|e| {
+            // The driver's own sentence, not its whole error dump.
+            let context = match &*e.kind {
+                mongodb::error::ErrorKind::InvalidArgument { message, .. } => {
+                    format!("not a MongoDB URL ({message})")
+                }
+                _ => "not a MongoDB URL".to_owned(),
+            };
+            Error::InvalidInput {
+                what: "store url",
+                problem: context,
+                source: Some(e.into()),
+            }
+        })?;
         client_options
             .connect_timeout
             .get_or_insert(CONNECT_TIMEOUT);
