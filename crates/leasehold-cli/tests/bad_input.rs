@@ -39,9 +39,9 @@ fn stores() -> Vec<Store> {
             ),
             // A mistyped directory is not created: no second lock database.
             (
-                "sqlite:///tmp/leasehold-no-such-dir/locks.db".into(),
+                "sqlite:///proc/leasehold-no-such-dir/locks.db".into(),
                 64,
-                "directory /tmp/leasehold-no-such-dir of /tmp/leasehold-no-such-dir/locks.db does not exist",
+                "directory /proc/leasehold-no-such-dir of /proc/leasehold-no-such-dir/locks.db does not exist",
             ),
         ],
         _dir: Some(dir),
