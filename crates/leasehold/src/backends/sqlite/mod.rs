@@ -4,8 +4,9 @@
 //! One table, one row per key, never deleted (the fence lives there). Each
 //! operation is one statement, which SQLite runs as one write transaction
 //! (in WAL mode an autocommit write takes the write lock before it reads).
-//! Expiry uses SQLite's `unixepoch('subsec')`: the host's clock, the same for
-//! every process on the host. Waiters in other processes are woken through a
+//! Expiry uses the host's boot clock, anchored to the Unix epoch once per
+//! boot and shared by every process on the host through the file (see
+//! `clock.rs`): a step of the wall clock moves no lease. Waiters in other processes are woken through a
 //! wake directory of Unix datagram sockets (see `wake.rs`).
 
 mod options;
@@ -29,21 +30,18 @@ use crate::backend::{
 };
 use crate::error::{Error, Result};
 use crate::key::Key;
+use clock::StoreClock;
 pub use options::SqliteOptions;
 use wake::{SharedWakeDir, WakeDir};
 
 /// The name errors carry ([`Error::store`]).
 const STORE: &str = "sqlite";
 
-/// The store's clock in milliseconds since the Unix epoch.
-macro_rules! now_ms {
-    () => {
-        "CAST(unixepoch('subsec') * 1000 AS INTEGER)"
-    };
-}
-
-// After `now_ms!`, which their statements use; `slots` first, for
+// `clock` first, for `now_ms!` (the store's clock in milliseconds since
+// the Unix epoch), which the statements use; then `slots`, for
 // `slot_tables!`.
+#[macro_use]
+mod clock;
 #[macro_use]
 mod slots;
 mod rwlock;
@@ -278,14 +276,21 @@ async fn connect_and_migrate(
     // One connection: SQLite admits one writer at a time anyway, and
     // queueing in-process writers on the pool is fair and wakes at once,
     // where SQLite's busy handler sleeps in growing steps.
+    let clock = StoreClock::default();
+    let registered = clock.clone();
     let pool = SqlitePoolOptions::new()
         .max_connections(1)
         .acquire_timeout(options.busy_timeout() + Duration::from_secs(5))
+        .after_connect(move |conn, _| {
+            let clock = registered.clone();
+            Box::pin(async move { clock.register(conn).await })
+        })
         .connect_with(connect)
         .await?;
     sqlx::query(MIGRATION).execute(&pool).await?;
     semaphore::migrate(&pool).await?;
     rwlock::migrate(&pool).await?;
+    clock.anchor(&pool).await?;
     Ok(pool)
 }
 
