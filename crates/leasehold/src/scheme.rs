@@ -48,6 +48,8 @@ pub enum Scheme {
     Redis,
     /// `mongodb://`, `mongodb+srv://`: a MongoDB deployment.
     Mongodb,
+    /// `etcd://`, `etcds://` (TLS): an etcd v3 cluster.
+    Etcd,
 }
 
 /// Where a store's data lives, seen from a client process.
@@ -103,11 +105,13 @@ const SCHEMES: &[(&str, Scheme, Location)] = &[
         },
     ),
     ("mongodb+srv", Scheme::Mongodb, Location::Discovered),
+    ("etcd", Scheme::Etcd, Location::Tcp { default_port: 2379 }),
+    ("etcds", Scheme::Etcd, Location::Tcp { default_port: 2379 }),
 ];
 
 /// Schemes whose connection is TLS (`valkeys` is the Redis driver's alias,
 /// which `Scheme::parse` does not offer but a backend's own `connect` sees).
-const TLS_SCHEMES: &[&str] = &["rediss", "valkeys"];
+const TLS_SCHEMES: &[&str] = &["rediss", "valkeys", "etcds"];
 /// The scheme of a Redis Cluster's seed list.
 pub(crate) const REDIS_CLUSTER: &str = "redis+cluster";
 
@@ -276,6 +280,7 @@ impl Scheme {
             Scheme::Postgres => "postgres",
             Scheme::Redis => "redis",
             Scheme::Mongodb => "mongodb",
+            Scheme::Etcd => "etcd",
         }
     }
 
@@ -295,6 +300,7 @@ impl Scheme {
             Scheme::Postgres => cfg!(feature = "postgres"),
             Scheme::Redis => cfg!(feature = "redis"),
             Scheme::Mongodb => cfg!(feature = "mongodb"),
+            Scheme::Etcd => cfg!(feature = "etcd"),
         }
     }
 
@@ -312,13 +318,21 @@ impl Scheme {
                 "acquire_timeout",
             ],
             Scheme::Redis => &["prefix", "min_replicas"],
+            Scheme::Etcd => &[
+                "prefix",
+                "clock_margin_ms",
+                "ca_file",
+                "cert_file",
+                "key_file",
+                "domain",
+            ],
         }
     }
 
     /// Whether options that are not leasehold's go to a driver (otherwise
     /// they are refused).
     fn takes_driver_options(self) -> bool {
-        !matches!(self, Scheme::Memory | Scheme::Sqlite)
+        !matches!(self, Scheme::Memory | Scheme::Sqlite | Scheme::Etcd)
     }
 
     /// The driver's own query options that leasehold passes on, where the
@@ -330,7 +344,7 @@ impl Scheme {
         match self {
             Scheme::Postgres => Some(POSTGRES_DRIVER_OPTIONS),
             Scheme::Redis => Some(REDIS_DRIVER_OPTIONS),
-            Scheme::Memory | Scheme::Sqlite | Scheme::Mongodb => None,
+            Scheme::Memory | Scheme::Sqlite | Scheme::Mongodb | Scheme::Etcd => None,
         }
     }
 
