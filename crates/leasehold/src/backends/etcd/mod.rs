@@ -122,7 +122,7 @@ impl EtcdBackend {
         .map_err(classify)?;
         let layout = Layout::new(options.prefix());
         let watcher = watch::notifier(client.clone(), layout.clone());
-        Ok(EtcdBackend {
+        let backend = EtcdBackend {
             inner: Arc::new(Inner {
                 client,
                 layout,
@@ -130,7 +130,17 @@ impl EtcdBackend {
                 clock_margin_ms: i64::try_from(options.clock_margin.as_millis()).unwrap_or(0),
                 watcher,
             }),
-        })
+        };
+        // The client dials lazily: one read now, so a cluster that is down
+        // (or credentials it refuses) is reported by `connect`, not by the
+        // first lock.
+        let mut kv = backend.inner.client.kv_client();
+        let probe = GetOptions::new().with_count_only().with_serializable();
+        tokio::time::timeout(options.connect_timeout + options.request_timeout, kv.get(layout_probe(&backend), Some(probe)))
+            .await
+            .map_err(|_| timed_out("the first read"))?
+            .map_err(classify)?;
+        Ok(backend)
     }
 
     /// The etcd client, for an application's own requests on the same
@@ -220,6 +230,25 @@ fn tls(options: &EtcdOptions) -> Result<etcd_client::TlsOptions> {
     Ok(tls)
 }
 
+fn layout_probe(backend: &EtcdBackend) -> String {
+    backend.inner.layout.all().to_owned()
+}
+
+/// A busy answer for `record`: its time left by this client's clock, and
+/// once that is over, the rest of the clock margin (another client may
+/// still hold it that long by its own clock).
+fn busy(record: keys::Record, now: i64, takeover: i64) -> Busy {
+    let remaining = if record.live(now) {
+        record.remaining(now)
+    } else {
+        record.remaining(takeover)
+    };
+    Busy {
+        holder: record.holder,
+        remaining,
+    }
+}
+
 /// "This grant is still `owner`'s, with this token."
 fn owner_is(grant: &Grant, owner: crate::backend::OwnerId, token: u64) -> Result<Vec<Compare>> {
     let token = crate::backend::token_to_i64(token)?;
@@ -302,10 +331,7 @@ impl Backend for EtcdBackend {
                 };
                 let record = keys::Record::decode(req.key().as_str(), e, h, o)?;
                 if record.owner != req.owner() || !record.live(now) {
-                    return Ok(Acquire::Busy(Busy {
-                        remaining: record.remaining(takeover),
-                        holder: record.holder,
-                    }));
+                    return Ok(Acquire::Busy(busy(record, now, takeover)));
                 }
                 // A repeat of a live grant: the same grant, extended.
                 let lease = req.granted(record.token);

@@ -109,7 +109,7 @@ fn decide(req: &AcquireRequest, slots: &Slots, now: i64, takeover: i64) -> Decis
         live.iter()
             .filter(|(s, _)| filter(s.unwrap_or_default()))
             .min_by_key(|(_, r)| r.expiry_ms)
-            .map(|(_, r)| busy(&r.holder, r.expiry_ms - takeover))
+            .map(|(_, r)| super::busy(r.clone(), now, takeover))
     };
     let lowest_free = |below: u32| {
         (0..below).find(|slot| !live.iter().any(|(s, _)| *s == Some(*slot)))
@@ -132,7 +132,10 @@ fn decide(req: &AcquireRequest, slots: &Slots, now: i64, takeover: i64) -> Decis
         .marker
         .as_ref()
         .filter(|m| m.expiry_ms > takeover && m.owner != req.owner())
-        .map(|m| busy(&m.holder, m.expiry_ms - takeover));
+        .map(|m| {
+            let left = if m.expiry_ms > now { now } else { takeover };
+            busy(&m.holder, m.expiry_ms - left)
+        });
     // Only permit requests come here; a bare one counts as one permit.
     match req.permit_kind().unwrap_or(PermitKind::Semaphore(1)) {
         PermitKind::Semaphore(permits) => {
