@@ -160,7 +160,12 @@ mod key;
 mod local;
 mod lock;
 mod multi;
-#[cfg(any(feature = "postgres", feature = "redis", feature = "mongodb", feature = "etcd"))]
+#[cfg(any(
+    feature = "postgres",
+    feature = "redis",
+    feature = "mongodb",
+    feature = "etcd"
+))]
 mod notifier;
 mod notify;
 pub mod occ;

@@ -29,8 +29,14 @@ pub async fn conformance_store(var: &str) -> Option<TestStore> {
     for (what, options) in [
         ("prefix", slow().with_prefix("")),
         ("prefix", slow().with_prefix("a\u{7}b")),
-        ("request timeout", slow().with_request_timeout(Duration::ZERO)),
-        ("client certificate", slow().with_client_cert("/nonexistent.pem")),
+        (
+            "request timeout",
+            slow().with_request_timeout(Duration::ZERO),
+        ),
+        (
+            "client certificate",
+            slow().with_client_cert("/nonexistent.pem"),
+        ),
     ] {
         store = store.with_bad_option(what, move || {
             EtcdBackend::connect_with(down, options.clone())
@@ -42,9 +48,7 @@ pub async fn conformance_store(var: &str) -> Option<TestStore> {
         "etcd://127.0.0.1:1/database",
         "http://127.0.0.1:1",
     ] {
-        store = store.with_bad_option("store url", move || {
-            EtcdBackend::connect_with(url, slow())
-        });
+        store = store.with_bad_option("store url", move || EtcdBackend::connect_with(url, slow()));
     }
     Some(store)
 }

@@ -62,7 +62,11 @@ impl Baseline for TwoTxns {
         Box::pin(async move {
             let k = raw_key(&held.key);
             let txn = Txn::new()
-                .when([Compare::value(k.as_str(), CompareOp::Equal, held.owner.as_str())])
+                .when([Compare::value(
+                    k.as_str(),
+                    CompareOp::Equal,
+                    held.owner.as_str(),
+                )])
                 .and_then([TxnOp::delete(k.as_str(), None)]);
             self.client
                 .kv_client()

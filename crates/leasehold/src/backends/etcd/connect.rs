@@ -76,7 +76,9 @@ pub(super) fn parse(url: &str, base: EtcdOptions) -> Result<Target> {
             "prefix" => options.with_prefix(value),
             "clock_margin_ms" => {
                 let ms: u64 = value.parse().map_err(|_| {
-                    bad(format!("clock_margin_ms must be a whole number of milliseconds, got {value:?}"))
+                    bad(format!(
+                        "clock_margin_ms must be a whole number of milliseconds, got {value:?}"
+                    ))
                 })?;
                 options.with_clock_margin(std::time::Duration::from_millis(ms))
             }
@@ -109,12 +111,16 @@ pub(super) fn parse(url: &str, base: EtcdOptions) -> Result<Target> {
 fn endpoint(member: &str, tls: bool) -> Result<String> {
     let bad = |problem: String| Error::invalid("store url", problem);
     if member.is_empty() {
-        return Err(bad("an etcd URL needs at least one host:port, and no empty one".into()));
+        return Err(bad(
+            "an etcd URL needs at least one host:port, and no empty one".into(),
+        ));
     }
     let (host, port) = match member.rsplit_once(':') {
         Some((host, port)) if !host.ends_with(']') || member.starts_with('[') => {
             if host.contains(':') && !host.starts_with('[') {
-                return Err(bad(format!("bad member {member:?}: write IPv6 hosts as [addr]:port")));
+                return Err(bad(format!(
+                    "bad member {member:?}: write IPv6 hosts as [addr]:port"
+                )));
             }
             (host, port)
         }
@@ -148,10 +154,7 @@ mod tests {
             ["http://h1:2379", "http://h2:2379", "http://127.0.0.1:4001"]
         );
         assert_eq!(t.options.prefix(), "jobs/");
-        assert_eq!(
-            t.options.user,
-            Some(("app".to_owned(), "p@ss".to_owned()))
-        );
+        assert_eq!(t.options.user, Some(("app".to_owned(), "p@ss".to_owned())));
         let t = target("etcds://h1:2379?ca_file=/etc/ca.pem&domain=etcd.internal").unwrap();
         assert_eq!(t.endpoints, ["https://h1:2379"]);
         let t = target("etcd://h1:2379?ca_file=/etc/ca.pem").unwrap();

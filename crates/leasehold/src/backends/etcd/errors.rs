@@ -37,8 +37,14 @@ pub(super) fn classify(e: codes::Driver) -> Error {
         Driver::TransportError(_) | Driver::IoError(_) | Driver::WatchError(_) => true,
         Driver::GRpcStatus(status) => {
             let code = status.code() as i32;
-            [CANCELLED, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ABORTED, UNAVAILABLE]
-                .contains(&code)
+            [
+                CANCELLED,
+                DEADLINE_EXCEEDED,
+                RESOURCE_EXHAUSTED,
+                ABORTED,
+                UNAVAILABLE,
+            ]
+            .contains(&code)
                 || TRANSIENT_MESSAGES
                     .iter()
                     .any(|m| status.message().contains(m))

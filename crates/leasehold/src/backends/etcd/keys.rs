@@ -170,7 +170,12 @@ impl Record {
 
     /// Reads a grant from its three etcd keys. `key` is the lock's key as
     /// stored (checked here).
-    pub fn decode(key: &str, expiry: &KeyValue, holder: &KeyValue, owner: &KeyValue) -> Result<Record> {
+    pub fn decode(
+        key: &str,
+        expiry: &KeyValue,
+        holder: &KeyValue,
+        owner: &KeyValue,
+    ) -> Result<Record> {
         let decoder = RecordDecoder::new(STORE, key);
         decoder.key()?;
         let ms = std::str::from_utf8(expiry.value()).unwrap_or("?");
@@ -224,7 +229,9 @@ impl Slots {
                 let mut fields = value.splitn(3, '|');
                 let (ms, owner, holder) = (fields.next(), fields.next(), fields.next());
                 let (Some(ms), Some(owner), Some(holder)) = (ms, owner, holder) else {
-                    return Err(decoder.corrupt(format!("marker {value:?} is not expiry|owner|holder")));
+                    return Err(
+                        decoder.corrupt(format!("marker {value:?} is not expiry|owner|holder"))
+                    );
                 };
                 let expiry_ms = ms
                     .parse::<i64>()
@@ -246,13 +253,14 @@ impl Slots {
             current = slot;
             parts.push(kv);
             if parts.len() == 3 {
-                let slot = if slot.is_empty() {
-                    None
-                } else {
-                    Some(slot.parse::<u32>().map_err(|_| {
-                        decoder.corrupt(format!("slot {slot:?} is not a number"))
-                    })?)
-                };
+                let slot =
+                    if slot.is_empty() {
+                        None
+                    } else {
+                        Some(slot.parse::<u32>().map_err(|_| {
+                            decoder.corrupt(format!("slot {slot:?} is not a number"))
+                        })?)
+                    };
                 let record = Record::decode(key, parts[0], parts[1], parts[2])?;
                 slots.grants.push((slot, record));
                 parts.clear();

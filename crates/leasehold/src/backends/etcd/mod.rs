@@ -46,7 +46,6 @@ use crate::notify::Subscription;
 use errors::{classify, timed_out, STORE};
 use keys::{expired_below, expiry_value, live_above, now_ms, Grant, Kind, Layout, Slots};
 
-
 /// How often a grant retries after a concurrent write changed what it read.
 const CONFLICT_RETRIES: usize = 16;
 
@@ -136,10 +135,13 @@ impl EtcdBackend {
         // first lock.
         let mut kv = backend.inner.client.kv_client();
         let probe = GetOptions::new().with_count_only().with_serializable();
-        tokio::time::timeout(options.connect_timeout + options.request_timeout, kv.get(layout_probe(&backend), Some(probe)))
-            .await
-            .map_err(|_| timed_out("the first read"))?
-            .map_err(classify)?;
+        tokio::time::timeout(
+            options.connect_timeout + options.request_timeout,
+            kv.get(layout_probe(&backend), Some(probe)),
+        )
+        .await
+        .map_err(|_| timed_out("the first read"))?
+        .map_err(classify)?;
         Ok(backend)
     }
 
@@ -177,10 +179,21 @@ impl EtcdBackend {
     async fn renew_grant(&self, grant: &Grant, lease: &Lease, ttl: Duration) -> Result<bool> {
         let now = now_ms();
         let txn = Txn::new()
-            .when(owner_is(grant, lease.owner(), lease.token())?.into_iter().chain([
-                Compare::value(grant.expiry.as_str(), CompareOp::Greater, live_above(now)),
-            ]).collect::<Vec<_>>())
-            .and_then([TxnOp::put(grant.expiry.as_str(), expiry_value(now, ttl), None)]);
+            .when(
+                owner_is(grant, lease.owner(), lease.token())?
+                    .into_iter()
+                    .chain([Compare::value(
+                        grant.expiry.as_str(),
+                        CompareOp::Greater,
+                        live_above(now),
+                    )])
+                    .collect::<Vec<_>>(),
+            )
+            .and_then([TxnOp::put(
+                grant.expiry.as_str(),
+                expiry_value(now, ttl),
+                None,
+            )]);
         Ok(self.txn(txn).await?.succeeded())
     }
 
@@ -210,9 +223,8 @@ impl std::fmt::Debug for Inner {
 fn tls(options: &EtcdOptions) -> Result<etcd_client::TlsOptions> {
     use etcd_client::{Certificate, Identity, TlsOptions};
     let read = |what: &'static str, path: &std::path::Path| {
-        std::fs::read(path).map_err(|e| {
-            Error::invalid_from(what, format!("cannot read {}", path.display()), e)
-        })
+        std::fs::read(path)
+            .map_err(|e| Error::invalid_from(what, format!("cannot read {}", path.display()), e))
     };
     let mut tls = TlsOptions::new();
     if let Some(ca) = &options.ca_file {
@@ -267,7 +279,10 @@ fn put_grant(grant: &Grant, req: &AcquireRequest, now: i64) -> Vec<TxnOp> {
 }
 
 fn delete_grant(grant: &Grant) -> TxnOp {
-    TxnOp::delete(grant.base.as_str(), Some(DeleteOptions::new().with_prefix()))
+    TxnOp::delete(
+        grant.base.as_str(),
+        Some(DeleteOptions::new().with_prefix()),
+    )
 }
 
 /// The revision a transaction was applied at: the token of what it wrote.
@@ -294,7 +309,10 @@ fn missing(key: &Key) -> Error {
 impl Backend for EtcdBackend {
     fn try_acquire<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
         Box::pin(async move {
-            let grant = self.inner.layout.slot(Kind::Mutex, req.key().as_str(), None);
+            let grant = self
+                .inner
+                .layout
+                .slot(Kind::Mutex, req.key().as_str(), None);
             for _ in 0..CONFLICT_RETRIES {
                 let now = now_ms();
                 let takeover = now - self.inner.clock_margin_ms;
@@ -311,7 +329,11 @@ impl Backend for EtcdBackend {
                         TxnOp::get(grant.owner.as_str(), None),
                     ]);
                 let txn = Txn::new()
-                    .when([Compare::create_revision(grant.expiry.as_str(), CompareOp::Equal, 0)])
+                    .when([Compare::create_revision(
+                        grant.expiry.as_str(),
+                        CompareOp::Equal,
+                        0,
+                    )])
                     .and_then(put_grant(&grant, req, now))
                     .or_else([TxnOp::txn(expired)]);
                 let resp = self.txn(txn).await?;
@@ -340,20 +362,29 @@ impl Backend for EtcdBackend {
                 }
                 // It expired or changed meanwhile: look again.
             }
-            Err(Error::unavailable("etcd: too many concurrent changes to this lock").in_store(STORE))
+            Err(
+                Error::unavailable("etcd: too many concurrent changes to this lock")
+                    .in_store(STORE),
+            )
         })
     }
 
     fn renew<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
         Box::pin(async move {
-            let grant = self.inner.layout.slot(Kind::Mutex, lease.key().as_str(), None);
+            let grant = self
+                .inner
+                .layout
+                .slot(Kind::Mutex, lease.key().as_str(), None);
             self.renew_grant(&grant, lease, ttl).await
         })
     }
 
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            let grant = self.inner.layout.slot(Kind::Mutex, lease.key().as_str(), None);
+            let grant = self
+                .inner
+                .layout
+                .slot(Kind::Mutex, lease.key().as_str(), None);
             self.release_grant(&grant, lease).await.map(drop)
         })
     }
@@ -400,7 +431,11 @@ impl Backend for EtcdBackend {
             let grant = self.inner.layout.slot(Kind::Mutex, key.as_str(), None);
             // Any later grant's revision is larger: deleting is the bump.
             let txn = Txn::new()
-                .when([Compare::value(grant.expiry.as_str(), CompareOp::Greater, live_above(now_ms()))])
+                .when([Compare::value(
+                    grant.expiry.as_str(),
+                    CompareOp::Greater,
+                    live_above(now_ms()),
+                )])
                 .and_then([delete_grant(&grant)])
                 .or_else([delete_grant(&grant)]);
             let broke = self.txn(txn).await?.succeeded();
@@ -415,9 +450,11 @@ impl Backend for EtcdBackend {
 
     fn announce<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool>> {
         Box::pin(async move {
-            let txn = Txn::new().and_then([
-                TxnOp::put(self.inner.layout.announce(key.as_str()), "", None),
-            ]);
+            let txn = Txn::new().and_then([TxnOp::put(
+                self.inner.layout.announce(key.as_str()),
+                "",
+                None,
+            )]);
             self.txn(txn).await?;
             Ok(true)
         })

@@ -8,8 +8,7 @@
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 
 use crate::backend::{
-    Acquire, AcquireRequest, Busy, Lease, PermitInfo, PermitKind, MAX_PERMITS,
-    WRITER_SLOT,
+    Acquire, AcquireRequest, Busy, Lease, PermitInfo, PermitKind, MAX_PERMITS, WRITER_SLOT,
 };
 use crate::error::{Error, Result};
 use crate::key::Key;
@@ -53,14 +52,19 @@ pub(super) async fn try_acquire(backend: &EtcdBackend, req: &AcquireRequest) -> 
         let slots = Slots::decode(key, &base, &kvs)?;
         let decision = decide(req, &slots, now, now - backend.inner.clock_margin_ms);
         // Nothing in the range changed since the read.
-        let unchanged = Compare::mod_revision(base.as_str(), CompareOp::Less, read + 1)
-            .with_prefix();
+        let unchanged =
+            Compare::mod_revision(base.as_str(), CompareOp::Less, read + 1).with_prefix();
         let txn = Txn::new().when([unchanged]);
         let (txn, slot) = match decision {
             Decision::Busy(busy, false) => return Ok(Acquire::Busy(busy)),
             Decision::Busy(busy, true) => {
                 let mark = req.writer_mark_ttl().unwrap_or_default();
-                let value = format!("{}|{}|{}", expiry_value(now, mark), req.owner(), req.holder());
+                let value = format!(
+                    "{}|{}|{}",
+                    expiry_value(now, mark),
+                    req.owner(),
+                    req.holder()
+                );
                 let txn = txn.and_then([TxnOp::put(layout.marker(key), value, None)]);
                 if backend.txn(txn).await?.succeeded() {
                     return Ok(Acquire::Busy(busy));
@@ -111,9 +115,8 @@ fn decide(req: &AcquireRequest, slots: &Slots, now: i64, takeover: i64) -> Decis
             .min_by_key(|(_, r)| r.expiry_ms)
             .map(|(_, r)| super::busy(r.clone(), now, takeover))
     };
-    let lowest_free = |below: u32| {
-        (0..below).find(|slot| !live.iter().any(|(s, _)| *s == Some(*slot)))
-    };
+    let lowest_free =
+        |below: u32| (0..below).find(|slot| !live.iter().any(|(s, _)| *s == Some(*slot)));
     let writer_side = |slot: u32| slot == WRITER_SLOT;
     // A repeat while this owner's grant (of this side) is live.
     let mine = live.iter().find(|(s, r)| {

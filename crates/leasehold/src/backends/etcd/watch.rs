@@ -115,9 +115,9 @@ impl Feed for Releases {
                 for event in resp.events() {
                     let wakes = match event.event_type() {
                         EventType::Delete => true,
-                        EventType::Put => event
-                            .kv()
-                            .is_some_and(|kv| kv.key().starts_with(self.layout.announce("").as_bytes())),
+                        EventType::Put => event.kv().is_some_and(|kv| {
+                            kv.key().starts_with(self.layout.announce("").as_bytes())
+                        }),
                     };
                     let key = event.kv().and_then(|kv| self.layout.lock_of(kv.key()));
                     if let (true, Some(key)) = (wakes, key) {
