@@ -213,7 +213,8 @@ impl Scheme {
                 parsed.options.push((name.to_owned(), value.to_owned()));
             } else if scheme.takes_driver_option(name) {
                 driver_pairs.push(pair);
-            } else if scheme.takes_driver_options() {
+            } else if scheme.takes_driver_options() || scheme == Scheme::Etcd {
+                // Named without its value: a misspelt option may carry a secret.
                 return Err(scheme.unknown_driver_option(name));
             } else {
                 return Err(scheme.unknown_option(pair));
@@ -528,6 +529,8 @@ mod tests {
             ("redis+cluster://a:7000,b:7001", Scheme::Redis, tcp(6379)),
             ("mongodb://h/db", Scheme::Mongodb, tcp(27017)),
             ("mongodb+srv://c/db", Scheme::Mongodb, Location::Discovered),
+            ("etcd://a:2379,b:2379", Scheme::Etcd, tcp(2379)),
+            ("etcds://a:2379?ca_file=/ca.pem", Scheme::Etcd, tcp(2379)),
         ] {
             if !scheme.is_compiled_in() {
                 assert!(
@@ -540,6 +543,21 @@ mod tests {
             assert_eq!((parsed, parts.location()), (scheme, location), "{url}");
             assert_eq!(parts.backend_url(), url);
         }
+    }
+
+    #[test]
+    #[cfg(feature = "etcd")]
+    fn etcd_options_are_named_without_their_values() {
+        let message = problem("etcd://h:2379?pasword=hunter22");
+        assert!(
+            message.contains("unknown etcd option \"pasword\""),
+            "{message}"
+        );
+        assert!(message.contains("prefix, clock_margin_ms"), "{message}");
+        assert!(!message.contains("hunter22"), "{message}");
+        let (_, url) = Scheme::parse("etcd://h:2379?prefix=a/&listen=off").unwrap();
+        assert_eq!(url.option("prefix"), Some("a/"));
+        assert!(!url.listen());
     }
 
     #[test]

@@ -27,7 +27,25 @@ const TRANSIENT_MESSAGES: &[&str] = &[
     "not capable",
     "proposal dropped",
     "stopped",
+    // tonic's own statuses for a connection lost mid-request (code Unknown).
+    "transport error",
+    "connection",
 ];
+
+/// Whether the request failed at the transport, before or while reaching
+/// a member (connection refused or reset): another member may answer.
+pub(super) fn at_transport(e: &codes::Driver) -> bool {
+    match e {
+        codes::Driver::TransportError(_) | codes::Driver::IoError(_) => true,
+        codes::Driver::GRpcStatus(status) => {
+            let message = status.message();
+            message.contains("tcp connect error")
+                || message.contains("transport error")
+                || message.contains("error trying to connect")
+        }
+        _ => false,
+    }
+}
 
 /// Network trouble, timeouts and leader changes are transient; everything
 /// else is a store error.

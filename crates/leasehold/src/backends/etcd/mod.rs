@@ -48,6 +48,8 @@ use keys::{expired_below, expiry_value, live_above, now_ms, Grant, Kind, Layout,
 
 /// How often a grant retries after a concurrent write changed what it read.
 const CONFLICT_RETRIES: usize = 16;
+/// How often a request that failed at the transport is sent again.
+const TRANSPORT_RETRIES: usize = 3;
 
 /// Lock store on an etcd cluster. Clones share the client (one HTTP/2
 /// connection per member) and the watch.
@@ -151,26 +153,44 @@ impl EtcdBackend {
         &self.inner.client
     }
 
-    /// Runs `txn`, bounded by the request timeout.
+    /// Runs `txn`, bounded by the request timeout. A request that failed
+    /// at the transport (a member down: the client's balancer still picks
+    /// it until it notices) is sent again at once, up to
+    /// [`TRANSPORT_RETRIES`] times: every operation here is safe to repeat
+    /// (a repeated grant is the same grant, renew and release compare).
     async fn txn(&self, txn: Txn) -> Result<TxnResponse> {
-        let mut kv = self.inner.client.kv_client();
-        tokio::time::timeout(self.inner.request_timeout, kv.txn(txn))
-            .await
-            .map_err(|_| timed_out("a transaction"))?
-            .map_err(classify)
+        let deadline = tokio::time::Instant::now() + self.inner.request_timeout;
+        let mut attempt = 0;
+        loop {
+            let mut kv = self.inner.client.kv_client();
+            let answer = tokio::time::timeout_at(deadline, kv.txn(txn.clone()))
+                .await
+                .map_err(|_| timed_out("a transaction"))?;
+            match answer {
+                Err(e) if attempt < TRANSPORT_RETRIES && errors::at_transport(&e) => attempt += 1,
+                other => return other.map_err(classify),
+            }
+        }
     }
 
     /// Every key under `start` (a prefix), in key order, and the revision
     /// of the read.
     async fn range(&self, start: &str) -> Result<(Vec<etcd_client::KeyValue>, i64)> {
-        let mut kv = self.inner.client.kv_client();
-        let mut answer = tokio::time::timeout(
-            self.inner.request_timeout,
-            kv.get(start, Some(GetOptions::new().with_prefix())),
-        )
-        .await
-        .map_err(|_| timed_out("a read"))?
-        .map_err(classify)?;
+        let deadline = tokio::time::Instant::now() + self.inner.request_timeout;
+        let mut attempt = 0;
+        let mut answer = loop {
+            let mut kv = self.inner.client.kv_client();
+            let answer = tokio::time::timeout_at(
+                deadline,
+                kv.get(start, Some(GetOptions::new().with_prefix())),
+            )
+            .await
+            .map_err(|_| timed_out("a read"))?;
+            match answer {
+                Err(e) if attempt < TRANSPORT_RETRIES && errors::at_transport(&e) => attempt += 1,
+                other => break other.map_err(classify)?,
+            }
+        };
         let revision = answer.header().map_or(0, |h| h.revision());
         Ok((answer.take_kvs(), revision))
     }
