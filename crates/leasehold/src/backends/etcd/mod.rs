@@ -135,15 +135,8 @@ impl EtcdBackend {
         // The client dials lazily: one read now, so a cluster that is down
         // (or credentials it refuses) is reported by `connect`, not by the
         // first lock.
-        let mut kv = backend.inner.client.kv_client();
         let probe = GetOptions::new().with_count_only().with_serializable();
-        tokio::time::timeout(
-            options.connect_timeout + options.request_timeout,
-            kv.get(layout_probe(&backend), Some(probe)),
-        )
-        .await
-        .map_err(|_| timed_out("the first read"))?
-        .map_err(classify)?;
+        backend.get(backend.inner.layout.all(), probe).await?;
         Ok(backend)
     }
 
@@ -176,23 +169,25 @@ impl EtcdBackend {
     /// Every key under `start` (a prefix), in key order, and the revision
     /// of the read.
     async fn range(&self, start: &str) -> Result<(Vec<etcd_client::KeyValue>, i64)> {
-        let deadline = tokio::time::Instant::now() + self.inner.request_timeout;
-        let mut attempt = 0;
-        let mut answer = loop {
-            let mut kv = self.inner.client.kv_client();
-            let answer = tokio::time::timeout_at(
-                deadline,
-                kv.get(start, Some(GetOptions::new().with_prefix())),
-            )
-            .await
-            .map_err(|_| timed_out("a read"))?;
-            match answer {
-                Err(e) if attempt < TRANSPORT_RETRIES && errors::at_transport(&e) => attempt += 1,
-                other => break other.map_err(classify)?,
-            }
-        };
+        let mut answer = self.get(start, GetOptions::new().with_prefix()).await?;
         let revision = answer.header().map_or(0, |h| h.revision());
         Ok((answer.take_kvs(), revision))
+    }
+
+    /// A read, bounded and resent like [`txn`](Self::txn).
+    async fn get(&self, key: &str, options: GetOptions) -> Result<etcd_client::GetResponse> {
+        let deadline = tokio::time::Instant::now() + self.inner.request_timeout;
+        let mut attempt = 0;
+        loop {
+            let mut kv = self.inner.client.kv_client();
+            let answer = tokio::time::timeout_at(deadline, kv.get(key, Some(options.clone())))
+                .await
+                .map_err(|_| timed_out("a read"))?;
+            match answer {
+                Err(e) if attempt < TRANSPORT_RETRIES && errors::at_transport(&e) => attempt += 1,
+                other => return other.map_err(classify),
+            }
+        }
     }
 
     /// Extends a grant iff owner and token match and it is live.
@@ -260,10 +255,6 @@ fn tls(options: &EtcdOptions) -> Result<etcd_client::TlsOptions> {
         tls = tls.domain_name(domain.clone());
     }
     Ok(tls)
-}
-
-fn layout_probe(backend: &EtcdBackend) -> String {
-    backend.inner.layout.all().to_owned()
 }
 
 /// A busy answer for `record`: its time left by this client's clock, and
