@@ -273,7 +273,7 @@ impl Scheme {
             .is_some_and(|(written, _)| written == REDIS_CLUSTER)
     }
 
-    /// The store's name: `memory`, `sqlite`, `postgres`, `redis`, `mongodb`.
+    /// The store's name: `memory`, `sqlite`, `postgres`, `redis`, `mongodb`, `etcd`.
     pub fn name(self) -> &'static str {
         match self {
             Scheme::Memory => "memory",
