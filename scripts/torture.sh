@@ -21,7 +21,7 @@ dir="$(mktemp -d "${TMPDIR:-/tmp}/leasehold-torture.XXXXXX")"
 trap 'leasehold_stop_services; rm -rf "$dir"' EXIT
 
 stores=("sqlite://$dir/locks.db")
-for var in LEASEHOLD_TEST_POSTGRES LEASEHOLD_TEST_PGBOUNCER LEASEHOLD_TEST_REDIS LEASEHOLD_TEST_REDIS_CLUSTER LEASEHOLD_TEST_MONGODB; do
+for var in LEASEHOLD_TEST_POSTGRES LEASEHOLD_TEST_PGBOUNCER LEASEHOLD_TEST_REDIS LEASEHOLD_TEST_REDIS_CLUSTER LEASEHOLD_TEST_MONGODB LEASEHOLD_TEST_ETCD_CLUSTER; do
   if [ -n "${!var:-}" ] && [ "$var" = LEASEHOLD_TEST_PGBOUNCER ]; then
     # PostgreSQL through PgBouncer in transaction mode, LISTEN past it.
     stores+=("${!var}?pooler=transaction&listen_url=${LEASEHOLD_TEST_POSTGRES}")
@@ -50,6 +50,12 @@ for store in "${stores[@]}"; do
     faults=(--faults kill,pause,restart
       --restart-cmd "scripts/redis-cluster-failover.sh ${seed_node%%[,?]*} lagging")
     ;;
+  etcd://*)
+    # The 3-member cluster: the restart step kills the Raft leader (and
+    # brings it back as a follower) while workers hold and renew.
+    name="$name (3 members), killing the leader"
+    faults=(--faults kill,pause,restart --restart-cmd "scripts/etcd-cluster.sh kill-leader")
+    ;;
   esac
   echo "== torture on $name"
   # The seed is printed in the report; pass --seed to replay a schedule.
@@ -58,8 +64,10 @@ for store in "${stores[@]}"; do
   fi
   echo
   echo "== torture --primitive semaphore on ${name%%,*}"
+  semaphore_faults=(--faults kill,pause)
+  case "$store" in etcd://*) semaphore_faults=("${faults[@]}") ;; esac
   if ! "$bin" --store "$store" torture --primitive semaphore --duration "${semaphore_seconds}s" \
-    --ttl 500ms --workers 5 --faults kill,pause; then
+    --ttl 500ms --workers 5 "${semaphore_faults[@]}"; then
     failed=1
   fi
   echo

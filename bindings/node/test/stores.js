@@ -12,6 +12,7 @@ const SERVERS = [
   ['postgres', 'LEASEHOLD_TEST_POSTGRES'],
   ['redis', 'LEASEHOLD_TEST_REDIS'],
   ['mongodb', 'LEASEHOLD_TEST_MONGODB'],
+  ['etcd', 'LEASEHOLD_TEST_ETCD'],
 ];
 
 function stores() {

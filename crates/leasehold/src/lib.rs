@@ -82,6 +82,7 @@
 //! | `postgres://...`, `postgresql://...` | PostgreSQL lease table ([`backends::postgres`]), across hosts | `postgres` | `LISTEN/NOTIFY`, one connection per process and URL |
 //! | `redis://host[:port][/db]` | Redis, Lua scripts, fence keys never deleted; use AOF | `redis` | one pub/sub connection per process and server |
 //! | `mongodb://HOST/DB` | MongoDB collection ([`backends::mongodb`]), expiry on the server's clock as estimated from `hello` | `mongodb` | a change stream (polling where the server has none) |
+//! | `etcd://HOST:PORT[,HOST:PORT...]`, `etcds://` | etcd v3 cluster ([`backends::etcd`]), one `Txn` per grant, tokens from etcd revisions, expiry on the clients' clocks | `etcd` | one watch stream per backend |
 //!
 //! # Features
 //!
@@ -91,6 +92,7 @@
 //! | `postgres` | the PostgreSQL store ([`backends::postgres`]), [`rowlock`] (row locks and optimistic retries in your own transactions); re-exports [`sqlx`] |
 //! | `redis` | the Redis store ([`backends::redis`]); re-exports [`redis`](mod@redis) |
 //! | `mongodb` | the MongoDB store ([`backends::mongodb`]); re-exports [`mongodb`](mod@mongodb); needs Rust 1.88 |
+//! | `etcd` | the etcd store ([`backends::etcd`]); re-exports [`etcd_client`]; building it runs `protoc` |
 //! | `http` | [`http::LeaseLayer`], tower middleware: `409 Conflict` with `Retry-After` while a resource is locked, or a bounded wait; the fencing token in the request extensions; [`http::PathKey`] for keys from a route's path parameters |
 //! | `conformance` | the shared test suite for stores |
 //! | `testing` | [`testing::Faulty`], a store wrapper that fails, hangs or answers late on command, for tests of code built on leasehold |
@@ -158,7 +160,12 @@ mod key;
 mod local;
 mod lock;
 mod multi;
-#[cfg(any(feature = "postgres", feature = "redis", feature = "mongodb"))]
+#[cfg(any(
+    feature = "postgres",
+    feature = "redis",
+    feature = "mongodb",
+    feature = "etcd"
+))]
 mod notifier;
 mod notify;
 pub mod occ;
@@ -191,6 +198,8 @@ pub use redact::{redact_secrets, redact_url};
 pub use rwlock::{RwLock, RwSide};
 pub use semaphore::{validate_permits, PermitInfo, Semaphore, MAX_PERMITS};
 
+#[cfg(feature = "etcd")]
+pub use etcd_client;
 #[cfg(feature = "mongodb")]
 pub use mongodb;
 #[cfg(feature = "redis")]
@@ -237,6 +246,10 @@ mod markdown {
     #[cfg(feature = "mongodb")]
     #[doc = include_str!("../../../docs/mongodb.md")]
     struct Mongodb;
+
+    #[cfg(feature = "etcd")]
+    #[doc = include_str!("../../../docs/etcd.md")]
+    struct Etcd;
 
     #[cfg(all(feature = "http", feature = "sqlite"))]
     #[doc = include_str!("../../../docs/http.md")]

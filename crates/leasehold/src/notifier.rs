@@ -97,7 +97,7 @@ enum State {
     Idle,
     Running(Running),
     /// Stopped by [`Notifier::close`]: waiters poll.
-    #[cfg_attr(not(feature = "mongodb"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "mongodb", feature = "etcd")), allow(dead_code))]
     Closed,
 }
 
@@ -165,7 +165,7 @@ impl Notifier {
 
     /// Stops the task and waits until it is gone (with it, whatever the
     /// feed holds on the server). Waiters poll from now on.
-    #[cfg_attr(not(feature = "mongodb"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "mongodb", feature = "etcd")), allow(dead_code))]
     pub(crate) async fn close(&self) {
         let state = std::mem::replace(&mut *self.lock(), State::Closed);
         if let State::Running(mut running) = state {

@@ -65,7 +65,8 @@ async fn open_any(url: &str) -> Result<Arc<dyn Backend>> {
         feature = "sqlite",
         feature = "postgres",
         feature = "redis",
-        feature = "mongodb"
+        feature = "mongodb",
+        feature = "etcd"
     )),
     allow(unused_variables)
 )]
@@ -83,6 +84,10 @@ async fn open_store(scheme: Scheme, url: &StoreUrl) -> Result<Arc<dyn Backend>> 
         #[cfg(feature = "mongodb")]
         Scheme::Mongodb => Ok(Arc::new(
             crate::backends::mongodb::MongoBackend::connect(url.backend_url()).await?,
+        )),
+        #[cfg(feature = "etcd")]
+        Scheme::Etcd => Ok(Arc::new(
+            crate::backends::etcd::EtcdBackend::connect(url.backend_url()).await?,
         )),
         // `Scheme::parse` already refuses the stores this build lacks.
         #[allow(unreachable_patterns)]

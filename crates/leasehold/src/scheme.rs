@@ -48,6 +48,8 @@ pub enum Scheme {
     Redis,
     /// `mongodb://`, `mongodb+srv://`: a MongoDB deployment.
     Mongodb,
+    /// `etcd://`, `etcds://` (TLS): an etcd v3 cluster.
+    Etcd,
 }
 
 /// Where a store's data lives, seen from a client process.
@@ -103,11 +105,13 @@ const SCHEMES: &[(&str, Scheme, Location)] = &[
         },
     ),
     ("mongodb+srv", Scheme::Mongodb, Location::Discovered),
+    ("etcd", Scheme::Etcd, Location::Tcp { default_port: 2379 }),
+    ("etcds", Scheme::Etcd, Location::Tcp { default_port: 2379 }),
 ];
 
 /// Schemes whose connection is TLS (`valkeys` is the Redis driver's alias,
 /// which `Scheme::parse` does not offer but a backend's own `connect` sees).
-const TLS_SCHEMES: &[&str] = &["rediss", "valkeys"];
+const TLS_SCHEMES: &[&str] = &["rediss", "valkeys", "etcds"];
 /// The scheme of a Redis Cluster's seed list.
 pub(crate) const REDIS_CLUSTER: &str = "redis+cluster";
 
@@ -209,7 +213,8 @@ impl Scheme {
                 parsed.options.push((name.to_owned(), value.to_owned()));
             } else if scheme.takes_driver_option(name) {
                 driver_pairs.push(pair);
-            } else if scheme.takes_driver_options() {
+            } else if scheme.takes_driver_options() || scheme == Scheme::Etcd {
+                // Named without its value: a misspelt option may carry a secret.
                 return Err(scheme.unknown_driver_option(name));
             } else {
                 return Err(scheme.unknown_option(pair));
@@ -268,7 +273,7 @@ impl Scheme {
             .is_some_and(|(written, _)| written == REDIS_CLUSTER)
     }
 
-    /// The store's name: `memory`, `sqlite`, `postgres`, `redis`, `mongodb`.
+    /// The store's name: `memory`, `sqlite`, `postgres`, `redis`, `mongodb`, `etcd`.
     pub fn name(self) -> &'static str {
         match self {
             Scheme::Memory => "memory",
@@ -276,6 +281,7 @@ impl Scheme {
             Scheme::Postgres => "postgres",
             Scheme::Redis => "redis",
             Scheme::Mongodb => "mongodb",
+            Scheme::Etcd => "etcd",
         }
     }
 
@@ -295,6 +301,7 @@ impl Scheme {
             Scheme::Postgres => cfg!(feature = "postgres"),
             Scheme::Redis => cfg!(feature = "redis"),
             Scheme::Mongodb => cfg!(feature = "mongodb"),
+            Scheme::Etcd => cfg!(feature = "etcd"),
         }
     }
 
@@ -312,13 +319,21 @@ impl Scheme {
                 "acquire_timeout",
             ],
             Scheme::Redis => &["prefix", "min_replicas"],
+            Scheme::Etcd => &[
+                "prefix",
+                "clock_margin_ms",
+                "ca_file",
+                "cert_file",
+                "key_file",
+                "domain",
+            ],
         }
     }
 
     /// Whether options that are not leasehold's go to a driver (otherwise
     /// they are refused).
     fn takes_driver_options(self) -> bool {
-        !matches!(self, Scheme::Memory | Scheme::Sqlite)
+        !matches!(self, Scheme::Memory | Scheme::Sqlite | Scheme::Etcd)
     }
 
     /// The driver's own query options that leasehold passes on, where the
@@ -330,7 +345,7 @@ impl Scheme {
         match self {
             Scheme::Postgres => Some(POSTGRES_DRIVER_OPTIONS),
             Scheme::Redis => Some(REDIS_DRIVER_OPTIONS),
-            Scheme::Memory | Scheme::Sqlite | Scheme::Mongodb => None,
+            Scheme::Memory | Scheme::Sqlite | Scheme::Mongodb | Scheme::Etcd => None,
         }
     }
 
@@ -514,6 +529,8 @@ mod tests {
             ("redis+cluster://a:7000,b:7001", Scheme::Redis, tcp(6379)),
             ("mongodb://h/db", Scheme::Mongodb, tcp(27017)),
             ("mongodb+srv://c/db", Scheme::Mongodb, Location::Discovered),
+            ("etcd://a:2379,b:2379", Scheme::Etcd, tcp(2379)),
+            ("etcds://a:2379?ca_file=/ca.pem", Scheme::Etcd, tcp(2379)),
         ] {
             if !scheme.is_compiled_in() {
                 assert!(
@@ -526,6 +543,21 @@ mod tests {
             assert_eq!((parsed, parts.location()), (scheme, location), "{url}");
             assert_eq!(parts.backend_url(), url);
         }
+    }
+
+    #[test]
+    #[cfg(feature = "etcd")]
+    fn etcd_options_are_named_without_their_values() {
+        let message = problem("etcd://h:2379?pasword=hunter22");
+        assert!(
+            message.contains("unknown etcd option \"pasword\""),
+            "{message}"
+        );
+        assert!(message.contains("prefix, clock_margin_ms"), "{message}");
+        assert!(!message.contains("hunter22"), "{message}");
+        let (_, url) = Scheme::parse("etcd://h:2379?prefix=a/&listen=off").unwrap();
+        assert_eq!(url.option("prefix"), Some("a/"));
+        assert!(!url.listen());
     }
 
     #[test]

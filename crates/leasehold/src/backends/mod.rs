@@ -2,6 +2,8 @@
 //! operations; all logic shared between stores lives in the core.
 
 pub mod decorator;
+#[cfg(feature = "etcd")]
+pub mod etcd;
 pub mod memory;
 mod memory_permits;
 #[cfg(feature = "mongodb")]

@@ -2,6 +2,8 @@
 //! issued by hand with the store's driver, and other lock implementations.
 //! One module per store below; `open` picks by URL.
 
+#[cfg(feature = "etcd")]
+mod etcd;
 #[cfg(feature = "mongodb")]
 mod mongodb;
 mod postgres;
@@ -95,6 +97,8 @@ pub async fn open(url: &str) -> Result<(BenchStore, Locks), CliError> {
         Scheme::Redis => redis::open(url, &parsed).await?,
         #[cfg(feature = "mongodb")]
         Scheme::Mongodb => mongodb::open(url).await?,
+        #[cfg(feature = "etcd")]
+        Scheme::Etcd => etcd::open(url).await?,
         other => {
             if other != Scheme::Memory {
                 eprintln!(

@@ -1,0 +1,52 @@
+//! The `leasehold` binary against etcd (`LEASEHOLD_TEST_ETCD`), across real
+//! OS processes. Skipped when the variable is unset, unless
+//! `LEASEHOLD_REQUIRE_SERVERS=1`.
+#![cfg(feature = "etcd")]
+
+mod common;
+
+use common::*;
+
+/// The server URL with a key prefix of its own, so tests (and their fixed
+/// key names) do not meet.
+fn store() -> Option<String> {
+    let url = leasehold::conformance::server_url("LEASEHOLD_TEST_ETCD")?;
+    Some(format!("{url}?prefix=cli-{:016x}/", rand::random::<u64>()))
+}
+
+process_tests!(store());
+
+#[test]
+fn an_unreachable_server_exits_69_within_ten_seconds() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let started = std::time::Instant::now();
+    let out = run(leasehold(&format!("etcd://127.0.0.1:{port}")).args(["status", "k"]));
+    assert_eq!(out.status.code(), Some(69), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("store unavailable (etcd)"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+}
+
+#[test]
+fn bad_urls_exit_64_before_any_connection() {
+    for url in [
+        "etcd://127.0.0.1:1?nosuchoption=1",
+        "etcd://127.0.0.1:notaport",
+        "etcd://127.0.0.1:1/database",
+    ] {
+        let out = run(leasehold(url).args(["status", "k"]));
+        assert_eq!(out.status.code(), Some(64), "{url}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("invalid store url"),
+            "{}",
+            stderr(&out)
+        );
+    }
+}

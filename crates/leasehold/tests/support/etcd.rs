@@ -1,0 +1,54 @@
+//! The conformance store on etcd: a backend on the server of `var`, a
+//! second client (another backend, its own connections and watch), the
+//! closed-port and bad-option hooks.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold::backends::etcd::{EtcdBackend, EtcdOptions};
+use leasehold::conformance::{server_url, TestStore};
+
+pub async fn conformance_store(var: &str) -> Option<TestStore> {
+    let url = server_url(var)?;
+    let connect = || async {
+        EtcdBackend::connect(&url)
+            .await
+            .expect("the etcd test server answers")
+    };
+    let mut store = TestStore::new(Arc::new(connect().await))
+        .with_second_client(Arc::new(connect().await))
+        .with_url_at_port(|port| format!("etcd://127.0.0.1:{port}"));
+    // A closed port with minute-long timeouts: only a check before any
+    // connection can answer in time.
+    let slow = || {
+        EtcdOptions::new()
+            .with_connect_timeout(Duration::from_secs(60))
+            .with_request_timeout(Duration::from_secs(60))
+    };
+    let down = "etcd://127.0.0.1:1";
+    for (what, options) in [
+        ("prefix", slow().with_prefix("")),
+        ("prefix", slow().with_prefix("a\u{7}b")),
+        (
+            "request timeout",
+            slow().with_request_timeout(Duration::ZERO),
+        ),
+        (
+            "client certificate",
+            slow().with_client_cert("/nonexistent.pem"),
+        ),
+    ] {
+        store = store.with_bad_option(what, move || {
+            EtcdBackend::connect_with(down, options.clone())
+        });
+    }
+    for url in [
+        "etcd://127.0.0.1:1?unknown=1",
+        "etcd://127.0.0.1:notaport",
+        "etcd://127.0.0.1:1/database",
+        "http://127.0.0.1:1",
+    ] {
+        store = store.with_bad_option("store url", move || EtcdBackend::connect_with(url, slow()));
+    }
+    Some(store)
+}
