@@ -1,8 +1,10 @@
 'use strict';
-// Starts the shop in a PM2 cluster, runs the load once per strategy, prints
-// the table, then `pm2 kill`s its own PM2 daemon and checks that the daemon
-// and every shop worker are gone. PM2 runs with a PM2_HOME in a temporary
-// directory, so it neither sees nor touches any other PM2 on the machine.
+// The driver of the inventory examples (pm2-inventory, prisma-inventory):
+// starts an example's shop in a PM2 cluster, runs the load once per
+// strategy, prints the table, then `pm2 kill`s its own PM2 daemon and checks
+// that the daemon and every shop worker are gone. PM2 runs with a PM2_HOME
+// in a temporary directory, so it neither sees nor touches any other PM2 on
+// the machine. Each example's run.js calls `main` with its folder and table:
 //   DATABASE_URL=postgres://… npm start
 // Exits 1 if a safe strategy oversold or lost an update, or a process
 // outlived `pm2 kill`.
@@ -10,11 +12,10 @@
 const { execFileSync } = require('node:child_process');
 const crypto = require('node:crypto');
 const fs = require('node:fs');
+const { createRequire } = require('node:module');
 const net = require('node:net');
 const os = require('node:os');
 const path = require('node:path');
-const { Pool } = require('pg');
-const { TABLE, createSchema } = require('./schema');
 const { runStrategy, printTable, violates, isSafe } = require('./load');
 
 const STRATEGIES = ['none', 'lease', 'row-lock', 'optimistic'];
@@ -23,7 +24,6 @@ const settings = {
   stock: Number(process.env.STOCK ?? 100),
   concurrency: Number(process.env.CONCURRENCY ?? 16),
 };
-const PM2 = path.join(__dirname, 'node_modules', '.bin', 'pm2');
 
 function freePort() {
   return new Promise((resolve, reject) => {
@@ -57,14 +57,27 @@ async function waitFor(ok, ms) {
   }
 }
 
+/** The shop's one table: `version` is for the optimistic strategy, `fence` keeps the highest lease token that wrote the row. */
+async function createSchema(pool, table) {
+  await pool.query(`CREATE TABLE IF NOT EXISTS ${table} (
+    id      text PRIMARY KEY,
+    stock   bigint NOT NULL,
+    version bigint NOT NULL DEFAULT 0,
+    fence   bigint NOT NULL DEFAULT 0
+  )`);
+}
+
+/** A PM2 of its own for the example in `dir` (its PM2 is a dev dependency there). */
 class Pm2 {
-  constructor(env) {
-    this.home = fs.mkdtempSync(path.join(os.tmpdir(), 'pm2-inventory-'));
+  constructor(name, dir, env) {
+    this.dir = dir;
+    this.home = fs.mkdtempSync(path.join(os.tmpdir(), `${name}-`));
     this.env = { ...process.env, ...env, PM2_HOME: this.home };
   }
 
   run(...args) {
-    return execFileSync(PM2, args, { cwd: __dirname, env: this.env, encoding: 'utf8', stdio: 'pipe' });
+    const pm2 = path.join(this.dir, 'node_modules', '.bin', 'pm2');
+    return execFileSync(pm2, args, { cwd: this.dir, env: this.env, encoding: 'utf8', stdio: 'pipe' });
   }
 
   /** The pids of the shop's workers, as PM2 reports them. */
@@ -104,15 +117,22 @@ class Pm2 {
   }
 }
 
-async function main() {
+/**
+ * Runs the example `name` in `dir` (its ecosystem.config.js, its
+ * node_modules) on the products table `table`.
+ */
+async function run({ name, dir, table }) {
   const databaseUrl = process.env.DATABASE_URL;
   if (!databaseUrl) throw new Error('set DATABASE_URL to a PostgreSQL URL, e.g. postgres://postgres@127.0.0.1:5432/postgres');
+  // `pg` is the example's dependency, installed in its folder.
+  const { Pool } = createRequire(path.join(dir, 'package.json'))('pg');
+  const TABLE = table;
   const runId = crypto.randomBytes(4).toString('hex');
   const pool = new Pool({ connectionString: databaseUrl, max: 2 });
-  await createSchema(pool);
+  await createSchema(pool, TABLE);
 
   const port = await freePort();
-  const pm2 = new Pm2({ DATABASE_URL: databaseUrl, PORT: String(port) });
+  const pm2 = new Pm2(name, dir, { DATABASE_URL: databaseUrl, PORT: String(port) });
   const base = `http://127.0.0.1:${port}`;
   let pids = [];
   const rows = [];
@@ -135,11 +155,11 @@ async function main() {
     const up = await waitFor(() => fetch(`${base}/health`).then((r) => r.ok, () => false), 30_000);
     if (!up) throw new Error(`the shop did not answer on ${base}\n${pm2.logs()}`);
     console.log(
-      `pm2-inventory: ${pids.length - 1} shop workers in a PM2 cluster on port ${port}, ` +
+      `${name}: ${pids.length - 1} shop workers in a PM2 cluster on port ${port}, ` +
         `${settings.orders} orders for ${settings.stock} items per strategy, ${settings.concurrency} at a time`,
     );
     for (const strategy of STRATEGIES) {
-      rows.push(await runStrategy({ base, pool, runId }, strategy, settings));
+      rows.push(await runStrategy({ base, pool, runId, table: TABLE }, strategy, settings));
     }
     printTable(rows);
     const served = Math.min(...rows.map((r) => r.workers));
@@ -166,7 +186,12 @@ async function main() {
   if (failed) process.exitCode = 1;
 }
 
-main().catch((error) => {
-  console.error(error);
-  process.exitCode = 1;
-});
+/** Runs the example (see `run`); an error thrown is printed (exit code 1). */
+function main(example) {
+  run(example).catch((error) => {
+    console.error(error);
+    process.exitCode = 1;
+  });
+}
+
+module.exports = { main };
