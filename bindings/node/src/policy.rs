@@ -65,7 +65,7 @@ impl From<Problem> for ProblemAnswer {
 
 /// A wait hint from JS: milliseconds, not negative, finite; a fraction
 /// rounds up, so "retry after" never undershoots.
-fn hint(what: &str, ms: f64) -> napi::Result<Duration> {
+fn hint(what: &'static str, ms: f64) -> napi::Result<Duration> {
     if !(ms.is_finite() && ms >= 0.0) {
         return Err(js(Error::invalid(
             what,
