@@ -8,7 +8,13 @@
 # LEASEHOLD_TEST_* URLs that scripts/test-services.sh exports: the SQLite run
 # always happens; the MongoDB and PostgreSQL runs are skipped with a notice
 # when their server is missing, unless LEASEHOLD_REQUIRE_SERVERS=1.
+# pm2-inventory and prisma-inventory share their driver (load, table, PM2
+# control) in examples/node/inventory, which needs no install of its own.
 #   bash scripts/node-examples.sh      (scripts/test.sh runs it)
+#   bash scripts/node-examples.sh EXAMPLE...
+#                                      only these examples (folder names),
+#                                      against the debug build, without the
+#                                      release tarballs
 set -euo pipefail
 cd "$(dirname "$0")/.."
 examples=examples/node
@@ -16,6 +22,20 @@ started=$SECONDS
 out=$(mktemp -d)
 dist=$(mktemp -d)
 trap 'rm -rf "$out" "$dist"' EXIT
+only=("$@")
+
+# wanted EXAMPLE: whether this run covers EXAMPLE (all without arguments).
+wanted() {
+  [ "${#only[@]}" = 0 ] && return 0
+  local name
+  for name in "${only[@]}"; do
+    [ "$name" = "$1" ] && return 0
+  done
+  return 1
+}
+for name in "${only[@]}"; do
+  [ -d "$examples/$name" ] || { echo "node examples: no example $name" >&2; exit 2; }
+done
 
 # The npm package as a user installs it: `npm run dist` builds the release
 # addon (stripped) and writes the tarballs of `leasehold` and its platform
@@ -23,19 +43,24 @@ trap 'rm -rf "$out" "$dist"' EXIT
 # PATH, and runs the API, the Express middleware and the TypeScript types.
 # The first dist build compiles every dependency in the `dist` profile
 # (about 8 minutes on 2 cores); later ones relink the addon.
-t=$SECONDS
-(cd bindings/node && npm run --silent dist -- --out "$dist")
-echo "node package: npm run dist took $((SECONDS - t)) s"
-bash bindings/node/scripts/smoke-tarballs.sh "$dist"
+if [ "${#only[@]}" = 0 ]; then
+  t=$SECONDS
+  (cd bindings/node && npm run --silent dist -- --out "$dist")
+  echo "node package: npm run dist took $((SECONDS - t)) s"
+  bash bindings/node/scripts/smoke-tarballs.sh "$dist"
+fi
 t=$SECONDS
 
 for example in express-users mongo-lock pm2-inventory; do
+  wanted "$example" || continue
   (cd "$examples/$example" && npm ci --no-audit --no-fund --loglevel=error)
 done
 # --ignore-scripts: @prisma/engines' postinstall would download engines
 # from outside npm (npm 11 does not run it unless approved; older npm does).
-(cd "$examples/prisma-inventory" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
-echo "node examples: npm ci of 4 examples took $((SECONDS - t)) s"
+if wanted prisma-inventory; then
+  (cd "$examples/prisma-inventory" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+fi
+echo "node examples: npm ci took $((SECONDS - t)) s"
 
 # run LABEL DIR NPM_SCRIPT [VAR=VALUE...]: runs `npm run NPM_SCRIPT` in the
 # example's folder with the variables set, showing and keeping its output.
@@ -76,14 +101,17 @@ express_users_lines=(
   'all checks passed'
 )
 
-run express-users-sqlite express-users demo LOCKS_URL= DATA_URL=
-expect express-users-sqlite 'express-users demo: locks on sqlite, users in memory' "${express_users_lines[@]}"
+if wanted express-users; then
+  run express-users-sqlite express-users demo LOCKS_URL= DATA_URL=
+  expect express-users-sqlite 'express-users demo: locks on sqlite, users in memory' "${express_users_lines[@]}"
+fi
 
 mongodb=$(store_url "node examples" MONGODB)
-if [ -n "$mongodb" ]; then
+if [ -n "$mongodb" ] && wanted express-users; then
   run express-users-mongodb express-users demo "LOCKS_URL=$mongodb" "DATA_URL=$mongodb"
   expect express-users-mongodb 'express-users demo: locks on mongodb, users on MongoDB .*' "${express_users_lines[@]}"
-
+fi
+if [ -n "$mongodb" ] && wanted mongo-lock; then
   run mongo-lock mongo-lock start "MONGODB_URL=$mongodb"
   expect mongo-lock \
     '1\. 3 workers x 5 jobs under withLock.*: 15 jobs, tokens [0-9]+\.\.[0-9]+, every fenced write accepted' \
@@ -94,7 +122,7 @@ if [ -n "$mongodb" ]; then
 fi
 
 postgres=$(store_url "node examples" POSTGRES)
-if [ -n "$postgres" ]; then
+if [ -n "$postgres" ] && wanted pm2-inventory; then
   run pm2-inventory pm2-inventory start "DATABASE_URL=$postgres"
   expect pm2-inventory \
     'none +200 +[0-9]+ .* RACE' \
@@ -102,7 +130,8 @@ if [ -n "$postgres" ]; then
     'row-lock +200 .* correct' \
     'optimistic +200 .* correct' \
     'pm2 kill: the PM2 daemon and all 4 shop workers are gone'
-
+fi
+if [ -n "$postgres" ] && wanted prisma-inventory; then
   # `prisma generate` needs no schema engine but downloads one unless this
   # names an existing file; the proxy variables make any other download
   # attempt fail the run (the shop's own requests are to 127.0.0.1).

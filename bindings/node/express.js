@@ -9,15 +9,13 @@ const { Locks } = require('./index.js');
 const { toMillis } = require('./lib/duration');
 const { invalidInput, nativeSync } = require('./lib/errors');
 const problem = require('./lib/problem');
-const { checkRouteOptions, checkSemaphore } = require('./lib/binding').load();
+// The defaults are the core's: the lease length, and how long a finished
+// response waits for its release before it is sent anyway (the lease then
+// expires after its ttl), the Rust layer's default store timeout.
+const { checkRouteOptions, checkSemaphore, DEFAULT_TTL_MS, RELEASE_BOUND_MS } = require('./lib/binding').load();
 
-const DEFAULT_TTL_MS = 30_000;
 const OPTION_NAMES = new Set(['key', 'ttl', 'wait', 'retryAfter', 'onError']);
 const LIMIT_OPTION_NAMES = new Set(['key', 'permits', 'ttl', 'wait', 'status', 'retryAfter', 'onError']);
-// How long a finished response waits for the release before it is sent
-// anyway (the lease then expires after its ttl): the Rust layer's default
-// store timeout.
-const RELEASE_BOUND_MS = 5000;
 
 /** The ttl and wait of a middleware's options, in milliseconds, checked. */
 function routeTiming(options) {

@@ -4,11 +4,10 @@
 // parses durations, validates input before any I/O, wires AbortSignals, and
 // gives errors their `code`.
 
-const { NativeLocks, checkKey: nativeCheckKey, checkSemaphore } = require('./lib/binding').load();
+const { NativeLocks, checkKey: nativeCheckKey, checkSemaphore, DEFAULT_TTL_MS } = require('./lib/binding').load();
 const { toMillis } = require('./lib/duration');
-const { invalidInput, lostError, leaseholdError, native, nativeSync, LeaseholdError, isLeaseholdError } = require('./lib/errors');
+const { invalidInput, lostError, leaseholdError, native, nativeSync, nullIfBusy, LeaseholdError, isLeaseholdError } = require('./lib/errors');
 
-const DEFAULT_TTL_MS = 30_000;
 const LOCKS_TOKEN = Symbol('leasehold.internal');
 
 function checkKey(key) {
@@ -258,12 +257,7 @@ class Semaphore {
 
   /** Tries once; resolves to a Lease (with its `slot`), or null when every permit is taken. */
   async tryAcquire(options) {
-    try {
-      return await this.#grant(acquireOptions(options, 0, 'tryAcquire'), 0);
-    } catch (error) {
-      if (error.code === 'LEASEHOLD_BUSY') return null;
-      throw error;
-    }
+    return nullIfBusy(() => this.#grant(acquireOptions(options, 0, 'tryAcquire'), 0));
   }
 
   /** Waits up to `wait` (default: no bound) for a permit; rejects with LEASEHOLD_TIMEOUT. */
@@ -350,12 +344,7 @@ class RwLock {
   }
 
   async #try(write, options) {
-    try {
-      return await this.#grant(write, acquireOptions(options, 0, write ? 'tryWrite' : 'tryRead'), 0);
-    } catch (error) {
-      if (error.code === 'LEASEHOLD_BUSY') return null;
-      throw error;
-    }
+    return nullIfBusy(() => this.#grant(write, acquireOptions(options, 0, write ? 'tryWrite' : 'tryRead'), 0));
   }
 }
 
@@ -451,12 +440,7 @@ class Locks {
   /** Tries once; resolves to a Lease, or null when the key is busy. */
   async tryAcquire(key, options) {
     checkKey(key);
-    try {
-      return await this.#acquire(key, acquireOptions(options, 0, 'tryAcquire'), 0);
-    } catch (error) {
-      if (error.code === 'LEASEHOLD_BUSY') return null;
-      throw error;
-    }
+    return nullIfBusy(() => this.#acquire(key, acquireOptions(options, 0, 'tryAcquire'), 0));
   }
 
   /** Waits up to `wait` (default: no bound) for the key; rejects with LEASEHOLD_TIMEOUT. */
@@ -535,12 +519,7 @@ class Locks {
   /** Tries once to take every key; resolves to a MultiLease, or null when any key is busy. */
   async tryAcquireMany(keys, options) {
     checkKeys(keys);
-    try {
-      return await this.#acquireMany(keys, acquireOptions(options, 0, 'tryAcquireMany'), 0);
-    } catch (error) {
-      if (error.code === 'LEASEHOLD_BUSY') return null;
-      throw error;
-    }
+    return nullIfBusy(() => this.#acquireMany(keys, acquireOptions(options, 0, 'tryAcquireMany'), 0));
   }
 
   #acquireMany(keys, opts, waitMs) {

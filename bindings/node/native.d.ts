@@ -123,6 +123,12 @@ export declare function checkRouteOptions(ttlMs: number, waitMs: number): void
  */
 export declare function checkSemaphore(key: string, permits: number): void
 
+/**
+ * Lease length when the caller does not choose one (the core's
+ * `DEFAULT_TTL`), in milliseconds.
+ */
+export declare const DEFAULT_TTL_MS: number
+
 /** An election's leader: the id it campaigned with and its term's token. */
 export interface LeaderInfo {
   /** The id the leader campaigned with. */
@@ -161,3 +167,51 @@ export interface PermitInfo {
    */
   side?: string
 }
+
+/** `type` of the 503 (or 429) of a concurrency limit. */
+export declare const PROBLEM_CONCURRENCY_LIMIT: string
+
+/** The media type of every answer the middleware writes itself. */
+export declare const PROBLEM_CONTENT_TYPE: string
+
+/** `type` of a 400: the derived key is not a valid lock key. */
+export declare const PROBLEM_INVALID_KEY: string
+
+/** `type` of a 409: the resource is locked by another request. */
+export declare const PROBLEM_LOCKED: string
+
+/** `type` of a 503: the lock store failed. */
+export declare const PROBLEM_STORE_UNAVAILABLE: string
+
+/**
+ * One answer, ready to write: the status, the `Retry-After` seconds and
+ * the body's wait in milliseconds (both absent when there is no hint),
+ * and the problem document as JSON text.
+ */
+export interface ProblemAnswer {
+  status: number
+  retryAfterSecs?: number
+  retryAfterMs?: number
+  body: string
+}
+
+/**
+ * 503 or 429 (`status`): every permit of `key` is taken, the first of them
+ * for up to `remaining_ms` more.
+ */
+export declare function problemConcurrencyLimit(key: string, status: number, remainingMs: number): ProblemAnswer
+
+/** 400: the key derived from the request is not a valid lock key (`why`). */
+export declare function problemInvalidKey(key: string, why: string): ProblemAnswer
+
+/** 409: `key` is held for up to `remaining_ms` more. */
+export declare function problemLocked(key: string, remainingMs: number): ProblemAnswer
+
+/** 503: the store failed; a `retryable` failure says "retry in 1 s". */
+export declare function problemStoreUnavailable(key: string, retryable: boolean): ProblemAnswer
+
+/**
+ * How long a finished response waits for its release before it is sent
+ * anyway (the HTTP layer's `DEFAULT_STORE_TIMEOUT`), in milliseconds.
+ */
+export declare const RELEASE_BOUND_MS: number

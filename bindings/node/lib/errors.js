@@ -76,4 +76,18 @@ function nativeSync(fn) {
   }
 }
 
-module.exports = { LeaseholdError, isLeaseholdError, leaseholdError, invalidInput, lostError, translate, native, nativeSync };
+/**
+ * Runs one try of an acquisition (`attempt()`, a promise of a grant):
+ * resolves to null when the key is busy, as every `try*` method answers;
+ * any other failure rejects as it is.
+ */
+async function nullIfBusy(attempt) {
+  try {
+    return await attempt();
+  } catch (error) {
+    if (error.code === 'LEASEHOLD_BUSY') return null;
+    throw error;
+  }
+}
+
+module.exports = { LeaseholdError, isLeaseholdError, leaseholdError, invalidInput, lostError, translate, native, nativeSync, nullIfBusy };

@@ -97,17 +97,7 @@ fn selection_servers(dump: &str) -> Vec<String> {
 /// The full message: the error and its causes, as the CLI prints them, in
 /// Node's words.
 fn message(error: &Error) -> String {
-    let mut text = error.to_string();
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    node_words(text)
+    node_words(leasehold::error_chain(error))
 }
 
 /// Who holds a contested key and the longest its lease can still last:

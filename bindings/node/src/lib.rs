@@ -14,8 +14,14 @@ mod errors;
 mod lease;
 mod locks;
 mod options;
+mod policy;
 mod runtime;
 
 pub use lease::NativeLease;
 pub use locks::{LeaderInfo, LeaseInfo, NativeLocks, NativeObserver, PermitInfo};
 pub use options::{check_key, check_route_options, check_semaphore};
+pub use policy::{
+    problem_concurrency_limit, problem_invalid_key, problem_locked, problem_store_unavailable,
+    ProblemAnswer, DEFAULT_TTL_MS, PROBLEM_CONCURRENCY_LIMIT, PROBLEM_CONTENT_TYPE,
+    PROBLEM_INVALID_KEY, PROBLEM_LOCKED, PROBLEM_STORE_UNAVAILABLE, RELEASE_BOUND_MS,
+};

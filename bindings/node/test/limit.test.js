@@ -75,6 +75,10 @@ for (const store of stores()) {
       const retryAfter = Number(full.headers.get('retry-after'));
       assert.ok(Number.isInteger(retryAfter) && retryAfter >= 1 && retryAfter <= 10, `Retry-After ${retryAfter}`);
       assert.equal(retryAfter, Math.ceil(full.body.retryAfterMs / 1000));
+      // The Rust layer's document (the addon renders it): its title, and
+      // its name for the wait beside this package's.
+      assert.equal(full.body.title, 'Concurrency limit reached');
+      assert.equal(full.body.retry_after_ms, full.body.retryAfterMs);
       // Another process on the same store counts against the same permits.
       assert.equal((await holders(key, 2)).length, 2);
       gates.get(key).open();

@@ -75,17 +75,8 @@ impl From<std::io::Error> for CliError {
     }
 }
 
-/// The error and its causes on one line: "store unavailable: ...: refused".
+/// The error and its causes on one line: "store unavailable: ...: refused"
+/// (the library's rule, with line breaks flattened for the terminal).
 pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut line = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !line.contains(&text) {
-            line.push_str(": ");
-            line.push_str(&text);
-        }
-        source = s.source();
-    }
-    line.replace('\n', " ")
+    leasehold::error_chain(e).replace('\n', " ")
 }

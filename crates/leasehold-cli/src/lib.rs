@@ -201,8 +201,9 @@ fn init_tracing(verbose: u8, stderr: redacted_stderr::RedactedStderr) {
     // why waiters poll instead of being woken (PostgreSQL behind a
     // transaction pooler without a listen URL).
     let durability = leasehold::backends::redis::DURABILITY_TARGET;
+    let wakeup = leasehold::backends::postgres::WAKEUP_TARGET;
     let default = match verbose {
-        0 => format!("error,{durability}=warn,leasehold::backends::postgres::listen=warn"),
+        0 => format!("error,{durability}=warn,{wakeup}=warn"),
         1 => "leasehold=debug,leasehold_cli=debug,warn".to_owned(),
         _ => "leasehold=trace,leasehold_cli=trace,info".to_owned(),
     };

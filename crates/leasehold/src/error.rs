@@ -274,6 +274,7 @@ impl Error {
     /// (causes and `Debug` included) reveals nothing is kept as it is, so
     /// callers can still downcast it.
     pub(crate) fn without_secrets_of(self, url: &str) -> Self {
+        use crate::cause::error_chain as chain;
         use crate::redact::{redact_secrets, reveals_secret};
         let redact_source = |source: BoxError| -> BoxError {
             let text = format!("{} {:?}", chain(&*source), source);
@@ -318,18 +319,6 @@ impl std::fmt::Display for Redacted {
 }
 
 impl std::error::Error for Redacted {}
-
-/// An error and its causes, `": "`-separated.
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
-}
 
 /// ` (postgres)` after "store unavailable" when the store is known.
 struct StoreName(Option<&'static str>);

@@ -86,16 +86,11 @@
 //!
 //! # Features
 //!
-//! | feature | what it adds |
-//! |---|---|
-//! | `sqlite` (default) | the SQLite store ([`backends::sqlite`]); re-exports [`sqlx`] |
-//! | `postgres` | the PostgreSQL store ([`backends::postgres`]), [`rowlock`] (row locks and optimistic retries in your own transactions); re-exports [`sqlx`] |
-//! | `redis` | the Redis store ([`backends::redis`]); re-exports [`redis`](mod@redis) |
-//! | `mongodb` | the MongoDB store ([`backends::mongodb`]); re-exports [`mongodb`](mod@mongodb); needs Rust 1.88 |
-//! | `etcd` | the etcd store ([`backends::etcd`]); re-exports [`etcd_client`]; building it runs `protoc` |
-//! | `http` | [`http::LeaseLayer`], tower middleware: `409 Conflict` with `Retry-After` while a resource is locked, or a bounded wait; the fencing token in the request extensions; [`http::PathKey`] for keys from a route's path parameters |
-//! | `conformance` | the shared test suite for stores |
-//! | `testing` | [`testing::Faulty`], a store wrapper that fails, hangs or answers late on command, for tests of code built on leasehold |
+//! Every store but `memory://` sits behind a Cargo feature of its own, and
+//! so do [`http`], `testing` and `conformance`. What each feature adds, and
+//! which driver it re-exports, is listed once, in the table "Cargo features
+//! and supported versions" of the README (this crate's page on crates.io),
+//! beside the minimum Rust and server versions.
 //!
 //! # The drivers, re-exported
 //!
@@ -149,6 +144,7 @@ mod setters;
 pub mod backend;
 pub mod backends;
 mod background;
+mod cause;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 mod election;
@@ -188,6 +184,7 @@ pub mod time;
 // The user API. What only a store's implementation names lives in
 // `backend` alone (the rule is in docs/architecture.md).
 pub use backend::{Backend, Lease, LeaseInfo, OwnerId};
+pub use cause::error_chain;
 pub use election::{Election, Leader, Leadership, Observer, MAX_CANDIDATE_BYTES};
 pub use error::{BoxError, Error, LockKind, Result};
 pub use guard::LeaseGuard;

@@ -486,15 +486,13 @@ mod tests {
 mod lapsed_set_tests {
     use super::*;
     use crate::backends::memory::MemoryBackend;
+    use crate::LeaseGuard;
 
-    /// Another holder keeps `b` for 2.2 s; `[a, b]` with a 1 s ttl and no
-    /// renewal gets `a` at once and `b` only after `a` lapsed: the set must
-    /// not come back lost.
-    #[tokio::test(start_paused = true)]
-    async fn a_set_whose_first_key_lapsed_while_waiting_is_taken_again() {
+    /// Our `Locks`, and a guard of another `Locks` on the same store that
+    /// holds `b` for 2.2 s without renewal.
+    async fn ours_while_theirs_holds_b() -> (Locks, LeaseGuard) {
         let backend = std::sync::Arc::new(MemoryBackend::new());
-        let ours = Locks::from_arc(backend.clone());
-        let theirs = Locks::from_arc(backend);
+        let theirs = Locks::from_arc(backend.clone());
         let held = theirs
             .acquire_with(
                 "b",
@@ -504,41 +502,39 @@ mod lapsed_set_tests {
             )
             .await
             .unwrap();
-        let options = AcquireOptions::new()
+        (Locks::from_arc(backend), held)
+    }
+
+    /// `[a, b]` with a 1 s ttl and no renewal: `a` is taken at once and
+    /// lapses at 1 s, while `b` is still held.
+    fn set_options(wait: Duration) -> AcquireOptions {
+        AcquireOptions::new()
             .with_ttl(Duration::from_secs(1))
-            .with_wait(Duration::from_secs(6))
-            .with_auto_renew(false);
+            .with_wait(wait)
+            .with_auto_renew(false)
+    }
+
+    /// With time to spare, the set gets `b` only after `a` lapsed: it must
+    /// not come back lost.
+    #[tokio::test(start_paused = true)]
+    async fn a_set_whose_first_key_lapsed_while_waiting_is_taken_again() {
+        let (ours, held) = ours_while_theirs_holds_b().await;
+        let options = set_options(Duration::from_secs(6));
         let set = ours.acquire_many(&["a", "b"], &options).await.unwrap();
         assert!(!set.is_lost(), "a lost set was returned: {set:?}");
         set.check().unwrap();
         drop(held);
     }
 
-    /// The same with the wait bound spent by the time `b` comes free: a
-    /// timeout, never a lost set nor a busy answer.
+    /// With the wait bound spent before `b` comes free (2.1 s < 2.2 s), after
+    /// `a` lapsed: a timeout, never a lost set nor a busy answer.
     #[tokio::test(start_paused = true)]
     async fn a_lapsed_set_with_the_wait_spent_is_a_timeout() {
-        let backend = std::sync::Arc::new(MemoryBackend::new());
-        let ours = Locks::from_arc(backend.clone());
-        let theirs = Locks::from_arc(backend);
-        let _held = theirs
-            .acquire_with(
-                "b",
-                &AcquireOptions::new()
-                    .with_ttl(Duration::from_millis(2200))
-                    .with_auto_renew(false),
-            )
-            .await
-            .unwrap();
-        let options = AcquireOptions::new()
-            .with_ttl(Duration::from_secs(1))
-            .with_wait(Duration::from_millis(2300))
-            .with_auto_renew(false);
-        // `a` lapses at 1 s, `b` comes free at 2.2 s, the set is retaken
-        // within the last 0.1 s: Ok and good, or a timeout.
+        let (ours, _held) = ours_while_theirs_holds_b().await;
+        let options = set_options(Duration::from_millis(2100));
         match ours.acquire_many(&["a", "b"], &options).await {
-            Ok(set) => assert!(!set.is_lost(), "a lost set was returned: {set:?}"),
-            Err(e) => assert!(matches!(e, Error::Timeout { .. }), "{e:?}"),
+            Err(Error::Timeout { .. }) => {}
+            other => panic!("expected a timeout, got {other:?}"),
         }
     }
 }

@@ -79,6 +79,27 @@ async fn two_backends(
     Some((a, b))
 }
 
+/// Runs `test` on every store reachable, with a `Locks` whose acquisitions
+/// answer 20 ms late ([`SlowReplies`]) and an observer's `Locks` on the same
+/// store (another process's handle).
+async fn on_every_store<F, Fut>(test: F)
+where
+    F: Fn(&'static str, Locks, Locks) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    for store in STORES {
+        let dir = tempfile::tempdir().unwrap();
+        let Some((backend, other)) = two_backends(store, &dir).await else {
+            continue;
+        };
+        let locks = Locks::new(SlowReplies {
+            inner: backend,
+            delay: Duration::from_millis(20),
+        });
+        test(store, locks, Locks::from_arc(other)).await;
+    }
+}
+
 fn unique(prefix: &str) -> String {
     format!("{prefix}:{:016x}", rand::random::<u64>())
 }
@@ -147,16 +168,7 @@ fn renewal_outlives_the_runtime_that_started_it() {
 /// is on its way, leave no mutex or permit held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_acquisition_leaves_no_grant() {
-    for store in STORES {
-        let dir = tempfile::tempdir().unwrap();
-        let Some((backend, other)) = two_backends(store, &dir).await else {
-            continue;
-        };
-        let locks = Locks::new(SlowReplies {
-            inner: backend,
-            delay: Duration::from_millis(20),
-        });
-        let observer = Locks::from_arc(other);
+    on_every_store(|store, locks, observer| async move {
         let options = AcquireOptions::new().with_ttl(Duration::from_secs(30));
         let mut keys = Vec::new();
         for i in 0..12u64 {
@@ -191,7 +203,8 @@ async fn a_dropped_acquisition_leaves_no_grant() {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-    }
+    })
+    .await;
 }
 
 /// A permit-limited route whose clients disconnect while their attempt is
@@ -199,15 +212,7 @@ async fn a_dropped_acquisition_leaves_no_grant() {
 /// afterwards a request is let through at once, not refused for a ttl.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn disconnected_clients_leave_the_permits_free() {
-    for store in STORES {
-        let dir = tempfile::tempdir().unwrap();
-        let Some((backend, _)) = two_backends(store, &dir).await else {
-            continue;
-        };
-        let locks = Locks::new(SlowReplies {
-            inner: backend,
-            delay: Duration::from_millis(20),
-        });
+    on_every_store(|store, locks, _| async move {
         let key = unique("route");
         let (entered_tx, mut entered) = tokio::sync::mpsc::unbounded_channel();
         let finish = Arc::new(tokio::sync::Semaphore::new(0));
@@ -271,5 +276,6 @@ async fn disconnected_clients_leave_the_permits_free() {
             StatusCode::OK,
             "{store}: a request after the disconnects was refused"
         );
-    }
+    })
+    .await;
 }

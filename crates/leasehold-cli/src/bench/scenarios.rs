@@ -566,7 +566,7 @@ mod counting {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use leasehold::backend::BoxFuture;
+    use futures_util::future::BoxFuture;
     use leasehold::backends::decorator::Decorator;
     use leasehold::{Backend, Lease};
 

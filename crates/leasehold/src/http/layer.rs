@@ -94,9 +94,8 @@ pub(crate) struct Settings {
 
 impl Settings {
     /// The status of a request that got no permit; `None` for a lock (409).
-    pub(crate) fn limit_status(&self) -> Option<::http::StatusCode> {
-        self.permits
-            .map(|_| self.limit_status.unwrap_or_default().status())
+    pub(crate) fn limit_status(&self) -> Option<LimitStatus> {
+        self.permits.map(|_| self.limit_status.unwrap_or_default())
     }
 }
 

@@ -3,13 +3,17 @@
 //! Every body has `type`, `title`, `status`, `detail` and `key` (the lock
 //! key); a 409, and a 503/429 of a concurrency limit, add `retry_after_ms`. Store errors are logged, never sent to
 //! the client: their text can name hosts and paths.
+//!
+//! [`Problem`] is public so that a layer in another framework answers in
+//! the same words: the Node package's Express middleware renders its
+//! answers through it (`bindings/node/src/policy.rs`).
 
 use std::time::Duration;
 
 use ::http::{header, HeaderValue, Response, StatusCode};
 use bytes::Bytes;
 
-use super::LockBody;
+use super::{LimitStatus, LockBody};
 
 /// The media type of every answer the layer writes itself.
 pub const CONTENT_TYPE: &str = "application/problem+json";
@@ -27,9 +31,10 @@ pub const INVALID_KEY: &str = "tag:leasehold,2025:invalid-lock-key";
 /// `type` of a 500 the layer cannot classify further (a bug, not a state).
 pub const INTERNAL: &str = "tag:leasehold,2025:internal";
 
-/// One answer the layer gives without calling the inner service.
-#[derive(Debug)]
-pub(crate) struct Problem {
+/// One answer the layer gives without calling the inner service: its
+/// status, its `Retry-After`, and its problem document.
+#[derive(Debug, Clone)]
+pub struct Problem {
     status: StatusCode,
     kind: &'static str,
     title: &'static str,
@@ -40,7 +45,7 @@ pub(crate) struct Problem {
 
 impl Problem {
     /// 409: `key` is held for up to `remaining` more.
-    pub(crate) fn locked(key: &str, remaining: Duration) -> Self {
+    pub fn locked(key: &str, remaining: Duration) -> Self {
         let secs = retry_after_secs(remaining);
         Problem {
             status: StatusCode::CONFLICT,
@@ -54,10 +59,10 @@ impl Problem {
 
     /// 503 or 429 (`status`): every permit of `key` is taken, the first of
     /// them for up to `remaining` more.
-    pub(crate) fn limited(key: &str, remaining: Duration, status: StatusCode) -> Self {
+    pub fn limited(key: &str, remaining: Duration, status: LimitStatus) -> Self {
         let secs = retry_after_secs(remaining);
         Problem {
-            status,
+            status: status.status(),
             kind: LIMITED,
             title: "Concurrency limit reached",
             detail: format!(
@@ -69,7 +74,7 @@ impl Problem {
     }
 
     /// 503: the store failed; `retryable` adds `Retry-After: 1`.
-    pub(crate) fn unavailable(key: &str, retryable: bool) -> Self {
+    pub fn unavailable(key: &str, retryable: bool) -> Self {
         Problem {
             status: StatusCode::SERVICE_UNAVAILABLE,
             kind: STORE_UNAVAILABLE,
@@ -83,7 +88,7 @@ impl Problem {
     }
 
     /// 400: the derived key is not a valid lock key; `problem` says why.
-    pub(crate) fn invalid_key(key: &str, problem: String) -> Self {
+    pub fn invalid_key(key: &str, problem: String) -> Self {
         Problem {
             status: StatusCode::BAD_REQUEST,
             kind: INVALID_KEY,
@@ -96,7 +101,7 @@ impl Problem {
     }
 
     /// 500: an outcome the layer does not expect.
-    pub(crate) fn internal(key: &str) -> Self {
+    pub fn internal(key: &str) -> Self {
         Problem {
             status: StatusCode::INTERNAL_SERVER_ERROR,
             kind: INTERNAL,
@@ -108,12 +113,23 @@ impl Problem {
     }
 
     /// The HTTP status this problem is answered with.
-    pub(crate) fn status(&self) -> StatusCode {
+    pub fn status(&self) -> StatusCode {
         self.status
     }
 
-    /// The answer: status, `Content-Type`, `Retry-After` if any, JSON body.
-    pub(crate) fn into_response<B>(self) -> Response<LockBody<B>> {
+    /// The `Retry-After` header's value: whole seconds, rounded up, at
+    /// least 1; none for an answer that is not worth retrying as is.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        self.retry_after.map(retry_after_secs)
+    }
+
+    /// The body's `retry_after_ms`: the wait in milliseconds, rounded up.
+    pub fn retry_after_ms(&self) -> Option<u64> {
+        self.retry_after.map(retry_after_millis)
+    }
+
+    /// The problem document (the body, with content type [`CONTENT_TYPE`]).
+    pub fn to_json(&self) -> String {
         let mut doc = serde_json::json!({
             "type": self.kind,
             "title": self.title,
@@ -121,20 +137,22 @@ impl Problem {
             "detail": self.detail,
             "key": self.key,
         });
-        if let Some(wait) = self.retry_after {
-            doc["retry_after_ms"] = serde_json::Value::from(retry_after_millis(wait));
+        if let Some(ms) = self.retry_after_ms() {
+            doc["retry_after_ms"] = serde_json::Value::from(ms);
         }
         // Serializing a `Value` built from strings and numbers cannot fail.
-        let json = serde_json::to_vec(&doc).unwrap_or_default();
+        serde_json::to_string(&doc).unwrap_or_default()
+    }
+
+    /// The answer: status, `Content-Type`, `Retry-After` if any, JSON body.
+    pub(crate) fn into_response<B>(self) -> Response<LockBody<B>> {
+        let json = self.to_json();
         let mut response = Response::new(LockBody::problem(Bytes::from(json)));
         *response.status_mut() = self.status;
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE));
-        if let Some(wait) = self.retry_after {
-            headers.insert(
-                header::RETRY_AFTER,
-                HeaderValue::from(retry_after_secs(wait)),
-            );
+        if let Some(secs) = self.retry_after_secs() {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         response
     }
@@ -187,11 +205,14 @@ mod tests {
 
     #[tokio::test]
     async fn limited_has_its_status_retry_after_and_type() {
-        for status in [
-            StatusCode::SERVICE_UNAVAILABLE,
-            StatusCode::TOO_MANY_REQUESTS,
+        for (limit, status) in [
+            (
+                LimitStatus::ServiceUnavailable,
+                StatusCode::SERVICE_UNAVAILABLE,
+            ),
+            (LimitStatus::TooManyRequests, StatusCode::TOO_MANY_REQUESTS),
         ] {
-            let r = Problem::limited("api", Duration::from_millis(4001), status)
+            let r = Problem::limited("api", Duration::from_millis(4001), limit)
                 .into_response::<String>();
             assert_eq!(r.status(), status);
             assert_eq!(r.headers()[header::RETRY_AFTER], "5");
@@ -202,6 +223,28 @@ mod tests {
             assert_eq!(doc["key"], "api");
             assert_eq!(doc["retry_after_ms"], 4001);
         }
+    }
+
+    /// What another framework's layer reads (the Node middleware): the
+    /// same figures the response carries.
+    #[test]
+    fn the_parts_agree_with_the_response() {
+        let p = Problem::unavailable("users", true);
+        assert_eq!(p.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            (p.retry_after_secs(), p.retry_after_ms()),
+            (Some(1), Some(1000))
+        );
+        let doc: serde_json::Value = serde_json::from_str(&p.to_json()).unwrap();
+        assert_eq!(doc["type"], STORE_UNAVAILABLE);
+        assert_eq!(doc["retry_after_ms"], 1000);
+        let p = Problem::unavailable("users", false);
+        assert_eq!((p.retry_after_secs(), p.retry_after_ms()), (None, None));
+        let p = Problem::locked("users", Duration::from_micros(1_500_001));
+        assert_eq!(
+            (p.retry_after_secs(), p.retry_after_ms()),
+            (Some(2), Some(1501))
+        );
     }
 
     #[tokio::test]

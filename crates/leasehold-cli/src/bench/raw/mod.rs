@@ -13,7 +13,7 @@ mod statements;
 
 use std::time::Duration;
 
-use leasehold::backend::BoxFuture;
+use futures_util::future::BoxFuture;
 use leasehold::scheme::Scheme;
 use leasehold::Locks;
 

@@ -2,7 +2,7 @@
 //! then an owner-checked `updateOne`), on the library's own collection
 //! handle, so only the library's work differs.
 
-use leasehold::backend::BoxFuture;
+use futures_util::future::BoxFuture;
 use leasehold::backends::mongodb::MongoBackend;
 use leasehold::{Locks, OwnerId};
 use mongodb::bson::{doc, Bson, DateTime, Document};

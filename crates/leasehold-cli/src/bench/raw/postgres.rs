@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::backend::BoxFuture;
+use futures_util::future::BoxFuture;
 use leasehold::backends::postgres::{parse_store_url, Pooler, PostgresBackend, PostgresOptions};
 use leasehold::{LeaseGuard, Locks};
 use sqlx::pool::PoolConnection;

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use leasehold::backend::BoxFuture;
+use futures_util::future::BoxFuture;
 use leasehold::backends::redis::{Connection, RedisOptions};
 use leasehold::scheme::{Scheme, StoreUrl};
 use leasehold::{Locks, OwnerId};

@@ -2,7 +2,7 @@
 //! a careful hand-written lock would (the statements are each store's, in
 //! `sqlite.rs` and `postgres.rs`).
 
-use leasehold::backend::BoxFuture;
+use futures_util::future::BoxFuture;
 use leasehold::OwnerId;
 
 use super::{baseline_error, Baseline, Held};

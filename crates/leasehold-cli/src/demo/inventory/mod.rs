@@ -9,7 +9,7 @@ mod sql;
 
 use std::time::Duration;
 
-use leasehold::backend::BoxFuture;
+use futures_util::future::BoxFuture;
 use leasehold::scheme::Scheme;
 
 use super::Strategy;

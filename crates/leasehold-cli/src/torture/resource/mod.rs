@@ -22,7 +22,7 @@ mod sql;
 mod tests;
 
 use anyhow::Result;
-use leasehold::backend::BoxFuture;
+use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 use super::history::{Decision, ResourceOp};

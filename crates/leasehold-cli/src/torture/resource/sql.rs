@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use leasehold::backend::BoxFuture;
+use futures_util::future::BoxFuture;
 
 use super::{FencedResource, InStore, LogRow, Operation, Reply};
 use crate::exit::CliError;

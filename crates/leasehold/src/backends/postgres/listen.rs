@@ -96,6 +96,7 @@ impl Listener {
             Listener::Nowhere => {
                 if !TOLD_WHY_POLLING.swap(true, std::sync::atomic::Ordering::Relaxed) {
                     tracing::warn!(
+                        target: WAKEUP_TARGET,
                         "PostgreSQL behind a transaction-mode pooler without listen_url: LISTEN needs \
                          a session, so waiters poll until the holder's ttl ends; add \
                          ?listen_url=postgres://... (the server, past the pooler) to be woken at release"
@@ -106,6 +107,12 @@ impl Listener {
         }
     }
 }
+
+/// The `tracing` target of the warning that waiters poll instead of being
+/// woken (a transaction pooler without `listen_url`): a stable name, so an
+/// application (and the CLI, at its default level) can show it even when
+/// it silences the rest of the library.
+pub const WAKEUP_TARGET: &str = "leasehold::wakeup";
 
 /// How long the listening connection may take to open before the listener
 /// asks the server directly whether it refuses connections: sqlx's pool

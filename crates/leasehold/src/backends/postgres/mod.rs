@@ -71,6 +71,7 @@ use crate::key::Key;
 use crate::renewal::renew_attempt_timeout;
 use checkout::Checkout;
 use exec::Param;
+pub use listen::WAKEUP_TARGET;
 use listen::{ListenSource, Listener};
 pub use options::{PostgresOptions, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS};
 pub use pooler::Pooler;

@@ -1,9 +1,8 @@
 'use strict';
 // The load: for each strategy, a fresh product with STOCK items, ORDERS
 // purchase requests sent CONCURRENCY at a time to the shop, then the final
-// stock read back. Prints a table like `leasehold demo`.
-
-const { TABLE } = require('./schema');
+// stock read back. Prints a table like `leasehold demo`. Shared by
+// pm2-inventory and prisma-inventory (through run.js).
 
 /** Nearest-rank percentile of sorted values. */
 function percentile(sorted, q) {
@@ -24,7 +23,7 @@ async function buy(base, strategy, product) {
 }
 
 /** Runs one strategy's orders against the shop at `base`; returns its row of the table. */
-async function runStrategy({ base, pool, runId }, strategy, { orders, stock, concurrency }) {
+async function runStrategy({ base, pool, runId, table: TABLE }, strategy, { orders, stock, concurrency }) {
   const product = `widget-${strategy}-${runId}`;
   await pool.query(`INSERT INTO ${TABLE} (id, stock) VALUES ($1, $2)`, [product, stock]);
   const replies = [];
