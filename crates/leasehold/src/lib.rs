@@ -91,6 +91,7 @@
 //! | `postgres` | the PostgreSQL store ([`backends::postgres`]), [`rowlock`] (row locks and optimistic retries in your own transactions); re-exports [`sqlx`] |
 //! | `redis` | the Redis store ([`backends::redis`]); re-exports [`redis`](mod@redis) |
 //! | `mongodb` | the MongoDB store ([`backends::mongodb`]); re-exports [`mongodb`](mod@mongodb); needs Rust 1.88 |
+//! | `metrics` | counters, histograms and gauges for every primitive through the [`metrics`](mod@metrics) facade (see the module for names and labels); [`Locks::stats`] needs no feature |
 //! | `http` | [`http::LeaseLayer`], tower middleware: `409 Conflict` with `Retry-After` while a resource is locked, or a bounded wait; the fencing token in the request extensions; [`http::PathKey`] for keys from a route's path parameters |
 //! | `conformance` | the shared test suite for stores |
 //! | `testing` | [`testing::Faulty`], a store wrapper that fails, hangs or answers late on command, for tests of code built on leasehold |
@@ -157,10 +158,13 @@ pub mod http;
 mod key;
 mod local;
 mod lock;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 mod multi;
 #[cfg(any(feature = "postgres", feature = "redis", feature = "mongodb"))]
 mod notifier;
 mod notify;
+mod observe;
 pub mod occ;
 pub mod open;
 mod pending;
@@ -174,6 +178,7 @@ pub mod scheme;
 mod semaphore;
 #[cfg(any(feature = "postgres", feature = "redis"))]
 mod shared;
+mod stats;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod time;
@@ -190,6 +195,7 @@ pub use multi::{canonical_keys, MultiGuard, MAX_MULTI_KEYS};
 pub use redact::{redact_secrets, redact_url};
 pub use rwlock::{RwLock, RwSide};
 pub use semaphore::{validate_permits, PermitInfo, Semaphore, MAX_PERMITS};
+pub use stats::{AcquireCounts, LostCounts, Quantiles, RenewalCounts, Stats};
 
 #[cfg(feature = "mongodb")]
 pub use mongodb;
@@ -241,6 +247,9 @@ mod markdown {
     #[cfg(all(feature = "http", feature = "sqlite"))]
     #[doc = include_str!("../../../docs/http.md")]
     struct Http;
+
+    #[doc = include_str!("../../../docs/metrics.md")]
+    struct Metrics;
 }
 
 #[cfg(test)]
