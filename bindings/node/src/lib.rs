@@ -15,6 +15,7 @@ mod lease;
 mod locks;
 mod options;
 mod runtime;
+mod stats;
 
 pub use lease::NativeLease;
 pub use locks::{LeaderInfo, LeaseInfo, NativeLocks, NativeObserver, PermitInfo};

@@ -137,9 +137,9 @@ pub async fn dashboard(store: &str, args: DashboardArgs) -> Result<u8, CliError>
 
 /// Refuses a request whose `Host` is not a loopback name while served on
 /// loopback.
-fn host_allowed(app: &App, headers: &HeaderMap) -> Result<(), Response> {
+fn host_refused(app: &App, headers: &HeaderMap) -> Option<Response> {
     if !app.loopback {
-        return Ok(());
+        return None;
     }
     let host = headers
         .get(header::HOST)
@@ -150,23 +150,23 @@ fn host_allowed(app: &App, headers: &HeaderMap) -> Result<(), Response> {
         None => host.split(':').next().unwrap_or(""),
     };
     if matches!(name, "localhost" | "::1") || name.starts_with("127.") {
-        Ok(())
+        None
     } else {
-        Err((StatusCode::FORBIDDEN, "served on loopback only").into_response())
+        Some((StatusCode::FORBIDDEN, "served on loopback only").into_response())
     }
 }
 
 type Shared = Extract<Arc<App>>;
 
 async fn page(Extract(app): Shared, headers: HeaderMap) -> Response {
-    if let Err(refused) = host_allowed(&app, &headers) {
+    if let Some(refused) = host_refused(&app, &headers) {
         return refused;
     }
     ([(header::CACHE_CONTROL, "no-store")], Html(PAGE)).into_response()
 }
 
 async fn info(Extract(app): Shared, headers: HeaderMap) -> Response {
-    if let Err(refused) = host_allowed(&app, &headers) {
+    if let Some(refused) = host_refused(&app, &headers) {
         return refused;
     }
     Json(serde_json::json!({
@@ -178,7 +178,7 @@ async fn info(Extract(app): Shared, headers: HeaderMap) -> Response {
 }
 
 async fn leases(Extract(app): Shared, headers: HeaderMap) -> Response {
-    if let Err(refused) = host_allowed(&app, &headers) {
+    if let Some(refused) = host_refused(&app, &headers) {
         return refused;
     }
     let json = watch::snapshot_json(&app.state.lock().unwrap_or_else(|p| p.into_inner()));
@@ -186,7 +186,7 @@ async fn leases(Extract(app): Shared, headers: HeaderMap) -> Response {
 }
 
 async fn holds(Extract(app): Shared, headers: HeaderMap) -> Response {
-    if let Err(refused) = host_allowed(&app, &headers) {
+    if let Some(refused) = host_refused(&app, &headers) {
         return refused;
     }
     let st = app.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -195,7 +195,7 @@ async fn holds(Extract(app): Shared, headers: HeaderMap) -> Response {
 }
 
 async fn metrics(Extract(app): Shared, headers: HeaderMap) -> Response {
-    if let Err(refused) = host_allowed(&app, &headers) {
+    if let Some(refused) = host_refused(&app, &headers) {
         return refused;
     }
     let text = prom::render(&app.state.lock().unwrap_or_else(|p| p.into_inner()));
@@ -210,7 +210,7 @@ async fn metrics(Extract(app): Shared, headers: HeaderMap) -> Response {
 }
 
 async fn events_stream(Extract(app): Shared, headers: HeaderMap) -> Response {
-    if let Err(refused) = host_allowed(&app, &headers) {
+    if let Some(refused) = host_refused(&app, &headers) {
         return refused;
     }
     let first = watch::snapshot_json(&app.state.lock().unwrap_or_else(|p| p.into_inner()));
@@ -262,7 +262,7 @@ async fn release(
     headers: HeaderMap,
     Json(body): Json<ReleaseBody>,
 ) -> Response {
-    if let Err(refused) = host_allowed(&app, &headers) {
+    if let Some(refused) = host_refused(&app, &headers) {
         return refused;
     }
     let refuse = |status: StatusCode, why: &str| {
