@@ -93,6 +93,8 @@ export declare class NativeLocks {
   forceRelease(key: string): Promise<boolean>
   /** Ends every wait and releases every lease this handle holds. */
   close(): Promise<void>
+  /** Counts and quantiles since the handle was opened (no store call). */
+  stats(): Stats
 }
 
 /** Follows an election's leader for the JS async iterator. */
@@ -103,6 +105,15 @@ export declare class NativeObserver {
    * never outlives the iterator's `return()` or `close()`.
    */
   next(cancelId: number): Promise<LeaderInfo | null>
+}
+
+/** How acquisitions ended. */
+export interface AcquireCounts {
+  granted: number
+  busy: number
+  timeout: number
+  cancelled: number
+  failed: number
 }
 
 /**
@@ -143,6 +154,13 @@ export interface LeaseInfo {
   expiresInMs: number
 }
 
+/** Lost leases by reason. */
+export interface LostCounts {
+  expired: number
+  gone: number
+  error: number
+}
+
 /** A semaphore permit as `holders` reports it. */
 export interface PermitInfo {
   /** The semaphore's key. */
@@ -160,4 +178,33 @@ export interface PermitInfo {
    * semaphore permit.
    */
   side?: string
+}
+
+/** Quantiles of a duration distribution, in milliseconds. */
+export interface Quantiles {
+  count: number
+  p50Ms: number
+  p90Ms: number
+  p99Ms: number
+  maxMs: number
+}
+
+/** Renewals by outcome. */
+export interface RenewalCounts {
+  ok: number
+  failed: number
+  unknown: number
+}
+
+/** A snapshot of one `Locks` handle. */
+export interface Stats {
+  acquires: AcquireCounts
+  attempts: number
+  waiting: number
+  held: number
+  renewals: RenewalCounts
+  lost: LostCounts
+  storeErrors: number
+  wait: Quantiles
+  hold: Quantiles
 }
