@@ -28,10 +28,23 @@ node_package=0
     npm test
 ) || node_package=$?
 [ "$node_package" != 0 ] || bash scripts/node-examples.sh || node_package=$?
+# `leasehold dashboard` in headless Chromium (a few seconds): the binary
+# with the feature set of the workspace builds around it, so it is reused.
+browser=0
+(
+  cargo build --workspace --all-features --bin leasehold --quiet &&
+    cd crates/leasehold-cli/tests/browser &&
+    npm ci --no-audit --no-fund &&
+    LEASEHOLD_BIN="$PWD/../../../../target/debug/leasehold" npm test
+) || browser=$?
 cargo nextest run --workspace --all-features --no-fail-fast "$@"
 if [ "$examples" != 0 ]; then
   echo "scripts/examples.sh failed (exit $examples): see its output above" >&2
   exit "$examples"
+fi
+if [ "$browser" != 0 ]; then
+  echo "the dashboard's browser test (crates/leasehold-cli/tests/browser) failed (exit $browser): see its output above" >&2
+  exit "$browser"
 fi
 if [ "$node_package" != 0 ]; then
   echo "bindings/node (npm ci, build or npm test) failed (exit $node_package): see its output above" >&2

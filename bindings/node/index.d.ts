@@ -156,5 +156,35 @@ export declare class Locks {
   inspect(key: string): Promise<LeaseInfo | null>;
   list(prefix?: string): Promise<LeaseInfo[]>;
   forceRelease(key: string): Promise<boolean>;
+  /** Counts and quantiles since this handle was opened; no store call. */
+  stats(): LocksStats;
   close(): Promise<void>;
+}
+
+/** Quantiles of a duration distribution, in ms (each within 12.5 % above the true value; `maxMs` exact). */
+export interface DurationQuantiles {
+  count: number;
+  p50Ms: number;
+  p90Ms: number;
+  p99Ms: number;
+  maxMs: number;
+}
+
+/** `locks.stats()`: what one handle did since it was opened. */
+export interface LocksStats {
+  /** Acquisitions by how they ended (`cancelled` includes aborted waits). */
+  acquires: { granted: number; busy: number; timeout: number; cancelled: number; failed: number };
+  /** Attempts at the store over all acquisitions. */
+  attempts: number;
+  /** Acquisitions waiting now. */
+  waiting: number;
+  /** Leases held now. */
+  held: number;
+  renewals: { ok: number; failed: number; unknown: number };
+  lost: { expired: number; gone: number; error: number };
+  storeErrors: number;
+  /** From the acquire call to its end. */
+  wait: DurationQuantiles;
+  /** From the grant to the release. */
+  hold: DurationQuantiles;
 }

@@ -571,6 +571,15 @@ class Locks {
     return native(() => this.#native.list(prefix));
   }
 
+  /**
+   * What this handle did since it was opened, without any store call:
+   * acquisitions by outcome, attempts, leases held and waiters now,
+   * renewals, lost leases, store errors, and wait/hold quantiles in ms.
+   */
+  stats() {
+    return nativeSync(() => this.#native.stats());
+  }
+
   /** Breaks whoever holds `key`; true if there was a lease. */
   async forceRelease(key) {
     checkKey(key);

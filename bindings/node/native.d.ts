@@ -93,6 +93,8 @@ export declare class NativeLocks {
   forceRelease(key: string): Promise<boolean>
   /** Ends every wait and releases every lease this handle holds. */
   close(): Promise<void>
+  /** Counts and quantiles since the handle was opened (no store call). */
+  stats(): Stats
 }
 
 /** Follows an election's leader for the JS async iterator. */
@@ -103,6 +105,15 @@ export declare class NativeObserver {
    * never outlives the iterator's `return()` or `close()`.
    */
   next(cancelId: number): Promise<LeaderInfo | null>
+}
+
+/** How acquisitions ended. */
+export interface AcquireCounts {
+  granted: number
+  busy: number
+  timeout: number
+  cancelled: number
+  failed: number
 }
 
 /**
@@ -147,6 +158,13 @@ export interface LeaseInfo {
   token: bigint
   /** The longest the lease can still last, by the store's clock. */
   expiresInMs: number
+}
+
+/** Lost leases by reason. */
+export interface LostCounts {
+  expired: number
+  gone: number
+  error: number
 }
 
 /** A semaphore permit as `holders` reports it. */
@@ -215,3 +233,31 @@ export declare function problemStoreUnavailable(key: string, retryable: boolean)
  * anyway (the HTTP layer's `DEFAULT_STORE_TIMEOUT`), in milliseconds.
  */
 export declare const RELEASE_BOUND_MS: number
+/** Quantiles of a duration distribution, in milliseconds. */
+export interface Quantiles {
+  count: number
+  p50Ms: number
+  p90Ms: number
+  p99Ms: number
+  maxMs: number
+}
+
+/** Renewals by outcome. */
+export interface RenewalCounts {
+  ok: number
+  failed: number
+  unknown: number
+}
+
+/** A snapshot of one `Locks` handle. */
+export interface Stats {
+  acquires: AcquireCounts
+  attempts: number
+  waiting: number
+  held: number
+  renewals: RenewalCounts
+  lost: LostCounts
+  storeErrors: number
+  wait: Quantiles
+  hold: Quantiles
+}

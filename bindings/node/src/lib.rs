@@ -16,6 +16,7 @@ mod locks;
 mod options;
 mod policy;
 mod runtime;
+mod stats;
 
 pub use lease::NativeLease;
 pub use locks::{LeaderInfo, LeaseInfo, NativeLocks, NativeObserver, PermitInfo};

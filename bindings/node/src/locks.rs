@@ -227,6 +227,11 @@ impl NativeLocks {
         })
     }
 
+    /// The Rust handle (for `stats.rs`).
+    pub(crate) fn locks(&self) -> &Locks {
+        &self.shared.locks
+    }
+
     /// A cancellation handle for one acquire; `cancel(id)` ends its wait.
     #[napi]
     pub fn new_cancel(&self) -> u32 {

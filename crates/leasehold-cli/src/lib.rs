@@ -5,6 +5,7 @@
 mod admin;
 mod bench;
 mod connections;
+mod dashboard;
 mod demo;
 mod exit;
 mod redacted_stderr;
@@ -70,6 +71,8 @@ pub enum Command {
     List(admin::ListArgs),
     /// Break a lock (admin): frees it and bumps its fencing token
     Release(admin::ReleaseArgs),
+    /// A local web page for the store: live leases, grants and releases, /metrics
+    Dashboard(dashboard::DashboardArgs),
     /// Inventory demo: worker processes buying the last items, per strategy
     Demo(demo::DemoArgs),
     /// One demo worker process (started by `demo`)
@@ -184,6 +187,7 @@ async fn execute(cli: Cli) -> Result<u8, CliError> {
         Command::Status(args) => admin::status(&cli.store, args).await,
         Command::List(args) => admin::list(&cli.store, args).await,
         Command::Release(args) => admin::release(&cli.store, args).await,
+        Command::Dashboard(args) => dashboard::dashboard(&cli.store, args).await,
         Command::Demo(args) => demo::demo(&cli.store, args).await,
         Command::DemoWorker(args) => demo::worker(&cli.store, args).await,
         Command::Bench(args) => bench::bench(&cli.store, args).await,

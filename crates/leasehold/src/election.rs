@@ -100,7 +100,10 @@ impl Election {
                 .locks
                 .clone()
                 .with_holder_label(candidate)
-                .acquire_with(self.key.as_str(), options)
+                .acquire_with(
+                    self.key.as_str(),
+                    &options.for_primitive(crate::observe::Primitive::Election),
+                )
                 .await?;
             let announce = self.locks.backend().announce(&self.key);
             let announced = match bound {

@@ -3,7 +3,7 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -14,6 +14,7 @@ use crate::backend::{Backend, Lease, OwnerId};
 use crate::error::{Error, Result};
 use crate::key::Key;
 use crate::local::LocalHold;
+use crate::observe::{HoldWatch, Lost, Renewal, Tally};
 use crate::pending::PendingReleases;
 use crate::renewal::{renew_attempt_timeout, RenewalScheduler, Ticket};
 use crate::semaphore::{release_any, renew_any};
@@ -92,6 +93,8 @@ pub struct LeaseGuard {
     /// so that the next acquisition of the key through the same `Locks`
     /// waits for it instead of finding its own old lease.
     pending: Arc<PendingReleases>,
+    /// Counts the hold (grant to drop) for stats and metrics.
+    _watch: Option<HoldWatch>,
 }
 
 struct GuardState {
@@ -99,6 +102,8 @@ struct GuardState {
     clock: LeaseClock,
     /// On the lease clock (see [`LeaseClock`]).
     valid_until: Mutex<Instant>,
+    /// Where renewals and the loss are counted (observe.rs).
+    tally: OnceLock<Tally>,
 }
 
 impl GuardState {
@@ -109,6 +114,13 @@ impl GuardState {
 
     fn extend(&self, until: Instant) {
         *self.valid_until.lock().unwrap_or_else(|p| p.into_inner()) = until;
+    }
+
+    /// Reports an event of this lease to stats and metrics.
+    fn observe<R>(&self, event: impl FnOnce(&Tally) -> R) {
+        if let Some(tally) = self.tally.get() {
+            let _ = event(tally);
+        }
     }
 }
 
@@ -139,6 +151,7 @@ impl LeaseGuard {
             lost: CancellationToken::new(),
             clock: renewals.clock().clone(),
             valid_until: Mutex::new(valid_until),
+            tally: OnceLock::new(),
         });
         let stop_renewal = CancellationToken::new();
         let first_due = if auto_renew {
@@ -167,7 +180,15 @@ impl LeaseGuard {
             released: false,
             _hold: hold,
             pending,
+            _watch: None,
         }
+    }
+
+    /// Counts this guard's hold, renewals and loss under `tally`'s labels.
+    pub(crate) fn observed(mut self, tally: &Tally) -> Self {
+        self._watch = Some(tally.hold());
+        let _ = self.state.tally.set(tally.clone());
+        self
     }
 
     /// Stops renewal: unschedules it if it has not started, else stops it.
@@ -332,6 +353,7 @@ async fn keep_alive(
         outcome = async {
             if !auto_renew {
                 clock.sleep_until(state.valid_until()).await;
+                state.observe(|t| t.lost(Lost::Expired));
                 return "lease ran out (renewal disabled)";
             }
             loop {
@@ -366,6 +388,7 @@ async fn renew_until_deadline(
     loop {
         let sent = clock.now();
         if sent >= deadline {
+            state.observe(|t| t.lost(Lost::Expired));
             return Err("renewal did not succeed before the lease's deadline");
         }
         let span = tracing::debug_span!("renew", key = %lease.key(), token = lease.token());
@@ -377,23 +400,33 @@ async fn renew_until_deadline(
         };
         match answer {
             Ok(Ok(true)) => {
+                state.observe(|t| t.renewal(Renewal::Ok));
                 state.extend(sent + trusted_for(ttl));
                 return Ok(sent);
             }
-            Ok(Ok(false)) => return Err("the store reports the lease expired or taken"),
+            Ok(Ok(false)) => {
+                state.observe(|t| (t.renewal(Renewal::Failed), t.lost(Lost::Gone)));
+                return Err("the store reports the lease expired or taken");
+            }
             // Dropping the attempt gives its connection up; the next one
             // goes out on another connection where the store's pool has one.
             Err(_) if clock.now() < deadline => {
+                state.observe(|t| t.renewal(Renewal::Unknown));
                 tracing::debug!("renewal attempt timed out, retrying");
             }
-            Err(_) => return Err("renewal did not answer before the lease's deadline"),
+            Err(_) => {
+                state.observe(|t| (t.renewal(Renewal::Unknown), t.lost(Lost::Expired)));
+                return Err("renewal did not answer before the lease's deadline");
+            }
             Ok(Err(e)) if e.is_retryable() => {
+                state.observe(|t| t.renewal_error(&e));
                 tracing::debug!(error = %e, "renewal failed, retrying");
                 clock
                     .sleep_until((clock.now() + backoff.next_delay()).min(deadline))
                     .await;
             }
             Ok(Err(e)) => {
+                state.observe(|t| (t.renewal_error(&e), t.lost(Lost::Error)));
                 tracing::error!(error = %e, "renewal failed permanently");
                 return Err("renewal failed with a permanent store error");
             }

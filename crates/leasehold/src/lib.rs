@@ -155,6 +155,8 @@ pub mod http;
 mod key;
 mod local;
 mod lock;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 mod multi;
 #[cfg(any(
     feature = "postgres",
@@ -164,6 +166,7 @@ mod multi;
 ))]
 mod notifier;
 mod notify;
+mod observe;
 pub mod occ;
 pub mod open;
 mod pending;
@@ -177,6 +180,7 @@ pub mod scheme;
 mod semaphore;
 #[cfg(any(feature = "postgres", feature = "redis"))]
 mod shared;
+mod stats;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod time;
@@ -194,6 +198,7 @@ pub use multi::{canonical_keys, MultiGuard, MAX_MULTI_KEYS};
 pub use redact::{redact_secrets, redact_url};
 pub use rwlock::{RwLock, RwSide};
 pub use semaphore::{validate_permits, PermitInfo, Semaphore, MAX_PERMITS};
+pub use stats::{AcquireCounts, LostCounts, Quantiles, RenewalCounts, Stats};
 
 #[cfg(feature = "etcd")]
 pub use etcd_client;
@@ -251,6 +256,9 @@ mod markdown {
     #[cfg(all(feature = "http", feature = "sqlite"))]
     #[doc = include_str!("../../../docs/http.md")]
     struct Http;
+
+    #[doc = include_str!("../../../docs/metrics.md")]
+    struct Metrics;
 }
 
 #[cfg(test)]

@@ -179,6 +179,7 @@ impl Locks {
 
     /// One part of a set, under `options`.
     async fn take(&self, part: Part<'_>, options: &AcquireOptions) -> Result<LeaseGuard> {
+        let options = &options.for_primitive(crate::observe::Primitive::Multi);
         match part {
             Part::Mutex(key) => self.acquire_with(key.as_str(), options).await,
             Part::Writer(key) => self.rw_lock(key.as_str())?.write_with(options).await,

@@ -3,6 +3,7 @@
 
 mod plot;
 mod raw;
+mod recorder;
 mod scenarios;
 mod stats;
 mod worker;
@@ -259,6 +260,15 @@ fn print_table(report: &Report) {
         println!(
             "  {:<34} {:>10.1} {:>10.1} {:>10.1} {:>10}",
             "leasehold", l.p50_us, l.p99_us, l.p999_us, ""
+        );
+        let r = &u.with_recorder;
+        println!(
+            "  {:<34} {:>10.1} {:>10.1} {:>10.1} {:>9.2}x",
+            "leasehold, metrics recorder on",
+            r.latency.p50_us,
+            r.latency.p99_us,
+            r.latency.p999_us,
+            r.p50_per_plain
         );
         for b in &u.baselines {
             let x = &b.latency;

@@ -39,6 +39,8 @@ pub struct Uncontended {
     /// Primitives the store refused (not implemented there), with why.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub primitives_skipped: Vec<String>,
+    /// The mutex round again with a metrics recorder installed.
+    pub with_recorder: super::recorder::RecorderOverhead,
 }
 
 /// Acquire + release of another primitive, next to the mutex's.
@@ -139,11 +141,13 @@ pub async fn uncontended(
     let mut ours = Vec::with_capacity(rounds);
     let mut theirs: Vec<Vec<Duration>> = vec![Vec::with_capacity(rounds); store.baselines.len()];
     let mut primitives: Vec<Vec<Duration>> = vec![Vec::with_capacity(rounds); served.len()];
+    let mut recording = super::recorder::Recording::new(rounds);
     for _ in 0..rounds {
         let t = Instant::now();
         let guard = locks.try_acquire(&key).await?;
         guard.release().await?;
         ours.push(t.elapsed());
+        recording.round(locks, &key).await?;
         for ((primitive, key), out) in served.iter().zip(&mut primitives) {
             let t = Instant::now();
             primitive.round(locks, key).await?;
@@ -159,6 +163,7 @@ pub async fn uncontended(
         }
     }
     let leasehold = Latency::of(&ours);
+    let with_recorder = recording.finish(&leasehold);
     let baselines = store
         .baselines
         .iter()
@@ -195,6 +200,7 @@ pub async fn uncontended(
         baselines,
         primitives,
         primitives_skipped,
+        with_recorder,
     })
 }
 

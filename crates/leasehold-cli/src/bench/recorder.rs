@@ -1,0 +1,70 @@
+//! What recording metrics costs: the uncontended mutex round once more,
+//! with a Prometheus recorder installed for this thread only, interleaved
+//! with the plain rounds (which then run without any recorder).
+//!
+//! The recorder is set for the current thread around one round: `bench`
+//! runs on the thread that blocks on the runtime (`block_on`), so every
+//! poll of the round, and so every metric it records, happens there. The
+//! renewal thread records nothing in a round (a 30 s lease is not renewed
+//! within it).
+
+use std::time::Duration;
+
+use leasehold::Locks;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusRecorder};
+use serde::Serialize;
+use tokio::time::Instant;
+
+use super::stats::{ratio, Latency};
+
+/// The mutex round with a recorder, next to the same round without.
+#[derive(Debug, Serialize)]
+pub struct RecorderOverhead {
+    #[serde(flatten)]
+    pub latency: Latency,
+    /// p50 with the recorder divided by p50 without (target ≤ 1.05).
+    pub p50_per_plain: f64,
+    pub mean_per_plain: f64,
+    /// Series the recorder held at the end (proof that it recorded).
+    pub series: usize,
+}
+
+pub struct Recording {
+    recorder: PrometheusRecorder,
+    samples: Vec<Duration>,
+}
+
+impl Recording {
+    pub fn new(rounds: usize) -> Self {
+        let recorder = PrometheusBuilder::new()
+            .set_buckets(&[0.0001, 0.001, 0.01, 0.1, 1.0, 10.0])
+            .expect("the bucket list is not empty")
+            .build_recorder();
+        Recording {
+            recorder,
+            samples: Vec::with_capacity(rounds),
+        }
+    }
+
+    /// One acquire + release of `key` with the recorder set.
+    pub async fn round(&mut self, locks: &Locks, key: &str) -> leasehold::Result<()> {
+        let _recording = metrics::set_default_local_recorder(&self.recorder);
+        let t = Instant::now();
+        let guard = locks.try_acquire(key).await?;
+        guard.release().await?;
+        self.samples.push(t.elapsed());
+        Ok(())
+    }
+
+    pub fn finish(self, plain: &Latency) -> RecorderOverhead {
+        let latency = Latency::of(&self.samples);
+        let text = self.recorder.handle().render();
+        let series = text.lines().filter(|l| l.starts_with("leasehold_")).count();
+        RecorderOverhead {
+            p50_per_plain: ratio(latency.p50_us, plain.p50_us),
+            mean_per_plain: ratio(latency.mean_us, plain.mean_us),
+            series,
+            latency,
+        }
+    }
+}

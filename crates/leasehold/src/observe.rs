@@ -1,0 +1,419 @@
+//! What the engine tells about itself: one call per event (an acquisition
+//! starts, makes an attempt, ends; a guard is born, renews, is lost, ends),
+//! fanned out to the counters behind [`Locks::stats`](crate::Locks::stats)
+//! and, with the `metrics` feature, to the `metrics` facade.
+//!
+//! The engine (lock.rs, guard.rs) only holds an [`AcquireProbe`] or a
+//! [`Tally`] and calls it; every rule about labels, outcomes and what is
+//! counted lives here, so the engine's files keep a few separate lines.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use crate::backend::{AcquireRequest, Backend, PermitKind};
+use crate::error::Error;
+use crate::stats::Counters;
+
+/// The kind of lock an event is about (the `primitive` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Primitive {
+    Mutex,
+    Semaphore,
+    RwLock,
+    Multi,
+    Election,
+}
+
+impl Primitive {
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Primitive::Mutex => "mutex",
+            Primitive::Semaphore => "semaphore",
+            Primitive::RwLock => "rwlock",
+            Primitive::Multi => "multi",
+            Primitive::Election => "election",
+        }
+    }
+
+    /// What a request is, unless its caller (multi-lock, election) said.
+    fn of(request: &AcquireRequest) -> Self {
+        match request.permit_kind() {
+            None => Primitive::Mutex,
+            Some(PermitKind::Semaphore(_)) => Primitive::Semaphore,
+            Some(PermitKind::Read | PermitKind::Write) => Primitive::RwLock,
+        }
+    }
+}
+
+/// The class of a key when its caller named none: the key up to its first
+/// `:` (`"orders:42"` is `"orders"`), or `"other"` for a key without one,
+/// so that the label's values stay few whatever the keys are. The raw key
+/// is never a label.
+pub(crate) fn default_class(key: &str) -> &str {
+    match key.split_once(':') {
+        Some((prefix, _)) if !prefix.is_empty() => prefix,
+        _ => "other",
+    }
+}
+
+/// The longest lock class accepted, in bytes.
+const MAX_CLASS_BYTES: usize = 64;
+
+/// A lock class named by the caller: 1 to 64 bytes, no control characters
+/// (it becomes a label value in whatever the application exports to).
+fn validate_class(class: &Arc<str>) -> crate::Result<&Arc<str>> {
+    if class.is_empty() || class.len() > MAX_CLASS_BYTES {
+        return Err(Error::invalid(
+            "lock class",
+            format!("must be 1 to {MAX_CLASS_BYTES} bytes, got {}", class.len()),
+        ));
+    }
+    if class.chars().any(char::is_control) {
+        return Err(Error::invalid(
+            "lock class",
+            "must not contain control characters",
+        ));
+    }
+    Ok(class)
+}
+
+/// The store's name for labels: `memory`, `sqlite`, `postgres`, `redis`,
+/// `mongodb`, taken from the store type's `Debug` name (`SqliteBackend`),
+/// so that a store built outside the crate is named too.
+fn store_kind(backend: &dyn Backend) -> Arc<str> {
+    let debug = format!("{backend:?}");
+    let name: String = debug
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
+    let name = name.strip_suffix("Backend").unwrap_or(&name);
+    let name = if name.is_empty() { "custom" } else { name };
+    name.to_ascii_lowercase().into()
+}
+
+/// One handle's observer: its store's name and its counters.
+pub(crate) struct Observer {
+    store: Arc<str>,
+    counters: Counters,
+}
+
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Observer")
+            .field("store", &self.store)
+            .finish()
+    }
+}
+
+impl Observer {
+    pub(crate) fn new(backend: &dyn Backend) -> Arc<Self> {
+        Arc::new(Observer {
+            store: store_kind(backend),
+            counters: Counters::default(),
+        })
+    }
+
+    pub(crate) fn stats(&self) -> crate::stats::Stats {
+        self.counters.snapshot()
+    }
+}
+
+/// The labels of one lock's events.
+#[derive(Clone, Debug)]
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+pub(crate) struct Labels {
+    pub(crate) primitive: Primitive,
+    pub(crate) class: Arc<str>,
+}
+
+/// An observer and the labels of one lock: what a guard keeps to report
+/// its renewals, loss and end.
+#[derive(Clone, Debug)]
+pub(crate) struct Tally {
+    observer: Arc<Observer>,
+    labels: Labels,
+}
+
+/// How an acquisition ended (the `outcome` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Granted,
+    Busy,
+    Timeout,
+    Cancelled,
+    Error,
+}
+
+impl Outcome {
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Granted => "granted",
+            Outcome::Busy => "busy",
+            Outcome::Timeout => "timeout",
+            Outcome::Cancelled => "cancelled",
+            Outcome::Error => "error",
+        }
+    }
+}
+
+/// The `error_type` label of a store error, or `None` for an error that
+/// is not the store's (a timeout, invalid input).
+pub(crate) fn store_error_type(error: &Error) -> Option<&'static str> {
+    match error {
+        Error::Unavailable { .. } => Some("unavailable"),
+        Error::Backend { .. } => Some("backend"),
+        _ => None,
+    }
+}
+
+/// One acquisition under way. Dropped without [`finish`](Self::finish)
+/// (the caller dropped the call) it counts as cancelled.
+pub(crate) struct AcquireProbe {
+    tally: Tally,
+    started: Instant,
+    attempts: AtomicU64,
+    waits: bool,
+    finished: bool,
+}
+
+impl AcquireProbe {
+    /// An acquisition of `request` starts; `waits` if it has a wait bound.
+    pub(crate) fn start(
+        observer: &Arc<Observer>,
+        request: &AcquireRequest,
+        options: &crate::lock::AcquireOptions,
+    ) -> crate::Result<Self> {
+        let class = match options.lock_class() {
+            Some(class) => validate_class(class)?.clone(),
+            None => default_class(request.key().as_str()).into(),
+        };
+        let labels = Labels {
+            primitive: options
+                .primitive()
+                .unwrap_or_else(|| Primitive::of(request)),
+            class,
+        };
+        let waits = options.wait().is_some_and(|w| !w.is_zero());
+        let tally = Tally {
+            observer: observer.clone(),
+            labels,
+        };
+        if waits {
+            tally.observer.counters.waiting.fetch_add(1, Relaxed);
+            #[cfg(feature = "metrics")]
+            crate::metrics::waiting(&tally, 1.0);
+        }
+        Ok(AcquireProbe {
+            tally,
+            started: Instant::now(),
+            attempts: AtomicU64::new(0),
+            waits,
+            finished: false,
+        })
+    }
+
+    /// One more attempt at the store.
+    pub(crate) fn attempt(&self) {
+        self.attempts.fetch_add(1, Relaxed);
+    }
+
+    /// The labels of this acquisition, for the guard of its grant.
+    pub(crate) fn tally(&self) -> &Tally {
+        &self.tally
+    }
+
+    /// The acquisition ended with `result`.
+    pub(crate) fn finish<T>(mut self, result: &crate::Result<T>) {
+        let outcome = match result {
+            Ok(_) => Outcome::Granted,
+            Err(Error::Busy { .. }) => Outcome::Busy,
+            Err(Error::Timeout { .. }) => Outcome::Timeout,
+            Err(Error::Cancelled { .. }) => Outcome::Cancelled,
+            Err(e) => {
+                if let Some(kind) = store_error_type(e) {
+                    self.tally.store_error(kind, "acquire");
+                }
+                Outcome::Error
+            }
+        };
+        self.end(outcome);
+        self.finished = true;
+    }
+
+    fn end(&self, outcome: Outcome) {
+        let c = &self.tally.observer.counters;
+        let waited = self.started.elapsed();
+        let attempts = self.attempts.load(Relaxed);
+        let counter = match outcome {
+            Outcome::Granted => &c.granted,
+            Outcome::Busy => &c.busy,
+            Outcome::Timeout => &c.timeout,
+            Outcome::Cancelled => &c.cancelled,
+            Outcome::Error => &c.failed,
+        };
+        counter.fetch_add(1, Relaxed);
+        c.attempts.fetch_add(attempts, Relaxed);
+        c.wait.record(waited);
+        if self.waits {
+            c.waiting.fetch_sub(1, Relaxed);
+        }
+        #[cfg(feature = "metrics")]
+        crate::metrics::acquired(&self.tally, outcome, waited, attempts, self.waits);
+    }
+}
+
+impl Drop for AcquireProbe {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.end(Outcome::Cancelled);
+        }
+    }
+}
+
+/// Why a lease was lost (the `reason` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lost {
+    /// The local deadline passed without a successful renewal.
+    Expired,
+    /// The store said the lease is gone (expired there, force-released).
+    Gone,
+    /// Renewal failed with a permanent store error.
+    Error,
+}
+
+impl Lost {
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Lost::Expired => "expired",
+            Lost::Gone => "gone",
+            Lost::Error => "error",
+        }
+    }
+}
+
+/// How one renewal attempt went (the `outcome` label of renewals).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Renewal {
+    Ok,
+    Failed,
+    Unknown,
+}
+
+impl Renewal {
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Renewal::Ok => "ok",
+            Renewal::Failed => "failed",
+            Renewal::Unknown => "unknown",
+        }
+    }
+}
+
+impl Tally {
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn labels(&self) -> &Labels {
+        &self.labels
+    }
+
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn store(&self) -> &Arc<str> {
+        &self.observer.store
+    }
+
+    /// A renewal attempt ended.
+    pub(crate) fn renewal(&self, outcome: Renewal) {
+        let c = &self.observer.counters;
+        match outcome {
+            Renewal::Ok => &c.renew_ok,
+            Renewal::Failed => &c.renew_failed,
+            Renewal::Unknown => &c.renew_unknown,
+        }
+        .fetch_add(1, Relaxed);
+        #[cfg(feature = "metrics")]
+        crate::metrics::renewal(self, outcome);
+    }
+
+    /// A renewal failed with `error`.
+    pub(crate) fn renewal_error(&self, error: &Error) {
+        self.renewal(Renewal::Failed);
+        if let Some(kind) = store_error_type(error) {
+            self.store_error(kind, "renew");
+        }
+    }
+
+    /// The lease was lost.
+    pub(crate) fn lost(&self, why: Lost) {
+        let c = &self.observer.counters;
+        match why {
+            Lost::Expired => &c.lost_expired,
+            Lost::Gone => &c.lost_gone,
+            Lost::Error => &c.lost_error,
+        }
+        .fetch_add(1, Relaxed);
+        #[cfg(feature = "metrics")]
+        crate::metrics::lost(self, why);
+    }
+
+    fn store_error(&self, kind: &'static str, operation: &'static str) {
+        self.observer.counters.store_errors.fetch_add(1, Relaxed);
+        #[cfg(feature = "metrics")]
+        crate::metrics::store_error(self, kind, operation);
+        #[cfg(not(feature = "metrics"))]
+        let _ = (kind, operation);
+    }
+
+    /// The guard of a grant starts: its hold ends when it is dropped.
+    pub(crate) fn hold(&self) -> HoldWatch {
+        self.observer.counters.held.fetch_add(1, Relaxed);
+        #[cfg(feature = "metrics")]
+        crate::metrics::held(self, 1.0);
+        HoldWatch {
+            tally: self.clone(),
+            since: Instant::now(),
+        }
+    }
+}
+
+/// A guard's hold: from the grant to the guard's drop (a release drops it).
+#[derive(Debug)]
+pub(crate) struct HoldWatch {
+    tally: Tally,
+    since: Instant,
+}
+
+impl Drop for HoldWatch {
+    fn drop(&mut self) {
+        let held = self.since.elapsed();
+        let c = &self.tally.observer.counters;
+        c.held.fetch_sub(1, Relaxed);
+        c.hold.record(held);
+        #[cfg(feature = "metrics")]
+        crate::metrics::released(&self.tally, held);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_class_is_the_prefix_never_the_key() {
+        assert_eq!(default_class("orders:42"), "orders");
+        assert_eq!(default_class("orders:42:lines"), "orders");
+        assert_eq!(default_class("nightly-report"), "other");
+        assert_eq!(default_class(":odd"), "other");
+    }
+
+    #[test]
+    fn stores_are_named_by_their_type() {
+        let memory = crate::backends::memory::MemoryBackend::new();
+        assert_eq!(&*store_kind(&memory), "memory");
+    }
+}
