@@ -149,6 +149,7 @@ pub mod backends;
 mod background;
 #[cfg(feature = "conformance")]
 pub mod conformance;
+mod dispatch;
 mod election;
 mod error;
 mod guard;
@@ -180,7 +181,9 @@ pub mod time;
 
 // The user API. What only a store's implementation names lives in
 // `backend` alone (the rule is in docs/architecture.md).
-pub use backend::{Backend, Lease, LeaseInfo, OwnerId};
+pub use backend::{
+    validate_permits, Backend, Lease, LeaseInfo, OwnerId, PermitInfo, RwSide, MAX_PERMITS,
+};
 pub use election::{Election, Leader, Leadership, Observer, MAX_CANDIDATE_BYTES};
 pub use error::{BoxError, Error, LockKind, Result};
 pub use guard::LeaseGuard;
@@ -188,8 +191,8 @@ pub use key::{validate_prefix, Key, MAX_KEY_BYTES};
 pub use lock::{AcquireOptions, Locks, STORE_ANSWER_GRACE};
 pub use multi::{canonical_keys, MultiGuard, MAX_MULTI_KEYS};
 pub use redact::{redact_secrets, redact_url};
-pub use rwlock::{RwLock, RwSide};
-pub use semaphore::{validate_permits, PermitInfo, Semaphore, MAX_PERMITS};
+pub use rwlock::RwLock;
+pub use semaphore::Semaphore;
 
 #[cfg(feature = "mongodb")]
 pub use mongodb;

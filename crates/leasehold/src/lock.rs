@@ -15,6 +15,7 @@ use tracing::Instrument;
 use crate::backend::{
     Acquire, AcquireRequest, Backend, BoxFuture, Busy, Lease, LeaseInfo, PermitKind,
 };
+use crate::dispatch::{release_any, try_acquire_any};
 use crate::error::{Error, Result};
 use crate::guard::{born_dead, LeaseGuard};
 use crate::key::{validate_prefix, Key};
@@ -22,7 +23,6 @@ use crate::local::LocalQueues;
 use crate::notify::Subscription;
 use crate::pending::PendingReleases;
 use crate::renewal::RenewalScheduler;
-use crate::semaphore::{release_any, try_acquire_any};
 use crate::time::{Backoff, DEFAULT_TTL};
 
 /// How long past the caller's wait bound (for a try-once call: past its

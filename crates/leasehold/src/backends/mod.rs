@@ -3,7 +3,6 @@
 
 pub mod decorator;
 pub mod memory;
-mod memory_permits;
 #[cfg(feature = "mongodb")]
 pub mod mongodb;
 pub mod polling;
@@ -11,5 +10,7 @@ pub mod polling;
 pub mod postgres;
 #[cfg(feature = "redis")]
 pub mod redis;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod sql_errors;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
