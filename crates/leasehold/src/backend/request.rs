@@ -203,7 +203,7 @@ impl AcquireRequest {
     /// to the caller's wait deadline, and never less than
     /// [`TRY_ONCE_LOCK_WAIT`] (a store cannot wait for "nothing", and a zero
     /// lock timeout means "forever" to PostgreSQL and SQLite). A store that
-    /// gives up on such a lock reports the key [`Acquire::Busy`].
+    /// gives up on such a lock reports the key [`Acquire::Busy`](super::Acquire::Busy).
     pub fn lock_wait(&self) -> Duration {
         self.lock_deadline
             .map_or(Duration::ZERO, |d| {
