@@ -287,3 +287,58 @@ fn force_release_of_a_plain_runs_key_frees_the_whole_key() {
     let _ = reader.kill();
     let _ = reader.wait();
 }
+
+/// libfaketime's preload library (Debian's `libfaketime`), which shifts
+/// the wall clock of the process it is loaded into.
+fn libfaketime() -> Option<&'static str> {
+    [
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
+        "/usr/lib/faketime/libfaketime.so.1",
+    ]
+    .into_iter()
+    .find(|path| std::path::Path::new(path).exists())
+}
+
+/// A forward step of the host's wall clock frees no lease early: a process
+/// whose wall clock reads an hour ahead (libfaketime; its boot and
+/// monotonic clocks untouched, as after an NTP step) still finds the key
+/// held. While SQLite's own `unixepoch` decided expiry, that process saw
+/// the 30 s lease as an hour over and took the key.
+#[test]
+fn a_wall_clock_step_frees_no_sqlite_lease_early() {
+    let Some(faketime) = libfaketime() else {
+        assert_ne!(
+            std::env::var("LEASEHOLD_REQUIRE_SERVERS").as_deref(),
+            Ok("1"),
+            "libfaketime is not installed and LEASEHOLD_REQUIRE_SERVERS=1 (Debian package libfaketime)"
+        );
+        eprintln!("skipping: libfaketime is not installed (Debian package libfaketime)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let store = sqlite_store(dir.path());
+    let (mut holder, _) = start_holder(&store, "clock-step", &dir.path().join("holder.pid"));
+
+    let stepped = run(leasehold(&store)
+        .args(["run", "clock-step", "--wait", "0s", "--", "true"])
+        .env("LD_PRELOAD", faketime)
+        .env("FAKETIME", "+1h")
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1"));
+    let held = status(&store, "clock-step");
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+
+    assert_eq!(
+        stepped.status.code(),
+        Some(75), // EX_TEMPFAIL: busy
+        "a process an hour ahead took a held key: {}",
+        stderr(&stepped)
+    );
+    assert!(
+        stderr(&stepped).contains("held"),
+        "busy, naming the holder: {}",
+        stderr(&stepped)
+    );
+    assert_eq!(held["held"], true, "the holder still holds: {held}");
+}

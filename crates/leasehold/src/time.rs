@@ -136,7 +136,7 @@ impl SuspendClock for SystemSuspendClock {
 
 /// Time since boot, counting suspended time.
 #[cfg(any(target_os = "linux", target_os = "android"))]
-fn boot_time() -> Duration {
+pub(crate) fn boot_time() -> Duration {
     use nix::time::{clock_gettime, ClockId};
     // CLOCK_BOOTTIME exists since Linux 2.6.39; if it failed anyway, the
     // constant makes suspension undetected rather than wrong.
@@ -145,7 +145,7 @@ fn boot_time() -> Duration {
 
 /// Without a boot clock, the monotonic clock itself: suspension is not seen.
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
-fn boot_time() -> Duration {
+pub(crate) fn boot_time() -> Duration {
     static START: OnceLock<std::time::Instant> = OnceLock::new();
     START.get_or_init(std::time::Instant::now).elapsed()
 }

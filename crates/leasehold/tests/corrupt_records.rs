@@ -104,7 +104,8 @@ async fn sqlite_reports_corrupt_records() {
         .await
         .unwrap();
     let p = prefix();
-    let later = "CAST(unixepoch('subsec') * 1000 AS INTEGER) + 60000";
+    // The store's own clock (registered on the backend's connections).
+    let later = "leasehold_now_ms() + 60000";
     for insert in corrupt_inserts("leasehold_locks", &p, later, "9000000000000000", "0") {
         sqlx::query(&insert).execute(backend.pool()).await.unwrap();
     }

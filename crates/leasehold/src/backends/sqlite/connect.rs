@@ -10,6 +10,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 
+use super::clock::StoreClock;
 use super::sql::MIGRATION;
 use super::wake::WakeDir;
 use super::{classify, is_locked, rwlock, semaphore, SqliteBackend, SqliteOptions, STORE};
@@ -112,13 +113,20 @@ async fn connect_and_migrate(
     // One connection: SQLite admits one writer at a time anyway, and
     // queueing in-process writers on the pool is fair and wakes at once,
     // where SQLite's busy handler sleeps in growing steps.
+    let clock = StoreClock::default();
+    let registered = clock.clone();
     let pool = SqlitePoolOptions::new()
         .max_connections(1)
         .acquire_timeout(options.busy_timeout() + Duration::from_secs(5))
+        .after_connect(move |conn, _| {
+            let clock = registered.clone();
+            Box::pin(async move { clock.register(conn).await })
+        })
         .connect_with(connect)
         .await?;
     sqlx::query(MIGRATION).execute(&pool).await?;
     semaphore::migrate(&pool).await?;
     rwlock::migrate(&pool).await?;
+    clock.anchor(&pool).await?;
     Ok(pool)
 }

@@ -4,9 +4,11 @@
 //! One table, one row per key, never deleted (the fence lives there). Each
 //! operation is one statement, which SQLite runs as one write transaction
 //! (in WAL mode an autocommit write takes the write lock before it reads).
-//! Expiry uses SQLite's `unixepoch('subsec')`: the host's clock, the same for
-//! every process on the host. Waiters in other processes are woken through a
-//! wake directory of Unix datagram sockets (see `wake.rs`).
+//! Expiry uses the host's boot clock, anchored to the Unix epoch once per
+//! boot and shared by every process on the host through the file (see
+//! `clock.rs`): a step of the wall clock moves no lease. Waiters in other
+//! processes are woken through a wake directory of Unix datagram sockets
+//! (see `wake.rs`).
 
 mod busy;
 mod connect;
@@ -31,15 +33,11 @@ use wake::SharedWakeDir;
 /// The name errors carry ([`Error::store`]).
 const STORE: &str = "sqlite";
 
-/// The store's clock in milliseconds since the Unix epoch.
-macro_rules! now_ms {
-    () => {
-        "CAST(unixepoch('subsec') * 1000 AS INTEGER)"
-    };
-}
-
-// After `now_ms!`, which their statements use; `slots` first, for
+// `clock` first, for `now_ms!` (the store's clock in milliseconds since
+// the Unix epoch), which the statements use; then `slots`, for
 // `slot_tables!`.
+#[macro_use]
+mod clock;
 #[macro_use]
 mod slots;
 mod rwlock;
