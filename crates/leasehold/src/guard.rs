@@ -10,14 +10,15 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::backend::renew_attempt_timeout;
 use crate::backend::{Backend, Lease, OwnerId};
+use crate::dispatch::{release_any, renew_any};
 use crate::error::{Error, Result};
 use crate::key::Key;
 use crate::local::LocalHold;
 use crate::observe::{HoldWatch, Lost, Renewal, Tally};
 use crate::pending::PendingReleases;
-use crate::renewal::{renew_attempt_timeout, RenewalScheduler, Ticket};
-use crate::semaphore::{release_any, renew_any};
+use crate::renewal::{RenewalScheduler, Ticket};
 use crate::time::{renew_interval, trusted_for, Backoff, LeaseClock};
 
 /// A held lease. Renews itself in the background every ttl/3 while it lives.

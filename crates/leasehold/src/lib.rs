@@ -147,6 +147,7 @@ mod background;
 mod cause;
 #[cfg(feature = "conformance")]
 pub mod conformance;
+mod dispatch;
 mod election;
 mod error;
 mod guard;
@@ -187,7 +188,9 @@ pub mod time;
 
 // The user API. What only a store's implementation names lives in
 // `backend` alone (the rule is in docs/architecture.md).
-pub use backend::{Backend, Lease, LeaseInfo, OwnerId};
+pub use backend::{
+    validate_permits, Backend, Lease, LeaseInfo, OwnerId, PermitInfo, RwSide, MAX_PERMITS,
+};
 pub use cause::error_chain;
 pub use election::{Election, Leader, Leadership, Observer, MAX_CANDIDATE_BYTES};
 pub use error::{BoxError, Error, LockKind, Result};
@@ -196,8 +199,8 @@ pub use key::{validate_prefix, Key, MAX_KEY_BYTES};
 pub use lock::{AcquireOptions, Locks, STORE_ANSWER_GRACE};
 pub use multi::{canonical_keys, MultiGuard, MAX_MULTI_KEYS};
 pub use redact::{redact_secrets, redact_url};
-pub use rwlock::{RwLock, RwSide};
-pub use semaphore::{validate_permits, PermitInfo, Semaphore, MAX_PERMITS};
+pub use rwlock::RwLock;
+pub use semaphore::Semaphore;
 pub use stats::{AcquireCounts, LostCounts, Quantiles, RenewalCounts, Stats};
 
 #[cfg(feature = "etcd")]

@@ -15,6 +15,7 @@ use tracing::Instrument;
 use crate::backend::{
     Acquire, AcquireRequest, Backend, BoxFuture, Busy, Lease, LeaseInfo, PermitKind,
 };
+use crate::dispatch::{release_any, try_acquire_any};
 use crate::error::{Error, Result};
 use crate::guard::{born_dead, LeaseGuard};
 use crate::key::{validate_prefix, Key};
@@ -23,7 +24,6 @@ use crate::notify::Subscription;
 use crate::observe::{AcquireProbe, Observer, Primitive};
 use crate::pending::PendingReleases;
 use crate::renewal::RenewalScheduler;
-use crate::semaphore::{release_any, try_acquire_any};
 use crate::stats::Stats;
 use crate::time::{Backoff, DEFAULT_TTL};
 

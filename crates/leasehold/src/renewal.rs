@@ -33,15 +33,6 @@ use crate::backend::BoxFuture;
 use crate::background::Background;
 use crate::time::LeaseClock;
 
-/// How long one renewal request may take before the guard gives it up and
-/// sends another (on a fresh connection, where the store's pool has one):
-/// a sixth of the ttl, so several attempts fit between the first renewal
-/// time (ttl/3) and the lease's deadline, but at least 100 ms, so that a
-/// short ttl on a slow store still leaves an attempt time for a round trip.
-pub(crate) fn renew_attempt_timeout(ttl: Duration) -> Duration {
-    (ttl / 6).max(Duration::from_millis(100))
-}
-
 /// How long an idle driver sleeps before looking again (it is woken earlier
 /// whenever something becomes due earlier).
 const IDLE: Duration = Duration::from_secs(60);

@@ -7,42 +7,20 @@
 //! the request's [`PermitKind`](crate::backend::PermitKind) inside
 //! [`Backend::try_acquire_permit`](crate::backend::Backend::try_acquire_permit):
 //! readers are permits in slots `0..MAX_PERMITS`, the writer is the reserved
-//! slot [`WRITER_SLOT`], granted only when no reader is live, and every
+//! slot [`WRITER_SLOT`](crate::backend::WRITER_SLOT), granted only when no reader is live, and every
 //! grant takes its token from the one fence of the key. A writer that finds
 //! readers while it waits leaves a marker (its owner, living at most
-//! [`WRITER_MARK_MAX`] past its last attempt) that turns new readers
+//! [`WRITER_MARK_MAX`](crate::backend::WRITER_MARK_MAX) past its last attempt) that turns new readers
 //! away, so a stream of readers cannot starve it.
 //! The rules are in docs/rw-lock.md.
 
 use std::time::Duration;
 
-use crate::backend::AcquireRequest;
+use crate::backend::{AcquireRequest, PermitInfo, RwSide};
 use crate::error::Result;
 use crate::guard::LeaseGuard;
 use crate::key::Key;
 use crate::lock::{AcquireOptions, Locks};
-use crate::semaphore::{PermitInfo, MAX_PERMITS};
-
-/// The slot a reader-writer lock's writer holds: just past the readers'
-/// `0..MAX_PERMITS`, so the two never meet.
-pub const WRITER_SLOT: u32 = MAX_PERMITS;
-
-/// The longest life of a waiting writer's marker at the store, from the
-/// attempt that set or refreshed it (never past the writer's wait
-/// deadline). A waiter sleeps at most 2 s between attempts (its backoff
-/// cap) plus a round trip, and each attempt refreshes the marker, so it
-/// does not lapse under a writer that still waits; a writer that gives up
-/// (cancelled, crashed) turns new readers away for at most this long.
-pub const WRITER_MARK_MAX: Duration = Duration::from_secs(5);
-
-/// One side of a reader-writer lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum RwSide {
-    /// Shared: any number of readers at once, no writer.
-    Read,
-    /// Exclusive: one writer, no readers.
-    Write,
-}
 
 /// A reader-writer lock: shared readers or one writer on `key`, each grant
 /// with its own lease and fencing token, and a waiting writer is not
@@ -182,7 +160,7 @@ impl RwLock {
     }
 
     /// The live readers and writer of this lock, by slot (the writer's is
-    /// [`WRITER_SLOT`]); each has `rw` set.
+    /// [`WRITER_SLOT`](crate::backend::WRITER_SLOT)); each has `rw` set.
     ///
     /// # Errors
     /// Store errors.
@@ -191,13 +169,4 @@ impl RwLock {
         all.retain(|p| p.key == self.key && p.rw.is_some());
         Ok(all)
     }
-}
-
-/// A store's semaphore permits and reader-writer holders in one listing,
-/// ordered as [`Backend::list_permits`](crate::backend::Backend::list_permits)
-/// says: by key, semaphore permits before the lock's holders, then slot.
-pub(crate) fn merge_listings(mut permits: Vec<PermitInfo>, rw: Vec<PermitInfo>) -> Vec<PermitInfo> {
-    permits.extend(rw);
-    permits.sort_by(|a, b| (&a.key, a.rw.is_some(), a.slot).cmp(&(&b.key, b.rw.is_some(), b.slot)));
-    permits
 }

@@ -5,89 +5,18 @@
 //! the acquisition loop of [`Locks`] (validation, local queueing, store
 //! wake-ups, deadlines) and [`LeaseGuard`] (renewal, `lost()`, release).
 //! Only the store operation differs, chosen by the lease itself: a request
-//! that names permits goes to [`Backend::try_acquire_permit`], a lease with
+//! that names permits goes to [`Backend::try_acquire_permit`](crate::Backend::try_acquire_permit), a lease with
 //! a slot is renewed and released with the `_permit` operations. The rules
 //! (what a permit guarantees, which token to compare) are in
 //! docs/semaphore.md.
 
 use std::time::Duration;
 
-use crate::backend::{Acquire, AcquireRequest, Backend, Lease};
-use crate::error::{Error, Result};
+use crate::backend::{validate_permits, AcquireRequest, PermitInfo};
+use crate::error::Result;
 use crate::guard::LeaseGuard;
 use crate::key::{validate_prefix, Key};
 use crate::lock::{AcquireOptions, Locks};
-
-/// The most permits a semaphore may have: a store scans a key's live
-/// permits on every attempt, so the count stays small enough to scan.
-pub const MAX_PERMITS: u32 = 1024;
-
-/// Checks a permit count: 1 ..= [`MAX_PERMITS`] (as
-/// [`Locks::semaphore`] does, for callers that check input before
-/// opening a store).
-///
-/// # Errors
-/// [`Error::InvalidInput`] naming `permits`.
-pub fn validate_permits(permits: u32) -> Result<u32> {
-    if (1..=MAX_PERMITS).contains(&permits) {
-        Ok(permits)
-    } else {
-        Err(Error::invalid(
-            "permits",
-            format!("must be 1 ..= {MAX_PERMITS}, got {permits}"),
-        ))
-    }
-}
-
-/// A live permit, as [`Backend::list_permits`] reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PermitInfo {
-    /// The semaphore's key.
-    pub key: Key,
-    /// The permit's slot, `0..permits` of the grant that took it.
-    pub slot: u32,
-    /// The holder's human label.
-    pub holder: String,
-    /// The permit's fencing token (see docs/semaphore.md).
-    pub token: u64,
-    /// Time left before the permit expires, by the store's clock.
-    pub remaining: Duration,
-    /// For a holder of a reader-writer lock, its side (a reader's slot is
-    /// `0..MAX_PERMITS`, the writer's [`WRITER_SLOT`](crate::backend::WRITER_SLOT));
-    /// `None` for a semaphore permit.
-    pub rw: Option<crate::backend::RwSide>,
-}
-
-/// One attempt at the store for `request`: a permit if it names permits,
-/// else the mutex.
-pub(crate) async fn try_acquire_any(
-    backend: &dyn Backend,
-    request: &AcquireRequest,
-) -> Result<Acquire> {
-    if request.permit_kind().is_some() {
-        backend.try_acquire_permit(request).await
-    } else {
-        backend.try_acquire(request).await
-    }
-}
-
-/// Renews `lease`, a permit or a mutex lease.
-pub(crate) async fn renew_any(backend: &dyn Backend, lease: &Lease, ttl: Duration) -> Result<bool> {
-    if lease.slot().is_some() {
-        backend.renew_permit(lease, ttl).await
-    } else {
-        backend.renew(lease, ttl).await
-    }
-}
-
-/// Releases `lease`, a permit or a mutex lease.
-pub(crate) async fn release_any(backend: &dyn Backend, lease: &Lease) -> Result<()> {
-    if lease.slot().is_some() {
-        backend.release_permit(lease).await
-    } else {
-        backend.release(lease).await
-    }
-}
 
 /// A counting semaphore: at most `permits` holders of `key` at once, each
 /// with its own lease and fencing token. Cheap to clone.
@@ -119,8 +48,8 @@ impl Locks {
     /// from mutexes: the mutex `key` is another lock.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] (no I/O) for a bad key or `permits` outside
-    /// 1 ..= [`MAX_PERMITS`].
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput) (no I/O) for a bad key or `permits` outside
+    /// 1 ..= [`MAX_PERMITS`](crate::MAX_PERMITS).
     pub fn semaphore(&self, key: &str, permits: u32) -> Result<Semaphore> {
         Ok(Semaphore {
             key: Key::new(key)?,
@@ -133,7 +62,7 @@ impl Locks {
     /// (`""` for all), ordered by key then slot.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] for a bad prefix; store errors otherwise.
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput) for a bad prefix; store errors otherwise.
     pub async fn list_permits(&self, prefix: &str) -> Result<Vec<PermitInfo>> {
         validate_prefix(prefix)?;
         self.backend().list_permits(prefix).await
@@ -154,7 +83,7 @@ impl Semaphore {
     /// Tries once to take a permit with the default ttl (30 s).
     ///
     /// # Errors
-    /// [`Error::Busy`] if every permit is taken (naming the holder whose
+    /// [`Error::Busy`](crate::Error::Busy) if every permit is taken (naming the holder whose
     /// permit expires first); store errors otherwise.
     pub async fn try_acquire(&self) -> Result<LeaseGuard> {
         self.acquire_with(&AcquireOptions::new()).await
@@ -163,7 +92,7 @@ impl Semaphore {
     /// Takes a permit, waiting up to `wait` for one to be released.
     ///
     /// # Errors
-    /// [`Error::Timeout`] if none came within `wait`; otherwise as
+    /// [`Error::Timeout`](crate::Error::Timeout) if none came within `wait`; otherwise as
     /// [`try_acquire`](Self::try_acquire).
     pub async fn acquire(&self, wait: Duration) -> Result<LeaseGuard> {
         self.acquire_with(&AcquireOptions::new().with_wait(wait))

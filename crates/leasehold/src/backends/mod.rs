@@ -5,7 +5,6 @@ pub mod decorator;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod memory;
-mod memory_permits;
 #[cfg(feature = "mongodb")]
 pub mod mongodb;
 pub mod polling;
@@ -13,5 +12,7 @@ pub mod polling;
 pub mod postgres;
 #[cfg(feature = "redis")]
 pub mod redis;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod sql_errors;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;

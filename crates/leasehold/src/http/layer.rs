@@ -9,9 +9,9 @@ use ::http::{Request, StatusCode};
 use tower::Layer;
 
 use super::LeaseService;
+use crate::backend::validate_permits;
 use crate::error::{Error, Result};
 use crate::lock::Locks;
-use crate::semaphore::validate_permits;
 use crate::time::{validate_ttl, DEFAULT_TTL, MAX_TTL};
 
 /// What a request does when its lock is held by another request.

@@ -5,13 +5,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::backend::PermitInfo;
 use crate::backend::{Acquire, AcquireRequest, Backend, BoxFuture, Lease, LeaseInfo};
 use crate::backends::decorator::Decorator;
 use crate::backends::memory::MemoryBackend;
 use crate::error::{Error, Result};
 use crate::key::Key;
 use crate::notify::Subscription;
-use crate::semaphore::PermitInfo;
 
 /// A [`Backend`] operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -25,12 +25,12 @@ use sqlx::Row;
 use super::exec::Param;
 use super::sql::CHANNEL;
 use super::{classify, is_lock_not_available, row_locked, token_as_i64, Failed, Inner, STORE};
+use crate::backend::renew_attempt_timeout;
 use crate::backend::{
     duration_to_millis, millis_to_duration, Acquire, AcquireRequest, Busy, Lease, PermitInfo,
     RecordDecoder, RwSide, MAX_PERMITS, WRITER_SLOT,
 };
 use crate::error::Result;
-use crate::renewal::renew_attempt_timeout;
 
 /// The server's clock in epoch milliseconds.
 const NOW: &str = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
@@ -425,7 +425,7 @@ impl Inner {
         }
         let rw = both.pop().unwrap_or_default();
         let permits = both.pop().unwrap_or_default();
-        Ok(crate::rwlock::merge_listings(permits, rw))
+        Ok(crate::backend::merge_listings(permits, rw))
     }
 }
 

@@ -153,7 +153,7 @@ impl RedisBackend {
     pub(super) async fn list_permits_now(&self, prefix: &str) -> Result<Vec<PermitInfo>> {
         let permits = self.list_family(prefix, false).await?;
         let rw = self.list_family(prefix, true).await?;
-        Ok(crate::rwlock::merge_listings(permits, rw))
+        Ok(crate::backend::merge_listings(permits, rw))
     }
 
     async fn list_family(&self, prefix: &str, rw: bool) -> Result<Vec<PermitInfo>> {

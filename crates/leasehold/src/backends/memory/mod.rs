@@ -4,19 +4,21 @@
 //! Its clock is tokio's, so tests on paused time (`start_paused = true`)
 //! drive expiry exactly.
 
+mod permits;
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::memory_permits::PermitTable;
 use crate::backend::{
     Acquire, AcquireRequest, Backend, BoxFuture, Busy, Lease, LeaseInfo, OwnerId, PermitInfo,
 };
 use crate::error::Result;
 use crate::key::Key;
 use crate::notify::{Subscription, WakeHub};
+use permits::PermitTable;
 
 /// In-process lock store (`memory://`). Clones share the same locks.
 #[derive(Debug, Clone, Default)]

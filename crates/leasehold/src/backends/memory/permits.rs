@@ -240,7 +240,7 @@ impl PermitTable {
     pub(super) fn list(&self, prefix: &str) -> Vec<PermitInfo> {
         let permits = self.list_in(&self.keys(), prefix, false);
         let rw = self.list_in(&self.table(Some(RwSide::Read)), prefix, true);
-        crate::rwlock::merge_listings(permits, rw)
+        crate::backend::merge_listings(permits, rw)
     }
 
     fn list_in(&self, keys: &BTreeMap<Key, Semaphore>, prefix: &str, rw: bool) -> Vec<PermitInfo> {

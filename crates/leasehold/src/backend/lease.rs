@@ -1,0 +1,91 @@
+//! What a store answers: a granted lease, a busy key, a listed lease, and
+//! the time a renewal attempt may take.
+
+use std::time::Duration;
+
+use super::{OwnerId, RwSide};
+use crate::key::Key;
+
+/// A granted lease, as the store knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub(super) key: Key,
+    pub(super) owner: OwnerId,
+    pub(super) token: u64,
+    pub(super) ttl: Duration,
+    /// A semaphore permit's slot; `None` for a mutex lease.
+    pub(super) slot: Option<u32>,
+    /// For a reader-writer lock's grant, its side.
+    pub(super) rw: Option<RwSide>,
+}
+
+impl Lease {
+    /// For a semaphore permit, its slot (`0..permits`); `None` for a mutex.
+    pub fn slot(&self) -> Option<u32> {
+        self.slot
+    }
+    /// For a reader-writer lock's grant, its side (a reader's slot is
+    /// `0..MAX_PERMITS`, the writer's [`WRITER_SLOT`](super::WRITER_SLOT)); `None` otherwise.
+    pub fn rw_side(&self) -> Option<RwSide> {
+        self.rw
+    }
+    /// The locked key.
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+    /// The owner id that renew and release must present.
+    pub fn owner(&self) -> OwnerId {
+        self.owner
+    }
+    /// The fencing token: larger than every earlier grant of this key.
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+    /// The ttl the lease was granted with.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+}
+
+/// The outcome of one acquisition attempt.
+#[derive(Debug, Clone)]
+pub enum Acquire {
+    /// The lease is ours.
+    Granted(Lease),
+    /// Somebody else holds it.
+    Busy(Busy),
+}
+
+/// Why an attempt did not get the lease: who holds it and for how long.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Busy {
+    /// The current holder's human label.
+    pub holder: String,
+    /// The longest the current lease can still last, by the store's clock.
+    /// Zero if the holder vanished between the attempt and this report.
+    pub remaining: Duration,
+}
+
+/// What [`Backend::inspect`](super::Backend::inspect) and [`Backend::list`](super::Backend::list) report of a live lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseInfo {
+    /// The locked key.
+    pub key: Key,
+    /// The holder's human label.
+    pub holder: String,
+    /// The holder's fencing token.
+    pub token: u64,
+    /// Time left before the lease expires, by the store's clock.
+    pub remaining: Duration,
+}
+
+/// How long one renewal request may take before the guard gives it up and
+/// sends another (on a fresh connection, where the store's pool has one):
+/// a sixth of the ttl, so several attempts fit between the first renewal
+/// time (ttl/3) and the lease's deadline, but at least 100 ms, so that a
+/// short ttl on a slow store still leaves an attempt time for a round trip.
+/// A store that bounds its own statements (PostgreSQL's row-lock wait)
+/// keeps inside it.
+pub(crate) fn renew_attempt_timeout(ttl: Duration) -> Duration {
+    (ttl / 6).max(Duration::from_millis(100))
+}

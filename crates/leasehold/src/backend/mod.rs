@@ -1,0 +1,192 @@
+//! For writing a store: the [`Backend`] trait (a few atomic operations that
+//! every backend implements exactly), the values it exchanges with the core,
+//! and the tools the built-in stores share.
+//!
+//! Applications need little of this module: [`Locks`](crate::Locks) takes
+//! any `Backend`, and what its methods return ([`Lease`], [`LeaseInfo`],
+//! [`OwnerId`]) is also at the crate root. A store's author needs all of it:
+//!
+//! - the trait and its values: [`Backend`], [`AcquireRequest`] (with
+//!   [`TRY_ONCE_LOCK_WAIT`]), [`Acquire`], [`Busy`], [`Lease`],
+//!   [`LeaseInfo`], [`OwnerId`], [`BoxFuture`];
+//! - waking waiters: a [`Subscription`] per waiter, fed by one [`WakeHub`];
+//! - values in the forms stores keep: [`duration_to_millis`],
+//!   [`millis_to_duration`], [`token_to_i64`], [`token_from_i64`];
+//! - reading a record back: [`RecordDecoder`] checks every field and
+//!   reports a damaged record alike on every store ([`CorruptRecord`]);
+//! - errors: [`Error::unavailable`](crate::Error::unavailable),
+//!   [`Error::backend`](crate::Error::backend) and
+//!   [`Error::in_store`](crate::Error::in_store) (see the trait's
+//!   `# Contract`).
+//!
+//! The conformance suite (module `conformance`, feature `conformance`)
+//! checks a store against the contract.
+
+mod lease;
+mod permit;
+mod record;
+mod request;
+
+pub use crate::notify::{Subscription, WakeHub};
+pub(crate) use lease::renew_attempt_timeout;
+pub use lease::{Acquire, Busy, Lease, LeaseInfo};
+pub(crate) use permit::merge_listings;
+pub use permit::{validate_permits, PermitInfo, RwSide, MAX_PERMITS, WRITER_MARK_MAX, WRITER_SLOT};
+pub use record::{
+    duration_to_millis, millis_to_duration, token_from_i64, token_to_i64, CorruptRecord,
+    RecordDecoder,
+};
+pub use request::{AcquireRequest, OwnerId, PermitKind, TRY_ONCE_LOCK_WAIT};
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use crate::error::Result;
+use crate::key::Key;
+
+/// A boxed, sendable future: what every [`Backend`] method returns, so the
+/// trait stays object-safe and a store can be chosen from a URL at run time.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A lock store.
+///
+/// # Contract
+///
+/// Every backend implements the lease protocol exactly; the shared
+/// conformance suite (feature `conformance`) checks it.
+///
+/// - **One atomic operation per method.** `try_acquire`, `renew`, `release`
+///   and `force_release` are each a single statement, script or command (or
+///   one transaction) at the store. Never read-then-write from the client.
+/// - **The store's clock decides expiry**, inside that atomic operation. The
+///   caller's wall clock never does.
+/// - **Fencing tokens never go backwards** for a key: every grant returns a
+///   token larger than any earlier grant of that key, across release,
+///   expiry, force-release and store restarts. The counter lives in a record
+///   that is never deleted.
+/// - **Owner checks.** `renew` and `release` act only if both owner and
+///   token match; `renew` never resurrects an expired lease, even one nobody
+///   took since.
+/// - **A repeated request is the same grant, extended.** The core repeats
+///   a request (same [`AcquireRequest`], same [`OwnerId`]) after a grant
+///   that arrived too late, and a driver re-sends a command whose answer
+///   was lost. A repeat while that owner's grant of the same kind (and
+///   side) is live answers that grant again (same token, same slot) with
+///   its expiry counted from the repeat at the store's clock, as a renewal
+///   would; it never takes a second slot, is never busy to that owner, and
+///   never answers "granted" for an expiry the store did not extend. An
+///   expired grant is not brought back: the repeat follows the ordinary
+///   rules (busy, or a new grant with a new token).
+/// - **Inputs are already valid.** Keys are [`Key`]s and ttls are within
+///   bounds; a backend does no validation of its own and never builds a
+///   query by pasting a key into its text.
+/// - **Errors are classified:** transient failures (connection refused,
+///   timeouts, lock contention inside the store) become
+///   [`Error::Unavailable`](crate::Error::Unavailable); everything else
+///   [`Error::Backend`](crate::Error::Backend); both name the store
+///   ([`Error::in_store`](crate::Error::in_store)). A record read back is
+///   checked with a [`RecordDecoder`], so a damaged one is reported alike
+///   on every store.
+///   A backend never panics on a store failure.
+/// - **Waking is optional but preferred.** `subscribe` returns a
+///   [`Subscription`] that fires after a release of the key (and after an
+///   `announce` of it); a backend that cannot notify returns
+///   [`Subscription::never`] and waiters fall back to polling.
+pub trait Backend: fmt::Debug + Send + Sync + 'static {
+    /// Grants the lease iff no live holder exists.
+    fn try_acquire<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>>;
+
+    /// Extends the lease to `ttl` from now (store clock) iff owner and token
+    /// match and it has not expired. `Ok(false)` means the lease is gone.
+    fn renew<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>>;
+
+    /// Frees the key iff owner and token match; keeps the fence counter and
+    /// wakes waiters. Releasing a lease that is already gone is not an error.
+    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>>;
+
+    /// The live holder of `key`, if any.
+    fn inspect<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<LeaseInfo>>>;
+
+    /// Live holders of every key starting with `prefix` (already validated),
+    /// ordered by key.
+    fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<LeaseInfo>>>;
+
+    /// Admin break: frees the key whoever holds it and bumps its fence, so
+    /// the evicted holder's token is stale everywhere. Returns whether a live
+    /// lease was broken.
+    fn force_release<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool>>;
+
+    /// Starts listening for releases of `key`. The subscription must be in
+    /// place when this resolves, so a release that happens after it resolves
+    /// is never missed.
+    fn subscribe<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Subscription>>;
+
+    /// Wakes every process's subscribers of `key` (see
+    /// [`subscribe`](Self::subscribe)) because it was just *granted*, on the
+    /// channel release notifications use: how observers of an election learn
+    /// of a new leader without polling. Sent by the core after a grant that
+    /// others watch; it changes nothing at the store's lease. Returns whether
+    /// the store could announce. Default: `Ok(false)`, and observers fall
+    /// back to polling (at the leader's expiry while there is one, with a
+    /// backoff while there is none).
+    fn announce<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool>> {
+        let _ = key;
+        Box::pin(async { Ok(false) })
+    }
+
+    /// Grants one permit of the semaphore `req.key()` iff fewer than
+    /// `req.permits()` permits of that key are live at the store's clock
+    /// (the request always names permits here; the core checked them).
+    ///
+    /// Semaphores live apart from mutexes: a semaphore and a mutex of the
+    /// same key do not exclude each other. The grant takes the lowest slot
+    /// `0..permits` that has no live holder (one exists whenever fewer than
+    /// `permits` are live) and a token from the key's permit fence: larger
+    /// than every earlier permit grant of the key, whatever its slot, so
+    /// each slot's tokens increase too. The lease returned says both
+    /// ([`AcquireRequest::granted_permit`]). One atomic operation, like
+    /// `try_acquire`; a busy answer names the live holder that expires
+    /// first. See docs/semaphore.md.
+    ///
+    /// A request of kind [`PermitKind::Read`] or [`PermitKind::Write`] is
+    /// one attempt at the reader-writer lock `req.key()` instead, kept
+    /// apart from the semaphore and the mutex of that key, in the same one
+    /// atomic operation (docs/rw-lock.md): a reader is granted the lowest
+    /// free slot below [`MAX_PERMITS`] unless the writer
+    /// ([`WRITER_SLOT`]) is live or another owner's live writer's marker
+    /// stands; a writer is granted [`WRITER_SLOT`] only while nothing is
+    /// live and no other owner's marker stands, and then clears the
+    /// marker; a writer that finds only readers (and no other owner's
+    /// marker) sets or refreshes its own marker for
+    /// [`AcquireRequest::writer_mark_ttl`] (none if that is `None`) and
+    /// answers busy. Every grant takes the next value of the lock's own
+    /// fence; busy names the live holder or other owner's marker that
+    /// expires first.
+    fn try_acquire_permit<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>>;
+
+    /// `renew` for a permit: extends it iff key, slot, owner and token
+    /// match and it has not expired.
+    fn renew_permit<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>>;
+
+    /// `release` for a permit: frees its slot iff owner and token match,
+    /// and wakes the key's subscribers (the same [`Backend::subscribe`]
+    /// channel as the mutex of that key; a spurious wake costs one attempt).
+    fn release_permit<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>>;
+
+    /// Live permits of every semaphore, and live readers and writers of
+    /// every reader-writer lock ([`PermitInfo::rw`] set), whose key starts
+    /// with `prefix` (already validated), ordered by key, then the
+    /// semaphore's permits before the lock's holders, then slot. A
+    /// `renew_permit` or `release_permit` of a lease with
+    /// [`Lease::rw_side`] acts on the reader-writer lock's records.
+    fn list_permits<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<PermitInfo>>>;
+
+    /// Closes the store's connections and stops its background tasks, so
+    /// that none is torn down mid-request when the runtime ends. Operations
+    /// afterwards fail with an error (never a panic). Default: nothing to do.
+    fn shutdown(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
+}

@@ -1,0 +1,98 @@
+//! The mutex's SQL: the lease table and one statement per operation, each
+//! run by SQLite as one write transaction, and the reading of a listed row.
+//! (The permit and reader-writer statements are in `slots.rs`.)
+
+use sqlx::Row;
+use sqlx::Sqlite;
+
+use super::STORE;
+use crate::backend::{LeaseInfo, RecordDecoder};
+use crate::error::Result;
+
+/// A statement with its parameters bound.
+pub(super) type Query<'q> = sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments<'q>>;
+
+/// Creates the lease table; safe to run any number of times.
+pub(super) const MIGRATION: &str = "CREATE TABLE IF NOT EXISTS leasehold_locks (
+    key TEXT PRIMARY KEY NOT NULL,
+    fence INTEGER NOT NULL,
+    owner TEXT,
+    holder TEXT,
+    expires_at_ms INTEGER
+) WITHOUT ROWID";
+
+/// Grants the lease if the key is new, free or expired; returns the new
+/// fence. A repeat by the owner that holds it live is the same grant, its
+/// expiry counted from now (the fence stays). Parameters: key, owner,
+/// holder, ttl in ms.
+pub(super) const ACQUIRE: &str = concat!(
+    "INSERT INTO leasehold_locks (key, fence, owner, holder, expires_at_ms) VALUES (?1, 1, ?2, ?3, ",
+    now_ms!(),
+    " + ?4) ON CONFLICT (key) DO UPDATE SET fence = CASE WHEN owner = excluded.owner \
+     AND expires_at_ms > ",
+    now_ms!(),
+    " THEN fence ELSE fence + 1 END, owner = excluded.owner, \
+     holder = excluded.holder, expires_at_ms = excluded.expires_at_ms \
+     WHERE owner IS NULL OR expires_at_ms <= ",
+    now_ms!(),
+    " OR owner = excluded.owner RETURNING fence"
+);
+
+/// Frees the key if owner and fence match. Parameters: key, owner, fence.
+pub(super) const RELEASE: &str =
+    "UPDATE leasehold_locks SET owner = NULL, holder = NULL, expires_at_ms = NULL \
+     WHERE key = ?1 AND owner = ?2 AND fence = ?3";
+
+pub(super) const BUSY_INFO: &str = concat!(
+    "SELECT holder, expires_at_ms - ",
+    now_ms!(),
+    " FROM leasehold_locks WHERE key = ?1 AND owner IS NOT NULL"
+);
+
+pub(super) const RENEW: &str = concat!(
+    "UPDATE leasehold_locks SET expires_at_ms = ",
+    now_ms!(),
+    " + ?4 WHERE key = ?1 AND owner = ?2 AND fence = ?3 AND expires_at_ms > ",
+    now_ms!()
+);
+
+pub(super) const INSPECT: &str = concat!(
+    "SELECT key, owner, holder, fence, expires_at_ms - ",
+    now_ms!(),
+    " FROM leasehold_locks WHERE key = ?1 AND owner IS NOT NULL AND expires_at_ms > ",
+    now_ms!()
+);
+
+pub(super) const LIST: &str = concat!(
+    "SELECT key, owner, holder, fence, expires_at_ms - ",
+    now_ms!(),
+    " FROM leasehold_locks WHERE substr(key, 1, length(?1)) = ?1 \
+     AND owner IS NOT NULL AND expires_at_ms > ",
+    now_ms!(),
+    " ORDER BY key"
+);
+
+pub(super) const WAS_LIVE: &str = concat!(
+    "SELECT owner IS NOT NULL AND expires_at_ms > ",
+    now_ms!(),
+    " FROM leasehold_locks WHERE key = ?1"
+);
+
+pub(super) const FORCE_RELEASE: &str = "UPDATE leasehold_locks SET owner = NULL, holder = NULL, \
+     expires_at_ms = NULL, fence = fence + 1 WHERE key = ?1";
+
+/// A row of INSPECT or LIST, every field checked: a column of the wrong
+/// type (SQLite does not enforce them) is a corrupt record too.
+pub(super) fn info_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<LeaseInfo> {
+    let key: String = row
+        .try_get(0)
+        .map_err(|e| RecordDecoder::new(STORE, "?").corrupt(format!("unreadable key: {e}")))?;
+    let record = RecordDecoder::new(STORE, &key);
+    let wrong_type = |e: sqlx::Error| record.corrupt(e.to_string());
+    record.lease_info(
+        &row.try_get::<String, _>(1).map_err(wrong_type)?,
+        row.try_get(2).map_err(wrong_type)?,
+        row.try_get(3).map_err(wrong_type)?,
+        row.try_get(4).map_err(wrong_type)?,
+    )
+}
