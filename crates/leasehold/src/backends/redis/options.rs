@@ -23,6 +23,7 @@ pub struct RedisOptions {
     pub(super) response_timeout: Duration,
     pub(super) check_persistence: bool,
     pub(super) min_replicas: u32,
+    pub(super) max_connections: usize,
 }
 
 impl Default for RedisOptions {
@@ -33,6 +34,7 @@ impl Default for RedisOptions {
             response_timeout: Duration::from_secs(5),
             check_persistence: true,
             min_replicas: 0,
+            max_connections: 4,
         }
     }
 }
@@ -72,6 +74,18 @@ impl RedisOptions {
         /// never returned. See docs/redis.md, "Cluster and replicas", for what
         /// this promises and what it costs.
         with_min_replicas(n: u32) => min_replicas = n;
+
+        /// How many command connections a backend opened from a URL may
+        /// hold at once (default 4, at least 1). Each carries one call at a
+        /// time: a lone caller uses one, concurrent calls open more up to
+        /// this bound and then queue for a free one. Not used on a cluster or
+        /// on your own connection manager, which multiplex.
+        with_max_connections(n: usize) => max_connections = n;
+    }
+
+    /// How many command connections a backend may hold at once.
+    pub fn max_connections(&self) -> usize {
+        self.max_connections
     }
 
     /// How many replicas must confirm every script call.
@@ -108,6 +122,12 @@ impl RedisOptions {
             if t.is_zero() {
                 return Err(Error::invalid(what, "must be more than zero"));
             }
+        }
+        if self.max_connections == 0 {
+            return Err(Error::invalid(
+                "redis max connections",
+                "must be at least 1",
+            ));
         }
         Namespace::new(&self.prefix)
     }
