@@ -51,6 +51,7 @@ pub async fn open(url: &str, parsed: &StoreUrl) -> Result<Measured, CliError> {
         baselines: vec![
             raw_pair,
             Box::new(BlockingPair::open(plain)?),
+            Box::new(ManagedLocks::open(plain, parsed).await?),
             Box::new(Rslock {
                 manager: rslock.clone(),
                 held: Mutex::default(),
@@ -175,6 +176,68 @@ impl Baseline for BlockingPair {
                 .arg(&held.owner)
                 .invoke(&mut *self.conn())
                 .map_err(baseline_error)?;
+            Ok(())
+        })
+    }
+}
+
+/// leasehold on a redis-rs `ConnectionManager` (multiplexed: a driver task
+/// sends every call and hands back its reply), which is how
+/// `RedisBackend::connect` talked to one server before its own connections
+/// and how `RedisBackend::from_manager` still does: the same library, the
+/// connection path side by side.
+struct ManagedLocks {
+    locks: Locks,
+    held: Mutex<HashMap<String, leasehold::LeaseGuard>>,
+}
+
+impl ManagedLocks {
+    async fn open(url: &str, parsed: &StoreUrl) -> Result<ManagedLocks, CliError> {
+        use leasehold::backends::redis::RedisBackend;
+        let client = redis::Client::open(url).map_err(baseline_error)?;
+        let manager = redis::aio::ConnectionManager::new(client.clone())
+            .await
+            .map_err(baseline_error)?;
+        let mut options = RedisOptions::new().with_persistence_check(false);
+        if let Some(prefix) = parsed.option("prefix") {
+            options = options.with_prefix(prefix);
+        }
+        let backend = RedisBackend::from_manager_with(manager, client, options).await?;
+        Ok(ManagedLocks {
+            locks: Locks::new(backend),
+            held: Mutex::default(),
+        })
+    }
+}
+
+impl Baseline for ManagedLocks {
+    fn name(&self) -> &'static str {
+        "leasehold on a multiplexed ConnectionManager (the path before)"
+    }
+
+    fn try_acquire<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Held>, CliError>> {
+        Box::pin(async move {
+            match self.locks.try_acquire(key).await {
+                Ok(guard) => {
+                    let token = i64::try_from(guard.token()).unwrap_or(i64::MAX);
+                    self.held.lock().await.insert(key.to_owned(), guard);
+                    Ok(Some(Held {
+                        key: key.to_owned(),
+                        owner: String::new(),
+                        token,
+                    }))
+                }
+                Err(leasehold::Error::Busy { .. }) => Ok(None),
+                Err(e) => Err(e.into()),
+            }
+        })
+    }
+
+    fn release(&self, held: Held) -> BoxFuture<'_, Result<(), CliError>> {
+        Box::pin(async move {
+            if let Some(guard) = self.held.lock().await.remove(&held.key) {
+                guard.release().await?;
+            }
             Ok(())
         })
     }

@@ -11,13 +11,18 @@
 //! to [`RedisOptions::with_max_connections`](super::RedisOptions::with_max_connections);
 //! past that they queue for the next free one.
 //!
+//! Connections beyond the one in use most recently are closed once idle
+//! for [`IDLE_TRIM`], so a burst of concurrency does not keep its extra
+//! connections for good (a fleet of processes stays within the server's
+//! `maxclients`; see docs/redis.md, "Connection budget").
+//!
 //! A connection goes back to the pool only after its reply was read in
 //! full. A call that fails, times out or is dropped half-way drops its
 //! connection, so no later call can read a reply that was meant for another.
 
 use std::io;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use combine::parser::combinator::AnySendSyncPartialState;
 use combine::stream::{Decoder, PointerOffset};
@@ -27,6 +32,9 @@ use tokio::net::TcpStream;
 #[cfg(unix)]
 use tokio::net::UnixStream;
 use tokio::sync::Semaphore;
+
+/// How long an extra connection may stay idle before it is closed.
+const IDLE_TRIM: Duration = Duration::from_secs(1);
 
 /// A pool of plain connections to one server. Cheap to clone; clones share
 /// the pool.
@@ -50,6 +58,7 @@ struct Pool {
 struct Wire {
     stream: Stream,
     decoder: Decoder<AnySendSyncPartialState, PointerOffset<[u8]>>,
+    last_used: Instant,
 }
 
 enum Stream {
@@ -136,11 +145,14 @@ impl Pool {
         None
     }
 
-    fn put_back(&self, wire: Wire) {
-        self.idle
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(wire);
+    /// Returns `wire` to the pool and closes the other idle connections
+    /// that nobody used for [`IDLE_TRIM`] (callers take the most recent
+    /// first, so extra ones age out once concurrency drops).
+    fn put_back(&self, mut wire: Wire) {
+        wire.last_used = Instant::now();
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        idle.retain(|w| w.last_used.elapsed() < IDLE_TRIM);
+        idle.push(wire);
     }
 
     /// Opens a connection and sets it up as the URL asks (protocol,
@@ -173,6 +185,7 @@ impl Pool {
         let mut wire = Wire {
             stream,
             decoder: Decoder::new(),
+            last_used: Instant::now(),
         };
         let settings = info.redis_settings();
         let mut setup = redis::pipe();

@@ -14,11 +14,14 @@
 //! in the process (every backend on the same URL; on a cluster, to the first
 //! seed node), opened on the first wait and reopened if it drops.
 //!
-//! **Connection budget.** A backend holds one multiplexed connection for its
-//! commands (concurrent operations pipeline on it; on a cluster, one per
-//! node the cluster client talks to) and the process one pub/sub connection
-//! per server and prefix once something waits: 2 per process for one
-//! `Locks` on a single server.
+//! **Connection budget.** A backend opened from a URL sends its commands on
+//! plain connections, one call at a time on each, read by the calling task
+//! itself (see `direct.rs` for why): one while calls come one after another,
+//! up to `max_connections` (default 4) under concurrency. On a cluster, and
+//! on your own `ConnectionManager`, one multiplexed connection (per node)
+//! instead. The process adds one pub/sub connection per server and prefix
+//! once something waits: 2 per process for one `Locks` whose calls do not
+//! overlap.
 //!
 //! **Persistence.** The fence counter is only as durable as Redis's data.
 //! Without AOF a restart reloads an older snapshot (or nothing), and tokens
@@ -33,7 +36,7 @@ mod direct;
 mod errors;
 mod exec;
 mod keys;
-mod options;
+pub(crate) mod options;
 mod read;
 mod semaphore;
 mod wake;
