@@ -26,8 +26,9 @@
 //! another table, build a
 //! [`PostgresBackend`](crate::backends::postgres::PostgresBackend) yourself.
 //! Redis and Redis Cluster accept `?prefix=NAME` (the key prefix, default
-//! `leasehold`) and `?min_replicas=N` (every call confirmed by `WAIT` on N
-//! replicas, default 0); other query parameters go to the `redis` crate (e.g.
+//! `leasehold`), `?min_replicas=N` (every call confirmed by `WAIT` on N
+//! replicas, default 0) and `?max_connections=N` (command connections,
+//! default 4; not on a cluster); other query parameters go to the `redis` crate (e.g.
 //! `protocol=resp3`).
 //! `rediss://` (TLS) is not compiled in: use a TLS proxy, or build a client
 //! yourself and use `RedisBackend::from_manager`.
@@ -113,19 +114,7 @@ async fn open_sqlite(url: &StoreUrl) -> Result<Arc<dyn Backend>> {
 async fn open_redis(url: &StoreUrl) -> Result<Arc<dyn Backend>> {
     use crate::backends::redis::{RedisBackend, RedisOptions};
 
-    let mut options = RedisOptions::new();
-    if let Some(prefix) = url.option("prefix") {
-        options = options.with_prefix(prefix);
-    }
-    if let Some(n) = url.option("min_replicas") {
-        let n = n.parse().map_err(|_| {
-            Error::invalid(
-                "store url",
-                format!("min_replicas must be a whole number, got {n:?}"),
-            )
-        })?;
-        options = options.with_min_replicas(n);
-    }
+    let options = RedisOptions::from_url(url)?;
     Ok(Arc::new(
         RedisBackend::connect_with(url.driver_url(), options).await?,
     ))

@@ -142,9 +142,21 @@ const POSTGRES_DRIVER_OPTIONS: &[&str] = &[
     "options",
 ];
 
-/// What redis-rs 1.8 reads from a URL's query: the protocol, and for a
-/// `redis+unix://` socket the database and credentials.
-const REDIS_DRIVER_OPTIONS: &[&str] = &["protocol", "db", "user", "pass"];
+/// The Redis store's URL options live with its other options.
+#[cfg(feature = "redis")]
+use crate::backends::redis::options::{
+    check_url_option as check_redis_option, DRIVER_URL_OPTIONS as REDIS_DRIVER_OPTIONS,
+    URL_OPTIONS as REDIS_OPTIONS,
+};
+/// Without the store no Redis URL gets as far as its options.
+#[cfg(not(feature = "redis"))]
+const REDIS_DRIVER_OPTIONS: &[&str] = &[];
+#[cfg(not(feature = "redis"))]
+const REDIS_OPTIONS: &[&str] = &[];
+#[cfg(not(feature = "redis"))]
+fn check_redis_option(_: &str, _: &str) -> Result<()> {
+    Ok(())
+}
 
 impl Scheme {
     /// Parses `url`: the store it names and the URL's parts.
@@ -318,7 +330,7 @@ impl Scheme {
                 "idle_timeout",
                 "acquire_timeout",
             ],
-            Scheme::Redis => &["prefix", "min_replicas"],
+            Scheme::Redis => REDIS_OPTIONS,
             Scheme::Etcd => &[
                 "prefix",
                 "clock_margin_ms",
@@ -390,12 +402,7 @@ impl Scheme {
             (Scheme::Sqlite, "synchronous") if !matches!(value, "full" | "normal") => {
                 Err(self.unknown_option(pair))
             }
-            (Scheme::Redis, "min_replicas") if value.parse::<u32>().is_err() => {
-                Err(Error::invalid(
-                    "store url",
-                    format!("min_replicas must be a whole number of replicas, got {value:?}"),
-                ))
-            }
+            (Scheme::Redis, name) => check_redis_option(name, value),
             _ => Ok(()),
         }
     }

@@ -1,7 +1,9 @@
 //! Redis: the pair everyone writes by hand (`SET NX PX`, then a Lua
-//! compare-and-delete), and rslock, the Redlock client most Rust code uses
-//! (lock + unlock, and its retry loop for the hand-off). On a Redis Cluster
-//! only the hand-written pair: rslock cannot talk to one.
+//! compare-and-delete), the same pair on a plain blocking connection (the
+//! floor: two round trips and nothing else), and rslock, the Redlock client
+//! most Rust code uses (lock + unlock, and its retry loop for the
+//! hand-off). On a Redis Cluster only the hand-written pair: rslock cannot
+//! talk to one, and the blocking floor is one server's.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -48,6 +50,8 @@ pub async fn open(url: &str, parsed: &StoreUrl) -> Result<Measured, CliError> {
         locks,
         baselines: vec![
             raw_pair,
+            Box::new(BlockingPair::open(plain)?),
+            Box::new(ManagedLocks::open(plain, parsed).await?),
             Box::new(Rslock {
                 manager: rslock.clone(),
                 held: Mutex::default(),
@@ -98,6 +102,142 @@ impl Baseline for RawPair {
                 .invoke_async(&mut self.conn.clone())
                 .await
                 .map_err(baseline_error)?;
+            Ok(())
+        })
+    }
+}
+
+/// The floor: `SET NX PX` and the compare-and-delete on one blocking
+/// `redis::Connection` (no runtime, no task, no channel), called inline.
+/// It blocks the calling thread for its two round trips: fine for the
+/// bench's sequential uncontended rounds, which are all it is used for.
+struct BlockingPair {
+    conn: std::sync::Mutex<redis::Connection>,
+    unlock: redis::Script,
+}
+
+impl BlockingPair {
+    fn open(url: &str) -> Result<BlockingPair, CliError> {
+        use redis::IntoConnectionInfo;
+        let info = url.into_connection_info().map_err(baseline_error)?;
+        // As a careful hand-written client would: no Nagle delay, and a
+        // bound on every read and write (a socket timeout: a blocking call
+        // cannot be abandoned half-way).
+        let tcp = info.tcp_settings().clone().set_nodelay(true);
+        let info = info.set_tcp_settings(tcp);
+        let client = redis::Client::open(info).map_err(baseline_error)?;
+        let conn = client
+            .get_connection_with_timeout(Duration::from_secs(2))
+            .map_err(baseline_error)?;
+        conn.set_read_timeout(Some(Duration::from_secs(5)))
+            .map_err(baseline_error)?;
+        conn.set_write_timeout(Some(Duration::from_secs(5)))
+            .map_err(baseline_error)?;
+        Ok(BlockingPair {
+            conn: std::sync::Mutex::new(conn),
+            unlock: redis::Script::new(UNLOCK),
+        })
+    }
+
+    fn conn(&self) -> std::sync::MutexGuard<'_, redis::Connection> {
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Baseline for BlockingPair {
+    fn name(&self) -> &'static str {
+        "the same pair on a blocking connection (floor)"
+    }
+
+    fn try_acquire<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Held>, CliError>> {
+        Box::pin(async move {
+            let owner = OwnerId::random().to_string();
+            let set: Option<String> = redis::cmd("SET")
+                .arg(key)
+                .arg(&owner)
+                .arg("NX")
+                .arg("PX")
+                .arg(TTL.as_millis() as u64)
+                .query(&mut *self.conn())
+                .map_err(baseline_error)?;
+            Ok(set.map(|_| Held {
+                key: key.to_owned(),
+                owner,
+                token: 0,
+            }))
+        })
+    }
+
+    fn release(&self, held: Held) -> BoxFuture<'_, Result<(), CliError>> {
+        Box::pin(async move {
+            let _: i64 = self
+                .unlock
+                .key(&held.key)
+                .arg(&held.owner)
+                .invoke(&mut *self.conn())
+                .map_err(baseline_error)?;
+            Ok(())
+        })
+    }
+}
+
+/// leasehold on a redis-rs `ConnectionManager` (multiplexed: a driver task
+/// sends every call and hands back its reply), which is how
+/// `RedisBackend::connect` talked to one server before its own connections
+/// and how `RedisBackend::from_manager` still does: the same library, the
+/// connection path side by side.
+struct ManagedLocks {
+    locks: Locks,
+    held: Mutex<HashMap<String, leasehold::LeaseGuard>>,
+}
+
+impl ManagedLocks {
+    async fn open(url: &str, parsed: &StoreUrl) -> Result<ManagedLocks, CliError> {
+        use leasehold::backends::redis::RedisBackend;
+        let client = redis::Client::open(url).map_err(baseline_error)?;
+        let manager = redis::aio::ConnectionManager::new(client.clone())
+            .await
+            .map_err(baseline_error)?;
+        let mut options = RedisOptions::new().with_persistence_check(false);
+        if let Some(prefix) = parsed.option("prefix") {
+            options = options.with_prefix(prefix);
+        }
+        let backend = RedisBackend::from_manager_with(manager, client, options).await?;
+        Ok(ManagedLocks {
+            locks: Locks::new(backend),
+            held: Mutex::default(),
+        })
+    }
+}
+
+impl Baseline for ManagedLocks {
+    fn name(&self) -> &'static str {
+        "leasehold on a multiplexed ConnectionManager (the path before)"
+    }
+
+    fn try_acquire<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Held>, CliError>> {
+        Box::pin(async move {
+            match self.locks.try_acquire(key).await {
+                Ok(guard) => {
+                    let token = i64::try_from(guard.token()).unwrap_or(i64::MAX);
+                    self.held.lock().await.insert(key.to_owned(), guard);
+                    Ok(Some(Held {
+                        key: key.to_owned(),
+                        owner: String::new(),
+                        token,
+                    }))
+                }
+                Err(leasehold::Error::Busy { .. }) => Ok(None),
+                Err(e) => Err(e.into()),
+            }
+        })
+    }
+
+    fn release(&self, held: Held) -> BoxFuture<'_, Result<(), CliError>> {
+        Box::pin(async move {
+            if let Some(guard) = self.held.lock().await.remove(&held.key) {
+                guard.release().await?;
+            }
             Ok(())
         })
     }

@@ -9,13 +9,14 @@
 
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Client, Cmd, Pipeline, RedisFuture, Value};
 
 use super::classify;
+use super::direct::DirectPool;
 use super::options::RedisOptions;
 use crate::error::{Error, Result};
 use crate::scheme::{Scheme, REDIS_CLUSTER};
@@ -36,8 +37,13 @@ const MAX_RETRY_WAIT_MS: u64 = 500;
 #[derive(Clone)]
 #[non_exhaustive]
 pub enum Connection {
-    /// One server (`redis://`, `redis+unix://`), reconnecting on its own.
+    /// One server (`redis://`, `redis+unix://`), on a connection manager
+    /// of your own ([`RedisBackend::from_manager`](super::RedisBackend::from_manager)).
     Single(ConnectionManager),
+    /// One server (`redis://`, `redis+unix://`), as leasehold opens it: a
+    /// few plain connections, one call at a time on each (see
+    /// [`RedisOptions::with_max_connections`]).
+    Direct(DirectPool),
     /// A Redis Cluster: commands routed by slot, redirects followed.
     Cluster(ClusterConnection),
 }
@@ -46,6 +52,10 @@ impl ConnectionLike for Connection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Connection::Single(c) => c.req_packed_command(cmd),
+            Connection::Direct(c) => Box::pin(async move {
+                let mut reply = c.exchange(&cmd.get_packed_command(), 0, 1).await?;
+                reply.pop().ok_or_else(no_reply)
+            }),
             Connection::Cluster(c) => c.req_packed_command(cmd),
         }
     }
@@ -58,6 +68,10 @@ impl ConnectionLike for Connection {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Connection::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Connection::Direct(c) => Box::pin(async move {
+                c.exchange(&pipeline.get_packed_pipeline(), offset, count)
+                    .await
+            }),
             Connection::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
@@ -65,6 +79,7 @@ impl ConnectionLike for Connection {
     fn get_db(&self) -> i64 {
         match self {
             Connection::Single(c) => c.get_db(),
+            Connection::Direct(c) => c.db(),
             Connection::Cluster(c) => c.get_db(),
         }
     }
@@ -85,7 +100,7 @@ impl Connection {
         let opened = if Scheme::names_a_cluster(url) {
             Connection::Cluster(open_cluster(&seed_urls(url)?, options).await?)
         } else {
-            Connection::Single(open_single(single_client(url)?, options).await?)
+            Connection::Direct(open_direct(single_client(url)?, options).await?)
         };
         Ok(opened)
     }
@@ -96,19 +111,35 @@ pub(super) fn single_client(url: &str) -> Result<Client> {
     Client::open(url).map_err(|e| Error::invalid_from("store url", "not a Redis URL", e))
 }
 
-/// A reconnecting connection to the one server of `client`.
-pub(super) async fn open_single(
-    client: Client,
-    options: &RedisOptions,
-) -> Result<ConnectionManager> {
-    let config = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(options.connect_timeout))
-        .set_response_timeout(Some(options.response_timeout))
-        .set_number_of_retries(2)
-        .set_max_delay(Duration::from_secs(1));
-    ConnectionManager::new_with_config(client, config)
-        .await
-        .map_err(classify)
+/// The connection pool to the one server of `client`. The first
+/// connection is opened now, in up to three attempts a second apart at most
+/// (as redis-rs's connection manager would), so a server that is down is
+/// reported by `connect`.
+pub(super) async fn open_direct(client: Client, options: &RedisOptions) -> Result<DirectPool> {
+    let (mut wait, mut attempt) = (Duration::from_millis(100), 1);
+    loop {
+        let opened = DirectPool::open(
+            client.clone(),
+            options.max_connections,
+            options.connect_timeout,
+            options.response_timeout,
+        )
+        .await;
+        match opened {
+            Err(e) if attempt < 3 && (e.is_io_error() || e.is_timeout()) => {
+                tokio::time::sleep(wait).await;
+                wait = (wait * 4).min(Duration::from_secs(1));
+                attempt += 1;
+            }
+            other => return other.map_err(classify),
+        }
+    }
+}
+
+/// A reply missing from a call that expects one (the server closed the
+/// connection in step, which it does not do).
+fn no_reply() -> redis::RedisError {
+    std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "redis sent no reply").into()
 }
 
 /// A connection to the cluster behind `seeds` (see [`seed_urls`]).

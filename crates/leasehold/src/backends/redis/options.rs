@@ -5,6 +5,31 @@ use std::time::Duration;
 
 use super::keys::Namespace;
 use crate::error::{Error, Result};
+use crate::scheme::StoreUrl;
+
+/// The query options of a `redis://` or `redis+cluster://` URL that are
+/// leasehold's (the rest go to the driver, see [`DRIVER_URL_OPTIONS`]).
+pub(crate) const URL_OPTIONS: &[&str] = &["prefix", "min_replicas", "max_connections"];
+
+/// What redis-rs 1.8 reads from a URL's query: the protocol, and for a
+/// `redis+unix://` socket the database and credentials.
+pub(crate) const DRIVER_URL_OPTIONS: &[&str] = &["protocol", "db", "user", "pass"];
+
+/// Checks the value of leasehold's URL option `name` before any I/O (the
+/// prefix is checked with the other options, when the store is opened).
+pub(crate) fn check_url_option(name: &str, value: &str) -> Result<()> {
+    let whole = |what: &str| {
+        Error::invalid(
+            "store url",
+            format!("{name} must be a whole number of {what}, got {value:?}"),
+        )
+    };
+    match name {
+        "min_replicas" if value.parse::<u32>().is_err() => Err(whole("replicas")),
+        "max_connections" if value.parse::<usize>().is_err() => Err(whole("connections")),
+        _ => Ok(()),
+    }
+}
 
 /// How to connect and where to keep the records.
 ///
@@ -23,6 +48,7 @@ pub struct RedisOptions {
     pub(super) response_timeout: Duration,
     pub(super) check_persistence: bool,
     pub(super) min_replicas: u32,
+    pub(super) max_connections: usize,
 }
 
 impl Default for RedisOptions {
@@ -33,6 +59,7 @@ impl Default for RedisOptions {
             response_timeout: Duration::from_secs(5),
             check_persistence: true,
             min_replicas: 0,
+            max_connections: 4,
         }
     }
 }
@@ -72,6 +99,18 @@ impl RedisOptions {
         /// never returned. See docs/redis.md, "Cluster and replicas", for what
         /// this promises and what it costs.
         with_min_replicas(n: u32) => min_replicas = n;
+
+        /// How many command connections a backend opened from a URL may
+        /// hold at once (default 4, at least 1). Each carries one call at a
+        /// time: a lone caller uses one, concurrent calls open more up to
+        /// this bound and then queue for a free one. Not used on a cluster or
+        /// on your own connection manager, which multiplex.
+        with_max_connections(n: usize) => max_connections = n;
+    }
+
+    /// How many command connections a backend may hold at once.
+    pub fn max_connections(&self) -> usize {
+        self.max_connections
     }
 
     /// How many replicas must confirm every script call.
@@ -99,6 +138,27 @@ impl RedisOptions {
         self.check_persistence
     }
 
+    /// The options a store URL sets (`prefix`, `min_replicas`,
+    /// `max_connections`), on top of the defaults.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a value that is not a whole number.
+    pub(crate) fn from_url(url: &StoreUrl) -> Result<RedisOptions> {
+        let mut options = RedisOptions::new();
+        if let Some(prefix) = url.option("prefix") {
+            options = options.with_prefix(prefix);
+        }
+        if let Some(n) = url.option("min_replicas") {
+            check_url_option("min_replicas", n)?;
+            options = options.with_min_replicas(n.parse().unwrap_or_default());
+        }
+        if let Some(n) = url.option("max_connections") {
+            check_url_option("max_connections", n)?;
+            options = options.with_max_connections(n.parse().unwrap_or_default());
+        }
+        Ok(options)
+    }
+
     /// Checks the options before any I/O; the namespace of the prefix.
     pub(super) fn validate(&self) -> Result<Namespace> {
         for (what, t) in [
@@ -109,6 +169,40 @@ impl RedisOptions {
                 return Err(Error::invalid(what, "must be more than zero"));
             }
         }
+        if self.max_connections == 0 {
+            return Err(Error::invalid(
+                "redis max connections",
+                "must be at least 1",
+            ));
+        }
         Namespace::new(&self.prefix)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheme::Scheme;
+
+    #[test]
+    fn url_options_are_read_and_checked_before_any_io() {
+        let (_, url) =
+            Scheme::parse("redis://h/2?prefix=app&min_replicas=1&max_connections=2").unwrap();
+        let options = RedisOptions::from_url(&url).unwrap();
+        assert_eq!(
+            (
+                options.prefix(),
+                options.min_replicas(),
+                options.max_connections()
+            ),
+            ("app", 1, 2)
+        );
+        let problem = |url| Scheme::parse(url).unwrap_err().to_string();
+        assert!(problem("redis://h?max_connections=many")
+            .contains("max_connections must be a whole number of connections"));
+        assert!(problem("redis+cluster://a:1?min_replicas=-1")
+            .contains("min_replicas must be a whole number of replicas"));
+        let none = RedisOptions::new().with_max_connections(0).validate();
+        assert!(none.unwrap_err().to_string().contains("must be at least 1"));
     }
 }

@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use redis::Script;
 
-use super::{classify, unconfirmed, RedisBackend, STORE};
+use super::errors::{classify, unconfirmed};
+use super::{RedisBackend, STORE};
 use crate::backend::{
     duration_to_millis, millis_to_duration, Acquire, AcquireRequest, Busy, Lease, PermitInfo,
     RecordDecoder, RwSide, MAX_PERMITS, WRITER_SLOT,

@@ -1,0 +1,133 @@
+//! Running the scripts: one `EVALSHA` per call, or, with `min_replicas`,
+//! the script and a `WAIT` in one pipeline on the key's primary.
+
+use redis::Script;
+
+use super::errors::{classify, unconfirmed};
+use super::RedisBackend;
+use crate::backend::duration_to_millis;
+use crate::error::Result;
+use crate::key::Key;
+
+impl RedisBackend {
+    /// Acquires with `min_replicas` > 0: a grant that fewer replicas
+    /// confirmed is not trusted, so it is released again (best effort: if
+    /// that fails too, it expires with its ttl) and the call fails.
+    pub(super) async fn acquire_confirmed(
+        &self,
+        key: &Key,
+        owner: &str,
+        args: &[&str],
+        replicas: u32,
+    ) -> Result<(i64, String, i64)> {
+        let ((token, holder, pttl), confirmed): ((i64, String, i64), i64) = self
+            .run_and_wait(&self.inner.scripts.acquire, key, args, replicas)
+            .await?;
+        if confirmed >= i64::from(replicas) {
+            return Ok((token, holder, pttl));
+        }
+        if token != 0 {
+            let args = [
+                owner,
+                &token.to_string(),
+                &self.inner.ns.channel(),
+                key.as_str(),
+            ];
+            let undone: Result<i64> = self
+                .run_and_wait(&self.inner.scripts.release, key, &args, 0)
+                .await
+                .map(|(freed, _)| freed);
+            if let Err(e) = undone {
+                tracing::debug!(%key, error = %e, "could not release an unconfirmed grant; it expires with its ttl");
+            }
+        }
+        Err(unconfirmed(confirmed, replicas))
+    }
+
+    /// Runs `script` on `key`'s lock and fence keys, confirmed by
+    /// `min_replicas` replicas when that option is set.
+    pub(super) async fn run<T: redis::FromRedisValue>(
+        &self,
+        script: &Script,
+        key: &Key,
+        args: &[&str],
+    ) -> Result<T> {
+        self.run_on(script, self.lock_keys(key), args).await
+    }
+
+    /// `key`'s lock and fence keys: the two keys of every mutex script.
+    pub(super) fn lock_keys(&self, key: &Key) -> [String; 2] {
+        [self.inner.ns.lock(key), self.inner.ns.fence(key)]
+    }
+
+    /// Runs `script` on `keys` (two keys of one hash tag), confirmed by
+    /// `min_replicas` replicas when that option is set.
+    pub(super) async fn run_on<T: redis::FromRedisValue>(
+        &self,
+        script: &Script,
+        keys: [String; 2],
+        args: &[&str],
+    ) -> Result<T> {
+        let replicas = self.inner.options.min_replicas;
+        if replicas == 0 {
+            let mut call = script.prepare_invoke();
+            call.key(&keys[0]).key(&keys[1]);
+            for arg in args {
+                call.arg(*arg);
+            }
+            return call.invoke_async(&mut self.conn()).await.map_err(classify);
+        }
+        let (answer, confirmed) = self.run_and_wait_on(script, keys, args, replicas).await?;
+        if confirmed < i64::from(replicas) {
+            return Err(unconfirmed(confirmed, replicas));
+        }
+        Ok(answer)
+    }
+
+    /// Runs `script` and `WAIT replicas timeout` in one pipeline: both go on
+    /// the same connection to the key's primary, so the `WAIT` covers this
+    /// call's writes (and any sent before them on that connection). The
+    /// answer and how many replicas confirmed.
+    pub(super) async fn run_and_wait<T: redis::FromRedisValue>(
+        &self,
+        script: &Script,
+        key: &Key,
+        args: &[&str],
+        replicas: u32,
+    ) -> Result<(T, i64)> {
+        self.run_and_wait_on(script, self.lock_keys(key), args, replicas)
+            .await
+    }
+
+    /// [`run_and_wait`](Self::run_and_wait) on any two keys of one hash tag.
+    pub(super) async fn run_and_wait_on<T: redis::FromRedisValue>(
+        &self,
+        script: &Script,
+        keys: [String; 2],
+        args: &[&str],
+        replicas: u32,
+    ) -> Result<(T, i64)> {
+        let wait_ms = duration_to_millis(self.inner.options.response_timeout / 2).max(1);
+        let mut call = redis::pipe();
+        call.cmd("EVALSHA")
+            .arg(script.get_hash())
+            .arg(2)
+            .arg(&keys)
+            .arg(args)
+            .cmd("WAIT")
+            .arg(replicas)
+            .arg(wait_ms);
+        match call.query_async(&mut self.conn()).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                // A node that forgot the script (restarted, or a replica
+                // promoted since): load it there and try once more.
+                script
+                    .load_async(&mut self.conn())
+                    .await
+                    .map_err(classify)?;
+                call.query_async(&mut self.conn()).await.map_err(classify)
+            }
+            other => other.map_err(classify),
+        }
+    }
+}
