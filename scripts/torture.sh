@@ -6,6 +6,12 @@
 # the resource fenced per slot) under kills and pauses on each store.
 #   bash scripts/torture.sh [seconds per store, default 25] [semaphore seconds, default 6]
 # Uses target/debug/leasehold (built by the test command) or $LEASEHOLD_BIN.
+#
+# Soak (not in CI): LEASEHOLD_SOAK=N repeats each run, with a new seed each
+# time, until the runs of that store and primitive made N fenced
+# acquisitions, and prints one summary line for them (the figures in
+# docs/performance.md, "Soak"). LEASEHOLD_SOAK_ONLY=REGEX limits the stores.
+#   LEASEHOLD_BIN=target/release/leasehold LEASEHOLD_SOAK=10000 bash scripts/torture.sh 60 60
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-25}"
@@ -39,8 +45,53 @@ for var in LEASEHOLD_TEST_POSTGRES LEASEHOLD_TEST_PGBOUNCER LEASEHOLD_TEST_REDIS
   fi
 done
 
+soak="${LEASEHOLD_SOAK:-0}"
+# torture LABEL ARGS...: one run, or in soak mode runs until $soak
+# acquisitions, each report kept as JSON and summed.
+torture() {
+  local label=$1
+  shift
+  if [ "$soak" = 0 ]; then
+    "$bin" "$@"
+    return
+  fi
+  local total=0 runs=0 started=$SECONDS report
+  while [ "$total" -lt "$soak" ]; do
+    runs=$((runs + 1))
+    report="$dir/soak-$runs-$RANDOM.json"
+    if ! "$bin" "$@" --json >"$report"; then
+      echo "soak: $label: run $runs failed:" >&2
+      cat "$report" >&2
+      return 1
+    fi
+    total=$((total + $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["report"]["acquisitions"])' "$report")))
+    soak_reports+=("$report")
+  done
+  python3 - "$label" "$runs" "$((SECONDS - started))" "${soak_reports[@]}" <<'PY'
+import json, sys
+label, runs, seconds, files = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+reports = [json.load(open(f))["report"] for f in files]
+total = lambda k: sum(r[k] for r in reports)
+faults = {}
+for r in reports:
+    for kind, c in r["faults"].items():
+        f = faults.setdefault(kind, [0, 0])
+        f[0] += c["injected"]; f[1] += c["hit"]
+print(f"soak: {label}: {runs} runs, {seconds} s, {total('acquisitions')} acquisitions, "
+      f"{total('writes_accepted')} writes accepted, {total('fenced_rejections')} fenced rejections, "
+      f"faults " + ", ".join(f"{k} {i} ({h} hit)" for k, (i, h) in sorted(faults.items())) +
+      f"; stale writes {total('stale_writes_accepted')}, stale reads {total('stale_reads_accepted')}, "
+      f"token regressions {total('token_regressions')}, duplicates {total('token_duplicates')}")
+PY
+  soak_reports=()
+}
+soak_reports=()
+
 failed=0
 for store in "${stores[@]}"; do
+  if [ -n "${LEASEHOLD_SOAK_ONLY:-}" ] && ! [[ $store =~ $LEASEHOLD_SOAK_ONLY ]]; then
+    continue
+  fi
   name=${store%%://*}
   case "$store" in *pooler=transaction*) name="$name via pgbouncer" ;; esac
   faults=()
@@ -59,14 +110,14 @@ for store in "${stores[@]}"; do
   esac
   echo "== torture on $name"
   # The seed is printed in the report; pass --seed to replay a schedule.
-  if ! "$bin" --store "$store" torture --duration "${seconds}s" --ttl 500ms --workers 5 "${faults[@]}"; then
+  if ! torture "$name, mutex" --store "$store" torture --duration "${seconds}s" --ttl 500ms --workers 5 "${faults[@]}"; then
     failed=1
   fi
   echo
   echo "== torture --primitive semaphore on ${name%%,*}"
   semaphore_faults=(--faults kill,pause)
   case "$store" in etcd://*) semaphore_faults=("${faults[@]}") ;; esac
-  if ! "$bin" --store "$store" torture --primitive semaphore --duration "${semaphore_seconds}s" \
+  if ! torture "${name%%,*}, semaphore" --store "$store" torture --primitive semaphore --duration "${semaphore_seconds}s" \
     --ttl 500ms --workers 5 "${semaphore_faults[@]}"; then
     failed=1
   fi
