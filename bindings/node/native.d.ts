@@ -228,11 +228,6 @@ export declare function problemLocked(key: string, remainingMs: number): Problem
 /** 503: the store failed; a `retryable` failure says "retry in 1 s". */
 export declare function problemStoreUnavailable(key: string, retryable: boolean): ProblemAnswer
 
-/**
- * How long a finished response waits for its release before it is sent
- * anyway (the HTTP layer's `DEFAULT_STORE_TIMEOUT`), in milliseconds.
- */
-export declare const RELEASE_BOUND_MS: number
 /** Quantiles of a duration distribution, in milliseconds. */
 export interface Quantiles {
   count: number
@@ -241,6 +236,12 @@ export interface Quantiles {
   p99Ms: number
   maxMs: number
 }
+
+/**
+ * How long a finished response waits for its release before it is sent
+ * anyway (the HTTP layer's `DEFAULT_STORE_TIMEOUT`), in milliseconds.
+ */
+export declare const RELEASE_BOUND_MS: number
 
 /** Renewals by outcome. */
 export interface RenewalCounts {
