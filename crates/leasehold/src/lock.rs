@@ -387,7 +387,13 @@ impl Locks {
         request: AcquireRequest,
         options: &AcquireOptions,
     ) -> Result<LeaseGuard> {
-        let probe = AcquireProbe::start(&self.observer, &request, options)?;
+        let probe = AcquireProbe::start(
+            &self.observer,
+            &request,
+            options.lock_class(),
+            options.primitive(),
+            options.wait().is_some_and(|w| !w.is_zero()),
+        )?;
         let result = self.acquire_observed(request, options, &probe).await;
         probe.finish(&result);
         result

@@ -182,23 +182,25 @@ pub(crate) struct AcquireProbe {
 }
 
 impl AcquireProbe {
-    /// An acquisition of `request` starts; `waits` if it has a wait bound.
+    /// An acquisition of `request` starts, labelled with the caller's lock
+    /// class and primitive (or those `request` implies); `waits` if it has
+    /// a wait bound. (The engine passes its options' parts, so this floor
+    /// does not import the engine.)
     pub(crate) fn start(
         observer: &Arc<Observer>,
         request: &AcquireRequest,
-        options: &crate::lock::AcquireOptions,
+        lock_class: Option<&Arc<str>>,
+        primitive: Option<Primitive>,
+        waits: bool,
     ) -> crate::Result<Self> {
-        let class = match options.lock_class() {
+        let class = match lock_class {
             Some(class) => validate_class(class)?.clone(),
             None => default_class(request.key().as_str()).into(),
         };
         let labels = Labels {
-            primitive: options
-                .primitive()
-                .unwrap_or_else(|| Primitive::of(request)),
+            primitive: primitive.unwrap_or_else(|| Primitive::of(request)),
             class,
         };
-        let waits = options.wait().is_some_and(|w| !w.is_zero());
         let tally = Tally {
             observer: observer.clone(),
             labels,
