@@ -99,6 +99,8 @@ fn redis() {
         &url,
         &[
             "SET NX PX + EVAL compare-and-delete",
+            "the same pair on a blocking connection (floor)",
+            "leasehold on a multiplexed ConnectionManager (the path before)",
             "rslock lock + unlock",
         ],
         &["rslock retry loop"],

@@ -215,8 +215,29 @@ impl Pool {
             )
             .await
             .map_err(|_| timed_out("redis did not answer the connection setup in time"))??;
-            for reply in replies {
-                reply.extract_error()?;
+            // Refusals read as redis-rs's own connection setup reports
+            // them: the first step carries the credentials (AUTH, or HELLO
+            // with AUTH), the last one (if any) is the SELECT.
+            let login = settings.password().is_some();
+            let select = settings.db() != 0;
+            for (step, reply) in replies.into_iter().enumerate() {
+                reply.extract_error().map_err(|e| {
+                    if step == 0 && login {
+                        RedisError::from((
+                            redis::ErrorKind::AuthenticationFailed,
+                            "Password authentication failed",
+                            e.to_string(),
+                        ))
+                    } else if step + 1 == steps && select {
+                        RedisError::from((
+                            redis::ServerErrorKind::ResponseError.into(),
+                            "Redis server refused to switch database",
+                            e.to_string(),
+                        ))
+                    } else {
+                        e
+                    }
+                })?;
             }
         }
         Ok(wire)
