@@ -121,6 +121,17 @@ const LISTEN: &str = "listen";
 
 /// sqlx's PostgreSQL connection parameters (sqlx-postgres 0.8,
 /// `options/parse.rs`), besides `options[NAME]`.
+/// The options an etcd URL takes (besides `listen`, which the core reads);
+/// the etcd store reads them from here too.
+pub(crate) const ETCD_OPTIONS: &[&str] = &[
+    "prefix",
+    "clock_margin_ms",
+    "ca_file",
+    "cert_file",
+    "key_file",
+    "domain",
+];
+
 const POSTGRES_DRIVER_OPTIONS: &[&str] = &[
     "sslmode",
     "ssl-mode",
@@ -331,14 +342,7 @@ impl Scheme {
                 "acquire_timeout",
             ],
             Scheme::Redis => REDIS_OPTIONS,
-            Scheme::Etcd => &[
-                "prefix",
-                "clock_margin_ms",
-                "ca_file",
-                "cert_file",
-                "key_file",
-                "domain",
-            ],
+            Scheme::Etcd => ETCD_OPTIONS,
         }
     }
 

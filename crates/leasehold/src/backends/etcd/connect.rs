@@ -4,18 +4,9 @@
 
 use crate::error::{Error, Result};
 use crate::percent::percent_decode_bytes;
+use crate::scheme::ETCD_OPTIONS as URL_OPTIONS;
 
 use super::options::EtcdOptions;
-
-/// The options an etcd URL takes (besides `listen`, which the core reads).
-const URL_OPTIONS: &[&str] = &[
-    "prefix",
-    "clock_margin_ms",
-    "ca_file",
-    "cert_file",
-    "key_file",
-    "domain",
-];
 
 /// What a URL names: the members to dial, and the options it sets on top
 /// of `base`.

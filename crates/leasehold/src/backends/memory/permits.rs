@@ -189,17 +189,7 @@ impl PermitTable {
         let slot = (0..permits)
             .find(|s| !sem.slots.contains_key(s))
             .expect("a free slot below permits");
-        sem.fence += 1;
-        sem.slots.insert(
-            slot,
-            Permit {
-                owner: req.owner(),
-                token: sem.fence,
-                label: req.holder().to_owned(),
-                expires_at: now + req.ttl(),
-            },
-        );
-        Acquire::Granted(req.granted_permit(slot, sem.fence))
+        sem.grant(req, slot, now)
     }
 
     fn try_rw(&self, req: &AcquireRequest, side: RwSide, now: Instant) -> Acquire {
