@@ -10,7 +10,9 @@
 # Soak (not in CI): LEASEHOLD_SOAK=N repeats each run, with a new seed each
 # time, until the runs of that store and primitive made N fenced
 # acquisitions, and prints one summary line for them (the figures in
-# docs/performance.md, "Soak"). LEASEHOLD_SOAK_ONLY=REGEX limits the stores.
+# docs/performance.md, "Soak"). LEASEHOLD_SOAK_ONLY=REGEX limits the stores;
+# LEASEHOLD_TORTURE_WORKERS and LEASEHOLD_TORTURE_KEYS (default 5 and 1)
+# set the worker processes and keys of every run.
 #   LEASEHOLD_BIN=target/release/leasehold LEASEHOLD_SOAK=10000 bash scripts/torture.sh 60 60
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,6 +48,10 @@ for var in LEASEHOLD_TEST_POSTGRES LEASEHOLD_TEST_PGBOUNCER LEASEHOLD_TEST_REDIS
 done
 
 soak="${LEASEHOLD_SOAK:-0}"
+# Workers and keys per run: one key (the most contention) in CI; the soak
+# uses more of both to reach its count sooner.
+workers="${LEASEHOLD_TORTURE_WORKERS:-5}"
+keys="${LEASEHOLD_TORTURE_KEYS:-1}"
 # torture LABEL ARGS...: one run, or in soak mode runs until $soak
 # acquisitions, each report kept as JSON and summed.
 torture() {
@@ -120,7 +126,7 @@ for store in "${stores[@]}"; do
   esac
   echo "== torture on $name"
   # The seed is printed in the report; pass --seed to replay a schedule.
-  if ! torture "$name, mutex" --store "$store" torture --duration "${seconds}s" --ttl 500ms --workers 5 "${faults[@]}"; then
+  if ! torture "$name, mutex" --store "$store" torture --duration "${seconds}s" --ttl 500ms --workers "$workers" --keys "$keys" "${faults[@]}"; then
     failed=1
   fi
   echo
@@ -136,7 +142,7 @@ for store in "${stores[@]}"; do
     ;;
   esac
   if ! torture "${name%%,*}, semaphore" --store "$store" torture --primitive semaphore --duration "${store_semaphore_seconds}s" \
-    --ttl 500ms --workers 5 "${semaphore_faults[@]}"; then
+    --ttl 500ms --workers "$workers" --keys "$keys" "${semaphore_faults[@]}"; then
     failed=1
   fi
   echo

@@ -1,6 +1,8 @@
 //! The seeded nemesis: one fault at a time, cycling through the enabled
 //! kinds in a shuffled order, so every kind is injected in any run longer
-//! than a few ttls. Kills and pauses are aimed at a process that holds a
+//! than a few ttls. A kind that has not landed yet goes first in each
+//! cycle, and once more right after a miss, so that a short run rarely ends
+//! inconclusive. Kills and pauses are aimed at a process that holds a
 //! lease right now (found through `inspect`, or a semaphore's holders, and
 //! the holder label), since a fault on an idle process proves nothing.
 
@@ -82,6 +84,10 @@ impl Nemesis<'_> {
         // Warm-up: let the workers connect and take the first leases.
         sleep(self.ttl).await;
         let mut order = Vec::new();
+        // Families that have landed at least once, and whether the family
+        // about to run is a retry of a miss.
+        let mut landed = Vec::new();
+        let mut retrying = false;
         // Proxy faults take turns too, from a seeded starting point.
         let mut proxy_turn = self.rng.gen_range(0..3usize);
         // Leave room for the longest step (a pause of up to 2.5 ttl).
@@ -89,6 +95,7 @@ impl Nemesis<'_> {
             if order.is_empty() {
                 order = self.families.clone();
                 order.shuffle(&mut self.rng);
+                order_unlanded_first(&mut order, &landed);
             }
             let family = order.pop().expect("refilled above");
             let fault = match family {
@@ -100,6 +107,20 @@ impl Nemesis<'_> {
                 }
                 Family::Restart => self.restart().await,
             };
+            // Proxy faults are judged by the checker afterwards; the others
+            // know now whether they hit. A family that has never landed and
+            // just missed goes again at once (one retry in a row), so that
+            // a short run does not end with a requested kind unplayed.
+            let hit = family == Family::Proxy || fault.as_ref().is_some_and(|f| f.hit);
+            if hit && !landed.contains(&family) {
+                landed.push(family);
+            }
+            if !hit && !landed.contains(&family) && !retrying {
+                order.push(family);
+                retrying = true;
+            } else {
+                retrying = false;
+            }
             faults.extend(fault);
             sleep(self.ttl.mul_f64(self.rng.gen_range(0.5..1.0))).await;
         }
@@ -288,6 +309,13 @@ impl Nemesis<'_> {
     }
 }
 
+/// Reorders a freshly shuffled `order` (run from its end) so that the
+/// families that have not landed yet run first, each group keeping its
+/// shuffled order.
+fn order_unlanded_first(order: &mut [Family], landed: &[Family]) {
+    order.sort_by_key(|f| !landed.contains(f));
+}
+
 fn aimed(kind: FaultKind, start: u64, end: u64, hit: bool, t: Target, detail: String) -> Fault {
     Fault {
         kind,
@@ -313,6 +341,22 @@ fn parse_pid(label: &str) -> Option<u32> {
 
 #[cfg(test)]
 mod tests {
+    use super::Family;
+
+    #[test]
+    fn families_that_never_landed_run_first() {
+        // The order runs from its end.
+        let mut order = vec![Family::Pause, Family::Kill, Family::Proxy, Family::Restart];
+        super::order_unlanded_first(&mut order, &[Family::Kill, Family::Restart]);
+        assert_eq!(
+            order,
+            vec![Family::Kill, Family::Restart, Family::Pause, Family::Proxy]
+        );
+        let mut all_landed = vec![Family::Pause, Family::Kill];
+        super::order_unlanded_first(&mut all_landed, &[Family::Kill, Family::Pause]);
+        assert_eq!(all_landed, vec![Family::Pause, Family::Kill]);
+    }
+
     #[test]
     fn holder_labels() {
         assert_eq!(super::parse_pid("torture-w3:4242"), Some(4242));
