@@ -36,11 +36,12 @@ use mongodb::bson::{doc, Bson, Document};
 use mongodb::results::UpdateResult;
 
 use super::errors::{is_duplicate_key, STORE};
+use super::kind::Claim;
 use super::record::{as_i64, date, token_as_i64};
 use super::MongoBackend;
 use crate::backend::{
-    duration_to_millis, millis_to_duration, Acquire, AcquireRequest, Busy, Lease, PermitInfo,
-    RecordDecoder, RwSide, MAX_PERMITS, WRITER_SLOT,
+    duration_to_millis, millis_to_duration, Acquire, AcquireRequest, Busy, Lease, LockKind,
+    PermitInfo, RecordDecoder, RwSide, MAX_PERMITS, WRITER_SLOT,
 };
 use crate::error::Result;
 use crate::key::Key;
@@ -131,6 +132,15 @@ impl MongoBackend {
         let record = RecordDecoder::new(STORE, req.key().as_str());
         let owner = req.owner().to_string();
         let ttl = duration_to_millis(req.ttl());
+        // The key's lock document first: one key is one lock (kind.rs).
+        let kind = match side {
+            Some(_) => LockKind::ReaderWriter,
+            None => LockKind::Semaphore,
+        };
+        let anchor_fence = match self.claim_kind(req.key(), kind).await? {
+            Claim::Ours(fence) => fence,
+            Claim::Refused(answer) => return Ok(answer),
+        };
         for _ in 0..RACES {
             let now = self.now().await?;
             let found = self
@@ -233,7 +243,9 @@ impl MongoBackend {
                 }
                 Some(RwSide::Write) => WRITER_SLOT,
             };
-            let token = fence + 1;
+            // Above the mutex's tokens too: the key's tokens keep rising
+            // when a mutex key becomes a reader-writer lock or a semaphore.
+            let token = fence.max(anchor_fence) + 1;
             let entry = doc! {
                 "owner": &owner,
                 "holder": req.holder(),

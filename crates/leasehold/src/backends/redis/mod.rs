@@ -145,7 +145,8 @@ impl Backend for RedisBackend {
             let args = [owner.as_str(), &ttl.to_string(), req.holder()];
             let (token, holder, pttl): (i64, String, i64) = match self.inner.options.min_replicas {
                 0 => {
-                    self.run(&self.inner.scripts.acquire, req.key(), &args)
+                    let keys = self.acquire_keys(req.key());
+                    self.run_on(&self.inner.scripts.acquire, &keys, &args)
                         .await?
                 }
                 replicas => {
@@ -154,10 +155,12 @@ impl Backend for RedisBackend {
                 }
             };
             // A grant returns the incremented fence, so a negative one is a
-            // corrupt fence key.
-            Ok(if token != 0 {
-                let token = RecordDecoder::new(STORE, req.key().as_str()).token(token)?;
-                Acquire::Granted(req.granted(token))
+            // corrupt fence key; -1 with a kind is a key of another kind.
+            let record = RecordDecoder::new(STORE, req.key().as_str());
+            Ok(if let Some(kind) = semaphore::other_kind(&record, token, &holder)? {
+                Acquire::OtherKind(kind)
+            } else if token != 0 {
+                Acquire::Granted(req.granted(record.token(token)?))
             } else {
                 Acquire::Busy(Busy {
                     holder,
