@@ -23,28 +23,28 @@ use mongodb::options::ReturnDocument;
 use super::errors::{is_duplicate_key, STORE};
 use super::record::{as_i64, date, live};
 use super::MongoBackend;
-use crate::backend::{Acquire, Busy, LockKind, RecordDecoder};
+use crate::backend::{Acquire, Busy, KeyKind, RecordDecoder};
 use crate::error::Result;
 use crate::key::Key;
-
-/// The `kind` field's value for a reader-writer lock.
-const RW: &str = "rw";
-/// The `kind` field's value for a semaphore.
-const SEM: &str = "sem";
 
 /// How often a claim is tried again when the document changed between the
 /// refused claim and the read that explains it (a holder left meanwhile).
 const RACES: usize = 3;
 
-/// The kind a lock document records: `None` for a mutex (no `kind`).
-pub(super) fn kind_of(d: &Document) -> Result<Option<LockKind>> {
-    match d.get("kind") {
-        None | Some(Bson::Null) => Ok(None),
-        Some(Bson::String(k)) if k == RW => Ok(Some(LockKind::ReaderWriter)),
-        Some(Bson::String(k)) if k == SEM => Ok(Some(LockKind::Semaphore)),
-        Some(other) => {
+/// The kind a lock document records, `None` for a mutex (no `kind`).
+pub(super) fn kind_of(d: &Document) -> Result<Option<KeyKind>> {
+    let stored = match d.get("kind") {
+        None | Some(Bson::Null) => None,
+        Some(Bson::String(k)) => Some(k.as_str()),
+        Some(_) => Some("\u{0}"),
+    };
+    match KeyKind::from_stored(stored) {
+        Some(KeyKind::Mutex) => Ok(None),
+        Some(kind) => Ok(Some(kind)),
+        None => {
             let key = d.get_str("_id").unwrap_or_default();
-            Err(RecordDecoder::new(STORE, key).corrupt(format!("the kind is {other}")))
+            let found = d.get("kind").map(ToString::to_string).unwrap_or_default();
+            Err(RecordDecoder::new(STORE, key).corrupt(format!("the kind is {found}")))
         }
     }
 }
@@ -67,8 +67,8 @@ fn fence_in(d: &Document) -> i64 {
 impl MongoBackend {
     /// Claims `key`'s lock document for `kind` (a reader-writer lock or a
     /// semaphore): see the module docs.
-    pub(super) async fn claim_kind(&self, key: &Key, kind: LockKind) -> Result<Claim> {
-        let wanted = if kind == LockKind::Semaphore { SEM } else { RW };
+    pub(super) async fn claim_kind(&self, key: &Key, kind: KeyKind) -> Result<Claim> {
+        let wanted = kind.stored().unwrap_or_default();
         for _ in 0..RACES {
             let now = self.now().await?;
             // Three flat clauses (no nested $or): of the kind already, or a

@@ -315,6 +315,11 @@ impl Backend for MongoBackend {
             let Some(before) = before else {
                 return Ok(false);
             };
+            if let Some(kind) = kind::kind_of(&before)? {
+                // Not a mutex (the update above freed nothing): every
+                // permit, reader and writer of the key.
+                return self.force_release_slots(key, kind).await;
+            }
             self.inner.watcher.wake_local(key.as_str());
             let now = self.now().await?;
             Ok(live(&before, now).is_some())

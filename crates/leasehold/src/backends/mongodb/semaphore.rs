@@ -40,7 +40,7 @@ use super::kind::Claim;
 use super::record::{as_i64, date, token_as_i64};
 use super::MongoBackend;
 use crate::backend::{
-    duration_to_millis, millis_to_duration, Acquire, AcquireRequest, Busy, Lease, LockKind,
+    duration_to_millis, millis_to_duration, Acquire, AcquireRequest, Busy, KeyKind, Lease,
     PermitInfo, RecordDecoder, RwSide, MAX_PERMITS, WRITER_SLOT,
 };
 use crate::error::Result;
@@ -133,11 +133,7 @@ impl MongoBackend {
         let owner = req.owner().to_string();
         let ttl = duration_to_millis(req.ttl());
         // The key's lock document first: one key is one lock (kind.rs).
-        let kind = match side {
-            Some(_) => LockKind::ReaderWriter,
-            None => LockKind::Semaphore,
-        };
-        let anchor_fence = match self.claim_kind(req.key(), kind).await? {
+        let anchor_fence = match self.claim_kind(req.key(), req.key_kind()).await? {
             Claim::Ours(fence) => fence,
             Claim::Refused(answer) => return Ok(answer),
         };
@@ -331,6 +327,35 @@ impl MongoBackend {
             self.inner.watcher.wake_local(lease.key().as_str());
         }
         Ok(())
+    }
+
+    /// Frees every slot (and a waiting writer's mark) of `key`, a key of
+    /// kind `kind`, and bumps the fence the next grant counts from.
+    /// Whether a live slot was broken.
+    pub(super) async fn force_release_slots(&self, key: &Key, kind: KeyKind) -> Result<bool> {
+        let id = family_id(key, kind == KeyKind::ReaderWriter);
+        let before = self
+            .inner
+            .coll
+            .find_one_and_update(
+                doc! { "_id": &id },
+                doc! {
+                    "$unset": { "slots": "", "mark": "" },
+                    "$inc": { "fence": 1_i64, "releases": 1_i64, "rev": 1_i64 },
+                },
+            )
+            .return_document(mongodb::options::ReturnDocument::Before)
+            .await
+            .map_err(|e| self.fail(e))?;
+        let Some(before) = before else {
+            return Ok(false);
+        };
+        self.inner.watcher.wake_local(key.as_str());
+        let now = self.now().await?;
+        let record = RecordDecoder::new(STORE, key.as_str());
+        Ok(slots_of(&before, &record)?
+            .iter()
+            .any(|s| s.expires > now.lower))
     }
 
     pub(super) async fn list_permits_now(&self, prefix: &str) -> Result<Vec<PermitInfo>> {

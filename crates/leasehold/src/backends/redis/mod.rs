@@ -225,8 +225,18 @@ impl Backend for RedisBackend {
     fn force_release<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool>> {
         Box::pin(async move {
             let args = [&self.inner.ns.channel(), key.as_str()];
+            let ns = &self.inner.ns;
+            let keys = [
+                ns.lock(key),
+                ns.fence(key),
+                ns.kind(key),
+                ns.permits(key),
+                ns.permit_fence(key),
+                ns.rw(key),
+                ns.rw_fence(key),
+            ];
             let broken: i64 = self
-                .run(&self.inner.scripts.force_release, key, &args)
+                .run_on(&self.inner.scripts.force_release, &keys, &args)
                 .await?;
             self.wake_local(key);
             Ok(broken == 1)

@@ -18,7 +18,7 @@ use redis::Script;
 use super::errors::{classify, unconfirmed};
 use super::{RedisBackend, STORE};
 use crate::backend::{
-    duration_to_millis, millis_to_duration, Acquire, AcquireRequest, Busy, Lease, LockKind,
+    duration_to_millis, millis_to_duration, Acquire, AcquireRequest, Busy, Lease, KeyKind,
     PermitInfo, RecordDecoder, RwSide, MAX_PERMITS, WRITER_SLOT,
 };
 use crate::error::Result;
@@ -74,7 +74,7 @@ impl RedisBackend {
                     ttl,
                     req.holder().to_owned(),
                     req.permits().unwrap_or(1).to_string(),
-                    KIND_SEM.to_owned(),
+                    sem_or_rw(req),
                 ],
             ),
             Some(side) => (
@@ -89,7 +89,7 @@ impl RedisBackend {
                         .to_string(),
                     WRITER_SLOT.to_string(),
                     MAX_PERMITS.to_string(),
-                    KIND_RW.to_owned(),
+                    sem_or_rw(req),
                 ],
             ),
         };
@@ -216,10 +216,10 @@ impl RedisBackend {
     }
 }
 
-/// The kind key's value for a reader-writer lock.
-const KIND_RW: &str = "rw";
-/// The kind key's value for a semaphore.
-const KIND_SEM: &str = "sem";
+/// The kind a permit request claims, as the kind key holds it.
+fn sem_or_rw(req: &AcquireRequest) -> String {
+    req.key_kind().stored().unwrap_or_default().to_owned()
+}
 
 /// The kind an acquire script answered the key has (token -1, the kind
 /// key's value in the holder field, which a grant leaves empty), if that is
@@ -229,14 +229,13 @@ pub(super) fn other_kind(
     record: &RecordDecoder<'_>,
     token: i64,
     text: &str,
-) -> Result<Option<LockKind>> {
-    match (token, text) {
-        (-1, KIND_RW) => Ok(Some(LockKind::ReaderWriter)),
-        (-1, KIND_SEM) => Ok(Some(LockKind::Semaphore)),
-        (-1, other) if !other.is_empty() => {
-            Err(record.corrupt(format!("the kind key holds {other:?}")))
-        }
-        _ => Ok(None),
+) -> Result<Option<KeyKind>> {
+    if token != -1 || text.is_empty() {
+        return Ok(None);
+    }
+    match KeyKind::from_stored(Some(text)) {
+        Some(kind) => Ok(Some(kind)),
+        None => Err(record.corrupt(format!("the kind key holds {text:?}"))),
     }
 }
 
