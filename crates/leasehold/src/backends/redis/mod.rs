@@ -1,10 +1,12 @@
 //! The Redis store (`redis://`, feature `redis`).
 //!
 //! Each operation is one Lua script (loaded once, called by SHA with
-//! `EVALSHA`): acquire is `SET NX PX` plus `INCR` of a fence key that has no
-//! ttl and is never deleted; renew checks owner and token, then `PEXPIRE`;
-//! release compares and deletes, then `PUBLISH`es the key; force-release
-//! deletes and bumps the fence. Redis expires the lock key itself (`PX`), so
+//! `EVALSHA`): acquire reads the key's kind key (a reader-writer lock or a
+//! semaphore answers as such: one key is one lock), then `SET NX PX` plus
+//! `INCR` of a fence key that has no ttl and is never deleted; renew checks
+//! owner and token, then `PEXPIRE`; release compares and deletes, then
+//! `PUBLISH`es the key; force-release deletes whatever holds the key and
+//! bumps the fence. Redis expires the lock key itself (`PX`), so
 //! the server's clock decides expiry.
 //!
 //! Lock and fence keys share a hash tag, so each script touches one cluster

@@ -9,6 +9,10 @@
 //! (`p:rw:{k}`, `p:rwfence:{k}`), with the writer in slot `WRITER_SLOT`
 //! and a waiting writer's marker in field `mark` (`acquire_rw.lua`);
 //! renew and release are the permit scripts on those names.
+//!
+//! Both acquire scripts begin with the kind claim (`claim_kind.lua`) on
+//! the key's mutex lock, fence and kind key, all under the same hash tag:
+//! the claim and the grant are one script.
 
 use std::sync::LazyLock;
 use std::time::Duration;
