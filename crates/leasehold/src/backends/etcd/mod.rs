@@ -319,8 +319,12 @@ fn kind_of(key: &Key, kv: &etcd_client::KeyValue) -> Result<KeyKind> {
     let stored = std::str::from_utf8(kv.value()).ok();
     match KeyKind::from_stored(stored) {
         Some(kind) if kind != KeyKind::Mutex => Ok(kind),
-        _ => Err(crate::backend::RecordDecoder::new(STORE, key.as_str())
-            .corrupt(format!("the kind key holds {:?}", kv.value_str().unwrap_or("?")))),
+        _ => Err(
+            crate::backend::RecordDecoder::new(STORE, key.as_str()).corrupt(format!(
+                "the kind key holds {:?}",
+                kv.value_str().unwrap_or("?")
+            )),
+        ),
     }
 }
 

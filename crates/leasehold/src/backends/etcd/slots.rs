@@ -81,7 +81,11 @@ pub(super) async fn try_acquire(backend: &EtcdBackend, req: &AcquireRequest) -> 
                 if held != wanted {
                     return Ok(Acquire::OtherKind(held));
                 }
-                compares.push(Compare::value(kind_key.as_str(), CompareOp::Equal, wanted_text));
+                compares.push(Compare::value(
+                    kind_key.as_str(),
+                    CompareOp::Equal,
+                    wanted_text,
+                ));
             }
             None => {
                 // A mutex key: busy while its holder is live; else it
@@ -90,7 +94,11 @@ pub(super) async fn try_acquire(backend: &EtcdBackend, req: &AcquireRequest) -> 
                 if let Some((_, holder)) = mutex.live(takeover).next() {
                     return Ok(Acquire::Busy(super::busy(holder.clone(), now, takeover)));
                 }
-                compares.push(Compare::create_revision(kind_key.as_str(), CompareOp::Equal, 0));
+                compares.push(Compare::create_revision(
+                    kind_key.as_str(),
+                    CompareOp::Equal,
+                    0,
+                ));
                 compares.push(
                     Compare::mod_revision(mutex_base.as_str(), CompareOp::Less, read + 1)
                         .with_prefix(),

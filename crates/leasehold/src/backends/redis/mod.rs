@@ -159,16 +159,18 @@ impl Backend for RedisBackend {
             // A grant returns the incremented fence, so a negative one is a
             // corrupt fence key; -1 with a kind is a key of another kind.
             let record = RecordDecoder::new(STORE, req.key().as_str());
-            Ok(if let Some(kind) = semaphore::other_kind(&record, token, &holder)? {
-                Acquire::OtherKind(kind)
-            } else if token != 0 {
-                Acquire::Granted(req.granted(record.token(token)?))
-            } else {
-                Acquire::Busy(Busy {
-                    holder,
-                    remaining: millis_to_duration(pttl),
-                })
-            })
+            Ok(
+                if let Some(kind) = semaphore::other_kind(&record, token, &holder)? {
+                    Acquire::OtherKind(kind)
+                } else if token != 0 {
+                    Acquire::Granted(req.granted(record.token(token)?))
+                } else {
+                    Acquire::Busy(Busy {
+                        holder,
+                        remaining: millis_to_duration(pttl),
+                    })
+                },
+            )
         })
     }
 

@@ -22,7 +22,7 @@ use redis::Script;
 use super::errors::{classify, unconfirmed};
 use super::{RedisBackend, STORE};
 use crate::backend::{
-    duration_to_millis, millis_to_duration, Acquire, AcquireRequest, Busy, Lease, KeyKind,
+    duration_to_millis, millis_to_duration, Acquire, AcquireRequest, Busy, KeyKind, Lease,
     PermitInfo, RecordDecoder, RwSide, MAX_PERMITS, WRITER_SLOT,
 };
 use crate::error::Result;
