@@ -83,6 +83,7 @@ impl<'a> Status<'a> {
                 RwSide::Read => "read",
                 RwSide::Write => "write",
             }),
+            kind: None,
             held: true,
             holder: Some(permit.holder.as_str()),
             token: Some(permit.token),

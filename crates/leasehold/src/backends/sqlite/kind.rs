@@ -60,6 +60,15 @@ pub(super) fn decode(key: &Key, stored: Option<&str>) -> Result<KeyKind> {
     })
 }
 
+/// A row of ANCHOR: kind, mutex live, holder, ms left, fence.
+type AnchorRow = (
+    Option<String>,
+    Option<bool>,
+    Option<String>,
+    Option<i64>,
+    i64,
+);
+
 /// Claims the key's anchor for `req`'s kind, inside the grant's
 /// transaction (`# Contract` of `Backend`): `None` to go on with the
 /// grant; else the answer (busy behind a live mutex holder, or the other
@@ -74,13 +83,7 @@ pub(super) async fn claim(
     let key = req.key().as_str();
     let wanted = req.key_kind();
     let stored = wanted.stored();
-    let anchor: Option<(
-        Option<String>,
-        Option<bool>,
-        Option<String>,
-        Option<i64>,
-        i64,
-    )> = sqlx::query_as(ANCHOR)
+    let anchor: Option<AnchorRow> = sqlx::query_as(ANCHOR)
         .bind(key)
         .fetch_optional(&mut **tx)
         .await
