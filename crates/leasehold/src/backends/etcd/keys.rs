@@ -16,7 +16,8 @@
 //! [`WRITER_SLOT`], and `mark` for a waiting writer's marker). A key never
 //! holds `\0` (it has no control characters), so `{kind}/{key}\0` is the
 //! exact range of one lock's records. `{prefix}A/{key}` is written by
-//! `announce` only, for watchers.
+//! `announce` only, for watchers; `{prefix}K/{key}` holds the key's kind
+//! once it is a reader-writer lock or a semaphore (one key is one lock).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -81,6 +82,15 @@ impl Layout {
             owner: format!("{base}o"),
             base,
         }
+    }
+
+    /// The key's kind (`rw` or `sem`, [`KeyKind::stored`]); absent while
+    /// the key is a mutex. Written once, by the first reader-writer or
+    /// semaphore grant on a key no mutex holds; never changed back.
+    ///
+    /// [`KeyKind::stored`]: crate::backend::KeyKind::stored
+    pub fn kind(&self, key: &str) -> String {
+        format!("{}K/{key}", self.prefix)
     }
 
     /// A reader-writer lock's waiting-writer marker.
@@ -307,5 +317,7 @@ mod tests {
         assert_eq!(layout.lock_of(grant.owner.as_bytes()), Some("a/b"));
         assert_eq!(layout.lock_of(b"lh/A/x"), Some("x"));
         assert_eq!(layout.lock_of(b"other/L/x\0e"), None);
+        // The kind key is no lock record: writing it wakes nobody.
+        assert_eq!(layout.lock_of(layout.kind("x").as_bytes()), None);
     }
 }

@@ -38,7 +38,7 @@ use etcd_client::{
 pub use options::{EtcdOptions, DEFAULT_CLOCK_MARGIN, DEFAULT_PREFIX};
 
 use crate::backend::{
-    Acquire, AcquireRequest, Backend, BoxFuture, Busy, Lease, LeaseInfo, PermitInfo,
+    Acquire, AcquireRequest, Backend, BoxFuture, Busy, KeyKind, Lease, LeaseInfo, PermitInfo,
 };
 use crate::error::{Error, Result};
 use crate::key::Key;
@@ -313,6 +313,21 @@ fn gets(resp: &TxnResponse) -> Vec<Vec<etcd_client::KeyValue>> {
         .collect()
 }
 
+/// The kind a kind key holds: a reader-writer lock or a semaphore (a
+/// mutex has none).
+fn kind_of(key: &Key, kv: &etcd_client::KeyValue) -> Result<KeyKind> {
+    let stored = std::str::from_utf8(kv.value()).ok();
+    match KeyKind::from_stored(stored) {
+        Some(kind) if kind != KeyKind::Mutex => Ok(kind),
+        _ => Err(
+            crate::backend::RecordDecoder::new(STORE, key.as_str()).corrupt(format!(
+                "the kind key holds {:?}",
+                kv.value_str().unwrap_or("?")
+            )),
+        ),
+    }
+}
+
 fn missing(key: &Key) -> Error {
     crate::backend::RecordDecoder::new(STORE, key.as_str()).corrupt("a grant with missing records")
 }
@@ -327,12 +342,20 @@ impl Backend for EtcdBackend {
             for _ in 0..CONFLICT_RETRIES {
                 let now = now_ms();
                 let takeover = now - self.inner.clock_margin_ms;
+                // A mutex key only (no kind key): on a reader-writer lock
+                // or a semaphore both branches fail and `get(kind)` says
+                // which. Still one round trip.
+                let kind_key = self.inner.layout.kind(req.key().as_str());
+                let mutex_key = || Compare::create_revision(kind_key.as_str(), CompareOp::Equal, 0);
                 let expired = Txn::new()
-                    .when([Compare::value(
-                        grant.expiry.as_str(),
-                        CompareOp::Less,
-                        expired_below(takeover),
-                    )])
+                    .when([
+                        mutex_key(),
+                        Compare::value(
+                            grant.expiry.as_str(),
+                            CompareOp::Less,
+                            expired_below(takeover),
+                        ),
+                    ])
                     .and_then(put_grant(&grant, req, now))
                     .or_else([
                         TxnOp::get(grant.expiry.as_str(), None),
@@ -340,14 +363,16 @@ impl Backend for EtcdBackend {
                         TxnOp::get(grant.owner.as_str(), None),
                     ]);
                 let txn = Txn::new()
-                    .when([Compare::create_revision(
-                        grant.expiry.as_str(),
-                        CompareOp::Equal,
-                        0,
-                    )])
+                    .when([
+                        mutex_key(),
+                        Compare::create_revision(grant.expiry.as_str(), CompareOp::Equal, 0),
+                    ])
                     .and_then(put_grant(&grant, req, now))
-                    .or_else([TxnOp::txn(expired)]);
+                    .or_else([TxnOp::txn(expired), TxnOp::get(kind_key.as_str(), None)]);
                 let resp = self.txn(txn).await?;
+                if let Some(kind) = gets(&resp).first().and_then(|kvs| kvs.first()) {
+                    return Ok(Acquire::OtherKind(kind_of(req.key(), kind)?));
+                }
                 let inner = resp.op_responses().into_iter().find_map(|op| match op {
                     TxnOpResponse::Txn(inner) => Some(inner),
                     _ => None,
@@ -439,7 +464,23 @@ impl Backend for EtcdBackend {
 
     fn force_release<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool>> {
         Box::pin(async move {
-            let grant = self.inner.layout.slot(Kind::Mutex, key.as_str(), None);
+            let layout = &self.inner.layout;
+            let grant = layout.slot(Kind::Mutex, key.as_str(), None);
+            // Whatever the key's kind: every permit, reader, writer and
+            // marker too (one key is one lock).
+            let mut slots_live = false;
+            for kind in [Kind::Semaphore, Kind::Rw] {
+                let base = layout.lock(kind, key.as_str());
+                let (kvs, _) = self.range(&base).await?;
+                let slots = Slots::decode(key.as_str(), &base, &kvs)?;
+                slots_live |= slots.live(now_ms()).next().is_some();
+            }
+            let deletes = [Kind::Mutex, Kind::Semaphore, Kind::Rw].map(|kind| {
+                TxnOp::delete(
+                    layout.lock(kind, key.as_str()),
+                    Some(DeleteOptions::new().with_prefix()),
+                )
+            });
             // Any later grant's revision is larger: deleting is the bump.
             let txn = Txn::new()
                 .when([Compare::value(
@@ -447,9 +488,9 @@ impl Backend for EtcdBackend {
                     CompareOp::Greater,
                     live_above(now_ms()),
                 )])
-                .and_then([delete_grant(&grant)])
-                .or_else([delete_grant(&grant)]);
-            let broke = self.txn(txn).await?.succeeded();
+                .and_then(deletes.clone())
+                .or_else(deletes);
+            let broke = self.txn(txn).await?.succeeded() || slots_live;
             self.inner.watcher.wake_local(key.as_str());
             Ok(broke)
         })

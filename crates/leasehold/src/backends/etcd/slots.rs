@@ -5,7 +5,7 @@
 //! read + 1` over the range). A conflict means someone else changed the
 //! lock: read again. Each grant is still one atomic transaction.
 
-use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 
 use crate::backend::{
     Acquire, AcquireRequest, Busy, Lease, PermitInfo, PermitKind, MAX_PERMITS, WRITER_SLOT,
@@ -46,15 +46,69 @@ pub(super) async fn try_acquire(backend: &EtcdBackend, req: &AcquireRequest) -> 
         Some(_) => Kind::Rw,
     };
     let base = layout.lock(kind, key);
+    let kind_key = layout.kind(key);
+    let wanted = req.key_kind();
+    let wanted_text = wanted.stored().unwrap_or_default();
+    let mutex_base = layout.lock(Kind::Mutex, key);
     for _ in 0..CONFLICT_RETRIES {
-        let (kvs, read) = backend.range(&base).await?;
+        // The lock's range, the key's kind and its mutex, read at one
+        // revision (a read-only transaction).
+        let read_txn = Txn::new().and_then([
+            TxnOp::get(base.as_str(), Some(GetOptions::new().with_prefix())),
+            TxnOp::get(kind_key.as_str(), None),
+            TxnOp::get(mutex_base.as_str(), Some(GetOptions::new().with_prefix())),
+        ]);
+        let answer = backend.txn(read_txn).await?;
+        let read = answer.header().map_or(0, |h| h.revision());
+        let mut found = super::gets(&answer).into_iter();
+        let (kvs, kind_kvs, mutex_kvs) = (
+            found.next().unwrap_or_default(),
+            found.next().unwrap_or_default(),
+            found.next().unwrap_or_default(),
+        );
         let now = now_ms();
-        let slots = Slots::decode(key, &base, &kvs)?;
-        let decision = decide(req, &slots, now, now - backend.inner.clock_margin_ms);
+        let takeover = now - backend.inner.clock_margin_ms;
         // Nothing in the range changed since the read.
         let unchanged =
             Compare::mod_revision(base.as_str(), CompareOp::Less, read + 1).with_prefix();
-        let txn = Txn::new().when([unchanged]);
+        let mut compares = vec![unchanged];
+        // The claim of the key's kind (one key is one lock), in the same
+        // transaction as the grant.
+        let mut claim = Vec::new();
+        match kind_kvs.first() {
+            Some(kv) => {
+                let held = super::kind_of(req.key(), kv)?;
+                if held != wanted {
+                    return Ok(Acquire::OtherKind(held));
+                }
+                compares.push(Compare::value(
+                    kind_key.as_str(),
+                    CompareOp::Equal,
+                    wanted_text,
+                ));
+            }
+            None => {
+                // A mutex key: busy while its holder is live; else it
+                // becomes this kind, if neither changed since the read.
+                let mutex = Slots::decode(key, &mutex_base, &mutex_kvs)?;
+                if let Some((_, holder)) = mutex.live(takeover).next() {
+                    return Ok(Acquire::Busy(super::busy(holder.clone(), now, takeover)));
+                }
+                compares.push(Compare::create_revision(
+                    kind_key.as_str(),
+                    CompareOp::Equal,
+                    0,
+                ));
+                compares.push(
+                    Compare::mod_revision(mutex_base.as_str(), CompareOp::Less, read + 1)
+                        .with_prefix(),
+                );
+                claim.push(TxnOp::put(kind_key.as_str(), wanted_text, None));
+            }
+        }
+        let slots = Slots::decode(key, &base, &kvs)?;
+        let decision = decide(req, &slots, now, takeover);
+        let txn = Txn::new().when(compares);
         let (txn, slot) = match decision {
             Decision::Busy(busy, false) => return Ok(Acquire::Busy(busy)),
             Decision::Busy(busy, true) => {
@@ -65,7 +119,9 @@ pub(super) async fn try_acquire(backend: &EtcdBackend, req: &AcquireRequest) -> 
                     req.owner(),
                     req.holder()
                 );
-                let txn = txn.and_then([TxnOp::put(layout.marker(key), value, None)]);
+                let mut ops = claim;
+                ops.push(TxnOp::put(layout.marker(key), value, None));
+                let txn = txn.and_then(ops);
                 if backend.txn(txn).await?.succeeded() {
                     return Ok(Acquire::Busy(busy));
                 }
@@ -81,7 +137,8 @@ pub(super) async fn try_acquire(backend: &EtcdBackend, req: &AcquireRequest) -> 
             }
             Decision::Take(slot) => {
                 let grant = layout.slot(kind, key, Some(slot));
-                let mut ops = put_grant(&grant, req, now);
+                let mut ops = claim;
+                ops.extend(put_grant(&grant, req, now));
                 if slot == WRITER_SLOT && kind == Kind::Rw {
                     // The writer's own marker has done its job.
                     ops.push(TxnOp::delete(layout.marker(key), None));
