@@ -9,11 +9,13 @@ use std::time::Duration;
 
 use leasehold::{AcquireOptions, Error, Locks};
 use napi::bindgen_prelude::BigInt;
+use napi::Env;
 use napi_derive::napi;
 use tokio_util::sync::CancellationToken;
 
 use crate::errors::js;
 use crate::lease::{Held, LeaseSlot, NativeLease};
+use crate::settle::{settle, Settled};
 
 /// What one `Locks` object shares with the leases it granted.
 pub(crate) struct Shared {
@@ -212,7 +214,7 @@ impl NativeLocks {
         crate::runtime::check_setting().map_err(js)?;
         // Renewal on the binding's own runtime (runtime.rs), which lives as
         // long as the process: no extra thread beside its workers.
-        let locks = Locks::open(&url)
+        let locks = Locks::open(&node_url(url))
             .await
             .map_err(js)?
             .with_background_runtime(tokio::runtime::Handle::current());
@@ -250,33 +252,35 @@ impl NativeLocks {
 
     /// Acquires `key`: tries once when `wait_ms` is 0, else waits up to
     /// `wait_ms` (infinity: no bound).
-    #[napi]
-    pub async fn acquire(
+    #[napi(ts_return_type = "NativeLease | Promise<NativeLease>")]
+    pub fn acquire<'env>(
         &self,
+        env: &'env Env,
         key: String,
         ttl_ms: f64,
         wait_ms: f64,
         cancel_id: Option<u32>,
-    ) -> napi::Result<NativeLease> {
+    ) -> napi::Result<Settled<'env, NativeLease>> {
         let locks = self.shared.locks.clone();
         let call = |options| async move { locks.acquire_with(&key, &options).await };
-        self.take(ttl_ms, wait_ms, cancel_id, call, Held::One).await
+        self.take(env, ttl_ms, wait_ms, cancel_id, call, Held::One)
     }
 
     /// Takes a permit of the semaphore `key` of `permits` permits, as
     /// [`acquire`](Self::acquire) waits.
-    #[napi]
-    pub async fn acquire_permit(
+    #[napi(ts_return_type = "NativeLease | Promise<NativeLease>")]
+    pub fn acquire_permit<'env>(
         &self,
+        env: &'env Env,
         key: String,
         permits: u32,
         ttl_ms: f64,
         wait_ms: f64,
         cancel_id: Option<u32>,
-    ) -> napi::Result<NativeLease> {
+    ) -> napi::Result<Settled<'env, NativeLease>> {
         let semaphore = self.shared.locks.semaphore(&key, permits).map_err(js)?;
         let call = |options| async move { semaphore.acquire_with(&options).await };
-        self.take(ttl_ms, wait_ms, cancel_id, call, Held::One).await
+        self.take(env, ttl_ms, wait_ms, cancel_id, call, Held::One)
     }
 
     /// The live permits of the semaphore `key`, by slot.
@@ -291,15 +295,16 @@ impl NativeLocks {
     /// Takes the reader-writer lock `key`: the exclusive (writer) grant
     /// when `write`, else a shared (reader) one, as
     /// [`acquire`](Self::acquire) waits.
-    #[napi]
-    pub async fn acquire_rw(
+    #[napi(ts_return_type = "NativeLease | Promise<NativeLease>")]
+    pub fn acquire_rw<'env>(
         &self,
+        env: &'env Env,
         key: String,
         write: bool,
         ttl_ms: f64,
         wait_ms: f64,
         cancel_id: Option<u32>,
-    ) -> napi::Result<NativeLease> {
+    ) -> napi::Result<Settled<'env, NativeLease>> {
         let rw = self.shared.locks.rw_lock(&key).map_err(js)?;
         let call = |options| async move {
             if write {
@@ -308,7 +313,7 @@ impl NativeLocks {
                 rw.read_with(&options).await
             }
         };
-        self.take(ttl_ms, wait_ms, cancel_id, call, Held::One).await
+        self.take(env, ttl_ms, wait_ms, cancel_id, call, Held::One)
     }
 
     /// The live readers and writer of the reader-writer lock `key`.
@@ -421,23 +426,51 @@ impl NativeLocks {
 
 impl NativeLocks {
     /// One acquire from start to finish: the options (failing once
-    /// `close()` ran), the store's call, then the lease this handle tracks.
+    /// `close()` ran), the store's call, then the lease this handle tracks;
+    /// answered on the JS thread when it finishes there (settle.rs).
     /// `call` takes the options by value so its future borrows nothing.
-    async fn take<T, Fut>(
+    fn take<'env, T, Fut>(
         &self,
+        env: &'env Env,
         ttl_ms: f64,
         wait_ms: f64,
         cancel_id: Option<u32>,
         call: impl FnOnce(AcquireOptions) -> Fut,
         held: fn(T) -> Held,
-    ) -> napi::Result<NativeLease>
+    ) -> napi::Result<Settled<'env, NativeLease>>
     where
-        Fut: Future<Output = leasehold::Result<T>>,
+        T: Send + 'static,
+        Fut: Future<Output = leasehold::Result<T>> + Send + 'static,
     {
         let shared = self.shared.clone();
         let options = shared.options(ttl_ms, wait_ms, cancel_id)?;
-        let acquired = call(options).await;
-        shared.granted(cancel_id, acquired.map(held)).await
+        let acquired = call(options);
+        settle(env, async move {
+            let acquired = acquired.await;
+            shared.granted(cancel_id, acquired.map(held)).await
+        })
+    }
+}
+
+/// `url` with the binding's default for Redis: no blocking wait for a
+/// reply (`reply_wait_us=0`), since a call's first poll runs on the JS
+/// thread (settle.rs), which must never wait for the network. A URL that
+/// names `reply_wait_us` itself keeps its value.
+fn node_url(url: String) -> String {
+    let redis = ["redis://", "redis+unix://"]
+        .iter()
+        .any(|scheme| url.starts_with(scheme));
+    let (sets_it, separator) = match url.split_once('?') {
+        Some((_, query)) => (
+            query.split('&').any(|o| o.starts_with("reply_wait_us=")),
+            '&',
+        ),
+        None => (false, '?'),
+    };
+    if redis && !sets_it {
+        format!("{url}{separator}reply_wait_us=0")
+    } else {
+        url
     }
 }
 

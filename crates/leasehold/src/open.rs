@@ -27,8 +27,10 @@
 //! [`PostgresBackend`](crate::backends::postgres::PostgresBackend) yourself.
 //! Redis and Redis Cluster accept `?prefix=NAME` (the key prefix, default
 //! `leasehold`), `?min_replicas=N` (every call confirmed by `WAIT` on N
-//! replicas, default 0) and `?max_connections=N` (command connections,
-//! default 4; not on a cluster); other query parameters go to the `redis` crate (e.g.
+//! replicas, default 0), `?max_connections=N` (command connections,
+//! default 4; not on a cluster) and `?reply_wait_us=N` (how long a lone call
+//! waits for its reply on its own thread, default 300; 0: never); other
+//! query parameters go to the `redis` crate (e.g.
 //! `protocol=resp3`).
 //! `rediss://` (TLS) is not compiled in: use a TLS proxy, or build a client
 //! yourself and use `RedisBackend::from_manager`.

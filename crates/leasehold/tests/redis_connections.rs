@@ -1,7 +1,8 @@
 //! The command connections a Redis backend opens from a URL: one call at a
 //! time on each, so a call that is cancelled or times out must never leave
 //! its reply for the next call to read; at most `max_connections` of them;
-//! and one the server closed while idle is replaced, not failed on.
+//! and one the server closed while idle is replaced, not failed on; and a
+//! lone call's blocking wait for its reply is bounded by the reply wait.
 //!
 //! On the shared server (`LEASEHOLD_TEST_REDIS`); skipped without it.
 #![cfg(all(feature = "conformance", feature = "redis"))]
@@ -10,6 +11,8 @@
 mod redis_fixtures;
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold::backends::redis::{Connection, RedisOptions};
@@ -120,4 +123,54 @@ async fn an_idle_connection_the_server_closed_is_replaced() {
         .await
         .unwrap();
     assert_ne!(new_id, id);
+}
+
+/// A lone call waits for its reply on its own thread for the reply wait
+/// only: a reply that takes longer (a BLPOP served 100 ms later) leaves the
+/// thread to the runtime's other tasks meanwhile (here, on the one thread
+/// of a current-thread runtime, a ticker and the task that pushes), and
+/// still arrives, read through the runtime's own wake-up.
+#[tokio::test(flavor = "current_thread")]
+async fn a_slow_reply_does_not_hold_the_thread_past_the_reply_wait() {
+    let options = RedisOptions::new().with_reply_wait(Duration::from_millis(2));
+    let Some(mut conn) = open(options).await else {
+        return;
+    };
+    let mut pusher = raw(&server_url("LEASEHOLD_TEST_REDIS").unwrap()).await;
+    let list = format!("{}:pushed-later", random_prefix());
+    let ticks = Arc::new(AtomicU32::new(0));
+    let ticker = tokio::spawn({
+        let ticks = ticks.clone();
+        async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                ticks.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    });
+    let push = tokio::spawn({
+        let list = list.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let _: i64 = redis::cmd("RPUSH")
+                .arg(&list)
+                .arg("late")
+                .query_async(&mut pusher)
+                .await
+                .unwrap();
+        }
+    });
+    let popped: Option<(String, String)> = redis::cmd("BLPOP")
+        .arg(&list)
+        .arg(5)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    ticker.abort();
+    push.await.unwrap();
+    assert_eq!(popped, Some((list, "late".to_owned())));
+    // Held for the whole reply, the thread would have run neither the
+    // pusher (the BLPOP would have answered nil after 5 s) nor the ticker.
+    let ticks = ticks.load(Ordering::Relaxed);
+    assert!(ticks >= 10, "the ticker ran {ticks} times in 100 ms");
 }

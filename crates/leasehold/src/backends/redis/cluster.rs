@@ -121,6 +121,7 @@ pub(super) async fn open_direct(client: Client, options: &RedisOptions) -> Resul
         let opened = DirectPool::open(
             client.clone(),
             options.max_connections,
+            options.reply_wait,
             options.connect_timeout,
             options.response_timeout,
         )

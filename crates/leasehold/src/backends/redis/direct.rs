@@ -16,6 +16,18 @@
 //! connections for good (a fleet of processes stays within the server's
 //! `maxclients`; see docs/redis.md, "Connection budget").
 //!
+//! A lone call (no other call of the pool in flight) waits for its reply
+//! in a short blocking `poll` on its own thread, bounded by
+//! [`RedisOptions::with_reply_wait`](super::RedisOptions::with_reply_wait),
+//! and reads the socket itself, before it yields to the runtime: a reply
+//! that comes within the bound wakes the caller directly, as on a blocking
+//! connection, instead of waking the runtime's I/O driver (another thread
+//! when the caller is not a worker, or not the worker that drives I/O),
+//! which then wakes the caller. That second wake-up was most of the gap
+//! between leasehold and a blocking client (docs/redis.md, "Where the
+//! microseconds go"). Under concurrency calls yield at once, so they
+//! overlap as before.
+//!
 //! A connection goes back to the pool only after its reply was read in
 //! full. A call that fails, times out or is dropped half-way drops its
 //! connection, so no later call can read a reply that was meant for another.
@@ -49,6 +61,10 @@ struct Pool {
     idle: Mutex<Vec<Wire>>,
     /// One permit per connection that may be open at once.
     slots: Semaphore,
+    /// How many connections `slots` started with.
+    max: usize,
+    /// How long a lone call waits for its reply on its own thread.
+    reply_wait: Duration,
     connect_timeout: Duration,
     response_timeout: Duration,
 }
@@ -73,6 +89,7 @@ impl DirectPool {
     pub(super) async fn open(
         client: Client,
         max: usize,
+        reply_wait: Duration,
         connect_timeout: Duration,
         response_timeout: Duration,
     ) -> RedisResult<DirectPool> {
@@ -81,6 +98,8 @@ impl DirectPool {
                 client,
                 idle: Mutex::new(Vec::new()),
                 slots: Semaphore::new(max),
+                max,
+                reply_wait,
                 connect_timeout,
                 response_timeout,
             }),
@@ -115,12 +134,19 @@ impl DirectPool {
             .acquire()
             .await
             .map_err(|_| io::Error::other("the redis connection pool was closed"))?;
+        // Alone: no other call holds a slot, so no other call of this pool
+        // could use the thread while this one waits on it.
+        let wait = if pool.slots.available_permits() + 1 >= pool.max {
+            pool.reply_wait
+        } else {
+            Duration::ZERO
+        };
         let call = async {
             let mut wire = match pool.take_idle() {
                 Some(wire) => wire,
                 None => pool.connect().await?,
             };
-            let replies = wire.exchange(packed, offset, count).await?;
+            let replies = wire.exchange(packed, offset, count, wait).await?;
             Ok::<_, RedisError>((wire, replies))
         };
         let (wire, replies) = tokio::time::timeout(pool.response_timeout, call)
@@ -211,7 +237,7 @@ impl Pool {
         if steps > 0 {
             let replies = tokio::time::timeout(
                 self.response_timeout,
-                wire.exchange(&setup.get_packed_pipeline(), 0, steps),
+                wire.exchange(&setup.get_packed_pipeline(), 0, steps, Duration::ZERO),
             )
             .await
             .map_err(|_| timed_out("redis did not answer the connection setup in time"))??;
@@ -245,14 +271,19 @@ impl Pool {
 }
 
 impl Wire {
-    /// As [`DirectPool::exchange`], on this connection, unbounded.
+    /// As [`DirectPool::exchange`], on this connection, unbounded; the
+    /// first reply is awaited for up to `wait` on this thread.
     async fn exchange(
         &mut self,
         packed: &[u8],
         offset: usize,
         count: usize,
+        wait: Duration,
     ) -> RedisResult<Vec<Value>> {
         self.stream.write_all(packed).await?;
+        if !wait.is_zero() {
+            self.stream.wait_readable(wait);
+        }
         let mut replies = Vec::with_capacity(count);
         let mut aborted = None;
         let mut index = 0;
@@ -281,6 +312,55 @@ impl Wire {
 }
 
 impl Stream {
+    /// Blocks this thread until the socket has something to read, for at
+    /// most `wait` (the read itself is then [`Stream::read_now`]'s, in
+    /// `poll_read`). Not an error if it does not: the call then awaits
+    /// readiness from the runtime as usual.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    fn wait_readable(&self, wait: Duration) {
+        use nix::poll::{ppoll, PollFd, PollFlags};
+        use std::os::fd::AsFd;
+        let fd = match self {
+            Stream::Tcp(s) => s.as_fd(),
+            Stream::Unix(s) => s.as_fd(),
+        };
+        let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+        let _ = ppoll(&mut fds, Some(wait.into()), None);
+    }
+
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    fn wait_readable(&self, _wait: Duration) {}
+
+    /// Reads what the socket holds now, with a plain `read` on its
+    /// (non-blocking) descriptor: tokio's own read would first consult the
+    /// readiness its I/O driver recorded, and after a wait in
+    /// [`wait_readable`](Self::wait_readable) the driver has not run yet.
+    /// `None` when nothing is there (then tokio's read registers the
+    /// wake-up). Reading behind tokio's back is safe: it tracks readiness
+    /// edge-triggered and clears it only when its own read finds nothing.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    fn read_now(&self, buf: &mut ReadBuf<'_>) -> Option<io::Result<()>> {
+        use nix::errno::Errno;
+        use std::os::fd::AsRawFd;
+        let fd = match self {
+            Stream::Tcp(s) => s.as_raw_fd(),
+            Stream::Unix(s) => s.as_raw_fd(),
+        };
+        match nix::unistd::read(fd, buf.initialize_unfilled()) {
+            Ok(n) => {
+                buf.advance(n);
+                Some(Ok(()))
+            }
+            Err(Errno::EAGAIN | Errno::EINTR) => None,
+            Err(e) => Some(Err(e.into())),
+        }
+    }
+
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    fn read_now(&self, _buf: &mut ReadBuf<'_>) -> Option<io::Result<()>> {
+        None
+    }
+
     /// True if nothing is waiting to be read: no end of stream, no error,
     /// no stray bytes (a connection in step has none between calls).
     fn is_quiet(&self) -> bool {
@@ -304,6 +384,9 @@ impl AsyncRead for Stream {
         cx: &mut std::task::Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> std::task::Poll<io::Result<()>> {
+        if let Some(read) = self.read_now(buf) {
+            return std::task::Poll::Ready(read);
+        }
         match self.get_mut() {
             Stream::Tcp(s) => std::pin::Pin::new(s).poll_read(cx, buf),
             #[cfg(unix)]

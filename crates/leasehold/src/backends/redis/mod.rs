@@ -58,7 +58,7 @@ use crate::key::Key;
 pub use connect::DURABILITY_TARGET;
 use errors::classify;
 use keys::Namespace;
-pub use options::RedisOptions;
+pub use options::{RedisOptions, DEFAULT_REPLY_WAIT};
 
 /// The name errors carry ([`Error::store`]).
 const STORE: &str = "redis";

@@ -9,7 +9,8 @@ use crate::scheme::StoreUrl;
 
 /// The query options of a `redis://` or `redis+cluster://` URL that are
 /// leasehold's (the rest go to the driver, see [`DRIVER_URL_OPTIONS`]).
-pub(crate) const URL_OPTIONS: &[&str] = &["prefix", "min_replicas", "max_connections"];
+pub(crate) const URL_OPTIONS: &[&str] =
+    &["prefix", "min_replicas", "max_connections", "reply_wait_us"];
 
 /// What redis-rs 1.8 reads from a URL's query: the protocol, and for a
 /// `redis+unix://` socket the database and credentials.
@@ -27,6 +28,7 @@ pub(crate) fn check_url_option(name: &str, value: &str) -> Result<()> {
     match name {
         "min_replicas" if value.parse::<u32>().is_err() => Err(whole("replicas")),
         "max_connections" if value.parse::<usize>().is_err() => Err(whole("connections")),
+        "reply_wait_us" if value.parse::<u64>().is_err() => Err(whole("microseconds")),
         _ => Ok(()),
     }
 }
@@ -49,7 +51,16 @@ pub struct RedisOptions {
     pub(super) check_persistence: bool,
     pub(super) min_replicas: u32,
     pub(super) max_connections: usize,
+    pub(super) reply_wait: Duration,
 }
+
+/// The default of [`RedisOptions::with_reply_wait`]: a few loopback or
+/// same-rack round trips of a lock script (docs/redis.md has the runs).
+pub const DEFAULT_REPLY_WAIT: Duration = Duration::from_micros(300);
+
+/// The most [`RedisOptions::with_reply_wait`] takes: the wait holds the
+/// calling thread, so it must stay far below anything a scheduler notices.
+const MAX_REPLY_WAIT: Duration = Duration::from_millis(10);
 
 impl Default for RedisOptions {
     fn default() -> Self {
@@ -60,6 +71,7 @@ impl Default for RedisOptions {
             check_persistence: true,
             min_replicas: 0,
             max_connections: 4,
+            reply_wait: DEFAULT_REPLY_WAIT,
         }
     }
 }
@@ -106,6 +118,24 @@ impl RedisOptions {
         /// this bound and then queue for a free one. Not used on a cluster or
         /// on your own connection manager, which multiplex.
         with_max_connections(n: usize) => max_connections = n;
+
+        /// How long a lone call (no other call of this backend in flight)
+        /// waits for its reply in a blocking `poll` on its own thread
+        /// before it yields to the runtime (default [`DEFAULT_REPLY_WAIT`],
+        /// at most 10 ms; zero: never). A reply that comes within it wakes
+        /// the calling thread directly, as on a blocking connection, instead
+        /// of waking the runtime's I/O driver, which then wakes the caller:
+        /// one cross-thread wake-up fewer per round trip (docs/redis.md,
+        /// "Where the microseconds go"). The price: the calling thread is
+        /// busy for up to this long per call, so other tasks of its runtime
+        /// wait that long. Linux and Android only; elsewhere calls always
+        /// yield. Not used on a cluster or on your own connection manager.
+        with_reply_wait(wait: Duration) => reply_wait = wait;
+    }
+
+    /// How long a lone call waits for its reply on its own thread.
+    pub fn reply_wait(&self) -> Duration {
+        self.reply_wait
     }
 
     /// How many command connections a backend may hold at once.
@@ -139,7 +169,7 @@ impl RedisOptions {
     }
 
     /// The options a store URL sets (`prefix`, `min_replicas`,
-    /// `max_connections`), on top of the defaults.
+    /// `max_connections`, `reply_wait_us`), on top of the defaults.
     ///
     /// # Errors
     /// [`Error::InvalidInput`] for a value that is not a whole number.
@@ -155,6 +185,11 @@ impl RedisOptions {
         if let Some(n) = url.option("max_connections") {
             check_url_option("max_connections", n)?;
             options = options.with_max_connections(n.parse().unwrap_or_default());
+        }
+        if let Some(us) = url.option("reply_wait_us") {
+            check_url_option("reply_wait_us", us)?;
+            options =
+                options.with_reply_wait(Duration::from_micros(us.parse().unwrap_or_default()));
         }
         Ok(options)
     }
@@ -175,6 +210,15 @@ impl RedisOptions {
                 "must be at least 1",
             ));
         }
+        if self.reply_wait > MAX_REPLY_WAIT {
+            return Err(Error::invalid(
+                "redis reply wait",
+                format!(
+                    "must be at most {MAX_REPLY_WAIT:?}, got {:?}",
+                    self.reply_wait
+                ),
+            ));
+        }
         Namespace::new(&self.prefix)
     }
 }
@@ -186,8 +230,10 @@ mod tests {
 
     #[test]
     fn url_options_are_read_and_checked_before_any_io() {
-        let (_, url) =
-            Scheme::parse("redis://h/2?prefix=app&min_replicas=1&max_connections=2").unwrap();
+        let (_, url) = Scheme::parse(
+            "redis://h/2?prefix=app&min_replicas=1&max_connections=2&reply_wait_us=0",
+        )
+        .unwrap();
         let options = RedisOptions::from_url(&url).unwrap();
         assert_eq!(
             (
@@ -197,6 +243,8 @@ mod tests {
             ),
             ("app", 1, 2)
         );
+        assert_eq!(options.reply_wait(), Duration::ZERO);
+        assert_eq!(RedisOptions::new().reply_wait(), DEFAULT_REPLY_WAIT);
         let problem = |url| Scheme::parse(url).unwrap_err().to_string();
         assert!(problem("redis://h?max_connections=many")
             .contains("max_connections must be a whole number of connections"));
@@ -204,5 +252,14 @@ mod tests {
             .contains("min_replicas must be a whole number of replicas"));
         let none = RedisOptions::new().with_max_connections(0).validate();
         assert!(none.unwrap_err().to_string().contains("must be at least 1"));
+        assert!(problem("redis://h?reply_wait_us=0.5")
+            .contains("reply_wait_us must be a whole number of microseconds"));
+        let long = RedisOptions::new()
+            .with_reply_wait(Duration::from_millis(11))
+            .validate();
+        assert!(long
+            .unwrap_err()
+            .to_string()
+            .contains("must be at most 10ms"));
     }
 }
