@@ -123,14 +123,7 @@ const LISTEN: &str = "listen";
 /// `options/parse.rs`), besides `options[NAME]`.
 /// The options an etcd URL takes (besides `listen`, which the core reads);
 /// the etcd store reads them from here too.
-pub(crate) const ETCD_OPTIONS: &[&str] = &[
-    "prefix",
-    "clock_margin_ms",
-    "ca_file",
-    "cert_file",
-    "key_file",
-    "domain",
-];
+pub(crate) const ETCD_OPTIONS: &[&str] = &["prefix", "ca_file", "cert_file", "key_file", "domain"];
 
 const POSTGRES_DRIVER_OPTIONS: &[&str] = &[
     "sslmode",
@@ -564,7 +557,7 @@ mod tests {
             message.contains("unknown etcd option \"pasword\""),
             "{message}"
         );
-        assert!(message.contains("prefix, clock_margin_ms"), "{message}");
+        assert!(message.contains("prefix, ca_file"), "{message}");
         assert!(!message.contains("hunter22"), "{message}");
         let (_, url) = Scheme::parse("etcd://h:2379?prefix=a/&listen=off").unwrap();
         assert_eq!(url.option("prefix"), Some("a/"));

@@ -41,9 +41,23 @@ impl Lease {
     pub fn token(&self) -> u64 {
         self.token
     }
-    /// The ttl the lease was granted with.
+    /// The ttl the lease was granted with: the one asked for, or the
+    /// longer one the store enforces (see [`enforced_for`](Self::enforced_for)).
     pub fn ttl(&self) -> Duration {
         self.ttl
+    }
+
+    /// This lease with the ttl the store actually enforces, for a store
+    /// that can only keep coarser ttls than asked and rounds them **up**
+    /// (etcd: whole seconds, a server minimum). The guard's deadline and
+    /// renewals follow [`ttl`](Self::ttl), so a holder never believes it
+    /// holds longer than the store keeps the lease. A store must never
+    /// report a ttl longer than it keeps the lease from the request's
+    /// sending.
+    #[must_use]
+    pub fn enforced_for(mut self, ttl: Duration) -> Lease {
+        self.ttl = ttl;
+        self
     }
 }
 

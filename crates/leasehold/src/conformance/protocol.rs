@@ -61,7 +61,7 @@ pub async fn renew_extends(store: &TestStore) {
 pub async fn renew_after_expiry_fails(store: &TestStore) {
     let k = key(format!("{}k", prefix()));
     let lease = grant(store, &k, SHORT).await;
-    sleep(SHORT * 2).await;
+    sleep(store.past_expiry(SHORT * 2)).await;
     assert!(
         !store.backend.renew(&lease, LONG).await.unwrap(),
         "expired lease renewed"
@@ -100,7 +100,7 @@ pub async fn tokens_strictly_increase(store: &TestStore) {
     store.backend.release(&a).await.unwrap();
     let b = grant(store, &k, SHORT).await;
     tokens.push(b.token());
-    sleep(SHORT * 2).await;
+    sleep(store.past_expiry(SHORT * 2)).await;
     let c = grant(store, &k, LONG).await;
     tokens.push(c.token());
     assert!(store.backend.force_release(&k).await.unwrap());
@@ -126,7 +126,7 @@ pub async fn expiry_frees(store: &TestStore) {
     let k = key(format!("{}k", prefix()));
     let first = grant(store, &k, SHORT).await;
     assert!(is_busy(store, &k).await);
-    sleep(SHORT * 2).await;
+    sleep(store.past_expiry(SHORT * 2)).await;
     let second = grant(store, &k, LONG).await;
     assert!(second.token() > first.token());
 }
@@ -162,7 +162,7 @@ pub async fn inspect_and_list(store: &TestStore) {
     let a = grant(store, &key(format!("{p}a")), LONG).await;
     grant(store, &key(format!("{p}expired")), SHORT).await;
     let outside = grant(store, &key(format!("other{p}")), LONG).await;
-    sleep(SHORT * 2).await;
+    sleep(store.past_expiry(SHORT * 2)).await;
 
     let listed = store.backend.list(&p).await.unwrap();
     let keys: Vec<_> = listed.iter().map(|i| i.key.as_str().to_owned()).collect();

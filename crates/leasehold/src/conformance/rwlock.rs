@@ -139,7 +139,7 @@ pub async fn rw_tokens_never_go_backwards(store: &TestStore) {
             backend.release_permit(&other).await.unwrap();
         }
         if ttl == SHORT {
-            sleep(SHORT + Duration::from_millis(150)).await;
+            sleep(store.past_expiry(SHORT + Duration::from_millis(150))).await;
         } else {
             backend.release_permit(&lease).await.unwrap();
         }
@@ -184,7 +184,7 @@ pub async fn rw_owner_checked_renew_release(store: &TestStore) {
         backend.release_permit(&lease).await.unwrap();
         assert!(!backend.renew_permit(&lease, LONG).await.unwrap());
         let short = grant(backend, &k, SHORT, side).await;
-        sleep(SHORT + Duration::from_millis(150)).await;
+        sleep(store.past_expiry(SHORT + Duration::from_millis(150))).await;
         assert!(
             !backend.renew_permit(&short, LONG).await.unwrap(),
             "revived"
@@ -200,11 +200,11 @@ pub async fn rw_crashed_holder_returns_after_ttl(store: &TestStore) {
     let backend = store.backend.as_ref();
     let reader = grant(backend, &k, SHORT, RwSide::Read).await;
     assert!(busy(backend, &k, RwSide::Write).await);
-    sleep(SHORT + Duration::from_millis(150)).await;
+    sleep(store.past_expiry(SHORT + Duration::from_millis(150))).await;
     let writer = grant(backend, &k, SHORT, RwSide::Write).await;
     assert!(writer.token() > reader.token());
     assert!(busy(backend, &k, RwSide::Read).await);
-    sleep(SHORT + Duration::from_millis(150)).await;
+    sleep(store.past_expiry(SHORT + Duration::from_millis(150))).await;
     let back = grant(backend, &k, LONG, RwSide::Read).await;
     assert!(back.token() > writer.token());
     assert!(!backend.renew_permit(&writer, LONG).await.unwrap());

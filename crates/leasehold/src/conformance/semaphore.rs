@@ -96,7 +96,7 @@ pub async fn semaphore_crashed_permit_returns_after_ttl(store: &TestStore) {
     let crashed = permit(store.backend.as_ref(), &k, SHORT, 2).await;
     permit(store.backend.as_ref(), &k, LONG, 2).await;
     assert!(busy(store.backend.as_ref(), &k, 2).await);
-    sleep(SHORT + Duration::from_millis(150)).await;
+    sleep(store.past_expiry(SHORT + Duration::from_millis(150))).await;
     let back = permit(store.backend.as_ref(), &k, LONG, 2).await;
     assert_eq!(
         back.slot(),
@@ -123,7 +123,7 @@ pub async fn semaphore_fence_never_goes_backwards(store: &TestStore) {
         last = lease.token();
         last_in_slot[slot] = last;
         if ttl == SHORT {
-            sleep(SHORT + Duration::from_millis(150)).await;
+            sleep(store.past_expiry(SHORT + Duration::from_millis(150))).await;
         } else {
             backend.release_permit(&lease).await.unwrap();
         }
@@ -169,7 +169,7 @@ pub async fn semaphore_owner_checked_renew_release(store: &TestStore) {
     backend.release_permit(&lease).await.unwrap();
     assert!(!backend.renew_permit(&lease, LONG).await.unwrap());
     let short = permit(backend, &k, SHORT, 1).await;
-    sleep(SHORT + Duration::from_millis(150)).await;
+    sleep(store.past_expiry(SHORT + Duration::from_millis(150))).await;
     assert!(
         !backend.renew_permit(&short, LONG).await.unwrap(),
         "revived"

@@ -5,6 +5,7 @@
 use std::any::Any;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::backend::{Backend, BoxFuture};
 use crate::backends::polling::PollingOnly;
@@ -18,11 +19,18 @@ use crate::lock::Locks;
 pub struct Capabilities {
     /// Releases wake subscribed waiters (not only polling).
     pub notifies: bool,
+    /// How coarse the store's expiry is: zero for a store that ends a
+    /// lease at its ttl to the millisecond; etcd rounds ttls up to whole
+    /// seconds (see [`TestStore::with_expiry_granularity`]).
+    pub expiry_granularity: Duration,
 }
 
 impl Default for Capabilities {
     fn default() -> Self {
-        Capabilities { notifies: true }
+        Capabilities {
+            notifies: true,
+            expiry_granularity: Duration::ZERO,
+        }
     }
 }
 
@@ -80,6 +88,30 @@ impl TestStore {
     pub fn polling_only(mut self) -> Self {
         self.backend = Arc::new(PollingOnly::new(self.backend));
         self.without_notifications()
+    }
+
+    /// Declares that the store ends leases only to within `granularity`:
+    /// it rounds a ttl up to a multiple of it and may free an expired
+    /// lease up to that much later. The properties that wait for a short
+    /// lease to run out wait that much longer ([`Self::past_expiry`]); a
+    /// store may round a ttl up (never down) and report the ttl it
+    /// enforces ([`Lease::enforced_for`](crate::backend::Lease::enforced_for)).
+    pub fn with_expiry_granularity(mut self, granularity: Duration) -> Self {
+        self.caps.expiry_granularity = granularity;
+        self
+    }
+
+    /// How long to wait for a short lease to be surely gone, where a store
+    /// with exact expiry needs `exact`: on a coarse store, `exact` rounded
+    /// up to the granularity, plus one granularity for the store's own
+    /// delay in freeing it. The one place the suite knows of granularity.
+    pub fn past_expiry(&self, exact: Duration) -> Duration {
+        let g = self.caps.expiry_granularity;
+        if g.is_zero() {
+            return exact;
+        }
+        let steps = exact.as_nanos().div_ceil(g.as_nanos()).max(1);
+        g * u32::try_from(steps + 1).unwrap_or(u32::MAX)
     }
 
     /// Keeps `value` alive as long as the store (e.g. a `TempDir`).

@@ -15,7 +15,10 @@ pub async fn conformance_store(var: &str) -> Option<TestStore> {
             .await
             .expect("the etcd test server answers")
     };
-    let mut store = TestStore::new(Arc::new(connect().await))
+    let backend = connect().await;
+    let granularity = shortest_lease(&backend).await;
+    let mut store = TestStore::new(Arc::new(backend))
+        .with_expiry_granularity(granularity)
         .with_second_client(Arc::new(connect().await))
         .with_url_at_port(|port| format!("etcd://127.0.0.1:{port}"));
     // A closed port with minute-long timeouts: only a check before any
@@ -51,4 +54,14 @@ pub async fn conformance_store(var: &str) -> Option<TestStore> {
         store = store.with_bad_option("store url", move || EtcdBackend::connect_with(url, slow()));
     }
     Some(store)
+}
+
+/// etcd's expiry granularity on this server: leases are whole seconds, at
+/// least the server's minimum (1.5 x its election timeout, rounded up),
+/// which the TTL it grants for one second says.
+async fn shortest_lease(backend: &EtcdBackend) -> Duration {
+    let mut leases = backend.client().lease_client();
+    let granted = leases.grant(1, None).await.expect("etcd grants a lease");
+    let _ = leases.revoke(granted.id()).await;
+    Duration::from_secs(u64::try_from(granted.ttl()).unwrap_or(1).max(1))
 }

@@ -65,14 +65,6 @@ pub(super) fn parse(url: &str, base: EtcdOptions) -> Result<Target> {
         }
         options = match name {
             "prefix" => options.with_prefix(value),
-            "clock_margin_ms" => {
-                let ms: u64 = value.parse().map_err(|_| {
-                    bad(format!(
-                        "clock_margin_ms must be a whole number of milliseconds, got {value:?}"
-                    ))
-                })?;
-                options.with_clock_margin(std::time::Duration::from_millis(ms))
-            }
             "ca_file" => options.with_ca_file(value),
             "cert_file" => options.with_client_cert(value),
             "key_file" => options.with_client_key(value),

@@ -1,28 +1,28 @@
 //! The layout of keys and values in etcd, and reading them back.
 //!
-//! Every grant is three etcd keys written in one transaction:
+//! Every grant is one etcd key, attached to an etcd lease of its own (so
+//! etcd, not a client's clock, decides when it ends: `leases.rs`):
 //!
-//! - `{prefix}{kind}/{key}\0{slot}e` = the expiry (ms since the epoch, 16
-//!   digits): the key whose *value* a transaction compares with "now"
-//!   (fixed width, so etcd's byte-wise `value < "{now}"` compares times);
-//! - `{prefix}{kind}/{key}\0{slot}h` = the holder label;
-//! - `{prefix}{kind}/{key}\0{slot}o` = the owner id (32 hex digits). Its
-//!   `mod_revision` is the grant's revision, which is the fencing token:
-//!   renewals rewrite only the `e` key, so the token stays put, and
-//!   renew/release compare the owner's value and revision.
+//! - `{prefix}{kind}/{key}\0{slot}` = `{owner}|{ttl}|{holder}` (the owner
+//!   id as 32 hex digits, the TTL of its etcd lease in seconds, which a
+//!   keep-alive restores, then the holder label). Its `create_revision` is the
+//!   grant's revision, which is the fencing token: renewals keep the key
+//!   (a keep-alive of its lease, or a re-put under a longer lease, which
+//!   moves `mod_revision` only), so the token stays put.
 //!
-//! `kind` is `L` (mutex, no slot), `S` (semaphore permit, slot as 4
+//! `kind` is `L` (mutex, empty slot), `S` (semaphore permit, slot as 4
 //! digits) or `R` (reader-writer lock: readers' slots, the writer in
-//! [`WRITER_SLOT`], and `mark` for a waiting writer's marker). A key never
-//! holds `\0` (it has no control characters), so `{kind}/{key}\0` is the
-//! exact range of one lock's records. `{prefix}A/{key}` is written by
-//! `announce` only, for watchers.
+//! [`WRITER_SLOT`](crate::backend::WRITER_SLOT), and `mark` for a waiting
+//! writer's marker, same value form, on a lease of the marker's ttl). A
+//! key never holds `\0` (it has no control characters), so `{kind}/{key}\0`
+//! is the exact range of one lock's records. `{prefix}A/{key}` is written
+//! by `announce` only, for watchers.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use etcd_client::KeyValue;
 
-use crate::backend::{millis_to_duration, OwnerId, RecordDecoder};
+use crate::backend::{OwnerId, RecordDecoder};
 use crate::error::Result;
 use crate::key::Key;
 
@@ -46,6 +46,9 @@ impl Kind {
     }
 }
 
+/// The name of a reader-writer lock's marker inside the lock's range.
+const MARK: &str = "mark";
+
 /// The etcd keys of one store (one prefix).
 #[derive(Debug, Clone)]
 pub(super) struct Layout {
@@ -64,28 +67,23 @@ impl Layout {
         &self.prefix
     }
 
-    /// The first part of every record of `key` of `kind`.
+    /// The first part of every record of `key` of `kind` (the mutex's
+    /// record itself).
     pub fn lock(&self, kind: Kind, key: &str) -> String {
         format!("{}{}/{key}\0", self.prefix, kind.tag())
     }
 
-    /// The records of slot `slot` (`None`: the mutex) of a lock.
-    pub fn slot(&self, kind: Kind, key: &str, slot: Option<u32>) -> Grant {
-        let base = match slot {
+    /// The record of slot `slot` (`None`: the mutex) of a lock.
+    pub fn slot(&self, kind: Kind, key: &str, slot: Option<u32>) -> String {
+        match slot {
             Some(slot) => format!("{}{slot:04}", self.lock(kind, key)),
             None => self.lock(kind, key),
-        };
-        Grant {
-            expiry: format!("{base}e"),
-            holder: format!("{base}h"),
-            owner: format!("{base}o"),
-            base,
         }
     }
 
     /// A reader-writer lock's waiting-writer marker.
     pub fn marker(&self, key: &str) -> String {
-        format!("{}mark", self.lock(Kind::Rw, key))
+        format!("{}{MARK}", self.lock(Kind::Rw, key))
     }
 
     /// The range of every record of `kind` whose key starts with `prefix`.
@@ -112,104 +110,70 @@ impl Layout {
     }
 }
 
-/// The etcd keys of one grant.
-#[derive(Debug, Clone)]
-pub(super) struct Grant {
-    /// The first part of all three (a prefix of nothing else).
-    pub base: String,
-    pub expiry: String,
-    pub holder: String,
-    pub owner: String,
+/// A record's value, for a lease of `ttl`.
+pub(super) fn value(owner: OwnerId, ttl: Duration, holder: &str) -> String {
+    format!("{owner}|{}|{holder}", ttl.as_secs())
 }
 
-/// Milliseconds since the Unix epoch by this machine's clock. etcd has no
-/// clock a transaction can read; see docs/etcd.md ("Clocks").
-pub(super) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
-/// A time as an expiry record holds it.
-fn stamp(ms: i64) -> String {
-    format!("{:016}", ms.max(0))
-}
-
-/// An expiry record is live at `now` iff its value is greater than this.
-pub(super) fn live_above(now: i64) -> String {
-    stamp(now)
-}
-
-/// An expiry record has expired at `now` iff its value is less than this.
-pub(super) fn expired_below(now: i64) -> String {
-    stamp(now.saturating_add(1))
-}
-
-/// An expiry record's value for a grant of `ttl` from `now`.
-pub(super) fn expiry_value(now: i64, ttl: Duration) -> String {
-    stamp(now.saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)))
+/// The bounds, exclusive, of the values of `owner`'s records: every value
+/// `{owner}|...` sorts strictly between them (etcd compares values as
+/// bytes; `{` and `}` are the characters either side of `|`), so two
+/// compares check the owner without knowing the holder label.
+pub(super) fn owner_bounds(owner: OwnerId) -> (String, String) {
+    (format!("{owner}{{"), format!("{owner}}}"))
 }
 
 /// One grant read back.
 #[derive(Debug, Clone)]
 pub(super) struct Record {
-    pub expiry_ms: i64,
     pub holder: String,
     pub owner: OwnerId,
+    /// The fencing token: the revision that created the key.
     pub token: u64,
+    /// The etcd lease the key is attached to.
+    pub lease: i64,
+    /// That lease's TTL: how long a keep-alive extends it.
+    pub ttl: Duration,
 }
 
 impl Record {
-    pub fn live(&self, now: i64) -> bool {
-        self.expiry_ms > now
-    }
-
-    pub fn remaining(&self, now: i64) -> Duration {
-        millis_to_duration(self.expiry_ms.saturating_sub(now))
-    }
-
-    /// Reads a grant from its three etcd keys. `key` is the lock's key as
-    /// stored (checked here).
-    pub fn decode(
-        key: &str,
-        expiry: &KeyValue,
-        holder: &KeyValue,
-        owner: &KeyValue,
-    ) -> Result<Record> {
+    /// Reads a grant (or a marker) from its etcd key-value. `key` is the
+    /// lock's key as stored (checked here).
+    pub fn decode(key: &str, kv: &KeyValue) -> Result<Record> {
         let decoder = RecordDecoder::new(STORE, key);
         decoder.key()?;
-        let ms = std::str::from_utf8(expiry.value()).unwrap_or("?");
-        let holder = String::from_utf8_lossy(holder.value());
-        let expiry_ms = Some(ms)
-            .filter(|ms| ms.len() == 16)
-            .and_then(|ms| ms.parse::<i64>().ok())
-            .filter(|ms| ms.is_positive())
-            .ok_or_else(|| decoder.corrupt(format!("expiry {ms:?} is not a time")))?;
-        decoder.remaining(expiry_ms.saturating_sub(now_ms()))?;
-        let owner_hex = std::str::from_utf8(owner.value()).unwrap_or("?");
+        let value = String::from_utf8_lossy(kv.value());
+        let mut fields = value.splitn(3, '|');
+        let (Some(owner), Some(ttl), Some(holder)) = (fields.next(), fields.next(), fields.next())
+        else {
+            return Err(decoder.corrupt(format!("value {value:?} is not owner|ttl|holder")));
+        };
+        let ttl = ttl
+            .parse::<u64>()
+            .ok()
+            .filter(|s| (1..=crate::time::MAX_TTL.as_secs() * 2).contains(s))
+            .ok_or_else(|| decoder.corrupt(format!("ttl {ttl:?} is not a number of seconds")))?;
+        if kv.lease() == 0 {
+            // It would never expire: not something this store writes.
+            return Err(decoder.corrupt("a grant without an etcd lease"));
+        }
         Ok(Record {
-            expiry_ms,
-            holder: holder.into_owned(),
-            owner: decoder.owner(owner_hex)?,
-            token: decoder.token(owner.mod_revision())?,
+            holder: holder.to_owned(),
+            owner: decoder.owner(owner)?,
+            token: decoder.token(kv.create_revision())?,
+            lease: kv.lease(),
+            ttl: Duration::from_secs(ttl),
         })
     }
 }
 
 /// The records of one lock, from a range read of [`Layout::lock`]: per slot
-/// (`None` for the mutex) its grant, and the marker if any.
+/// (`None` for the mutex) its grant, and the marker if any. Every record
+/// present is live or about to be deleted by etcd: expiry deletes.
 #[derive(Debug, Default)]
 pub(super) struct Slots {
     pub grants: Vec<(Option<u32>, Record)>,
-    pub marker: Option<Marker>,
-}
-
-/// A waiting writer's marker (docs/rw-lock.md).
-#[derive(Debug)]
-pub(super) struct Marker {
-    pub expiry_ms: i64,
-    pub owner: OwnerId,
-    pub holder: String,
+    pub marker: Option<Record>,
 }
 
 impl Slots {
@@ -217,64 +181,28 @@ impl Slots {
     pub fn decode(key: &str, base: &str, kvs: &[KeyValue]) -> Result<Slots> {
         let decoder = RecordDecoder::new(STORE, key);
         let mut slots = Slots::default();
-        let mut parts: Vec<&KeyValue> = Vec::with_capacity(3);
-        let mut current = "";
         for kv in kvs {
             let name = std::str::from_utf8(kv.key())
                 .ok()
                 .and_then(|k| k.strip_prefix(base))
                 .ok_or_else(|| decoder.corrupt("a record outside its lock"))?;
-            if name == "mark" {
-                let value = String::from_utf8_lossy(kv.value());
-                let mut fields = value.splitn(3, '|');
-                let (ms, owner, holder) = (fields.next(), fields.next(), fields.next());
-                let (Some(ms), Some(owner), Some(holder)) = (ms, owner, holder) else {
-                    return Err(
-                        decoder.corrupt(format!("marker {value:?} is not expiry|owner|holder"))
-                    );
-                };
-                let expiry_ms = ms
-                    .parse::<i64>()
-                    .map_err(|_| decoder.corrupt(format!("marker {value:?} has no expiry")))?;
-                slots.marker = Some(Marker {
-                    expiry_ms,
-                    owner: decoder.owner(owner)?,
-                    holder: holder.to_owned(),
-                });
+            let record = Record::decode(key, kv)?;
+            if name == MARK {
+                slots.marker = Some(record);
                 continue;
             }
-            // A grant's keys are written and deleted together, in the
-            // order e, h, o; anything else is damage.
-            let (slot, part) = name.split_at(name.len().saturating_sub(1));
-            let expected = ["e", "h", "o"][parts.len()];
-            if part != expected || (!parts.is_empty() && slot != current) {
-                return Err(decoder.corrupt(format!("record {name:?} is not part of a grant")));
-            }
-            current = slot;
-            parts.push(kv);
-            if parts.len() == 3 {
-                let slot =
-                    if slot.is_empty() {
-                        None
-                    } else {
-                        Some(slot.parse::<u32>().map_err(|_| {
-                            decoder.corrupt(format!("slot {slot:?} is not a number"))
-                        })?)
-                    };
-                let record = Record::decode(key, parts[0], parts[1], parts[2])?;
-                slots.grants.push((slot, record));
-                parts.clear();
-            }
-        }
-        if !parts.is_empty() {
-            return Err(decoder.corrupt("a grant with missing records"));
+            let slot = if name.is_empty() {
+                None
+            } else {
+                let slot = Some(name)
+                    .filter(|n| n.len() == 4)
+                    .and_then(|n| n.parse::<u32>().ok())
+                    .ok_or_else(|| decoder.corrupt(format!("slot {name:?} is not a number")))?;
+                Some(slot)
+            };
+            slots.grants.push((slot, record));
         }
         Ok(slots)
-    }
-
-    /// The live grants at `now`.
-    pub fn live(&self, now: i64) -> impl Iterator<Item = &(Option<u32>, Record)> {
-        self.grants.iter().filter(move |(_, r)| r.live(now))
     }
 }
 
@@ -295,17 +223,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn values_compare_as_times() {
-        let now = 1_700_000_000_000;
-        let v = expiry_value(now, Duration::from_millis(200));
-        assert!(v > live_above(now + 199));
-        assert!(v >= live_above(now + 200) && v >= expired_below(now + 199));
-        assert!(v < expired_below(now + 200));
+    fn layout_and_owner_bounds() {
         let layout = Layout::new("lh/");
-        let grant = layout.slot(Kind::Semaphore, "a/b", Some(3));
-        assert_eq!(grant.expiry, "lh/S/a/b\u{0}0003e");
-        assert_eq!(layout.lock_of(grant.owner.as_bytes()), Some("a/b"));
+        let slot = layout.slot(Kind::Semaphore, "a/b", Some(3));
+        assert_eq!(slot, "lh/S/a/b\u{0}0003");
+        assert_eq!(layout.lock_of(slot.as_bytes()), Some("a/b"));
         assert_eq!(layout.lock_of(b"lh/A/x"), Some("x"));
-        assert_eq!(layout.lock_of(b"other/L/x\0e"), None);
+        assert_eq!(layout.lock_of(b"other/L/x\0"), None);
+        let owner = OwnerId::random();
+        let (low, high) = owner_bounds(owner);
+        let ttl = Duration::from_secs(86_400);
+        for holder in ["", "h", "}}}", "\u{10ffff}"] {
+            let v = value(owner, ttl, holder);
+            assert!(low < v && v < high, "{v:?}");
+        }
+        let other = value(OwnerId::random(), ttl, "h");
+        assert!(!(low < other && other < high));
     }
 }

@@ -1,41 +1,38 @@
 //! The etcd store (`etcd://`, `etcds://`, feature `etcd`).
 //!
-//! Each grant is a few etcd keys written by one `Txn` (layout in
-//! `keys.rs`, the why in docs/etcd.md):
+//! Each grant is one etcd key attached to an etcd lease of its own
+//! (layout in `keys.rs`, leases in `leases.rs`, transactions in `txns.rs`,
+//! the why in docs/etcd.md), so etcd decides expiry:
 //!
-//! - acquire: `if create_revision(e) == 0 then put(e, h, o) else
-//!   (if value(e) < now then put(e, h, o) else get(e, h, o))`: one round
-//!   trip, free or expired keys are taken, a live one answers busy with its
-//!   holder. The fencing token is the revision of that transaction: etcd's
-//!   revisions never go backwards (across release, expiry, restarts and
-//!   leader changes: they are part of the replicated log).
-//! - renew: `if value(o) == owner && mod_revision(o) == token && value(e) >
-//!   now then put(e)`; release: the same owner checks, then delete all three.
+//! - acquire: `LeaseGrant(ttl)`, then `if create_revision(key) == 0 then
+//!   put(key, lease) else get(key)`. The fencing token is the key's
+//!   `create_revision`: etcd's revisions never go backwards (across
+//!   release, expiry, restarts and leader changes: they are part of the
+//!   replicated log).
+//! - renew: a keep-alive of the grant's lease (owner and token read first),
+//!   or, for a longer ttl, a fresh lease and a re-put that keeps the key;
+//!   release: delete iff owner and token match, then revoke the lease.
 //! - semaphore permits and reader-writer locks (`slots.rs`): read the
 //!   lock's range, decide, and commit with `mod_revision(range) <= read`,
 //!   retrying on conflict: still one atomic transaction per grant.
 //! - waiting: one watch per backend on the prefix (`watch.rs`); a deletion
-//!   wakes the key's waiters.
-//!
-//! Expiry is compared against this client's wall clock (etcd has no clock
-//! a transaction can read): see docs/etcd.md, "Clocks".
+//!   (release, or etcd's expiry of a lease) wakes the key's waiters.
 
 mod connect;
 mod errors;
 mod keys;
+mod leases;
 mod options;
 mod slots;
+mod txns;
 mod watch;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, Txn, TxnOp,
-    TxnOpResponse, TxnResponse,
-};
+use etcd_client::{Client, ConnectOptions, GetOptions, Txn, TxnOp, TxnOpResponse, TxnResponse};
 
-pub use options::{EtcdOptions, DEFAULT_CLOCK_MARGIN, DEFAULT_PREFIX};
+pub use options::{EtcdOptions, DEFAULT_PREFIX};
 
 use crate::backend::{
     Acquire, AcquireRequest, Backend, BoxFuture, Busy, Lease, LeaseInfo, PermitInfo,
@@ -44,7 +41,7 @@ use crate::error::{Error, Result};
 use crate::key::Key;
 use crate::notify::Subscription;
 use errors::{classify, timed_out, STORE};
-use keys::{expired_below, expiry_value, live_above, now_ms, Grant, Kind, Layout, Slots};
+use keys::{Kind, Layout, Record};
 
 /// How often a grant retries after a concurrent write changed what it read.
 const CONFLICT_RETRIES: usize = 16;
@@ -62,9 +59,6 @@ struct Inner {
     client: Client,
     layout: Layout,
     request_timeout: Duration,
-    /// Subtracted from this client's clock when it judges another
-    /// client's grant expired.
-    clock_margin_ms: i64,
     watcher: crate::notifier::Notifier,
 }
 
@@ -128,7 +122,6 @@ impl EtcdBackend {
                 client,
                 layout,
                 request_timeout: options.request_timeout,
-                clock_margin_ms: i64::try_from(options.clock_margin.as_millis()).unwrap_or(0),
                 watcher,
             }),
         };
@@ -146,24 +139,47 @@ impl EtcdBackend {
         &self.inner.client
     }
 
-    /// Runs `txn`, bounded by the request timeout. A request that failed
-    /// at the transport (a member down: the client's balancer still picks
-    /// it until it notices) is sent again at once, up to
-    /// [`TRANSPORT_RETRIES`] times: every operation here is safe to repeat
-    /// (a repeated grant is the same grant, renew and release compare).
-    async fn txn(&self, txn: Txn) -> Result<TxnResponse> {
+    /// Runs one request, bounded by the request timeout. A request that
+    /// failed at the transport (a member down: the client's balancer still
+    /// picks it until it notices) is sent again at once, up to
+    /// [`TRANSPORT_RETRIES`] times: every request here is safe to repeat
+    /// (a repeated grant is the same grant, renew and release compare, a
+    /// lease granted twice leaves one to expire unused).
+    async fn call<T, F, Fut>(&self, what: &'static str, request: F) -> Result<T>
+    where
+        F: Fn(Client) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
+    {
         let deadline = tokio::time::Instant::now() + self.inner.request_timeout;
         let mut attempt = 0;
         loop {
-            let mut kv = self.inner.client.kv_client();
-            let answer = tokio::time::timeout_at(deadline, kv.txn(txn.clone()))
+            let answer = tokio::time::timeout_at(deadline, request(self.inner.client.clone()))
                 .await
-                .map_err(|_| timed_out("a transaction"))?;
+                .map_err(|_| timed_out(what))?;
             match answer {
                 Err(e) if attempt < TRANSPORT_RETRIES && errors::at_transport(&e) => attempt += 1,
                 other => return other.map_err(classify),
             }
         }
+    }
+
+    /// Runs `txn` (see [`call`](Self::call)).
+    async fn txn(&self, txn: Txn) -> Result<TxnResponse> {
+        self.call("a transaction", |client| {
+            let txn = txn.clone();
+            async move { client.kv_client().txn(txn).await }
+        })
+        .await
+    }
+
+    /// A read (see [`call`](Self::call)); linearizable unless `options`
+    /// say otherwise.
+    async fn get(&self, key: &str, options: GetOptions) -> Result<etcd_client::GetResponse> {
+        self.call("a read", |client| {
+            let options = options.clone();
+            async move { client.kv_client().get(key, Some(options)).await }
+        })
+        .await
     }
 
     /// Every key under `start` (a prefix), in key order, and the revision
@@ -174,54 +190,104 @@ impl EtcdBackend {
         Ok((answer.take_kvs(), revision))
     }
 
-    /// A read, bounded and resent like [`txn`](Self::txn).
-    async fn get(&self, key: &str, options: GetOptions) -> Result<etcd_client::GetResponse> {
-        let deadline = tokio::time::Instant::now() + self.inner.request_timeout;
-        let mut attempt = 0;
-        loop {
-            let mut kv = self.inner.client.kv_client();
-            let answer = tokio::time::timeout_at(deadline, kv.get(key, Some(options.clone())))
-                .await
-                .map_err(|_| timed_out("a read"))?;
-            match answer {
-                Err(e) if attempt < TRANSPORT_RETRIES && errors::at_transport(&e) => attempt += 1,
-                other => return other.map_err(classify),
+    /// The record at etcd key `etcd_key` (of lock `key`), if any.
+    async fn record(&self, key: &Key, etcd_key: &str) -> Result<Option<Record>> {
+        let mut answer = self.get(etcd_key, GetOptions::new()).await?;
+        let kvs = answer.take_kvs();
+        kvs.first()
+            .map(|kv| Record::decode(key.as_str(), kv))
+            .transpose()
+    }
+
+    /// Extends `record` (at `etcd_key`, read just before) to at least
+    /// `ttl` from now: a keep-alive of its lease, and if that lease is
+    /// shorter than `ttl`, a fresh lease the key moves to (same key, same
+    /// token). The lease's new TTL, or `None` if it is gone: an expired
+    /// grant is never brought back (the keep-alive of a lapsed lease fails,
+    /// and the move compares the lease that was just kept alive).
+    async fn extend(
+        &self,
+        etcd_key: &str,
+        record: &Record,
+        ttl: Duration,
+    ) -> Result<Option<Duration>> {
+        if !self.keep_alive(record.lease).await? {
+            return Ok(None);
+        }
+        if leases::ttl_secs(ttl) <= leases::ttl_secs(record.ttl) {
+            return Ok(Some(record.ttl));
+        }
+        let fresh = self.grant_lease(ttl).await?;
+        let value = keys::value(record.owner, fresh.ttl, &record.holder);
+        let moved = self
+            .txn(txns::repoint(etcd_key, record, value, fresh.id)?)
+            .await?
+            .succeeded();
+        if moved {
+            self.revoke_later(record.lease);
+            Ok(Some(fresh.ttl))
+        } else {
+            self.revoke_later(fresh.id);
+            Ok(None)
+        }
+    }
+
+    /// Renews the grant at `etcd_key` iff owner and token match and it is
+    /// live.
+    async fn renew_grant(&self, etcd_key: &str, lease: &Lease, ttl: Duration) -> Result<bool> {
+        let Some(record) = self.record(lease.key(), etcd_key).await? else {
+            return Ok(false);
+        };
+        if record.owner != lease.owner() || record.token != lease.token() {
+            return Ok(false);
+        }
+        Ok(self.extend(etcd_key, &record, ttl).await?.is_some())
+    }
+
+    /// Deletes the grant at `etcd_key` iff owner and token match, then
+    /// revokes its lease (in the background: it holds nothing now).
+    async fn release_grant(&self, etcd_key: &str, lease: &Lease) -> Result<bool> {
+        let txn = txns::release(etcd_key, lease.owner(), lease.token())?;
+        let resp = self.txn(txn).await?;
+        if !resp.succeeded() {
+            return Ok(false);
+        }
+        for op in resp.op_responses() {
+            if let TxnOpResponse::Delete(deleted) = op {
+                for kv in deleted.prev_kvs() {
+                    self.revoke_later(kv.lease());
+                }
             }
         }
+        self.inner.watcher.wake_local(lease.key().as_str());
+        Ok(true)
     }
 
-    /// Extends a grant iff owner and token match and it is live.
-    async fn renew_grant(&self, grant: &Grant, lease: &Lease, ttl: Duration) -> Result<bool> {
-        let now = now_ms();
-        let txn = Txn::new()
-            .when(
-                owner_is(grant, lease.owner(), lease.token())?
-                    .into_iter()
-                    .chain([Compare::value(
-                        grant.expiry.as_str(),
-                        CompareOp::Greater,
-                        live_above(now),
-                    )])
-                    .collect::<Vec<_>>(),
-            )
-            .and_then([TxnOp::put(
-                grant.expiry.as_str(),
-                expiry_value(now, ttl),
-                None,
-            )]);
-        Ok(self.txn(txn).await?.succeeded())
+    /// A busy answer naming `record`'s holder and the time left on its
+    /// lease (zero if it just ended).
+    async fn busy(&self, record: &Record) -> Result<Busy> {
+        Ok(Busy {
+            holder: record.holder.clone(),
+            remaining: self.time_left(record.lease).await?.unwrap_or_default(),
+        })
     }
 
-    /// Deletes a grant iff owner and token match. Whether it did.
-    async fn release_grant(&self, grant: &Grant, lease: &Lease) -> Result<bool> {
-        let txn = Txn::new()
-            .when(owner_is(grant, lease.owner(), lease.token())?)
-            .and_then([delete_grant(grant)]);
-        let deleted = self.txn(txn).await?.succeeded();
-        if deleted {
-            self.inner.watcher.wake_local(lease.key().as_str());
+    /// Force-release of the record at `etcd_key`: revokes its lease (which
+    /// deletes it with everything else on that lease: one grant). Whether
+    /// a live grant was broken. Acts on the raw key-value, so a damaged
+    /// record can be broken too.
+    async fn break_record(&self, etcd_key: &str) -> Result<bool> {
+        let mut answer = self.get(etcd_key, GetOptions::new()).await?;
+        let Some(kv) = answer.take_kvs().into_iter().next() else {
+            return Ok(false);
+        };
+        let broke = kv.lease() != 0 && self.revoke(kv.lease()).await?;
+        if !broke {
+            // Its lease ended (etcd is deleting it) or it never had one.
+            self.txn(txns::delete_if_created_at(etcd_key, kv.create_revision()))
+                .await?;
         }
-        Ok(deleted)
+        Ok(broke)
     }
 }
 
@@ -257,122 +323,53 @@ fn tls(options: &EtcdOptions) -> Result<etcd_client::TlsOptions> {
     Ok(tls)
 }
 
-/// A busy answer for `record`: its time left by this client's clock, and
-/// once that is over, the rest of the clock margin (another client may
-/// still hold it that long by its own clock).
-fn busy(record: keys::Record, now: i64, takeover: i64) -> Busy {
-    let remaining = if record.live(now) {
-        record.remaining(now)
-    } else {
-        record.remaining(takeover)
-    };
-    Busy {
-        holder: record.holder,
-        remaining,
-    }
-}
-
-/// "This grant is still `owner`'s, with this token."
-fn owner_is(grant: &Grant, owner: crate::backend::OwnerId, token: u64) -> Result<Vec<Compare>> {
-    let token = crate::backend::token_to_i64(token)?;
-    Ok(vec![
-        Compare::value(grant.owner.as_str(), CompareOp::Equal, owner.to_string()),
-        Compare::mod_revision(grant.owner.as_str(), CompareOp::Equal, token),
-    ])
-}
-
-fn put_grant(grant: &Grant, req: &AcquireRequest, now: i64) -> Vec<TxnOp> {
-    vec![
-        TxnOp::put(grant.expiry.as_str(), expiry_value(now, req.ttl()), None),
-        TxnOp::put(grant.holder.as_str(), req.holder(), None),
-        TxnOp::put(grant.owner.as_str(), req.owner().to_string(), None),
-    ]
-}
-
-fn delete_grant(grant: &Grant) -> TxnOp {
-    TxnOp::delete(
-        grant.base.as_str(),
-        Some(DeleteOptions::new().with_prefix()),
-    )
-}
-
 /// The revision a transaction was applied at: the token of what it wrote.
 fn revision(resp: &TxnResponse) -> Result<u64> {
     let revision = resp.header().map_or(0, |h| h.revision());
     crate::backend::token_from_i64(revision)
 }
 
-/// The key-values read by the `get`s of a transaction's answer, in order.
-fn gets(resp: &TxnResponse) -> Vec<Vec<etcd_client::KeyValue>> {
-    resp.op_responses()
-        .into_iter()
-        .filter_map(|op| match op {
-            TxnOpResponse::Get(mut get) => Some(get.take_kvs()),
-            _ => None,
-        })
-        .collect()
-}
-
-fn missing(key: &Key) -> Error {
-    crate::backend::RecordDecoder::new(STORE, key.as_str()).corrupt("a grant with missing records")
+/// The first key-value a transaction's `get` read, if any.
+fn first_read(resp: &TxnResponse) -> Option<etcd_client::KeyValue> {
+    resp.op_responses().into_iter().find_map(|op| match op {
+        TxnOpResponse::Get(mut get) => get.take_kvs().into_iter().next(),
+        _ => None,
+    })
 }
 
 impl Backend for EtcdBackend {
     fn try_acquire<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
         Box::pin(async move {
-            let grant = self
-                .inner
-                .layout
-                .slot(Kind::Mutex, req.key().as_str(), None);
+            let key = req.key();
+            let etcd_key = self.inner.layout.slot(Kind::Mutex, key.as_str(), None);
+            // The lease first: the grant's expiry is etcd's, from before
+            // the transaction that attaches the key to it.
+            let fresh = self.grant_lease(req.ttl()).await?;
             for _ in 0..CONFLICT_RETRIES {
-                let now = now_ms();
-                let takeover = now - self.inner.clock_margin_ms;
-                let expired = Txn::new()
-                    .when([Compare::value(
-                        grant.expiry.as_str(),
-                        CompareOp::Less,
-                        expired_below(takeover),
-                    )])
-                    .and_then(put_grant(&grant, req, now))
-                    .or_else([
-                        TxnOp::get(grant.expiry.as_str(), None),
-                        TxnOp::get(grant.holder.as_str(), None),
-                        TxnOp::get(grant.owner.as_str(), None),
-                    ]);
-                let txn = Txn::new()
-                    .when([Compare::create_revision(
-                        grant.expiry.as_str(),
-                        CompareOp::Equal,
-                        0,
-                    )])
-                    .and_then(put_grant(&grant, req, now))
-                    .or_else([TxnOp::txn(expired)]);
-                let resp = self.txn(txn).await?;
-                let inner = resp.op_responses().into_iter().find_map(|op| match op {
-                    TxnOpResponse::Txn(inner) => Some(inner),
-                    _ => None,
-                });
-                let inner = match inner {
-                    Some(inner) if !inner.succeeded() => inner,
-                    // Free, or expired: ours, at this transaction's revision.
-                    _ => return Ok(Acquire::Granted(req.granted(revision(&resp)?))),
-                };
-                let read = gets(&inner);
-                let [e, h, o] = [0, 1, 2].map(|i| read.get(i).and_then(|kvs| kvs.first()));
-                let (Some(e), Some(h), Some(o)) = (e, h, o) else {
-                    return Err(missing(req.key()));
-                };
-                let record = keys::Record::decode(req.key().as_str(), e, h, o)?;
-                if record.owner != req.owner() || !record.live(now) {
-                    return Ok(Acquire::Busy(busy(record, now, takeover)));
-                }
-                // A repeat of a live grant: the same grant, extended.
-                let lease = req.granted(record.token);
-                if self.renew_grant(&grant, &lease, req.ttl()).await? {
+                let value = keys::value(req.owner(), fresh.ttl, req.holder());
+                let resp = self.txn(txns::acquire(&etcd_key, value, fresh.id)).await?;
+                if resp.succeeded() {
+                    let lease = req.granted(revision(&resp)?).enforced_for(fresh.ttl);
                     return Ok(Acquire::Granted(lease));
                 }
-                // It expired or changed meanwhile: look again.
+                let Some(kv) = first_read(&resp) else {
+                    continue; // deleted since: try again
+                };
+                let record = Record::decode(key.as_str(), &kv)?;
+                if record.owner == req.owner() {
+                    // A repeat of a live grant: the same grant, extended.
+                    if let Some(ttl) = self.extend(&etcd_key, &record, req.ttl()).await? {
+                        self.revoke_later(fresh.id);
+                        return Ok(Acquire::Granted(
+                            req.granted(record.token).enforced_for(ttl),
+                        ));
+                    }
+                    continue; // it lapsed: the ordinary rules
+                }
+                self.revoke_later(fresh.id);
+                return Ok(Acquire::Busy(self.busy(&record).await?));
             }
+            self.revoke_later(fresh.id);
             Err(
                 Error::unavailable("etcd: too many concurrent changes to this lock")
                     .in_store(STORE),
@@ -382,37 +379,39 @@ impl Backend for EtcdBackend {
 
     fn renew<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
         Box::pin(async move {
-            let grant = self
+            let etcd_key = self
                 .inner
                 .layout
                 .slot(Kind::Mutex, lease.key().as_str(), None);
-            self.renew_grant(&grant, lease, ttl).await
+            self.renew_grant(&etcd_key, lease, ttl).await
         })
     }
 
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            let grant = self
+            let etcd_key = self
                 .inner
                 .layout
                 .slot(Kind::Mutex, lease.key().as_str(), None);
-            self.release_grant(&grant, lease).await.map(drop)
+            self.release_grant(&etcd_key, lease).await.map(drop)
         })
     }
 
     fn inspect<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<LeaseInfo>>> {
         Box::pin(async move {
-            let base = self.inner.layout.lock(Kind::Mutex, key.as_str());
-            let (kvs, _) = self.range(&base).await?;
-            let now = now_ms();
-            let slots = Slots::decode(key.as_str(), &base, &kvs)?;
-            let info = slots.live(now).next().map(|(_, r)| LeaseInfo {
-                key: key.clone(),
-                holder: r.holder.clone(),
-                token: r.token,
-                remaining: r.remaining(now),
-            });
-            Ok(info)
+            let etcd_key = self.inner.layout.slot(Kind::Mutex, key.as_str(), None);
+            let Some(record) = self.record(key, &etcd_key).await? else {
+                return Ok(None);
+            };
+            Ok(self
+                .time_left(record.lease)
+                .await?
+                .map(|remaining| LeaseInfo {
+                    key: key.clone(),
+                    holder: record.holder,
+                    token: record.token,
+                    remaining,
+                }))
         })
     }
 
@@ -420,16 +419,17 @@ impl Backend for EtcdBackend {
         Box::pin(async move {
             let start = self.inner.layout.listing(Kind::Mutex, prefix);
             let (kvs, _) = self.range(&start).await?;
-            let now = now_ms();
             let mut out = Vec::new();
             for (key, slots) in slots::by_lock(&self.inner.layout, Kind::Mutex, &kvs)? {
-                for (_, r) in slots.live(now) {
-                    out.push(LeaseInfo {
-                        key: key.clone(),
-                        holder: r.holder.clone(),
-                        token: r.token,
-                        remaining: r.remaining(now),
-                    });
+                for (_, record) in slots.grants {
+                    if let Some(remaining) = self.time_left(record.lease).await? {
+                        out.push(LeaseInfo {
+                            key: key.clone(),
+                            holder: record.holder,
+                            token: record.token,
+                            remaining,
+                        });
+                    }
                 }
             }
             out.sort_by(|a, b| a.key.as_str().cmp(b.key.as_str()));
@@ -439,17 +439,9 @@ impl Backend for EtcdBackend {
 
     fn force_release<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool>> {
         Box::pin(async move {
-            let grant = self.inner.layout.slot(Kind::Mutex, key.as_str(), None);
             // Any later grant's revision is larger: deleting is the bump.
-            let txn = Txn::new()
-                .when([Compare::value(
-                    grant.expiry.as_str(),
-                    CompareOp::Greater,
-                    live_above(now_ms()),
-                )])
-                .and_then([delete_grant(&grant)])
-                .or_else([delete_grant(&grant)]);
-            let broke = self.txn(txn).await?.succeeded();
+            let etcd_key = self.inner.layout.slot(Kind::Mutex, key.as_str(), None);
+            let broke = self.break_record(&etcd_key).await?;
             self.inner.watcher.wake_local(key.as_str());
             Ok(broke)
         })
@@ -477,15 +469,15 @@ impl Backend for EtcdBackend {
 
     fn renew_permit<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
         Box::pin(async move {
-            let grant = slots::grant_of(&self.inner.layout, lease);
-            self.renew_grant(&grant, lease, ttl).await
+            let etcd_key = slots::key_of_permit(&self.inner.layout, lease);
+            self.renew_grant(&etcd_key, lease, ttl).await
         })
     }
 
     fn release_permit<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            let grant = slots::grant_of(&self.inner.layout, lease);
-            self.release_grant(&grant, lease).await.map(drop)
+            let etcd_key = slots::key_of_permit(&self.inner.layout, lease);
+            self.release_grant(&etcd_key, lease).await.map(drop)
         })
     }
 

@@ -9,10 +9,6 @@ use crate::error::{Error, Result};
 /// The key prefix used when none is configured.
 pub const DEFAULT_PREFIX: &str = "leasehold/";
 
-/// How far apart the clocks of two clients may be by default (see
-/// [`EtcdOptions::with_clock_margin`]).
-pub const DEFAULT_CLOCK_MARGIN: Duration = Duration::from_millis(25);
-
 /// Options of an [`EtcdBackend`](super::EtcdBackend).
 ///
 /// ```
@@ -25,7 +21,6 @@ pub struct EtcdOptions {
     pub(super) prefix: String,
     pub(super) connect_timeout: Duration,
     pub(super) request_timeout: Duration,
-    pub(super) clock_margin: Duration,
     pub(super) user: Option<(String, String)>,
     pub(super) tls: bool,
     pub(super) ca_file: Option<PathBuf>,
@@ -40,7 +35,6 @@ impl Default for EtcdOptions {
             prefix: DEFAULT_PREFIX.to_owned(),
             connect_timeout: Duration::from_secs(3),
             request_timeout: Duration::from_secs(5),
-            clock_margin: DEFAULT_CLOCK_MARGIN,
             user: None,
             tls: false,
             ca_file: None,
@@ -70,16 +64,6 @@ impl EtcdOptions {
         /// How long one request may wait for its answer (default 5 s); past
         /// it the call fails with [`Error::Unavailable`](crate::Error::Unavailable).
         with_request_timeout(timeout: Duration) => request_timeout = timeout;
-
-        /// How far this client's wall clock may be behind the clock of any
-        /// other client of the store (default 25 ms; URL option
-        /// `clock_margin_ms`). etcd has no clock a transaction can read, so
-        /// expiry is judged on the clients' clocks: a grant of another
-        /// client is taken over only once it expired this long ago by this
-        /// client's clock. Two holders are impossible while every pair of
-        /// clients' clocks is closer than this (NTP keeps hosts within a few
-        /// milliseconds). See docs/etcd.md, "Clocks".
-        with_clock_margin(margin: Duration) => clock_margin = margin;
 
         /// Connect with TLS (`etcds://` sets it).
         with_tls(tls: bool) => tls = tls;
@@ -138,12 +122,6 @@ impl EtcdOptions {
             if timeout.is_zero() {
                 return Err(Error::invalid(what, "must be longer than zero"));
             }
-        }
-        if self.clock_margin > Duration::from_secs(60) {
-            return Err(Error::invalid(
-                "clock margin",
-                format!("must be at most 60 s, got {:?}", self.clock_margin),
-            ));
         }
         if self.cert_file.is_some() != self.key_file.is_some() {
             return Err(Error::invalid(

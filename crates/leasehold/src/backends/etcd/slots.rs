@@ -3,9 +3,13 @@
 //! of docs/semaphore.md and docs/rw-lock.md, and commits with a compare
 //! that no key of the range changed since the read (`mod_revision <
 //! read + 1` over the range). A conflict means someone else changed the
-//! lock: read again. Each grant is still one atomic transaction.
+//! lock: read again. Each grant is still one atomic transaction, its key
+//! on an etcd lease of its own like a mutex's; every record in the range
+//! is live (etcd deletes a record when its lease ends).
 
-use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+use std::time::Duration;
+
+use etcd_client::TxnOp;
 
 use crate::backend::{
     Acquire, AcquireRequest, Busy, Lease, PermitInfo, PermitKind, MAX_PERMITS, WRITER_SLOT,
@@ -14,11 +18,16 @@ use crate::error::{Error, Result};
 use crate::key::Key;
 
 use super::errors::STORE;
-use super::keys::{self, checked_key, expiry_value, now_ms, Grant, Kind, Layout, Slots};
-use super::{put_grant, revision, EtcdBackend, CONFLICT_RETRIES};
+use super::keys::{self, checked_key, Kind, Layout, Record, Slots};
+use super::leases::Granted;
+use super::{revision, txns, EtcdBackend, CONFLICT_RETRIES};
 
-/// The records of `lease` (a permit or a side of a reader-writer lock).
-pub(super) fn grant_of(layout: &Layout, lease: &Lease) -> Grant {
+/// How many holders a busy answer asks etcd about, to name the one whose
+/// lease ends first (one lease query each).
+const BUSY_PROBES: usize = 8;
+
+/// The etcd key of `lease` (a permit or a side of a reader-writer lock).
+pub(super) fn key_of_permit(layout: &Layout, lease: &Lease) -> String {
     let kind = if lease.rw_side().is_some() {
         Kind::Rw
     } else {
@@ -28,14 +37,16 @@ pub(super) fn grant_of(layout: &Layout, lease: &Lease) -> Grant {
 }
 
 /// What the rules say about one attempt.
-enum Decision {
+enum Decision<'a> {
     /// Take this slot (a fresh grant).
     Take(u32),
-    /// The owner's own live grant in this slot: the same grant, extended.
-    Extend(u32, u64),
-    /// Busy; for a waiting writer that found only readers, first set (or
+    /// The owner's own grant in this slot: the same grant, extended (if
+    /// it is still live).
+    Extend(u32, &'a Record),
+    /// Busy behind these holders (the answer names the first to expire);
+    /// for a waiting writer that found only readers, first set (or
     /// refresh) its marker.
-    Busy(Busy, bool),
+    Busy(Vec<&'a Record>, bool),
 }
 
 pub(super) async fn try_acquire(backend: &EtcdBackend, req: &AcquireRequest) -> Result<Acquire> {
@@ -46,74 +57,101 @@ pub(super) async fn try_acquire(backend: &EtcdBackend, req: &AcquireRequest) -> 
         Some(_) => Kind::Rw,
     };
     let base = layout.lock(kind, key);
-    for _ in 0..CONFLICT_RETRIES {
-        let (kvs, read) = backend.range(&base).await?;
-        let now = now_ms();
-        let slots = Slots::decode(key, &base, &kvs)?;
-        let decision = decide(req, &slots, now, now - backend.inner.clock_margin_ms);
-        // Nothing in the range changed since the read.
-        let unchanged =
-            Compare::mod_revision(base.as_str(), CompareOp::Less, read + 1).with_prefix();
-        let txn = Txn::new().when([unchanged]);
-        let (txn, slot) = match decision {
-            Decision::Busy(busy, false) => return Ok(Acquire::Busy(busy)),
-            Decision::Busy(busy, true) => {
-                let mark = req.writer_mark_ttl().unwrap_or_default();
-                let value = format!(
-                    "{}|{}|{}",
-                    expiry_value(now, mark),
-                    req.owner(),
-                    req.holder()
-                );
-                let txn = txn.and_then([TxnOp::put(layout.marker(key), value, None)]);
-                if backend.txn(txn).await?.succeeded() {
-                    return Ok(Acquire::Busy(busy));
+    // Granted on the first attempt that needs it, kept across conflicts.
+    let mut fresh: Option<Granted> = None;
+    let outcome = async {
+        for _ in 0..CONFLICT_RETRIES {
+            let (kvs, read) = backend.range(&base).await?;
+            let slots = Slots::decode(key, &base, &kvs)?;
+            match decide(req, &slots) {
+                Decision::Busy(holders, false) => {
+                    return Ok(Acquire::Busy(first_to_expire(backend, &holders).await?));
                 }
-                continue;
-            }
-            Decision::Extend(slot, token) => {
-                let lease = req.granted_permit(slot, token);
-                let grant = layout.slot(kind, key, Some(slot));
-                if backend.renew_grant(&grant, &lease, req.ttl()).await? {
-                    return Ok(Acquire::Granted(lease));
+                Decision::Busy(holders, true) => {
+                    let mark = req.writer_mark_ttl().unwrap_or_default();
+                    let lease = backend.grant_lease(mark).await?;
+                    let value = keys::value(req.owner(), lease.ttl, req.holder());
+                    let txn = txns::mark(&base, read, &layout.marker(key), value, lease.id);
+                    if backend.txn(txn).await?.succeeded() {
+                        if let Some(old) = &slots.marker {
+                            backend.revoke_later(old.lease);
+                        }
+                        return Ok(Acquire::Busy(first_to_expire(backend, &holders).await?));
+                    }
+                    backend.revoke_later(lease.id);
                 }
-                continue;
-            }
-            Decision::Take(slot) => {
-                let grant = layout.slot(kind, key, Some(slot));
-                let mut ops = put_grant(&grant, req, now);
-                if slot == WRITER_SLOT && kind == Kind::Rw {
-                    // The writer's own marker has done its job.
-                    ops.push(TxnOp::delete(layout.marker(key), None));
+                Decision::Extend(slot, record) => {
+                    let etcd_key = layout.slot(kind, key, Some(slot));
+                    if let Some(ttl) = backend.extend(&etcd_key, record, req.ttl()).await? {
+                        let lease = req.granted_permit(slot, record.token).enforced_for(ttl);
+                        return Ok(Acquire::Granted(lease));
+                    }
                 }
-                (txn.and_then(ops), slot)
+                Decision::Take(slot) => {
+                    let lease = match fresh {
+                        Some(lease) => lease,
+                        None => *fresh.insert(backend.grant_lease(req.ttl()).await?),
+                    };
+                    let etcd_key = layout.slot(kind, key, Some(slot));
+                    let mut also = Vec::new();
+                    if slot == WRITER_SLOT && kind == Kind::Rw {
+                        if let Some(marker) = &slots.marker {
+                            // The writer's own marker has done its job.
+                            also.push(TxnOp::delete(layout.marker(key), None));
+                            backend.revoke_later(marker.lease);
+                        }
+                    }
+                    let value = keys::value(req.owner(), lease.ttl, req.holder());
+                    let txn = txns::claim(&base, read, &etcd_key, value, lease.id, also);
+                    let resp = backend.txn(txn).await?;
+                    if resp.succeeded() {
+                        fresh = None; // the grant's now
+                        let granted = req.granted_permit(slot, revision(&resp)?);
+                        return Ok(Acquire::Granted(granted.enforced_for(lease.ttl)));
+                    }
+                }
             }
-        };
-        let resp = backend.txn(txn).await?;
-        if resp.succeeded() {
-            return Ok(Acquire::Granted(req.granted_permit(slot, revision(&resp)?)));
+        }
+        Err(Error::unavailable("etcd: too many concurrent changes to this lock").in_store(STORE))
+    }
+    .await;
+    if let Some(unused) = fresh {
+        backend.revoke_later(unused.id);
+    }
+    outcome
+}
+
+/// The busy answer for `holders`: the one whose lease ends first (of the
+/// first [`BUSY_PROBES`]), with its time left.
+async fn first_to_expire(backend: &EtcdBackend, holders: &[&Record]) -> Result<Busy> {
+    let mut first: Option<Busy> = None;
+    for record in holders.iter().take(BUSY_PROBES) {
+        let remaining = backend
+            .time_left(record.lease)
+            .await?
+            .unwrap_or(Duration::ZERO);
+        if first.as_ref().is_none_or(|b| remaining < b.remaining) {
+            first = Some(Busy {
+                holder: record.holder.clone(),
+                remaining,
+            });
         }
     }
-    Err(Error::unavailable("etcd: too many concurrent changes to this lock").in_store(STORE))
+    Ok(first.unwrap_or(Busy {
+        holder: String::new(),
+        remaining: Duration::ZERO,
+    }))
 }
 
-fn busy(holder: &str, remaining_ms: i64) -> Busy {
-    Busy {
-        holder: holder.to_owned(),
-        remaining: crate::backend::millis_to_duration(remaining_ms),
-    }
-}
-
-/// The rules of one attempt, on what the range read found: others'
-/// grants and markers count as live until `takeover` (this client's clock
-/// less the clock margin), the owner's own until `now`.
-fn decide(req: &AcquireRequest, slots: &Slots, now: i64, takeover: i64) -> Decision {
-    let live: Vec<&(Option<u32>, keys::Record)> = slots.live(takeover).collect();
-    let first_to_expire = |filter: &dyn Fn(u32) -> bool| {
+/// The rules of one attempt, on what the range read found (every record
+/// there is live, or is being deleted by etcd right now).
+fn decide<'a>(req: &AcquireRequest, slots: &'a Slots) -> Decision<'a> {
+    let live = &slots.grants;
+    let holders = |filter: &dyn Fn(u32) -> bool| -> Vec<&'a Record> {
         live.iter()
             .filter(|(s, _)| filter(s.unwrap_or_default()))
-            .min_by_key(|(_, r)| r.expiry_ms)
-            .map(|(_, r)| super::busy(r.clone(), now, takeover))
+            .map(|(_, r)| r)
+            .collect()
     };
     let lowest_free =
         |below: u32| (0..below).find(|slot| !live.iter().any(|(s, _)| *s == Some(*slot)));
@@ -121,7 +159,6 @@ fn decide(req: &AcquireRequest, slots: &Slots, now: i64, takeover: i64) -> Decis
     // A repeat while this owner's grant (of this side) is live.
     let mine = live.iter().find(|(s, r)| {
         r.owner == req.owner()
-            && r.live(now)
             && match req.permit_kind() {
                 Some(PermitKind::Write) => *s == Some(WRITER_SLOT),
                 Some(PermitKind::Read) => *s != Some(WRITER_SLOT),
@@ -129,16 +166,9 @@ fn decide(req: &AcquireRequest, slots: &Slots, now: i64, takeover: i64) -> Decis
             }
     });
     if let Some((Some(slot), r)) = mine {
-        return Decision::Extend(*slot, r.token);
+        return Decision::Extend(*slot, r);
     }
-    let other_marker = slots
-        .marker
-        .as_ref()
-        .filter(|m| m.expiry_ms > takeover && m.owner != req.owner())
-        .map(|m| {
-            let left = if m.expiry_ms > now { now } else { takeover };
-            busy(&m.holder, m.expiry_ms - left)
-        });
+    let other_marker = slots.marker.as_ref().filter(|m| m.owner != req.owner());
     // Only permit requests come here; a bare one counts as one permit.
     match req.permit_kind().unwrap_or(PermitKind::Semaphore(1)) {
         PermitKind::Semaphore(permits) => {
@@ -147,36 +177,37 @@ fn decide(req: &AcquireRequest, slots: &Slots, now: i64, takeover: i64) -> Decis
                     return Decision::Take(slot);
                 }
             }
-            Decision::Busy(first_to_expire(&|_| true).unwrap_or(busy("", 0)), false)
+            Decision::Busy(holders(&|_| true), false)
         }
         PermitKind::Read => {
-            if let Some(writer) = first_to_expire(&writer_side) {
-                return Decision::Busy(writer, false);
+            let writers = holders(&writer_side);
+            if !writers.is_empty() {
+                return Decision::Busy(writers, false);
             }
             if let Some(marker) = other_marker {
-                return Decision::Busy(marker, false);
+                return Decision::Busy(vec![marker], false);
             }
             match lowest_free(MAX_PERMITS) {
                 Some(slot) => Decision::Take(slot),
-                None => Decision::Busy(first_to_expire(&|_| true).unwrap_or(busy("", 0)), false),
+                None => Decision::Busy(holders(&|_| true), false),
             }
         }
         PermitKind::Write => {
             if let Some(marker) = other_marker {
-                let holders = first_to_expire(&|_| true);
                 // The first to expire of the holders and the marker.
-                let first = match holders {
-                    Some(h) if h.remaining < marker.remaining => h,
-                    _ => marker,
-                };
-                return Decision::Busy(first, false);
+                let mut behind = vec![marker];
+                behind.extend(holders(&|_| true));
+                return Decision::Busy(behind, false);
             }
-            if let Some(writer) = first_to_expire(&writer_side) {
-                return Decision::Busy(writer, false);
+            let writers = holders(&writer_side);
+            if !writers.is_empty() {
+                return Decision::Busy(writers, false);
             }
-            match first_to_expire(&|_| true) {
-                None => Decision::Take(WRITER_SLOT),
-                Some(reader) => Decision::Busy(reader, req.writer_mark_ttl().is_some()),
+            let readers = holders(&|_| true);
+            if readers.is_empty() {
+                Decision::Take(WRITER_SLOT)
+            } else {
+                Decision::Busy(readers, req.writer_mark_ttl().is_some())
             }
         }
     }
@@ -210,16 +241,18 @@ pub(super) async fn list(backend: &EtcdBackend, prefix: &str) -> Result<Vec<Perm
     let mut out = Vec::new();
     for kind in [Kind::Semaphore, Kind::Rw] {
         let (kvs, _) = backend.range(&layout.listing(kind, prefix)).await?;
-        let now = now_ms();
         for (key, slots) in by_lock(layout, kind, &kvs)? {
-            for (slot, r) in slots.live(now) {
+            for (slot, r) in slots.grants {
+                let Some(remaining) = backend.time_left(r.lease).await? else {
+                    continue;
+                };
                 let slot = slot.unwrap_or_default();
                 out.push(PermitInfo {
                     key: key.clone(),
                     slot,
-                    holder: r.holder.clone(),
+                    holder: r.holder,
                     token: r.token,
-                    remaining: r.remaining(now),
+                    remaining,
                     rw: (kind == Kind::Rw).then_some(if slot == WRITER_SLOT {
                         crate::backend::RwSide::Write
                     } else {

@@ -1,0 +1,145 @@
+//! etcd leases: what makes etcd, not a client's clock, end a grant.
+//!
+//! Each grant (and each writer's marker) is attached to an etcd lease of
+//! its own (docs/etcd.md, "Lease model": per-key ttls, and one guard can
+//! lose its lease alone). etcd lease TTLs are whole seconds and the server
+//! raises any TTL below its minimum (1.5 × the election timeout, rounded
+//! up), so a ttl is rounded **up** to whole seconds and the TTL the server
+//! answers is what the grant reports back to the core: the guard's
+//! deadline is never later than the moment etcd deletes the key.
+//!
+//! Timing: etcd starts a lease's TTL when the leader applies the grant or
+//! the keep-alive, which is after this client sent it; a new leader
+//! restarts every lease's TTL in full. So "sent at + TTL" is never later
+//! than the store's expiry, which is what the core assumes of a ttl.
+
+use std::time::Duration;
+
+use crate::error::Result;
+
+use super::errors::STORE;
+use super::EtcdBackend;
+
+/// A lease as etcd granted (or last renewed) it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Granted {
+    pub id: i64,
+    /// The TTL etcd enforces: the asked one rounded up, at least the
+    /// server's minimum.
+    pub ttl: Duration,
+}
+
+/// `ttl` as etcd's TTL: whole seconds, rounded up, at least one.
+pub(super) fn ttl_secs(ttl: Duration) -> i64 {
+    let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+    i64::try_from(secs.max(1)).unwrap_or(i64::MAX)
+}
+
+fn from_secs(secs: i64) -> Duration {
+    Duration::from_secs(u64::try_from(secs).unwrap_or(0))
+}
+
+impl EtcdBackend {
+    /// Grants a fresh etcd lease of at least `ttl`.
+    pub(super) async fn grant_lease(&self, ttl: Duration) -> Result<Granted> {
+        let secs = ttl_secs(ttl);
+        let resp = self
+            .call("a lease grant", |client| async move {
+                client.lease_client().grant(secs, None).await
+            })
+            .await?;
+        if !resp.error().is_empty() {
+            return Err(crate::error::Error::backend(format!(
+                "etcd refused a lease: {}",
+                resp.error()
+            ))
+            .in_store(STORE));
+        }
+        Ok(Granted {
+            id: resp.id(),
+            // The server's answer, never less than what was asked.
+            ttl: from_secs(resp.ttl().max(secs)),
+        })
+    }
+
+    /// Renews lease `id` once, to its full TTL. `false` if it is gone
+    /// (expired, revoked): etcd never brings an expired lease back (a
+    /// keep-alive of a lease that expired but whose keys are not yet
+    /// deleted waits for the deletion and answers "not found").
+    pub(super) async fn keep_alive(&self, id: i64) -> Result<bool> {
+        self.call("a lease keep-alive", |client| async move {
+            match client.lease_client().keep_alive(id).await {
+                // The client read the first answer (TTL > 0) before
+                // returning; dropping both ends closes the stream.
+                Ok(_) => Ok(true),
+                Err(etcd_client::Error::LeaseKeepAliveError(_)) => Ok(false),
+                Err(e) => Err(e),
+            }
+        })
+        .await
+    }
+
+    /// The time left on lease `id`, `None` if it is gone. etcd answers
+    /// whole seconds rounded down (a fresh 1 s lease says 0), so the
+    /// answer is the middle of that second, within the lease's TTL: off
+    /// by at most half a second, which only schedules a waiter's next
+    /// look (a deletion wakes it anyway).
+    pub(super) async fn time_left(&self, id: i64) -> Result<Option<Duration>> {
+        let resp = self
+            .call("a lease query", |client| async move {
+                client.lease_client().time_to_live(id, None).await
+            })
+            .await?;
+        if resp.ttl() < 0 {
+            return Ok(None);
+        }
+        let left = from_secs(resp.ttl()) + Duration::from_millis(500);
+        Ok(Some(left.min(from_secs(resp.granted_ttl()))))
+    }
+
+    /// Revokes lease `id` in the background: it holds no key any more (or
+    /// never got one), so only the server's memory is at stake, and it
+    /// would expire on its own. Not awaited, so a release or a busy answer
+    /// costs no round trip for it.
+    pub(super) fn revoke_later(&self, id: i64) {
+        if id == 0 {
+            return;
+        }
+        let backend = self.clone();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = backend.revoke(id).await;
+            });
+        }
+    }
+
+    /// Revokes lease `id` now, deleting its keys. Whether it was there.
+    pub(super) async fn revoke(&self, id: i64) -> Result<bool> {
+        let answer = self
+            .call("a lease revoke", |client| async move {
+                match client.lease_client().revoke(id).await {
+                    Ok(_) => Ok(true),
+                    Err(etcd_client::Error::GRpcStatus(s)) if s.message().contains("not found") => {
+                        Ok(false)
+                    }
+                    Err(e) => Err(e),
+                }
+            })
+            .await?;
+        Ok(answer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttls_round_up_to_whole_seconds() {
+        assert_eq!(ttl_secs(Duration::from_millis(100)), 1);
+        assert_eq!(ttl_secs(Duration::from_millis(1000)), 1);
+        assert_eq!(ttl_secs(Duration::from_millis(1001)), 2);
+        assert_eq!(ttl_secs(Duration::from_secs(30)), 30);
+        assert_eq!(ttl_secs(Duration::ZERO), 1);
+    }
+}
