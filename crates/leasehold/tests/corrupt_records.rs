@@ -242,3 +242,86 @@ async fn mongodb_reports_corrupt_records() {
     check_reads(&backend, "mongodb", &p, "the owner is a Int32").await;
     backend.collection().drop().await.unwrap();
 }
+
+/// etcd keeps one key per grant (`{prefix}L/{key}\0` = `owner|ttl|holder`
+/// on an etcd lease; the fence is the key's create revision, the expiry
+/// etcd's): values put by hand that the store cannot read are corrupt,
+/// and `force_release` still clears them.
+#[cfg(feature = "etcd")]
+#[tokio::test]
+async fn etcd_reports_corrupt_records() {
+    use leasehold::backends::etcd::{EtcdBackend, EtcdOptions};
+    use leasehold::etcd_client::PutOptions;
+
+    let Some(url) = leasehold::conformance::server_url("LEASEHOLD_TEST_ETCD") else {
+        return;
+    };
+    let root = format!("corrupt{:08x}/", rand::random::<u32>());
+    let backend = EtcdBackend::connect_with(&url, EtcdOptions::new().with_prefix(root.as_str()))
+        .await
+        .unwrap();
+    let mut kv = backend.client().kv_client();
+    let lease = backend
+        .client()
+        .lease_client()
+        .grant(60, None)
+        .await
+        .unwrap()
+        .id();
+    let on_lease = Some(PutOptions::new().with_lease(lease));
+    let p = prefix();
+    for (name, value, options) in [
+        ("value", "not a grant".to_owned(), on_lease.clone()),
+        ("owner", "42|60|h".to_owned(), on_lease.clone()),
+        ("ttl", format!("{OWNER}|soon|h"), on_lease.clone()),
+        ("nolease", format!("{OWNER}|60|h"), None),
+        ("ctl\n", format!("{OWNER}|60|h"), on_lease.clone()),
+    ] {
+        kv.put(format!("{root}L/{p}{name}\0"), value, options)
+            .await
+            .unwrap();
+    }
+    let inspect = |name: &str| {
+        let k = key(&format!("{p}{name}"));
+        let backend = &backend;
+        async move { backend.inspect(&k).await }
+    };
+    assert_corrupt(inspect("value").await, "etcd", "is not owner|ttl|holder");
+    assert_corrupt(inspect("owner").await, "etcd", "is not 32 hex digits");
+    assert_corrupt(inspect("ttl").await, "etcd", "is not a number of seconds");
+    assert_corrupt(inspect("nolease").await, "etcd", "without an etcd lease");
+    let listed = backend.list(&format!("{p}ctl")).await;
+    assert_corrupt(
+        listed,
+        "etcd",
+        "the key must not contain control characters",
+    );
+    // An acquisition that meets one reports it rather than guessing.
+    let req = AcquireRequest::new(key(&format!("{p}value")), Duration::from_secs(5), "t").unwrap();
+    let granted = backend.try_acquire(&req).await;
+    assert_corrupt(
+        granted.map(|a| matches!(a, Acquire::Granted(_))),
+        "etcd",
+        "is not owner|ttl|holder",
+    );
+    // An administrator can clear them: the one on a lease by revoking it
+    // (which takes the others on that lease too), the one without by a
+    // delete.
+    assert!(backend
+        .force_release(&key(&format!("{p}value")))
+        .await
+        .unwrap());
+    assert!(!backend
+        .force_release(&key(&format!("{p}nolease")))
+        .await
+        .unwrap());
+    for name in ["value", "owner", "ttl", "nolease"] {
+        assert!(inspect(name).await.unwrap().is_none(), "{name} is left");
+    }
+    let req = AcquireRequest::new(key(&format!("{p}value")), Duration::from_secs(5), "t").unwrap();
+    assert!(matches!(
+        backend.try_acquire(&req).await.unwrap(),
+        Acquire::Granted(_)
+    ));
+    backend.shutdown().await;
+}

@@ -13,8 +13,11 @@
 //! restarts every lease's TTL in full. So "sent at + TTL" is never later
 //! than the store's expiry, which is what the core assumes of a ttl.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::backend::{Lease, OwnerId};
 use crate::error::Result;
 
 use super::errors::STORE;
@@ -27,6 +30,54 @@ pub(super) struct Granted {
     /// The TTL etcd enforces: the asked one rounded up, at least the
     /// server's minimum.
     pub ttl: Duration,
+}
+
+/// One grant: its etcd key, owner and token.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct GrantId(String, OwnerId, u64);
+
+impl GrantId {
+    pub fn new(etcd_key: &str, owner: OwnerId, token: u64) -> Self {
+        GrantId(etcd_key.to_owned(), owner, token)
+    }
+
+    pub fn of(etcd_key: &str, lease: &Lease) -> Self {
+        Self::new(etcd_key, lease.owner(), lease.token())
+    }
+}
+
+/// Past this many, the memory of grants' leases starts again (renewals
+/// then read the record first, as for a grant made elsewhere): grants
+/// that ended without a release here are never forgotten otherwise.
+const KNOWN_MAX: usize = 4096;
+
+/// The etcd lease of each grant this backend made or extended.
+#[derive(Debug, Default)]
+pub(super) struct Known(Mutex<HashMap<GrantId, Granted>>);
+
+impl Known {
+    pub fn get(&self, grant: &GrantId) -> Option<Granted> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(grant)
+            .copied()
+    }
+
+    pub fn remember(&self, grant: GrantId, id: i64, ttl: Duration) {
+        let mut known = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if known.len() >= KNOWN_MAX {
+            known.clear();
+        }
+        known.insert(grant, Granted { id, ttl });
+    }
+
+    pub fn forget(&self, grant: &GrantId) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(grant);
+    }
 }
 
 /// `ttl` as etcd's TTL: whole seconds, rounded up, at least one.

@@ -60,6 +60,9 @@ struct Inner {
     layout: Layout,
     request_timeout: Duration,
     watcher: crate::notifier::Notifier,
+    /// The etcd lease of each grant this backend made or extended, so a
+    /// renewal is one keep-alive, without reading the record first.
+    leases: leases::Known,
 }
 
 impl EtcdBackend {
@@ -123,6 +126,7 @@ impl EtcdBackend {
                 layout,
                 request_timeout: options.request_timeout,
                 watcher,
+                leases: leases::Known::default(),
             }),
         };
         // The client dials lazily: one read now, so a cluster that is down
@@ -214,7 +218,9 @@ impl EtcdBackend {
         if !self.keep_alive(record.lease).await? {
             return Ok(None);
         }
+        let grant = leases::GrantId::new(etcd_key, record.owner, record.token);
         if leases::ttl_secs(ttl) <= leases::ttl_secs(record.ttl) {
+            self.inner.leases.remember(grant, record.lease, record.ttl);
             return Ok(Some(record.ttl));
         }
         let fresh = self.grant_lease(ttl).await?;
@@ -225,6 +231,7 @@ impl EtcdBackend {
             .succeeded();
         if moved {
             self.revoke_later(record.lease);
+            self.inner.leases.remember(grant, fresh.id, fresh.ttl);
             Ok(Some(fresh.ttl))
         } else {
             self.revoke_later(fresh.id);
@@ -235,6 +242,19 @@ impl EtcdBackend {
     /// Renews the grant at `etcd_key` iff owner and token match and it is
     /// live.
     async fn renew_grant(&self, etcd_key: &str, lease: &Lease, ttl: Duration) -> Result<bool> {
+        let grant = leases::GrantId::of(etcd_key, lease);
+        if let Some(known) = self.inner.leases.get(&grant) {
+            if leases::ttl_secs(ttl) <= leases::ttl_secs(known.ttl) {
+                // Our own grant's lease: alive iff the grant is (only a
+                // release deletes the key without revoking the lease, and
+                // a release forgets it).
+                let alive = self.keep_alive(known.id).await?;
+                if !alive {
+                    self.inner.leases.forget(&grant);
+                }
+                return Ok(alive);
+            }
+        }
         let Some(record) = self.record(lease.key(), etcd_key).await? else {
             return Ok(false);
         };
@@ -247,6 +267,9 @@ impl EtcdBackend {
     /// Deletes the grant at `etcd_key` iff owner and token match, then
     /// revokes its lease (in the background: it holds nothing now).
     async fn release_grant(&self, etcd_key: &str, lease: &Lease) -> Result<bool> {
+        self.inner
+            .leases
+            .forget(&leases::GrantId::of(etcd_key, lease));
         let txn = txns::release(etcd_key, lease.owner(), lease.token())?;
         let resp = self.txn(txn).await?;
         if !resp.succeeded() {
@@ -261,6 +284,55 @@ impl EtcdBackend {
         }
         self.inner.watcher.wake_local(lease.key().as_str());
         Ok(true)
+    }
+
+    /// The attempts of a mutex grant on the fresh lease `fresh`: the
+    /// answer, and whether the grant is on `fresh` (else the caller
+    /// revokes it).
+    async fn acquire_on(
+        &self,
+        req: &AcquireRequest,
+        etcd_key: &str,
+        fresh: leases::Granted,
+    ) -> Result<(Acquire, bool)> {
+        let key = req.key();
+        for _ in 0..CONFLICT_RETRIES {
+            let value = keys::value(req.owner(), fresh.ttl, req.holder());
+            let resp = self.txn(txns::acquire(etcd_key, value, fresh.id)).await?;
+            if resp.succeeded() {
+                let lease = req.granted(revision(&resp)?).enforced_for(fresh.ttl);
+                self.remember(etcd_key, &lease, fresh);
+                return Ok((Acquire::Granted(lease), true));
+            }
+            let Some(kv) = first_read(&resp) else {
+                continue; // deleted since: try again
+            };
+            let record = Record::decode(key.as_str(), &kv)?;
+            if record.lease == fresh.id {
+                // Our own transaction, committed though its answer was
+                // lost and the request resent: the grant is on the fresh
+                // lease, as asked.
+                let lease = req.granted(record.token).enforced_for(fresh.ttl);
+                self.remember(etcd_key, &lease, fresh);
+                return Ok((Acquire::Granted(lease), true));
+            }
+            if record.owner == req.owner() {
+                // A repeat of a live grant: the same grant, extended.
+                if let Some(ttl) = self.extend(etcd_key, &record, req.ttl()).await? {
+                    let lease = req.granted(record.token).enforced_for(ttl);
+                    return Ok((Acquire::Granted(lease), false));
+                }
+                continue; // it lapsed: the ordinary rules
+            }
+            return Ok((Acquire::Busy(self.busy(&record).await?), false));
+        }
+        Err(Error::unavailable("etcd: too many concurrent changes to this lock").in_store(STORE))
+    }
+
+    /// Notes that `lease` (at `etcd_key`) is on etcd lease `on`.
+    fn remember(&self, etcd_key: &str, lease: &Lease, on: leases::Granted) {
+        let grant = leases::GrantId::of(etcd_key, lease);
+        self.inner.leases.remember(grant, on.id, on.ttl);
     }
 
     /// A busy answer naming `record`'s holder and the time left on its
@@ -345,35 +417,12 @@ impl Backend for EtcdBackend {
             // The lease first: the grant's expiry is etcd's, from before
             // the transaction that attaches the key to it.
             let fresh = self.grant_lease(req.ttl()).await?;
-            for _ in 0..CONFLICT_RETRIES {
-                let value = keys::value(req.owner(), fresh.ttl, req.holder());
-                let resp = self.txn(txns::acquire(&etcd_key, value, fresh.id)).await?;
-                if resp.succeeded() {
-                    let lease = req.granted(revision(&resp)?).enforced_for(fresh.ttl);
-                    return Ok(Acquire::Granted(lease));
-                }
-                let Some(kv) = first_read(&resp) else {
-                    continue; // deleted since: try again
-                };
-                let record = Record::decode(key.as_str(), &kv)?;
-                if record.owner == req.owner() {
-                    // A repeat of a live grant: the same grant, extended.
-                    if let Some(ttl) = self.extend(&etcd_key, &record, req.ttl()).await? {
-                        self.revoke_later(fresh.id);
-                        return Ok(Acquire::Granted(
-                            req.granted(record.token).enforced_for(ttl),
-                        ));
-                    }
-                    continue; // it lapsed: the ordinary rules
-                }
+            let outcome = self.acquire_on(req, &etcd_key, fresh).await;
+            if !matches!(outcome, Ok((_, true))) {
+                // Busy, a repeat, or an error: the lease holds nothing.
                 self.revoke_later(fresh.id);
-                return Ok(Acquire::Busy(self.busy(&record).await?));
             }
-            self.revoke_later(fresh.id);
-            Err(
-                Error::unavailable("etcd: too many concurrent changes to this lock")
-                    .in_store(STORE),
-            )
+            outcome.map(|(acquire, _)| acquire)
         })
     }
 

@@ -81,6 +81,15 @@ pub(super) async fn try_acquire(backend: &EtcdBackend, req: &AcquireRequest) -> 
                     backend.revoke_later(lease.id);
                 }
                 Decision::Extend(slot, record) => {
+                    if fresh.is_some_and(|f| f.id == record.lease) {
+                        // Our own claim, committed though its answer was
+                        // lost and the request resent: on the fresh lease.
+                        if let Some(on) = fresh.take() {
+                            let lease = req.granted_permit(slot, record.token).enforced_for(on.ttl);
+                            backend.remember(&layout.slot(kind, key, Some(slot)), &lease, on);
+                            return Ok(Acquire::Granted(lease));
+                        }
+                    }
                     let etcd_key = layout.slot(kind, key, Some(slot));
                     if let Some(ttl) = backend.extend(&etcd_key, record, req.ttl()).await? {
                         let lease = req.granted_permit(slot, record.token).enforced_for(ttl);
@@ -94,20 +103,27 @@ pub(super) async fn try_acquire(backend: &EtcdBackend, req: &AcquireRequest) -> 
                     };
                     let etcd_key = layout.slot(kind, key, Some(slot));
                     let mut also = Vec::new();
-                    if slot == WRITER_SLOT && kind == Kind::Rw {
-                        if let Some(marker) = &slots.marker {
-                            // The writer's own marker has done its job.
-                            also.push(TxnOp::delete(layout.marker(key), None));
-                            backend.revoke_later(marker.lease);
-                        }
+                    // The writer's own marker has done its job (its lease
+                    // is revoked once the grant is in).
+                    let marker = slots
+                        .marker
+                        .as_ref()
+                        .filter(|_| slot == WRITER_SLOT && kind == Kind::Rw);
+                    if marker.is_some() {
+                        also.push(TxnOp::delete(layout.marker(key), None));
                     }
                     let value = keys::value(req.owner(), lease.ttl, req.holder());
                     let txn = txns::claim(&base, read, &etcd_key, value, lease.id, also);
                     let resp = backend.txn(txn).await?;
                     if resp.succeeded() {
                         fresh = None; // the grant's now
+                        if let Some(marker) = marker {
+                            backend.revoke_later(marker.lease);
+                        }
                         let granted = req.granted_permit(slot, revision(&resp)?);
-                        return Ok(Acquire::Granted(granted.enforced_for(lease.ttl)));
+                        let granted = granted.enforced_for(lease.ttl);
+                        backend.remember(&etcd_key, &granted, lease);
+                        return Ok(Acquire::Granted(granted));
                     }
                 }
             }

@@ -6,8 +6,8 @@
 //! The stream carries two watches: deletions under the prefix (release,
 //! force-release: a grant's keys are deleted) and writes of announce keys
 //! (`Backend::announce`). Grants and renewals are filtered out at the
-//! server. Expiry writes nothing: a waiter behind a crashed holder wakes
-//! at the holder's remaining ttl, which its busy answer carried.
+//! server. Expiry is a deletion too (etcd deletes the keys of a lease that
+//! ran out), so a waiter behind a crashed holder wakes when etcd frees it.
 
 use std::time::Duration;
 
