@@ -41,10 +41,12 @@
 //! # guard.release().await?; Ok(()) }
 //! ```
 
+use std::sync::{OnceLock, PoisonError, RwLock};
 use std::time::Duration;
 
 use ::metrics::{
-    counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit,
+    describe_counter, describe_gauge, describe_histogram, with_recorder, Counter, Gauge, Histogram,
+    Key, Label, Level, Metadata, Recorder, Unit,
 };
 
 use crate::observe::{Lost, Outcome, Renewal, Tally};
@@ -97,18 +99,132 @@ pub fn describe() {
     describe_gauge!(HELD, Unit::Count, "Leases held now");
 }
 
-/// The labels every metric of `tally`'s lock carries, then `extra`.
-macro_rules! labels {
-    ($tally:expr $(, $k:literal => $v:expr)*) => {{
-        let t: &Tally = $tally;
-        let l = t.labels();
-        vec![
-            ::metrics::Label::new("store", t.store().clone()),
-            ::metrics::Label::new("primitive", l.primitive.as_str()),
-            ::metrics::Label::new("lock_class", l.class.clone()),
-            $(::metrics::Label::new($k, $v),)*
-        ]
-    }};
+/// What the library's metrics are registered with (the macros' default).
+static METADATA: Metadata<'static> =
+    Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
+
+/// Which recorder is in effect: its address and size. Handles resolved
+/// through one recorder are kept until another is in effect (a local
+/// recorder on this thread, a global one installed later); a recorder is
+/// told apart by where it lives, which is enough for any recorder with
+/// state (a stateless one records nowhere of its own).
+type RecorderId = (usize, usize);
+
+fn recorder_id(recorder: &dyn Recorder) -> RecorderId {
+    (
+        (recorder as *const dyn Recorder).cast::<()>() as usize,
+        std::mem::size_of_val(recorder),
+    )
+}
+
+/// The metric handles of one series (store, primitive, lock class),
+/// resolved once through the recorder in effect: recording an event is
+/// then one lookup here and the handle's own update, where the macros
+/// would build the label set and ask the recorder for the handle each time
+/// (which, for the Prometheus exporter, hashes the key into its registry).
+#[derive(Debug, Default)]
+pub(crate) struct Handles {
+    resolved: RwLock<Option<Resolved>>,
+}
+
+/// Handles resolved through one recorder, each on its first use (so a
+/// recorder holds only the series that happened).
+#[derive(Debug)]
+struct Resolved {
+    recorder: RecorderId,
+    /// By [`Outcome`] (as an index).
+    wait: [OnceLock<Histogram>; 5],
+    attempts: [OnceLock<Histogram>; 5],
+    use_time: OnceLock<Histogram>,
+    /// By [`Renewal`].
+    renewals: [OnceLock<Counter>; 3],
+    /// By [`Lost`].
+    lost: [OnceLock<Counter>; 3],
+    /// By error type (unavailable, backend) times operation (acquire, renew).
+    errors: [OnceLock<Counter>; 4],
+    pending: OnceLock<Gauge>,
+    held: OnceLock<Gauge>,
+}
+
+impl Resolved {
+    fn new(recorder: RecorderId) -> Self {
+        Resolved {
+            recorder,
+            wait: Default::default(),
+            attempts: Default::default(),
+            use_time: OnceLock::new(),
+            renewals: Default::default(),
+            lost: Default::default(),
+            errors: Default::default(),
+            pending: OnceLock::new(),
+            held: OnceLock::new(),
+        }
+    }
+}
+
+/// Records one event of `tally`'s series: `event` gets the handles resolved
+/// through the recorder in effect, and that recorder to resolve a missing
+/// one.
+fn record(tally: &Tally, event: impl FnOnce(&Resolved, &Registrar<'_>)) {
+    with_recorder(|recorder| {
+        let id = recorder_id(recorder);
+        let handles = &tally.series().handles;
+        let registrar = Registrar { recorder, tally };
+        {
+            let resolved = handles
+                .resolved
+                .read()
+                .unwrap_or_else(PoisonError::into_inner);
+            if let Some(resolved) = resolved.as_ref().filter(|r| r.recorder == id) {
+                return event(resolved, &registrar);
+            }
+        }
+        let mut resolved = handles
+            .resolved
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        let resolved = match &mut *resolved {
+            Some(r) if r.recorder == id => r,
+            slot => slot.insert(Resolved::new(id)),
+        };
+        event(resolved, &registrar)
+    })
+}
+
+/// Registers a series' metric with a recorder (the slow path, once per
+/// metric, series and recorder).
+struct Registrar<'a> {
+    recorder: &'a dyn Recorder,
+    tally: &'a Tally,
+}
+
+impl Registrar<'_> {
+    /// The key of `name` with the labels every metric of the series
+    /// carries, then `extra`.
+    fn key(&self, name: &'static str, extra: &[(&'static str, &'static str)]) -> Key {
+        let series = self.tally.series();
+        let mut labels = Vec::with_capacity(3 + extra.len());
+        labels.push(Label::new("store", self.tally.store().clone()));
+        labels.push(Label::new("primitive", series.primitive.as_str()));
+        labels.push(Label::new("lock_class", series.class.clone()));
+        labels.extend(extra.iter().map(|&(k, v)| Label::new(k, v)));
+        Key::from_parts(name, labels)
+    }
+
+    fn histogram(&self, name: &'static str, extra: &[(&'static str, &'static str)]) -> Histogram {
+        self.recorder
+            .register_histogram(&self.key(name, extra), &METADATA)
+    }
+
+    fn counter(&self, name: &'static str, extra: &[(&'static str, &'static str)]) -> Counter {
+        self.recorder
+            .register_counter(&self.key(name, extra), &METADATA)
+    }
+
+    fn gauge(&self, name: &'static str) -> Gauge {
+        self.recorder
+            .register_gauge(&self.key(name, &[]), &METADATA)
+    }
 }
 
 pub(crate) fn acquired(
@@ -118,40 +234,72 @@ pub(crate) fn acquired(
     attempts: u64,
     waits: bool,
 ) {
-    let labels = labels!(tally, "outcome" => outcome.as_str());
-    histogram!(WAIT_TIME, labels.clone()).record(seconds(waited));
-    histogram!(ATTEMPTS, labels).record(attempts as f64);
-    if waits {
-        waiting(tally, -1.0);
-    }
+    record(tally, |h, r| {
+        let i = outcome as usize;
+        let label = [("outcome", outcome.as_str())];
+        h.wait[i]
+            .get_or_init(|| r.histogram(WAIT_TIME, &label))
+            .record(seconds(waited));
+        h.attempts[i]
+            .get_or_init(|| r.histogram(ATTEMPTS, &label))
+            .record(attempts as f64);
+        if waits {
+            h.pending.get_or_init(|| r.gauge(PENDING)).decrement(1.0);
+        }
+    });
 }
 
 pub(crate) fn waiting(tally: &Tally, delta: f64) {
-    gauge!(PENDING, labels!(tally)).increment(delta);
+    record(tally, |h, r| {
+        h.pending.get_or_init(|| r.gauge(PENDING)).increment(delta)
+    });
 }
 
 pub(crate) fn held(tally: &Tally, delta: f64) {
-    gauge!(HELD, labels!(tally)).increment(delta);
+    record(tally, |h, r| {
+        h.held.get_or_init(|| r.gauge(HELD)).increment(delta)
+    });
 }
 
 pub(crate) fn released(tally: &Tally, held_for: Duration) {
-    let labels = labels!(tally);
-    histogram!(USE_TIME, labels.clone()).record(seconds(held_for));
-    gauge!(HELD, labels).decrement(1.0);
+    record(tally, |h, r| {
+        h.use_time
+            .get_or_init(|| r.histogram(USE_TIME, &[]))
+            .record(seconds(held_for));
+        h.held.get_or_init(|| r.gauge(HELD)).decrement(1.0);
+    });
 }
 
 pub(crate) fn renewal(tally: &Tally, outcome: Renewal) {
-    counter!(RENEWALS, labels!(tally, "outcome" => outcome.as_str())).increment(1);
+    record(tally, |h, r| {
+        h.renewals[outcome as usize]
+            .get_or_init(|| r.counter(RENEWALS, &[("outcome", outcome.as_str())]))
+            .increment(1)
+    });
 }
 
 pub(crate) fn lost(tally: &Tally, why: Lost) {
-    counter!(LOST, labels!(tally, "reason" => why.as_str())).increment(1);
+    record(tally, |h, r| {
+        h.lost[why as usize]
+            .get_or_init(|| r.counter(LOST, &[("reason", why.as_str())]))
+            .increment(1)
+    });
 }
 
 pub(crate) fn store_error(tally: &Tally, kind: &'static str, operation: &'static str) {
-    counter!(
-        STORE_ERRORS,
-        labels!(tally, "error_type" => kind, "operation" => operation)
-    )
-    .increment(1);
+    let labels = [("error_type", kind), ("operation", operation)];
+    let slot = match (kind, operation) {
+        ("unavailable", "acquire") => Some(0),
+        ("unavailable", "renew") => Some(1),
+        ("backend", "acquire") => Some(2),
+        ("backend", "renew") => Some(3),
+        _ => None,
+    };
+    record(tally, |h, r| match slot {
+        Some(i) => h.errors[i]
+            .get_or_init(|| r.counter(STORE_ERRORS, &labels))
+            .increment(1),
+        // A pair without a slot: resolved each time.
+        None => r.counter(STORE_ERRORS, &labels).increment(1),
+    });
 }

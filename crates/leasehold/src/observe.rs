@@ -7,9 +7,10 @@
 //! [`Tally`] and calls it; every rule about labels, outcomes and what is
 //! counted lives here, so the engine's files keep a few separate lines.
 
+use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use tokio::time::Instant;
 
@@ -65,7 +66,7 @@ const MAX_CLASS_BYTES: usize = 64;
 
 /// A lock class named by the caller: 1 to 64 bytes, no control characters
 /// (it becomes a label value in whatever the application exports to).
-fn validate_class(class: &Arc<str>) -> crate::Result<&Arc<str>> {
+fn validate_class(class: &str) -> crate::Result<&str> {
     if class.is_empty() || class.len() > MAX_CLASS_BYTES {
         return Err(Error::invalid(
             "lock class",
@@ -95,10 +96,23 @@ fn store_kind(backend: &dyn Backend) -> Arc<str> {
     name.to_ascii_lowercase().into()
 }
 
-/// One handle's observer: its store's name and its counters.
+/// Classes interned per primitive and handle. Past this many a class gets
+/// a series of its own per acquisition: still labelled right, only without
+/// the cached metric handles (the label's values should be few anyway).
+const MAX_INTERNED: usize = 256;
+
+/// The five primitives, for per-primitive tables.
+const PRIMITIVES: usize = 5;
+
+/// One handle's observer: its store's name, its counters and the series
+/// (primitive, lock class) its locks were labelled with so far.
 pub(crate) struct Observer {
     store: Arc<str>,
     counters: Counters,
+    /// By [`Primitive`] (as an index), then by class: each acquisition
+    /// finds its labels (and, with the `metrics` feature, their resolved
+    /// metric handles) here instead of building them.
+    series: [RwLock<HashMap<Arc<str>, Arc<Series>>>; PRIMITIVES],
 }
 
 impl std::fmt::Debug for Observer {
@@ -114,28 +128,65 @@ impl Observer {
         Arc::new(Observer {
             store: store_kind(backend),
             counters: Counters::default(),
+            series: Default::default(),
         })
     }
 
     pub(crate) fn stats(&self) -> crate::stats::Stats {
         self.counters.snapshot()
     }
+
+    /// The series of `primitive` and `class`, interned while there are
+    /// fewer than [`MAX_INTERNED`].
+    fn series(&self, primitive: Primitive, class: &str) -> Arc<Series> {
+        let table = &self.series[primitive as usize];
+        if let Some(found) = table
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(class)
+        {
+            return found.clone();
+        }
+        let mut table = table.write().unwrap_or_else(PoisonError::into_inner);
+        if let Some(found) = table.get(class) {
+            return found.clone();
+        }
+        let series = Arc::new(Series::new(primitive, class.into()));
+        if table.len() < MAX_INTERNED {
+            table.insert(series.class.clone(), series.clone());
+        }
+        series
+    }
 }
 
-/// The labels of one lock's events.
-#[derive(Clone, Debug)]
+/// The labels of one lock's events (store aside: the observer's), and with
+/// the `metrics` feature the metric handles resolved for them.
+#[derive(Debug)]
 #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-pub(crate) struct Labels {
+pub(crate) struct Series {
     pub(crate) primitive: Primitive,
     pub(crate) class: Arc<str>,
+    #[cfg(feature = "metrics")]
+    pub(crate) handles: crate::metrics::Handles,
 }
 
-/// An observer and the labels of one lock: what a guard keeps to report
+impl Series {
+    fn new(primitive: Primitive, class: Arc<str>) -> Self {
+        Series {
+            primitive,
+            class,
+            #[cfg(feature = "metrics")]
+            handles: Default::default(),
+        }
+    }
+}
+
+/// An observer and the series of one lock: what a guard keeps to report
 /// its renewals, loss and end.
 #[derive(Clone, Debug)]
 pub(crate) struct Tally {
     observer: Arc<Observer>,
-    labels: Labels,
+    series: Arc<Series>,
 }
 
 /// How an acquisition ended (the `outcome` label).
@@ -194,16 +245,13 @@ impl AcquireProbe {
         waits: bool,
     ) -> crate::Result<Self> {
         let class = match lock_class {
-            Some(class) => validate_class(class)?.clone(),
-            None => default_class(request.key().as_str()).into(),
+            Some(class) => validate_class(class)?,
+            None => default_class(request.key().as_str()),
         };
-        let labels = Labels {
-            primitive: primitive.unwrap_or_else(|| Primitive::of(request)),
-            class,
-        };
+        let primitive = primitive.unwrap_or_else(|| Primitive::of(request));
         let tally = Tally {
             observer: observer.clone(),
-            labels,
+            series: observer.series(primitive, class),
         };
         if waits {
             tally.observer.counters.waiting.fetch_add(1, Relaxed);
@@ -320,8 +368,8 @@ impl Renewal {
 
 impl Tally {
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    pub(crate) fn labels(&self) -> &Labels {
-        &self.labels
+    pub(crate) fn series(&self) -> &Series {
+        &self.series
     }
 
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
