@@ -303,3 +303,57 @@ pub(crate) fn store_error(tally: &Tally, kind: &'static str, operation: &'static
         None => r.counter(STORE_ERRORS, &labels).increment(1),
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+    /// The `use_time` count `recorder` holds for lock class `class`.
+    fn holds(recorder: &DebuggingRecorder, class: &str) -> usize {
+        recorder
+            .snapshotter()
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .filter(|(key, ..)| {
+                key.key().name() == super::USE_TIME
+                    && key
+                        .key()
+                        .labels()
+                        .any(|l| l.key() == "lock_class" && l.value() == class)
+            })
+            .map(|(.., value)| match value {
+                DebugValue::Histogram(xs) => xs.len(),
+                other => panic!("use_time is a histogram, got {other:?}"),
+            })
+            .sum()
+    }
+
+    /// Handles are resolved once per recorder: when another recorder comes
+    /// into effect, the same handle's events go to it, not to the handles
+    /// resolved through the first one (nor nowhere, as with none at first).
+    #[test]
+    fn cached_handles_follow_the_recorder_in_effect() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let locks = rt.block_on(crate::Locks::open("memory://")).unwrap();
+        let round = || {
+            rt.block_on(async {
+                let guard = locks.try_acquire("switch:1").await.unwrap();
+                guard.release().await.unwrap();
+            })
+        };
+        round(); // no recorder: resolved as no-ops
+        let (first, second) = (DebuggingRecorder::new(), DebuggingRecorder::new());
+        ::metrics::with_local_recorder(&first, round);
+        ::metrics::with_local_recorder(&second, || {
+            round();
+            round();
+        });
+        ::metrics::with_local_recorder(&first, round);
+        assert_eq!(holds(&first, "switch"), 2);
+        assert_eq!(holds(&second, "switch"), 2);
+    }
+}
