@@ -342,3 +342,138 @@ fn a_wall_clock_step_frees_no_sqlite_lease_early() {
     );
     assert_eq!(held["held"], true, "the holder still holds: {held}");
 }
+
+/// `GET /metrics` on `addr`, the body.
+fn scrape(addr: &str) -> std::io::Result<String> {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(addr)?;
+    conn.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        conn,
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut response = String::new();
+    conn.read_to_string(&mut response)?;
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    Ok(body.to_owned())
+}
+
+/// The sum of the samples of `series` (a metric name) whose labels include
+/// every one of `labels`.
+fn sample_sum(text: &str, series: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{series}{{")))
+        .filter(|l| labels.iter().all(|label| l.contains(label)))
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<f64>().unwrap())
+        .sum()
+}
+
+#[test]
+fn a_scrape_of_the_demo_shows_its_wait_and_hold_histograms_matching_its_totals() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut demo = leasehold(&sqlite_store(dir.path()))
+        .args(["demo", "--strategy", "lease", "--workers", "3"])
+        .args(["--orders", "90", "--pay", "1ms", "--json"])
+        .args(["--metrics-addr", "127.0.0.1:0", "--metrics-linger", "60s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr_lines = BufReader::new(demo.stderr.take().unwrap()).lines();
+    let addr = loop {
+        let line = stderr_lines
+            .next()
+            .expect("the demo prints where it serves")
+            .unwrap();
+        if let Some(rest) = line.strip_prefix("leasehold: demo metrics on http://") {
+            break rest.strip_suffix("/metrics").unwrap().to_owned();
+        }
+    };
+    // Scrapes while the workers run.
+    let done = Arc::new(AtomicBool::new(false));
+    let scrapes = Arc::new(AtomicUsize::new(0));
+    let scraper = {
+        let (addr, done, scrapes) = (addr.clone(), done.clone(), scrapes.clone());
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                scrape(&addr).expect("served during the run");
+                scrapes.fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+    let mut results = String::new();
+    BufReader::new(demo.stdout.take().unwrap())
+        .read_line(&mut results)
+        .unwrap();
+    done.store(true, Ordering::Relaxed);
+    scraper.join().unwrap();
+    let text = scrape(&addr).unwrap();
+    let _ = demo.kill();
+    let _ = demo.wait();
+    let results: serde_json::Value = serde_json::from_str(&results).expect(&results);
+    let lease = &results["results"][0];
+    assert_eq!(lease["strategy"], "lease", "{results}");
+    let orders = lease["orders"].as_f64().unwrap();
+    let failed = lease["failed"].as_f64().unwrap();
+    assert_eq!(orders, 90.0);
+    assert!(scrapes.load(Ordering::Relaxed) > 0);
+
+    let ours = [
+        "store=\"sqlite\"",
+        "primitive=\"mutex\"",
+        "lock_class=\"demo\"",
+    ];
+    let with = |extra: &'static str| {
+        let mut labels = ours.to_vec();
+        labels.push(extra);
+        labels
+    };
+    let granted = with("outcome=\"granted\"");
+    // Every order acquired once: granted, or timed out and counted failed.
+    assert_eq!(
+        sample_sum(&text, "leasehold_lock_wait_time_count", &granted),
+        orders - failed,
+        "{text}"
+    );
+    assert_eq!(
+        sample_sum(
+            &text,
+            "leasehold_lock_wait_time_count",
+            &with("outcome=\"timeout\"")
+        ),
+        failed,
+        "{text}"
+    );
+    assert_eq!(
+        sample_sum(&text, "leasehold_lock_attempts_count", &granted),
+        orders - failed,
+        "{text}"
+    );
+    // Every grant was held and released.
+    assert_eq!(
+        sample_sum(&text, "leasehold_lock_use_time_count", &ours),
+        orders - failed,
+        "{text}"
+    );
+    assert_eq!(
+        sample_sum(&text, "leasehold_lock_held", &ours),
+        0.0,
+        "{text}"
+    );
+    // Histograms, with buckets, and the key itself never a label.
+    for name in ["leasehold_lock_wait_time", "leasehold_lock_use_time"] {
+        assert!(
+            sample_sum(&text, &format!("{name}_bucket"), &with("le=\"+Inf\"")) >= orders - failed,
+            "{text}"
+        );
+        assert!(text.contains(&format!("# TYPE {name} histogram")), "{text}");
+    }
+    assert!(!text.contains("widget-lease"), "{text}");
+}

@@ -187,8 +187,9 @@ impl LeaseGuard {
 
     /// Counts this guard's hold, renewals and loss under `tally`'s labels.
     pub(crate) fn observed(mut self, tally: &Tally) -> Self {
-        self._watch = Some(tally.hold());
-        let _ = self.state.tally.set(tally.clone());
+        let watch = tally.hold(self.token());
+        let _ = self.state.tally.set(watch.tally().clone());
+        self._watch = Some(watch);
         self
     }
 
@@ -291,10 +292,21 @@ impl LeaseGuard {
     pub async fn release(mut self) -> Result<()> {
         self.released = true;
         self.stop_renewal();
-        let span = tracing::debug_span!("release", key = %self.key(), token = self.token());
-        release_any(&*self.backend, &self.lease)
-            .instrument(span)
-            .await
+        let span = tracing::debug_span!(
+            "release",
+            key = %self.key(),
+            token = self.token(),
+            store = tracing::field::Empty,
+            primitive = tracing::field::Empty,
+            lock_class = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
+        self.state.observe(|t| t.label(&span));
+        let result = release_any(&*self.backend, &self.lease)
+            .instrument(span.clone())
+            .await;
+        span.record("outcome", if result.is_ok() { "ok" } else { "error" });
+        result
     }
 }
 
@@ -392,13 +404,30 @@ async fn renew_until_deadline(
             state.observe(|t| t.lost(Lost::Expired));
             return Err("renewal did not succeed before the lease's deadline");
         }
-        let span = tracing::debug_span!("renew", key = %lease.key(), token = lease.token());
+        let span = tracing::debug_span!(
+            "renew",
+            key = %lease.key(),
+            token = lease.token(),
+            store = tracing::field::Empty,
+            primitive = tracing::field::Empty,
+            lock_class = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
+        state.observe(|t| t.label(&span));
         let attempt_deadline = (sent + renew_attempt_timeout(ttl)).min(deadline);
         let answer = tokio::select! {
             biased;
-            answer = renew_any(backend, lease, ttl).instrument(span) => Ok(answer),
+            answer = renew_any(backend, lease, ttl).instrument(span.clone()) => Ok(answer),
             () = clock.sleep_until(attempt_deadline) => Err(()),
         };
+        span.record(
+            "outcome",
+            match &answer {
+                Ok(Ok(true)) => "ok",
+                Ok(Ok(false)) | Ok(Err(_)) => "failed",
+                Err(()) => "unknown",
+            },
+        );
         match answer {
             Ok(Ok(true)) => {
                 state.observe(|t| t.renewal(Renewal::Ok));

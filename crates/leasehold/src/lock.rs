@@ -376,7 +376,16 @@ impl Locks {
     pub async fn acquire_with(&self, key: &str, options: &AcquireOptions) -> Result<LeaseGuard> {
         let key = Key::new(key)?;
         let request = AcquireRequest::new(key, options.ttl, &self.holder_label)?;
-        let span = tracing::debug_span!("acquire", key = %request.key(), ttl = ?options.ttl);
+        // The labels and the outcome are recorded by the probe (observe.rs).
+        let span = tracing::debug_span!(
+            "acquire",
+            key = %request.key(),
+            ttl = ?options.ttl,
+            store = tracing::field::Empty,
+            primitive = tracing::field::Empty,
+            lock_class = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
         self.acquire_request(request, options)
             .instrument(span)
             .await

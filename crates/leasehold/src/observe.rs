@@ -187,6 +187,9 @@ impl Series {
 pub(crate) struct Tally {
     observer: Arc<Observer>,
     series: Arc<Series>,
+    /// The span of the lease once granted (`lease`, grant to release): a
+    /// loss is an event on it. Disabled before the grant.
+    span: tracing::Span,
 }
 
 /// How an acquisition ended (the `outcome` label).
@@ -226,6 +229,9 @@ pub(crate) fn store_error_type(error: &Error) -> Option<&'static str> {
 /// (the caller dropped the call) it counts as cancelled.
 pub(crate) struct AcquireProbe {
     tally: Tally,
+    /// The acquisition's span (lock.rs's `acquire`), given its labels and,
+    /// at the end, the outcome.
+    span: tracing::Span,
     started: Instant,
     attempts: AtomicU64,
     waits: bool,
@@ -252,7 +258,10 @@ impl AcquireProbe {
         let tally = Tally {
             observer: observer.clone(),
             series: observer.series(primitive, class),
+            span: tracing::Span::none(),
         };
+        let span = tracing::Span::current();
+        tally.label(&span);
         if waits {
             tally.observer.counters.waiting.fetch_add(1, Relaxed);
             #[cfg(feature = "metrics")]
@@ -260,6 +269,7 @@ impl AcquireProbe {
         }
         Ok(AcquireProbe {
             tally,
+            span,
             started: Instant::now(),
             attempts: AtomicU64::new(0),
             waits,
@@ -307,6 +317,7 @@ impl AcquireProbe {
             Outcome::Error => &c.failed,
         };
         counter.fetch_add(1, Relaxed);
+        self.span.record("outcome", outcome.as_str());
         c.attempts.fetch_add(attempts, Relaxed);
         c.wait.record(waited);
         if self.waits {
@@ -377,6 +388,15 @@ impl Tally {
         &self.observer.store
     }
 
+    /// Gives `span` the labels of this lock (`store`, `primitive`,
+    /// `lock_class`: the fields the engine's `acquire`, `renew` and
+    /// `release` spans declare empty), as the metrics carry them.
+    pub(crate) fn label(&self, span: &tracing::Span) {
+        span.record("store", &*self.observer.store);
+        span.record("primitive", self.series.primitive.as_str());
+        span.record("lock_class", &*self.series.class);
+    }
+
     /// A renewal attempt ended.
     pub(crate) fn renewal(&self, outcome: Renewal) {
         let c = &self.observer.counters;
@@ -407,6 +427,8 @@ impl Tally {
             Lost::Error => &c.lost_error,
         }
         .fetch_add(1, Relaxed);
+        // At debug, as the span: the guard warns of the loss itself.
+        tracing::debug!(parent: &self.span, reason = why.as_str(), "lease lost");
         #[cfg(feature = "metrics")]
         crate::metrics::lost(self, why);
     }
@@ -419,13 +441,26 @@ impl Tally {
         let _ = (kind, operation);
     }
 
-    /// The guard of a grant starts: its hold ends when it is dropped.
-    pub(crate) fn hold(&self) -> HoldWatch {
+    /// The guard of a grant starts: its hold ends when it is dropped. The
+    /// hold's tally has the lease's span (a child of the acquisition's,
+    /// so of the caller's work), on which a loss is recorded.
+    pub(crate) fn hold(&self, token: u64) -> HoldWatch {
         self.observer.counters.held.fetch_add(1, Relaxed);
         #[cfg(feature = "metrics")]
         crate::metrics::held(self, 1.0);
+        let span = tracing::debug_span!(
+            "lease",
+            token,
+            store = tracing::field::Empty,
+            primitive = tracing::field::Empty,
+            lock_class = tracing::field::Empty,
+        );
+        self.label(&span);
         HoldWatch {
-            tally: self.clone(),
+            tally: Tally {
+                span,
+                ..self.clone()
+            },
             since: Instant::now(),
         }
     }
@@ -436,6 +471,13 @@ impl Tally {
 pub(crate) struct HoldWatch {
     tally: Tally,
     since: Instant,
+}
+
+impl HoldWatch {
+    /// The hold's tally: the lock's labels and the lease's span.
+    pub(crate) fn tally(&self) -> &Tally {
+        &self.tally
+    }
 }
 
 impl Drop for HoldWatch {

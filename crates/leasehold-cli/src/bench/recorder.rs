@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use leasehold::Locks;
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusRecorder};
+use metrics_exporter_prometheus::PrometheusRecorder;
 use serde::Serialize;
 use tokio::time::Instant;
 
@@ -36,10 +36,7 @@ pub struct Recording {
 
 impl Recording {
     pub fn new(rounds: usize) -> Self {
-        let recorder = PrometheusBuilder::new()
-            .set_buckets(&[0.0001, 0.001, 0.01, 0.1, 1.0, 10.0])
-            .expect("the bucket list is not empty")
-            .build_recorder();
+        let recorder = crate::dashboard::prom::recorder();
         Recording {
             recorder,
             samples: Vec::with_capacity(rounds),

@@ -8,7 +8,7 @@
 //! The store URL is shown with its credentials removed; nothing else about
 //! the connection reaches the page.
 
-mod prom;
+pub(crate) mod prom;
 mod watch;
 
 use std::net::SocketAddr;
@@ -138,7 +138,13 @@ pub async fn dashboard(store: &str, args: DashboardArgs) -> Result<u8, CliError>
 /// Refuses a request whose `Host` is not a loopback name while served on
 /// loopback.
 fn host_refused(app: &App, headers: &HeaderMap) -> Option<Response> {
-    if !app.loopback {
+    loopback_host_refused(app.loopback, headers)
+}
+
+/// [`host_refused`] for any server of the CLI: `loopback` when served on a
+/// loopback address.
+pub(crate) fn loopback_host_refused(loopback: bool, headers: &HeaderMap) -> Option<Response> {
+    if !loopback {
         return None;
     }
     let host = headers

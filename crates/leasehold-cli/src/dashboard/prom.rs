@@ -1,10 +1,12 @@
-//! `/metrics` of the dashboard, in the Prometheus text format: what the
-//! dashboard sees of the store (live leases by class and kind, grants and
-//! releases seen, observed hold times). The wait times of acquisitions are
-//! only known inside the processes that acquire: those export them
-//! through the library's `metrics` feature.
+//! The Prometheus text format of the CLI, in one place: `/metrics` of the
+//! dashboard (what it sees of the store: live leases by class and kind,
+//! grants and releases seen, observed hold times), and [`merge`], which
+//! sums the expositions of several processes into one (`demo
+//! --metrics-addr`: the library's own metrics, exported by each worker).
+//! The wait times of acquisitions are only known inside the processes that
+//! acquire: those export them through the library's `metrics` feature.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
 
 use super::watch::State;
@@ -95,6 +97,90 @@ pub fn render(st: &State) -> String {
     out
 }
 
+/// The Prometheus recorder a process installs to export the library's
+/// metrics: histograms with these bucket bounds (seconds, and counts for
+/// `attempts`), so that the expositions of several processes add up.
+pub fn recorder() -> metrics_exporter_prometheus::PrometheusRecorder {
+    metrics_exporter_prometheus::PrometheusBuilder::new()
+        .set_buckets(&[
+            0.0001, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 60.0,
+        ])
+        .expect("the bucket list is not empty")
+        .build_recorder()
+}
+
+/// One metric family of a merged exposition: its `# HELP`/`# TYPE` lines
+/// and its series, in the order first seen.
+#[derive(Default)]
+struct Family {
+    comments: Vec<String>,
+    series: Vec<String>,
+}
+
+/// Several processes' expositions (the same recorder setup, see
+/// [`recorder`]) as one: every sample of the same series summed, which is
+/// right for counters, histogram buckets, sums and counts, and for gauges
+/// of things held or waiting now. Each family stays one group, as the
+/// format requires.
+pub fn merge<'a>(expositions: impl IntoIterator<Item = &'a str>) -> String {
+    let mut order: Vec<String> = Vec::new();
+    let mut families: HashMap<String, Family> = HashMap::new();
+    let mut values: HashMap<String, f64> = HashMap::new();
+    for text in expositions {
+        for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+            if let Some(comment) = line.strip_prefix('#') {
+                let mut words = comment.split_whitespace();
+                let (Some(_kind), Some(name)) = (words.next(), words.next()) else {
+                    continue;
+                };
+                let family = families.entry(name.to_owned()).or_insert_with(|| {
+                    order.push(name.to_owned());
+                    Family::default()
+                });
+                if !family.comments.iter().any(|c| c == line) {
+                    family.comments.push(line.to_owned());
+                }
+                continue;
+            }
+            let Some((series, value)) = line.rsplit_once(' ') else {
+                continue;
+            };
+            let Ok(value) = value.parse::<f64>() else {
+                continue;
+            };
+            let name = series.split('{').next().unwrap_or(series);
+            let family_name = ["_bucket", "_sum", "_count"]
+                .iter()
+                .filter_map(|suffix| name.strip_suffix(suffix))
+                .find(|base| families.contains_key(*base))
+                .unwrap_or(name)
+                .to_owned();
+            let family = families.entry(family_name.clone()).or_insert_with(|| {
+                order.push(family_name);
+                Family::default()
+            });
+            match values.get_mut(series) {
+                Some(sum) => *sum += value,
+                None => {
+                    family.series.push(series.to_owned());
+                    values.insert(series.to_owned(), value);
+                }
+            }
+        }
+    }
+    let mut out = String::new();
+    for name in &order {
+        let family = &families[name];
+        for comment in &family.comments {
+            let _ = writeln!(out, "{comment}");
+        }
+        for series in &family.series {
+            let _ = writeln!(out, "{series} {}", values[series]);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::watch::Row;
@@ -131,6 +217,20 @@ mod tests {
         assert!(
             text.contains("leasehold_dashboard_observed_hold_seconds_bucket{le=\"0.5\"} 1"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn expositions_merge_by_series_and_keep_each_family_one_group() {
+        let a = "# HELP x_total Xs.\n# TYPE x_total counter\nx_total{k=\"a\"} 2\n\
+                 # TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_bucket{le=\"+Inf\"} 1\nh_sum 0.5\nh_count 1\n";
+        let b = "# HELP x_total Xs.\n# TYPE x_total counter\nx_total{k=\"a\"} 3\nx_total{k=\"b\"} 1\n\
+                 # TYPE h histogram\nh_bucket{le=\"1\"} 0\nh_bucket{le=\"+Inf\"} 2\nh_sum 4.25\nh_count 2\n";
+        let merged = merge([a, b]);
+        assert_eq!(
+            merged,
+            "# HELP x_total Xs.\n# TYPE x_total counter\nx_total{k=\"a\"} 5\nx_total{k=\"b\"} 1\n\
+             # TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_bucket{le=\"+Inf\"} 3\nh_sum 4.75\nh_count 3\n"
         );
     }
 }

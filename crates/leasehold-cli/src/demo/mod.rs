@@ -6,8 +6,10 @@
 //! same stock and one sale is lost, or the last item is sold twice.
 
 mod inventory;
+mod serve;
 mod worker;
 
+use std::net::SocketAddr;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -21,7 +23,7 @@ use tokio::sync::mpsc;
 use crate::exit::{CliError, EX_SOFTWARE};
 use crate::parse_duration;
 pub use worker::{worker, WorkerArgs};
-use worker::{OrderReport, Outcome};
+use worker::{MetricsReport, OrderReport, Outcome};
 
 /// How a worker protects read-pay-write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
@@ -77,6 +79,15 @@ pub struct DemoArgs {
     /// Print {"results":[...]} instead of a table
     #[arg(long)]
     pub json: bool,
+    /// Serve the library's metrics of the demo's own work (every worker's,
+    /// summed) at http://ADDR/metrics, on a loopback address; a port of 0
+    /// picks a free one (printed on stderr)
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
+    /// With --metrics-addr: keep serving this long after the results are
+    /// printed (for a last scrape)
+    #[arg(long, default_value = "0s", value_parser = parse_duration, requires = "metrics_addr")]
+    pub metrics_linger: Duration,
 }
 
 /// One strategy's outcome, as the table and `--json` show it.
@@ -90,6 +101,8 @@ struct DemoResult {
     oversold: i64,
     lost_updates: i64,
     retries: u64,
+    /// Orders that gave up (lock wait or retries exhausted).
+    failed: u64,
     elapsed_ms: u64,
     p50_ms: f64,
     p99_ms: f64,
@@ -103,6 +116,10 @@ impl DemoResult {
 
 pub async fn demo(store: &str, args: DemoArgs) -> Result<u8, CliError> {
     let strategies = inventory::strategies(store, &args.strategies)?;
+    let exported = match args.metrics_addr {
+        Some(addr) => Some(serve::serve(addr).await?),
+        None => None,
+    };
     let inventory = inventory::open(store).await?;
     let progress = progress_bar(&args, strategies.len());
     let mut results = Vec::new();
@@ -110,7 +127,15 @@ pub async fn demo(store: &str, args: DemoArgs) -> Result<u8, CliError> {
         let product = format!("widget-{}", strategy.name());
         inventory.reset(&product, args.stock).await?;
         progress.set_message(strategy.name());
-        let run = run_workers(store, &args, strategy, &product, &progress).await?;
+        let run = run_workers(
+            store,
+            &args,
+            strategy,
+            &product,
+            &progress,
+            exported.as_ref(),
+        )
+        .await?;
         let final_stock = inventory.read(&product).await?.stock;
         results.push(summarize(strategy, &args, run, final_stock));
     }
@@ -121,6 +146,11 @@ pub async fn demo(store: &str, args: DemoArgs) -> Result<u8, CliError> {
         println!("{json}");
     } else {
         print_table(&results);
+    }
+    if exported.is_some() && !args.metrics_linger.is_zero() {
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        tokio::time::sleep(args.metrics_linger).await;
     }
     let unsafe_runs: Vec<_> = results
         .iter()
@@ -160,6 +190,7 @@ async fn run_workers(
     strategy: Strategy,
     product: &str,
     progress: &ProgressBar,
+    exported: Option<&serve::Exported>,
 ) -> Result<Run, CliError> {
     let exe = std::env::current_exe()?;
     let (tx, mut rx) = mpsc::unbounded_channel();
@@ -180,17 +211,23 @@ async fn run_workers(
                 &orders.to_string(),
             ])
             .args(["--pay", &format!("{}us", args.pay.as_micros())])
+            .args(exported.map(|_| "--metrics"))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .kill_on_drop(true)
             .spawn()?;
         let stdout = child.stdout.take().expect("stdout is piped");
         let tx = tx.clone();
+        let exported = exported.map(|e| e.worker(format!("{}-{i}", strategy.name())));
         tokio::spawn(async move {
             let mut lines = BufReader::new(stdout).lines();
             while let Ok(Some(line)) = lines.next_line().await {
                 if let Ok(report) = serde_json::from_str::<OrderReport>(&line) {
                     let _ = tx.send(report);
+                } else if let (Some(exported), Ok(report)) =
+                    (&exported, serde_json::from_str::<MetricsReport>(&line))
+                {
+                    exported.update(report.metrics);
                 }
             }
         });
@@ -237,6 +274,11 @@ fn summarize(strategy: Strategy, args: &DemoArgs, run: Run, final_stock: i64) ->
         oversold: (sold - args.stock).max(0),
         lost_updates: sold - (args.stock - final_stock),
         retries: run.reports.iter().map(|r| u64::from(r.retries)).sum(),
+        failed: run
+            .reports
+            .iter()
+            .filter(|r| r.outcome == Outcome::Failed)
+            .count() as u64,
         elapsed_ms: run.elapsed.as_millis() as u64,
         p50_ms: percentile_ms(&latencies, 0.50),
         p99_ms: percentile_ms(&latencies, 0.99),

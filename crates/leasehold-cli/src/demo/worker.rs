@@ -26,6 +26,16 @@ pub struct WorkerArgs {
     pub orders: u32,
     #[arg(long, value_parser = parse_duration)]
     pub pay: Duration,
+    /// Export the library's metrics: after each order, a `{"metrics": ...}`
+    /// line with this process's Prometheus exposition (`demo --metrics-addr`)
+    #[arg(long)]
+    pub metrics: bool,
+}
+
+/// A worker's metrics so far, in the Prometheus text format.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct MetricsReport {
+    pub metrics: String,
 }
 
 /// How one order ended.
@@ -56,6 +66,16 @@ pub async fn worker(store: &str, args: WorkerArgs) -> Result<u8, CliError> {
     let locks = match args.strategy {
         Strategy::Lease => Some(Locks::open(store).await?),
         _ => None,
+    };
+    let exporter = if args.metrics {
+        let recorder = crate::dashboard::prom::recorder();
+        let handle = recorder.handle();
+        metrics::set_global_recorder(recorder)
+            .map_err(|e| CliError::new(crate::EX_INTERNAL, e.to_string()))?;
+        leasehold::metrics::describe();
+        Some(handle)
+    } else {
+        None
     };
     let mut stdout = std::io::stdout().lock();
     for _ in 0..args.orders {
@@ -90,6 +110,13 @@ pub async fn worker(store: &str, args: WorkerArgs) -> Result<u8, CliError> {
         };
         let line = serde_json::to_string(&report).expect("reports serialize");
         writeln!(stdout, "{line}")?;
+        if let Some(exporter) = &exporter {
+            let metrics = MetricsReport {
+                metrics: exporter.render(),
+            };
+            let line = serde_json::to_string(&metrics).expect("reports serialize");
+            writeln!(stdout, "{line}")?;
+        }
         stdout.flush()?;
     }
     Ok(0)

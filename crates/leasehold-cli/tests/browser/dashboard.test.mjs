@@ -87,6 +87,16 @@ test("a lease taken with `leasehold run` shows within a second, counts down, and
   await page.locator("#events li.released").first().waitFor({ timeout: 1000 });
 });
 
+test("an exclusive run shows its reader-writer writer as `writer`, no slot number", async () => {
+  const run = await start(["run", "--exclusive", "--ttl", "30s", "dash:rw", "--", "sh", "-c", "echo held; sleep 2"], /held/);
+  const row = page.locator('tr[data-key="dash:rw"][data-kind="writer"]');
+  await row.waitFor({ timeout: 1000 });
+  const shown = await row.locator("td").nth(1).innerText();
+  assert.equal(shown.trim(), "writer");
+  assert.equal(await exited(run.child), 0);
+  await row.waitFor({ state: "detached", timeout: 1000 });
+});
+
 test("force-release is refused without the token and works with it", async () => {
   const run = await start(["run", "--ttl", "3s", "dash:admin", "--", "sh", "-c", "echo held; sleep 60"], /held/);
   const row = page.locator('tr[data-key="dash:admin"][data-kind="mutex"]');
