@@ -6,7 +6,7 @@
 //! event; each test reads only those of its own lock class.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use leasehold::{AcquireOptions, Locks};
