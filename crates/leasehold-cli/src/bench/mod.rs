@@ -1,6 +1,7 @@
 //! `leasehold bench`: what a lock costs on a store, side by side with the
 //! cheapest thing the store can do, in one run.
 
+mod keys;
 mod plot;
 mod raw;
 mod recorder;

@@ -11,14 +11,10 @@ use leasehold::{AcquireOptions, Locks};
 use serde::Serialize;
 use tokio::time::Instant;
 
+use super::keys::unique_key;
 use super::raw::BenchStore;
 use super::stats::{jain_index, ratio, Latency};
 use crate::exit::CliError;
-
-/// A fresh key per scenario run, so runs never see each other's leases.
-pub fn unique_key(scenario: &str) -> String {
-    format!("bench:{scenario}:{:016x}", rand::random::<u64>())
-}
 
 #[derive(Debug, Serialize)]
 pub struct NamedLatency {

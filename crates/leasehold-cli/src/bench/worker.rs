@@ -9,8 +9,9 @@ use serde::{Deserialize, Serialize};
 use tokio::process::Command;
 use tokio::time::Instant;
 
+use super::keys::unique_key;
 use super::raw::BenchStore;
-use super::scenarios::{throughput, unique_key, Contended};
+use super::scenarios::{throughput, Contended};
 use crate::exit::{CliError, EX_SOFTWARE};
 use crate::parse_duration;
 

@@ -3,8 +3,11 @@
 
 use std::io::{BufRead, Write};
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
+
+use super::clock::mono_ns;
 
 /// A step of a worker, as Jepsen-style histories record it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -217,4 +220,57 @@ pub fn write_merged(
         out.write_all(b"\n")?;
     }
     out.flush()
+}
+
+/// Appends events to the history; shared with the lost-lease watcher and
+/// the store wrapper.
+#[derive(Debug, Clone)]
+pub struct Log {
+    file: Arc<Mutex<std::fs::File>>,
+    worker: u32,
+    pid: u32,
+}
+
+impl Log {
+    /// Appends to the history file at `path` (created if missing) as
+    /// worker `worker`, process `pid`.
+    pub fn open(path: &Path, worker: u32, pid: u32) -> std::io::Result<Self> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
+        Ok(Log {
+            file: Arc::new(Mutex::new(file)),
+            worker,
+            pid,
+        })
+    }
+
+    pub fn event(&self, op: Op, kind: Kind, key: &str) -> Event {
+        Event {
+            t: mono_ns(),
+            worker: self.worker,
+            pid: self.pid,
+            op,
+            kind,
+            key: key.to_owned(),
+            token: None,
+            value: None,
+            valid_until: None,
+            error: None,
+            sent: None,
+            slot: None,
+            shared: false,
+        }
+    }
+
+    /// One `write` per line, so a SIGKILL tears at most the last line.
+    pub fn put(&self, event: Event) -> std::io::Result<()> {
+        let mut line = serde_json::to_vec(&event).expect("events serialize");
+        line.push(b'\n');
+        self.file
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .write_all(&line)
+    }
 }

@@ -8,10 +8,8 @@
 //! fall between any such check and the write, so the harness shows what the
 //! resource does with a late write instead of hoping it never comes.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::Args;
@@ -20,7 +18,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::clock::{mono_ns, to_mono};
-use super::history::{Event, Kind, Op};
+use super::history::{Event, Kind, Log, Op};
 use super::primitive::{Held, Lock, Primitive};
 use super::resource::{self, Answer};
 use super::worker_store::{TestFault, WorkerStore};
@@ -66,45 +64,6 @@ pub struct WorkerArgs {
 /// The share of holds that last several ttls (the rest last 2-10 % of one).
 const LONG_HOLD_SHARE: f64 = 0.1;
 
-/// Appends events to the history; shared with the lost-lease watcher and
-/// the store wrapper.
-#[derive(Debug, Clone)]
-pub struct Log {
-    file: Arc<Mutex<std::fs::File>>,
-    worker: u32,
-    pid: u32,
-}
-
-impl Log {
-    pub fn event(&self, op: Op, kind: Kind, key: &str) -> Event {
-        Event {
-            t: mono_ns(),
-            worker: self.worker,
-            pid: self.pid,
-            op,
-            kind,
-            key: key.to_owned(),
-            token: None,
-            value: None,
-            valid_until: None,
-            error: None,
-            sent: None,
-            slot: None,
-            shared: false,
-        }
-    }
-
-    /// One `write` per line, so a SIGKILL tears at most the last line.
-    pub fn put(&self, event: Event) -> std::io::Result<()> {
-        let mut line = serde_json::to_vec(&event).expect("events serialize");
-        line.push(b'\n');
-        self.file
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .write_all(&line)
-    }
-}
-
 fn holding(mut e: Event, guard: &LeaseGuard) -> Event {
     e.token = Some(guard.token());
     e.valid_until = Some(to_mono(guard.valid_until()));
@@ -113,15 +72,7 @@ fn holding(mut e: Event, guard: &LeaseGuard) -> Event {
 
 pub async fn worker(store: &str, args: WorkerArgs) -> Result<u8, CliError> {
     let pid = std::process::id();
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&args.history)?;
-    let log = Log {
-        file: Arc::new(Mutex::new(file)),
-        worker: args.id,
-        pid,
-    };
+    let log = Log::open(&args.history, args.id, pid)?;
     let store_client = WorkerStore::new(
         leasehold::open::open_backend(store).await?,
         log.clone(),

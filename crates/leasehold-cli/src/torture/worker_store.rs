@@ -12,8 +12,8 @@ use leasehold::backends::decorator::Decorator;
 use leasehold::{Backend, Lease, Result};
 
 use super::clock::mono_ns;
+use super::history::Log;
 use super::history::{Kind, Op};
-use super::worker::Log;
 
 /// A fault planted in the workers' store client to show that the checker
 /// catches it. NOT a feature: selected only by the hidden `--test-fault`

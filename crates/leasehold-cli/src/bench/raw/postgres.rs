@@ -246,7 +246,7 @@ impl HandoffPeer for BlockingAdvisory {
 
     fn handoffs(&self, rounds: usize) -> BoxFuture<'_, Result<Vec<Duration>, CliError>> {
         Box::pin(async move {
-            let id = lock_id(&super::super::scenarios::unique_key("advisory-handoff"));
+            let id = lock_id(&super::super::keys::unique_key("advisory-handoff"));
             let mut holder = self.pool.acquire().await.map_err(baseline_error)?;
             let waiter = Arc::new(Mutex::new(
                 self.pool.acquire().await.map_err(baseline_error)?,

@@ -294,7 +294,7 @@ impl HandoffPeer for RslockHandoff {
 
     fn handoffs(&self, rounds: usize) -> BoxFuture<'_, Result<Vec<Duration>, CliError>> {
         Box::pin(async move {
-            let key = super::super::scenarios::unique_key("rslock-handoff");
+            let key = super::super::keys::unique_key("rslock-handoff");
             let mut out = Vec::with_capacity(rounds);
             for _ in 0..rounds {
                 let holder = self
