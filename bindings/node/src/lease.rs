@@ -14,7 +14,6 @@ use napi_derive::napi;
 use tokio_util::sync::CancellationToken;
 
 use crate::errors::js;
-use crate::locks::{lock, Shared};
 
 /// What a `NativeLease` holds: every primitive ends up as one or more
 /// renewed leases, so one native class (and one JS watcher) serves them all.
@@ -113,16 +112,47 @@ impl LeaseSlot {
     }
 }
 
+/// Poison-tolerant lock: a panic elsewhere must not take the handle down.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The leases of one `Locks` object not yet released, for `close()`.
+/// Weak: a lease whose JS object was garbage-collected is dropped (renewal
+/// stops, it expires).
+#[derive(Default)]
+pub(crate) struct HeldLeases(Mutex<Vec<Weak<LeaseSlot>>>);
+
+impl HeldLeases {
+    pub(crate) fn track(&self, slot: &Arc<LeaseSlot>) {
+        lock(&self.0).push(Arc::downgrade(slot));
+    }
+
+    pub(crate) fn forget(&self, slot: &Arc<LeaseSlot>) {
+        let target = Arc::downgrade(slot);
+        lock(&self.0).retain(|s| s.strong_count() > 0 && !s.ptr_eq(&target));
+    }
+
+    /// Every lease still tracked, and none tracked from now on.
+    pub(crate) fn take_all(&self) -> Vec<Arc<LeaseSlot>> {
+        std::mem::take(&mut *lock(&self.0))
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect()
+    }
+}
+
 /// The native lease behind the JS `Lease` class.
 #[napi]
 pub struct NativeLease {
     slot: Arc<LeaseSlot>,
-    shared: Arc<Shared>,
+    /// The granting `Locks` object's leases: a release leaves them.
+    held: Arc<HeldLeases>,
 }
 
 impl NativeLease {
-    pub(crate) fn new(slot: Arc<LeaseSlot>, shared: Arc<Shared>) -> Self {
-        NativeLease { slot, shared }
+    pub(crate) fn new(slot: Arc<LeaseSlot>, held: Arc<HeldLeases>) -> Self {
+        NativeLease { slot, held }
     }
 }
 
@@ -180,7 +210,7 @@ impl NativeLease {
     #[napi]
     pub async fn release(&self) -> napi::Result<bool> {
         let released = self.slot.release().await;
-        self.shared.forget(&self.slot);
+        self.held.forget(&self.slot);
         released.map_err(js)
     }
 
@@ -210,7 +240,7 @@ impl NativeLease {
             .build()?;
         let stop = self.slot.stop_watch.clone();
         let slot = Arc::downgrade(&self.slot);
-        let shared = Arc::downgrade(&self.shared);
+        let held = Arc::downgrade(&self.held);
         let bound = max_hold_ms
             .filter(|ms| ms.is_finite())
             .map(|ms| Duration::from_secs_f64(ms.max(0.0) / 1000.0));
@@ -220,7 +250,7 @@ impl NativeLease {
                 _ = stop.cancelled() => return,
                 _ = lost => false,
                 _ = sleep_or_never(bound) => {
-                    end_by_bound(&slot, &shared).await;
+                    end_by_bound(&slot, &held).await;
                     true
                 }
             };
@@ -238,11 +268,11 @@ async fn sleep_or_never(bound: Option<Duration>) {
 }
 
 /// The hold bound passed: stop renewing and hand the lease back.
-async fn end_by_bound(slot: &Weak<LeaseSlot>, shared: &Weak<Shared>) {
+async fn end_by_bound(slot: &Weak<LeaseSlot>, held: &Weak<HeldLeases>) {
     let Some(slot) = slot.upgrade() else { return };
     // Best effort: if the store is down the lease expires after its ttl.
     let _ = slot.release().await;
-    if let Some(shared) = shared.upgrade() {
-        shared.forget(&slot);
+    if let Some(held) = held.upgrade() {
+        held.forget(&slot);
     }
 }

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leasehold::{AcquireOptions, Error, Locks};
@@ -13,7 +13,7 @@ use napi_derive::napi;
 use tokio_util::sync::CancellationToken;
 
 use crate::errors::js;
-use crate::lease::{Held, LeaseSlot, NativeLease};
+use crate::lease::{lock, Held, HeldLeases, LeaseSlot, NativeLease};
 
 /// What one `Locks` object shares with the leases it granted.
 pub(crate) struct Shared {
@@ -22,9 +22,8 @@ pub(crate) struct Shared {
     pub closed: CancellationToken,
     cancels: Mutex<HashMap<u32, CancellationToken>>,
     next_cancel: AtomicU32,
-    /// Leases not yet released, for `close()`. Weak: a lease whose JS
-    /// object was garbage-collected is dropped (renewal stops, it expires).
-    pub held: Mutex<Vec<Weak<LeaseSlot>>>,
+    /// Leases not yet released, for `close()`.
+    pub held: Arc<HeldLeases>,
 }
 
 impl Shared {
@@ -64,19 +63,9 @@ impl Shared {
             let _ = slot.release().await;
             return Err(js(closed()));
         }
-        lock(&self.held).push(Arc::downgrade(&slot));
-        Ok(NativeLease::new(slot, self))
+        self.held.track(&slot);
+        Ok(NativeLease::new(slot, self.held.clone()))
     }
-
-    pub fn forget(&self, slot: &Arc<LeaseSlot>) {
-        let target = Arc::downgrade(slot);
-        lock(&self.held).retain(|s| s.strong_count() > 0 && !s.ptr_eq(&target));
-    }
-}
-
-/// Poison-tolerant lock: a panic elsewhere must not take the handle down.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// A lease as `inspect`/`list` report it.
@@ -222,7 +211,7 @@ impl NativeLocks {
                 closed: CancellationToken::new(),
                 cancels: Mutex::default(),
                 next_cancel: AtomicU32::new(1),
-                held: Mutex::default(),
+                held: Arc::default(),
             }),
         })
     }
@@ -402,8 +391,7 @@ impl NativeLocks {
     pub async fn close(&self) -> napi::Result<()> {
         self.shared.closed.cancel();
         lock(&self.shared.cancels).clear();
-        let held = std::mem::take(&mut *lock(&self.shared.held));
-        for slot in held.iter().filter_map(Weak::upgrade) {
+        for slot in self.shared.held.take_all() {
             // Best effort: a lease that cannot be released expires by itself.
             let _ = slot.release().await;
         }

@@ -8,11 +8,15 @@ const os = require('node:os');
 const path = require('node:path');
 const { Locks } = require('leasehold');
 
+// [name, variable, expiry granularity in ms]: how coarse the store's own
+// expiry is. etcd's leases have whole-second TTLs, so it rounds a ttl up to
+// whole seconds (at least its minimum) and reports that time left; every
+// other store ends a lease at its ttl to the millisecond (0).
 const SERVERS = [
-  ['postgres', 'LEASEHOLD_TEST_POSTGRES'],
-  ['redis', 'LEASEHOLD_TEST_REDIS'],
-  ['mongodb', 'LEASEHOLD_TEST_MONGODB'],
-  ['etcd', 'LEASEHOLD_TEST_ETCD'],
+  ['postgres', 'LEASEHOLD_TEST_POSTGRES', 0],
+  ['redis', 'LEASEHOLD_TEST_REDIS', 0],
+  ['mongodb', 'LEASEHOLD_TEST_MONGODB', 0],
+  ['etcd', 'LEASEHOLD_TEST_ETCD', 1000],
 ];
 
 function stores() {
@@ -20,19 +24,28 @@ function stores() {
   process.on('exit', () => fs.rmSync(dir, { recursive: true, force: true }));
   const list = [
     // memory:// is one store per open: "shared" tells tests to use one handle.
-    { name: 'memory', url: 'memory://', shared: true },
-    { name: 'sqlite', url: `sqlite://${path.join(dir, 'locks.db')}`, shared: false },
+    { name: 'memory', url: 'memory://', shared: true, expiryGranularityMs: 0 },
+    { name: 'sqlite', url: `sqlite://${path.join(dir, 'locks.db')}`, shared: false, expiryGranularityMs: 0 },
   ];
   const missing = [];
-  for (const [name, env] of SERVERS) {
+  for (const [name, env, expiryGranularityMs] of SERVERS) {
     const url = process.env[env];
-    if (url) list.push({ name, url, shared: false });
+    if (url) list.push({ name, url, shared: false, expiryGranularityMs });
     else missing.push(env);
   }
   if (process.env.LEASEHOLD_REQUIRE_SERVERS === '1' && missing.length > 0) {
     throw new Error(`LEASEHOLD_REQUIRE_SERVERS=1 but ${missing.join(', ')} not set`);
   }
   return list;
+}
+
+/**
+ * The ttl `store` enforces for a requested `ttlMs`: rounded up to the
+ * store's expiry granularity (and at least one step of it), never down.
+ */
+function enforcedTtlMs(store, ttlMs) {
+  const g = store.expiryGranularityMs;
+  return g > 0 ? Math.max(Math.ceil(ttlMs / g), 1) * g : ttlMs;
 }
 
 /** A key no other test (or earlier run) uses. */
@@ -56,4 +69,4 @@ async function closePair({ locks, other }) {
   if (other !== locks) await other.close();
 }
 
-module.exports = { stores, uniqueKey, openPair, closePair };
+module.exports = { stores, uniqueKey, openPair, closePair, enforcedTtlMs };
