@@ -14,7 +14,7 @@ use std::str::FromStr;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgListener, PgPool, PgPoolOptions};
 use sqlx::Connection;
 
-use super::sql::CHANNEL;
+use super::names::CHANNEL;
 use crate::backend::BoxFuture;
 use crate::error::BoxError;
 use crate::key::Key;

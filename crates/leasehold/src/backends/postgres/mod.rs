@@ -51,6 +51,7 @@ mod connect;
 mod errors;
 mod exec;
 mod listen;
+mod names;
 mod options;
 mod pooler;
 mod semaphore;
@@ -78,11 +79,12 @@ use errors::{is_lock_not_available, row_locked};
 use exec::Param;
 use listen::Listener;
 pub use listen::WAKEUP_TARGET;
+pub use names::{CHANNEL, DEFAULT_TABLE};
 pub use options::{PostgresOptions, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS};
 pub use pooler::Pooler;
 use session::{Failed, Session, Statement};
+pub use sql::quote_table_name;
 use sql::Statements;
-pub use sql::{quote_table_name, CHANNEL, DEFAULT_TABLE};
 pub use store_url::parse_store_url;
 
 /// The name errors carry ([`Error::store`]).

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
+use super::names::DEFAULT_TABLE;
 use super::pooler::Pooler;
-use super::sql::DEFAULT_TABLE;
 #[cfg(doc)]
 use super::PostgresBackend;
 #[cfg(doc)]

@@ -23,7 +23,7 @@ use sqlx::postgres::PgRow;
 use sqlx::Row;
 
 use super::exec::Param;
-use super::sql::CHANNEL;
+use super::names::{CHANNEL, PERMITS_TABLE_SUFFIX, RW_TABLE_SUFFIX};
 use super::{classify, is_lock_not_available, row_locked, token_as_i64, Failed, Inner, STORE};
 use crate::backend::renew_attempt_timeout;
 use crate::backend::{
@@ -47,13 +47,13 @@ pub(super) struct PermitStatements {
 
 /// `"schema"."table"` (quoted) → `"schema"."table_permits"`.
 pub(super) fn permits_table(table: &str) -> String {
-    beside(table, super::sql::PERMITS_TABLE_SUFFIX)
+    beside(table, PERMITS_TABLE_SUFFIX)
 }
 
 /// `"schema"."table"` (quoted) → `"schema"."table_rw"`: shorter than the
 /// permits table's suffix, so the table name's bound leaves room for it.
 fn rw_table(table: &str) -> String {
-    beside(table, "_rw")
+    beside(table, RW_TABLE_SUFFIX)
 }
 
 /// `"schema"."table"` (quoted) → `"schema"."table<suffix>"`.

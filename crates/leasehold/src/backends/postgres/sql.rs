@@ -5,24 +5,9 @@
 //! comparison, not the start of the transaction), and durations travel as
 //! whole milliseconds.
 
+use super::names::{CHANNEL, MAX_IDENT_BYTES, PERMITS_TABLE_SUFFIX};
 use super::semaphore::PermitStatements;
 use crate::error::{Error, Result};
-
-/// The table used when none is configured.
-pub const DEFAULT_TABLE: &str = "leasehold_locks";
-
-/// The one channel every release is announced on; the payload is the key.
-/// Constant so that one `LISTEN` serves every key (keys are at most 256
-/// bytes, far below the 8000-byte payload limit).
-pub const CHANNEL: &str = "leasehold_release";
-
-/// Longest identifier PostgreSQL keeps (NAMEDATALEN - 1); a longer one is
-/// silently truncated by the server.
-const MAX_IDENT_BYTES: usize = 63;
-
-/// What the semaphores' table appends to the lease table's name (see
-/// `semaphore::permits_table`).
-pub(super) const PERMITS_TABLE_SUFFIX: &str = "_permits";
 
 /// Checks `name` as `table` or `schema.table`, each part an unquoted-style
 /// SQL identifier (ASCII letter or `_`, then letters, digits, `_`; at most

@@ -44,8 +44,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{sleep, sleep_until, timeout, Instant};
 
 use super::exec::{self, Param};
+use super::names::CHANNEL;
 use super::pooler::Pooler;
-use super::sql::CHANNEL;
 use crate::error::Error;
 use crate::key::Key;
 use crate::notify::{Subscription, WakeHub};
