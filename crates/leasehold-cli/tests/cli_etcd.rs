@@ -15,6 +15,22 @@ fn store() -> Option<String> {
 }
 
 process_tests!(store());
+// The inventory demo's invariants on etcd: the race without a lock, then
+// the lease (fenced writes) and optimistic strategies selling exactly once.
+redis_demo_test!(store());
+
+#[test]
+fn row_lock_on_etcd_is_refused_with_64_naming_the_alternatives() {
+    let Some(store) = store() else { return };
+    let out =
+        run(leasehold(&store).args(["demo", "--strategy", "lease", "--strategy", "row-lock"]));
+    assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out).trim(),
+        "leasehold: strategy row-lock is not available on etcd; choose from: none, lease, optimistic"
+    );
+    assert!(stdout(&out).is_empty(), "no strategy ran: {}", stdout(&out));
+}
 
 #[test]
 fn an_unreachable_server_exits_69_within_ten_seconds() {
@@ -23,15 +39,17 @@ fn an_unreachable_server_exits_69_within_ten_seconds() {
         .local_addr()
         .unwrap()
         .port();
-    let started = std::time::Instant::now();
-    let out = run(leasehold(&format!("etcd://127.0.0.1:{port}")).args(["status", "k"]));
-    assert_eq!(out.status.code(), Some(69), "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("store unavailable (etcd)"),
-        "{}",
-        stderr(&out)
-    );
-    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    for args in [&["status", "k"][..], &["demo"]] {
+        let started = std::time::Instant::now();
+        let out = run(leasehold(&format!("etcd://127.0.0.1:{port}")).args(args));
+        assert_eq!(out.status.code(), Some(69), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("store unavailable (etcd)"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    }
 }
 
 #[test]

@@ -2,6 +2,8 @@
 //! stock, a version for the optimistic strategy and a fence for the lease
 //! strategy, in the same store as the locks.
 
+#[cfg(feature = "etcd")]
+mod etcd;
 #[cfg(feature = "mongodb")]
 mod mongodb;
 mod redis;
@@ -62,7 +64,8 @@ pub trait Inventory: Send + Sync {
 }
 
 /// The stores the demo names when refusing a URL.
-const SUPPORTED: &str = "sqlite://PATH, postgres://USER@HOST/DB, redis://HOST or mongodb://HOST/DB";
+const SUPPORTED: &str =
+    "sqlite://PATH, postgres://USER@HOST/DB, redis://HOST, mongodb://HOST/DB or etcd://HOST";
 
 const ALL: &[Strategy] = &[
     Strategy::None,
@@ -80,6 +83,9 @@ fn offered(scheme: Scheme) -> Result<&'static [Strategy], CliError> {
         // Redis has no lock that spans a read, a pause and a write (a
         // script cannot wait for the payment); the lease is the way.
         Scheme::Redis => &[Strategy::None, Strategy::Lease, Strategy::Optimistic],
+        // etcd neither: a transaction is one step with no pause inside.
+        #[cfg(feature = "etcd")]
+        Scheme::Etcd => &[Strategy::None, Strategy::Lease, Strategy::Optimistic],
         Scheme::Memory => {
             return Err(CliError::usage(format!(
             "the demo runs worker processes, which cannot share a memory:// store; use {SUPPORTED}"
@@ -122,6 +128,8 @@ pub async fn open(url: &str) -> Result<Box<dyn Inventory>, CliError> {
         Scheme::Redis => Box::new(redis::RedisInventory::open(&parsed).await?),
         #[cfg(feature = "mongodb")]
         Scheme::Mongodb => Box::new(mongodb::MongoInventory::open(&parsed).await?),
+        #[cfg(feature = "etcd")]
+        Scheme::Etcd => Box::new(etcd::EtcdInventory::open(url, &parsed).await?),
         _ => match sql::SqlInventory::open(url).await? {
             Some(inventory) => Box::new(inventory),
             None => {
