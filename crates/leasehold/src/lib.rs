@@ -150,6 +150,7 @@ pub mod conformance;
 mod dispatch;
 mod election;
 mod error;
+mod events;
 mod guard;
 #[cfg(feature = "http")]
 pub mod http;

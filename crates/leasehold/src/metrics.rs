@@ -41,7 +41,7 @@
 //! # guard.release().await?; Ok(()) }
 //! ```
 
-use std::sync::{OnceLock, PoisonError, RwLock};
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 use std::time::Duration;
 
 use ::metrics::{
@@ -49,7 +49,7 @@ use ::metrics::{
     Key, Label, Level, Metadata, Recorder, Unit,
 };
 
-use crate::observe::{Lost, Outcome, Renewal, Tally};
+use crate::events::{Lost, Outcome, Renewal};
 
 /// Durations as the facade records them: seconds, as OpenTelemetry's
 /// duration metrics are.
@@ -162,14 +162,27 @@ impl Resolved {
     }
 }
 
-/// Records one event of `tally`'s series: `event` gets the handles resolved
+/// One lock's series as the hooks hand it over: its handles and the labels
+/// every metric of it carries.
+#[derive(Clone, Copy)]
+pub(crate) struct SeriesRef<'a> {
+    pub handles: &'a Handles,
+    pub store: &'a Arc<str>,
+    pub primitive: &'static str,
+    pub class: &'a Arc<str>,
+}
+
+/// Records one event of series `s`: `event` gets the handles resolved
 /// through the recorder in effect, and that recorder to resolve a missing
 /// one.
-fn record(tally: &Tally, event: impl FnOnce(&Resolved, &Registrar<'_>)) {
+fn record(s: SeriesRef<'_>, event: impl FnOnce(&Resolved, &Registrar<'_>)) {
     with_recorder(|recorder| {
         let id = recorder_id(recorder);
-        let handles = &tally.series().handles;
-        let registrar = Registrar { recorder, tally };
+        let handles = s.handles;
+        let registrar = Registrar {
+            recorder,
+            series: s,
+        };
         {
             let resolved = handles
                 .resolved
@@ -195,17 +208,17 @@ fn record(tally: &Tally, event: impl FnOnce(&Resolved, &Registrar<'_>)) {
 /// metric, series and recorder).
 struct Registrar<'a> {
     recorder: &'a dyn Recorder,
-    tally: &'a Tally,
+    series: SeriesRef<'a>,
 }
 
 impl Registrar<'_> {
     /// The key of `name` with the labels every metric of the series
     /// carries, then `extra`.
     fn key(&self, name: &'static str, extra: &[(&'static str, &'static str)]) -> Key {
-        let series = self.tally.series();
+        let series = self.series;
         let mut labels = Vec::with_capacity(3 + extra.len());
-        labels.push(Label::new("store", self.tally.store().clone()));
-        labels.push(Label::new("primitive", series.primitive.as_str()));
+        labels.push(Label::new("store", series.store.clone()));
+        labels.push(Label::new("primitive", series.primitive));
         labels.push(Label::new("lock_class", series.class.clone()));
         labels.extend(extra.iter().map(|&(k, v)| Label::new(k, v)));
         Key::from_parts(name, labels)
@@ -228,13 +241,13 @@ impl Registrar<'_> {
 }
 
 pub(crate) fn acquired(
-    tally: &Tally,
+    s: SeriesRef<'_>,
     outcome: Outcome,
     waited: Duration,
     attempts: u64,
     waits: bool,
 ) {
-    record(tally, |h, r| {
+    record(s, |h, r| {
         let i = outcome as usize;
         let label = [("outcome", outcome.as_str())];
         h.wait[i]
@@ -249,20 +262,20 @@ pub(crate) fn acquired(
     });
 }
 
-pub(crate) fn waiting(tally: &Tally, delta: f64) {
-    record(tally, |h, r| {
+pub(crate) fn waiting(s: SeriesRef<'_>, delta: f64) {
+    record(s, |h, r| {
         h.pending.get_or_init(|| r.gauge(PENDING)).increment(delta)
     });
 }
 
-pub(crate) fn held(tally: &Tally, delta: f64) {
-    record(tally, |h, r| {
+pub(crate) fn held(s: SeriesRef<'_>, delta: f64) {
+    record(s, |h, r| {
         h.held.get_or_init(|| r.gauge(HELD)).increment(delta)
     });
 }
 
-pub(crate) fn released(tally: &Tally, held_for: Duration) {
-    record(tally, |h, r| {
+pub(crate) fn released(s: SeriesRef<'_>, held_for: Duration) {
+    record(s, |h, r| {
         h.use_time
             .get_or_init(|| r.histogram(USE_TIME, &[]))
             .record(seconds(held_for));
@@ -270,23 +283,23 @@ pub(crate) fn released(tally: &Tally, held_for: Duration) {
     });
 }
 
-pub(crate) fn renewal(tally: &Tally, outcome: Renewal) {
-    record(tally, |h, r| {
+pub(crate) fn renewal(s: SeriesRef<'_>, outcome: Renewal) {
+    record(s, |h, r| {
         h.renewals[outcome as usize]
             .get_or_init(|| r.counter(RENEWALS, &[("outcome", outcome.as_str())]))
             .increment(1)
     });
 }
 
-pub(crate) fn lost(tally: &Tally, why: Lost) {
-    record(tally, |h, r| {
+pub(crate) fn lost(s: SeriesRef<'_>, why: Lost) {
+    record(s, |h, r| {
         h.lost[why as usize]
             .get_or_init(|| r.counter(LOST, &[("reason", why.as_str())]))
             .increment(1)
     });
 }
 
-pub(crate) fn store_error(tally: &Tally, kind: &'static str, operation: &'static str) {
+pub(crate) fn store_error(s: SeriesRef<'_>, kind: &'static str, operation: &'static str) {
     let labels = [("error_type", kind), ("operation", operation)];
     let slot = match (kind, operation) {
         ("unavailable", "acquire") => Some(0),
@@ -295,7 +308,7 @@ pub(crate) fn store_error(tally: &Tally, kind: &'static str, operation: &'static
         ("backend", "renew") => Some(3),
         _ => None,
     };
-    record(tally, |h, r| match slot {
+    record(s, |h, r| match slot {
         Some(i) => h.errors[i]
             .get_or_init(|| r.counter(STORE_ERRORS, &labels))
             .increment(1),

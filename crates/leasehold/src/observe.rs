@@ -16,6 +16,7 @@ use tokio::time::Instant;
 
 use crate::backend::{AcquireRequest, Backend, PermitKind};
 use crate::error::Error;
+pub(crate) use crate::events::{Lost, Outcome, Renewal};
 use crate::stats::Counters;
 
 /// The kind of lock an event is about (the `primitive` label).
@@ -192,29 +193,6 @@ pub(crate) struct Tally {
     span: tracing::Span,
 }
 
-/// How an acquisition ended (the `outcome` label).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Outcome {
-    Granted,
-    Busy,
-    Timeout,
-    Cancelled,
-    Error,
-}
-
-impl Outcome {
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Granted => "granted",
-            Outcome::Busy => "busy",
-            Outcome::Timeout => "timeout",
-            Outcome::Cancelled => "cancelled",
-            Outcome::Error => "error",
-        }
-    }
-}
-
 /// The `error_type` label of a store error, or `None` for an error that
 /// is not the store's (a timeout, invalid input).
 pub(crate) fn store_error_type(error: &Error) -> Option<&'static str> {
@@ -265,7 +243,7 @@ impl AcquireProbe {
         if waits {
             tally.observer.counters.waiting.fetch_add(1, Relaxed);
             #[cfg(feature = "metrics")]
-            crate::metrics::waiting(&tally, 1.0);
+            crate::metrics::waiting(tally.metrics(), 1.0);
         }
         Ok(AcquireProbe {
             tally,
@@ -324,7 +302,7 @@ impl AcquireProbe {
             c.waiting.fetch_sub(1, Relaxed);
         }
         #[cfg(feature = "metrics")]
-        crate::metrics::acquired(&self.tally, outcome, waited, attempts, self.waits);
+        crate::metrics::acquired(self.tally.metrics(), outcome, waited, attempts, self.waits);
     }
 }
 
@@ -336,56 +314,16 @@ impl Drop for AcquireProbe {
     }
 }
 
-/// Why a lease was lost (the `reason` label).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Lost {
-    /// The local deadline passed without a successful renewal.
-    Expired,
-    /// The store said the lease is gone (expired there, force-released).
-    Gone,
-    /// Renewal failed with a permanent store error.
-    Error,
-}
-
-impl Lost {
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Lost::Expired => "expired",
-            Lost::Gone => "gone",
-            Lost::Error => "error",
-        }
-    }
-}
-
-/// How one renewal attempt went (the `outcome` label of renewals).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Renewal {
-    Ok,
-    Failed,
-    Unknown,
-}
-
-impl Renewal {
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Renewal::Ok => "ok",
-            Renewal::Failed => "failed",
-            Renewal::Unknown => "unknown",
-        }
-    }
-}
-
 impl Tally {
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    pub(crate) fn series(&self) -> &Series {
-        &self.series
-    }
-
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    pub(crate) fn store(&self) -> &Arc<str> {
-        &self.observer.store
+    /// This lock's series as the metrics adapter takes it.
+    #[cfg(feature = "metrics")]
+    fn metrics(&self) -> crate::metrics::SeriesRef<'_> {
+        crate::metrics::SeriesRef {
+            handles: &self.series.handles,
+            store: &self.observer.store,
+            primitive: self.series.primitive.as_str(),
+            class: &self.series.class,
+        }
     }
 
     /// Gives `span` the labels of this lock (`store`, `primitive`,
@@ -407,7 +345,7 @@ impl Tally {
         }
         .fetch_add(1, Relaxed);
         #[cfg(feature = "metrics")]
-        crate::metrics::renewal(self, outcome);
+        crate::metrics::renewal(self.metrics(), outcome);
     }
 
     /// A renewal failed with `error`.
@@ -430,13 +368,13 @@ impl Tally {
         // At debug, as the span: the guard warns of the loss itself.
         tracing::debug!(parent: &self.span, reason = why.as_str(), "lease lost");
         #[cfg(feature = "metrics")]
-        crate::metrics::lost(self, why);
+        crate::metrics::lost(self.metrics(), why);
     }
 
     fn store_error(&self, kind: &'static str, operation: &'static str) {
         self.observer.counters.store_errors.fetch_add(1, Relaxed);
         #[cfg(feature = "metrics")]
-        crate::metrics::store_error(self, kind, operation);
+        crate::metrics::store_error(self.metrics(), kind, operation);
         #[cfg(not(feature = "metrics"))]
         let _ = (kind, operation);
     }
@@ -447,7 +385,7 @@ impl Tally {
     pub(crate) fn hold(&self, token: u64) -> HoldWatch {
         self.observer.counters.held.fetch_add(1, Relaxed);
         #[cfg(feature = "metrics")]
-        crate::metrics::held(self, 1.0);
+        crate::metrics::held(self.metrics(), 1.0);
         let span = tracing::debug_span!(
             "lease",
             token,
@@ -487,7 +425,7 @@ impl Drop for HoldWatch {
         c.held.fetch_sub(1, Relaxed);
         c.hold.record(held);
         #[cfg(feature = "metrics")]
-        crate::metrics::released(&self.tally, held);
+        crate::metrics::released(self.tally.metrics(), held);
     }
 }
 
