@@ -137,8 +137,10 @@ for store in "${stores[@]}"; do
     # Leader kills too, as in the mutex run. A leader replacement takes a
     # few seconds of the run, so three fault kinds need a longer one than
     # the others' for each kind to land (6 s once left the kill unplayed).
+    # The run waits out each takeover (2 enforced ttls: etcd rounds the
+    # 500 ms ttl up to 1 s), so it gets 20 s.
     semaphore_faults=("${faults[@]}")
-    store_semaphore_seconds=$((semaphore_seconds > 15 ? semaphore_seconds : 15))
+    store_semaphore_seconds=$((semaphore_seconds > 20 ? semaphore_seconds : 20))
     ;;
   esac
   if ! torture "${name%%,*}, semaphore" --store "$store" torture --primitive semaphore --duration "${store_semaphore_seconds}s" \

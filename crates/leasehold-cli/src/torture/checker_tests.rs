@@ -104,6 +104,7 @@ fn check_requested(
         decisions,
         faults,
         ttl: Duration::from_secs(1),
+        enforced_ttl: Duration::from_secs(1),
         retry: Duration::from_millis(100),
         lost_slack: Duration::from_millis(50),
         held_after_end: 0,
@@ -424,6 +425,7 @@ fn check_lock(
         decisions,
         faults: &[],
         ttl: Duration::from_secs(1),
+        enforced_ttl: Duration::from_secs(1),
         retry: Duration::from_millis(100),
         lost_slack: Duration::from_millis(50),
         held_after_end: 0,
@@ -535,4 +537,20 @@ fn readers_overlap_and_a_writer_overlaps_nobody() {
     assert_eq!(r.holders_at_once.over_limit, 1);
     assert_eq!(r.lost_signal.superseded, 2, "the writer supersedes both");
     assert_eq!(r.verdict, Verdict::Violation);
+}
+
+#[test]
+fn a_store_that_rounds_ttls_up_gets_the_takeover_bound_of_the_ttl_it_enforces() {
+    let retry = Duration::from_millis(100);
+    // Exact stores: the ttl asked for.
+    let exact = super::takeover_bound(
+        Duration::from_millis(500),
+        Duration::from_millis(500),
+        retry,
+    );
+    assert_eq!(exact, Duration::from_millis(850));
+    // etcd: 500 ms asked, 1 s enforced; the lease lives 1 s and the store
+    // may delete it one such ttl later.
+    let etcd = super::takeover_bound(Duration::from_millis(500), Duration::from_secs(1), retry);
+    assert_eq!(etcd, Duration::from_millis(2350));
 }

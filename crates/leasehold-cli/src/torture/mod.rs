@@ -245,13 +245,23 @@ pub async fn torture(store: &str, args: TortureArgs) -> Result<u8, CliError> {
     create_history_file(&args)?;
     let run = Run::new(store, &args);
     let locks = Locks::open(&run.store).await?;
+    let enforced_ttl = enforced_ttl(&locks, &run, args.ttl).await?;
     let cells = plan.lock.cells(&run.keys);
     let resource = Resource::set_up(args.resource, store, &cells, !args.no_fencing).await?;
     let proxy = start_proxy(&plan).await?;
     let sampler = crate::connections::start(&run.store, run.app.as_deref()).await;
     // Only now: a run refused above leaves nothing behind.
     std::fs::create_dir_all(&run.dir)?;
-    let ran = run_fleet(&args, &plan, &run, &locks, &resource, proxy.as_ref()).await?;
+    let ran = run_fleet(
+        &args,
+        &plan,
+        &run,
+        &locks,
+        &resource,
+        proxy.as_ref(),
+        enforced_ttl,
+    )
+    .await?;
     drop(proxy);
     let connections = sampler.map(crate::connections::Sampler::finish);
     // Every lease must be gone once the last one could have expired.
@@ -266,6 +276,7 @@ pub async fn torture(store: &str, args: TortureArgs) -> Result<u8, CliError> {
         decisions: &decisions,
         faults: &faults,
         ttl: args.ttl,
+        enforced_ttl,
         retry: RETRY,
         lost_slack: lost_slack(args.ttl),
         held_after_end,
@@ -284,6 +295,7 @@ pub async fn torture(store: &str, args: TortureArgs) -> Result<u8, CliError> {
         keys: args.keys,
         duration_ms: args.duration.as_millis() as u64,
         ttl_ms: args.ttl.as_millis() as u64,
+        enforced_ttl_ms: enforced_ttl.as_millis() as u64,
         seed: run.seed,
         primitive: plan.lock.primitive,
         permits: (plan.lock.primitive == Primitive::Semaphore).then_some(plan.lock.permits),
@@ -372,6 +384,21 @@ struct Ran {
 
 /// Starts the workers, lets the nemesis loose on them until the run's end,
 /// then collects them.
+/// The ttl the store enforces when asked for `ttl`, from one grant of a
+/// probe key under the run's prefix (released at once): `ttl` itself on
+/// every store but one that rounds ttls up (etcd).
+async fn enforced_ttl(locks: &Locks, run: &Run, ttl: Duration) -> Result<Duration, CliError> {
+    let options = leasehold::AcquireOptions::new()
+        .with_ttl(ttl)
+        .with_auto_renew(false);
+    let guard = locks
+        .acquire_with(&format!("{}probe", run.key_prefix()), &options)
+        .await?;
+    let enforced = guard.lease().ttl();
+    guard.release().await?;
+    Ok(enforced)
+}
+
 async fn run_fleet(
     args: &TortureArgs,
     plan: &Plan,
@@ -379,6 +406,7 @@ async fn run_fleet(
     locks: &Locks,
     resource: &Resource,
     proxy: Option<&(proxy::Proxy, &stores::Endpoint)>,
+    enforced_ttl: Duration,
 ) -> Result<Ran, CliError> {
     let started = clock::mono_ns();
     let stop_at = started + args.duration.as_nanos() as u64;
@@ -413,6 +441,7 @@ async fn run_fleet(
         families: plan.families.clone(),
         rng: StdRng::seed_from_u64(run.seed),
         ttl: args.ttl,
+        takeover: checker::takeover_bound(args.ttl, enforced_ttl, RETRY),
         end: stop_at,
     };
     let faults = nemesis.run().await?;

@@ -64,6 +64,10 @@ pub struct Nemesis<'a> {
     pub families: Vec<Family>,
     pub rng: StdRng,
     pub ttl: Duration,
+    /// How long a takeover after a kill may take (`checker::takeover_bound`):
+    /// the next fault waits for it, so that a store restart does not
+    /// blur the takeover being measured.
+    pub takeover: Duration,
     /// CLOCK_MONOTONIC ns after which no new fault starts.
     pub end: u64,
 }
@@ -192,7 +196,7 @@ impl Nemesis<'_> {
             let start = mono_ns();
             self.fleet.kill_and_respawn(target.worker).await?;
             // Let the takeover happen before the next fault blurs it.
-            sleep(self.ttl + Duration::from_millis(300)).await;
+            sleep(self.takeover).await;
             return Ok(Some(aimed(
                 FaultKind::Kill,
                 start,

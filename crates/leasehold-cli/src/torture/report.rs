@@ -12,6 +12,9 @@ pub struct Setup {
     pub keys: u32,
     pub duration_ms: u64,
     pub ttl_ms: u64,
+    /// The ttl the store enforces for `ttl_ms` (longer on etcd, which
+    /// rounds ttls up to whole seconds); the takeover bound follows it.
+    pub enforced_ttl_ms: u64,
     pub seed: u64,
     pub primitive: super::Primitive,
     /// Semaphore permits.
@@ -33,8 +36,13 @@ pub fn print_json(setup: &Setup, report: &Report) {
 }
 
 pub fn print_table(setup: &Setup, r: &Report) {
+    let enforced = if setup.enforced_ttl_ms == setup.ttl_ms {
+        String::new()
+    } else {
+        format!(" (the store enforces {} ms)", setup.enforced_ttl_ms)
+    };
     println!(
-        "leasehold torture: {} | {} workers, {} key(s), {} ms, ttl {} ms, seed {}",
+        "leasehold torture: {} | {} workers, {} key(s), {} ms, ttl {} ms{enforced}, seed {}",
         setup.store, setup.workers, setup.keys, setup.duration_ms, setup.ttl_ms, setup.seed
     );
     println!(
