@@ -88,7 +88,8 @@ pub struct TortureArgs {
     /// How long to inject faults and run workers
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub duration: Duration,
-    /// Lease ttl of the workers (100ms..=60s); pauses last 1.5-2.5 ttl
+    /// Lease ttl of the workers (100ms..=60s); pauses last 1.5-2.5 ttl (of
+    /// the longer ttl a store enforces, e.g. etcd's whole seconds)
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub ttl: Duration,
     /// Fault kinds, comma-separated, or `none` for a baseline run
@@ -441,6 +442,7 @@ async fn run_fleet(
         families: plan.families.clone(),
         rng: StdRng::seed_from_u64(run.seed),
         ttl: args.ttl,
+        lease: args.ttl.max(enforced_ttl),
         takeover: checker::takeover_bound(args.ttl, enforced_ttl, RETRY),
         end: stop_at,
     };

@@ -32,7 +32,7 @@ const KEYS_ENV: &str = "LEASEHOLD_TORTURE_KEYS";
 pub enum Family {
     /// SIGKILL a lease holder, then start a new worker in its place
     Kill,
-    /// SIGSTOP a lease holder for 1.5–2.5 ttl, then SIGCONT
+    /// SIGSTOP a lease holder for 1.5–2.5 ttl (of the ttl the store enforces, if longer), then SIGCONT
     Pause,
     /// Latency, stalls and connection resets between workers and store
     Proxy,
@@ -64,6 +64,10 @@ pub struct Nemesis<'a> {
     pub families: Vec<Family>,
     pub rng: StdRng,
     pub ttl: Duration,
+    /// How long the store keeps a lease it was asked to keep for `ttl`: the
+    /// ttl itself, or the longer one a store enforces (etcd: whole
+    /// seconds). A pause must outlast it to cost the holder its lease.
+    pub lease: Duration,
     /// How long a takeover after a kill may take (`checker::takeover_bound`):
     /// the next fault waits for it, so that a store restart does not
     /// blur the takeover being measured.
@@ -94,8 +98,8 @@ impl Nemesis<'_> {
         let mut retrying = false;
         // Proxy faults take turns too, from a seeded starting point.
         let mut proxy_turn = self.rng.gen_range(0..3usize);
-        // Leave room for the longest step (a pause of up to 2.5 ttl).
-        while mono_ns() + ((self.ttl * 3).as_nanos() as u64) < self.end {
+        // Leave room for the longest step (a pause of up to 2.5 leases).
+        while mono_ns() + ((self.lease * 3).as_nanos() as u64) < self.end {
             if order.is_empty() {
                 order = self.families.clone();
                 order.shuffle(&mut self.rng);
@@ -222,7 +226,7 @@ impl Nemesis<'_> {
                 self.fleet.signal(target.worker, Signal::SIGCONT);
                 continue;
             }
-            let length = self.ttl.mul_f64(self.rng.gen_range(1.5..2.5));
+            let length = self.lease.mul_f64(self.rng.gen_range(1.5..2.5));
             sleep(length).await;
             self.fleet.signal(target.worker, Signal::SIGCONT);
             let detail = format!("{} ms; {attempt} missed attempts first", length.as_millis());
