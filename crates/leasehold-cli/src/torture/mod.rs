@@ -387,17 +387,33 @@ struct Ran {
 /// then collects them.
 /// The ttl the store enforces when asked for `ttl`, from one grant of a
 /// probe key under the run's prefix (released at once): `ttl` itself on
-/// every store but one that rounds ttls up (etcd).
+/// every store but one that rounds ttls up (etcd). A store that refuses
+/// the probe for a while (a fresh Redis Cluster whose `min_replicas` WAIT
+/// finds no replica yet) is asked again for up to 10 s; after that the run
+/// counts on `ttl`, as the workers do.
 async fn enforced_ttl(locks: &Locks, run: &Run, ttl: Duration) -> Result<Duration, CliError> {
     let options = leasehold::AcquireOptions::new()
         .with_ttl(ttl)
         .with_auto_renew(false);
-    let guard = locks
-        .acquire_with(&format!("{}probe", run.key_prefix()), &options)
-        .await?;
-    let enforced = guard.lease().ttl();
-    guard.release().await?;
-    Ok(enforced)
+    let key = format!("{}probe", run.key_prefix());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match locks.acquire_with(&key, &options).await {
+            Ok(guard) => {
+                let enforced = guard.lease().ttl();
+                // Best effort: an unreleased probe expires after its ttl.
+                let _ = guard.release().await;
+                return Ok(enforced);
+            }
+            Err(e) if e.is_retryable() || matches!(e, leasehold::Error::Busy { .. }) => {
+                if tokio::time::Instant::now() >= deadline {
+                    return Ok(ttl);
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
 }
 
 async fn run_fleet(
