@@ -16,21 +16,9 @@ fn store() -> Option<String> {
 
 process_tests!(store());
 // The inventory demo's invariants on etcd: the race without a lock, then
-// the lease (fenced writes) and optimistic strategies selling exactly once.
-redis_demo_test!(store());
-
-#[test]
-fn row_lock_on_etcd_is_refused_with_64_naming_the_alternatives() {
-    let Some(store) = store() else { return };
-    let out =
-        run(leasehold(&store).args(["demo", "--strategy", "lease", "--strategy", "row-lock"]));
-    assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
-    assert_eq!(
-        stderr(&out).trim(),
-        "leasehold: strategy row-lock is not available on etcd; choose from: none, lease, optimistic"
-    );
-    assert!(stdout(&out).is_empty(), "no strategy ran: {}", stdout(&out));
-}
+// the lease (fenced writes) and optimistic strategies selling exactly once;
+// row-lock refused.
+demo_tests_without_row_lock!(store(), "etcd");
 
 #[test]
 fn an_unreachable_server_exits_69_within_ten_seconds() {

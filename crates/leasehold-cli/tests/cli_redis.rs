@@ -17,20 +17,7 @@ fn redis_store() -> Option<String> {
 }
 
 process_tests!(redis_store());
-redis_demo_test!(redis_store());
-
-#[test]
-fn row_lock_on_redis_is_refused_with_64_naming_the_alternatives() {
-    let Some(store) = redis_store() else { return };
-    let out =
-        run(leasehold(&store).args(["demo", "--strategy", "lease", "--strategy", "row-lock"]));
-    assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
-    assert_eq!(
-        stderr(&out).trim(),
-        "leasehold: strategy row-lock is not available on redis; choose from: none, lease, optimistic"
-    );
-    assert!(stdout(&out).is_empty(), "no strategy ran: {}", stdout(&out));
-}
+demo_tests_without_row_lock!(redis_store(), "redis");
 
 /// Needs no server: the point is that there is none.
 #[test]

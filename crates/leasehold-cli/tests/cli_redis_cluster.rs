@@ -23,7 +23,7 @@ fn cluster_store() -> Option<String> {
 process_tests!(cluster_store());
 // The demo's product and its lock share a slot: the race and both safe
 // strategies show on a cluster as on one server.
-redis_demo_test!(cluster_store());
+demo_tests_without_row_lock!(cluster_store(), "redis");
 
 /// The report: through one node, half the keys failed with MOVED.
 /// Twelve keys spread over the slots of all three primaries.

@@ -405,7 +405,7 @@ async fn enforced_ttl(locks: &Locks, run: &Run, ttl: Duration) -> Result<Duratio
                 let _ = guard.release().await;
                 return Ok(enforced);
             }
-            Err(e) if e.is_retryable() || matches!(e, leasehold::Error::Busy { .. }) => {
+            Err(e) if e.is_retryable() => {
                 if tokio::time::Instant::now() >= deadline {
                     return Ok(ttl);
                 }

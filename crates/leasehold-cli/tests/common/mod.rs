@@ -498,12 +498,14 @@ pub fn assert_demo_shows_race_and_safety(out: &Output, expected: &[&str]) {
     }
 }
 
-/// The demo test of a Redis store, one server or a cluster (`$store` as in
-/// [`process_tests!`]): the race, and both safe strategies Redis offers
-/// (`lease`, `optimistic`; no `row-lock`).
+/// The demo tests of a store without a row lock (Redis, one server or a
+/// cluster; etcd), `$store` as in [`process_tests!`] and `$scheme` the name
+/// the refusal gives: the race and both safe strategies such a store offers
+/// (`lease`, `optimistic`), and `--strategy row-lock` refused with 64
+/// before any strategy runs.
 #[macro_export]
-macro_rules! redis_demo_test {
-    ($store:expr) => {
+macro_rules! demo_tests_without_row_lock {
+    ($store:expr, $scheme:literal) => {
         #[test]
         fn demo_shows_the_race_and_two_safe_strategies() {
             let Some(store) = $store else { return };
@@ -517,6 +519,30 @@ macro_rules! redis_demo_test {
                 &out,
                 &["none", "lease", "optimistic"],
             );
+        }
+
+        #[test]
+        fn row_lock_is_refused_with_64_naming_the_alternatives() {
+            let Some(store) = $store else { return };
+            let out = $crate::common::run($crate::common::leasehold(store.as_ref()).args([
+                "demo",
+                "--strategy",
+                "lease",
+                "--strategy",
+                "row-lock",
+            ]));
+            let err = $crate::common::stderr(&out);
+            assert_eq!(out.status.code(), Some(64), "{err}");
+            assert_eq!(
+                err.trim(),
+                concat!(
+                    "leasehold: strategy row-lock is not available on ",
+                    $scheme,
+                    "; choose from: none, lease, optimistic"
+                )
+            );
+            let out_text = $crate::common::stdout(&out);
+            assert!(out_text.is_empty(), "no strategy ran: {out_text}");
         }
     };
 }
