@@ -138,7 +138,12 @@ export declare class Election {
 
 export declare class Locks {
   private constructor();
-  static open(url: string): Promise<Locks>;
+  /**
+   * Opens the store named by `url`. `telemetry`: `true` for the global meter
+   * and tracer of `@opentelemetry/api` (an optional peer dependency), or
+   * your own `{ meter, tracer }`.
+   */
+  static open(url: string, options?: OpenOptions): Promise<Locks>;
   tryAcquire(key: string, options?: TryAcquireOptions): Promise<Lease | null>;
   acquire(key: string, options?: AcquireOptions): Promise<Lease>;
   withLock<T>(key: string, fn: (lease: Lease) => T | Promise<T>): Promise<T>;
@@ -168,6 +173,36 @@ export interface DurationQuantiles {
   p90Ms: number;
   p99Ms: number;
   maxMs: number;
+}
+
+/**
+ * The parts of an OpenTelemetry `Meter` leasehold uses (a `Meter` of
+ * `@opentelemetry/api` fits; declared here so that the types need no
+ * import of that optional package).
+ */
+export interface TelemetryMeter {
+  createHistogram(name: string, options?: { unit?: string; description?: string }): {
+    record(value: number, attributes?: Record<string, string>): void;
+  };
+  createObservableCounter(name: string, options?: { unit?: string; description?: string }): object;
+  createObservableUpDownCounter(name: string, options?: { unit?: string; description?: string }): object;
+  addBatchObservableCallback(callback: (result: any) => void, observables: object[]): void;
+  removeBatchObservableCallback(callback: (result: any) => void, observables: object[]): void;
+}
+
+/** The parts of an OpenTelemetry `Tracer` leasehold uses. */
+export interface TelemetryTracer {
+  startSpan(name: string, options?: { attributes?: Record<string, unknown> }): {
+    setAttribute(key: string, value: unknown): unknown;
+    setStatus(status: { code: number; message?: string }): unknown;
+    recordException(exception: unknown): void;
+    end(): void;
+  };
+}
+
+export interface OpenOptions {
+  /** OpenTelemetry metrics and spans for this handle (docs: "Telemetry" in README). */
+  telemetry?: boolean | { meter?: TelemetryMeter; tracer?: TelemetryTracer };
 }
 
 /** `locks.stats()`: what one handle did since it was opened. */

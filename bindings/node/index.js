@@ -6,6 +6,7 @@
 
 const { NativeLocks, checkKey: nativeCheckKey, checkSemaphore, DEFAULT_TTL_MS } = require('./lib/binding').load();
 const { toMillis } = require('./lib/duration');
+const { parseTelemetry, Telemetry } = require('./lib/telemetry');
 const { invalidInput, lostError, leaseholdError, native, nativeSync, nullIfBusy, LeaseholdError, isLeaseholdError } = require('./lib/errors');
 
 const LOCKS_TOKEN = Symbol('leasehold.internal');
@@ -37,11 +38,16 @@ function checkSignal(signal) {
  */
 /** The native lease of a Held, for the subclasses (set in Held's static block). */
 let nativeOf;
+/** Gives a Held its handle's telemetry and grant (set in Held's static block). */
+let attachTelemetry;
 
 class Held {
   #native;
   /** Made with the lost-lease watcher, on first need (see #watch). */
   #controller;
+  /** The handle's Telemetry and this lease's grant, when the app asked for telemetry. */
+  #telemetry;
+  #grant;
 
   constructor(token, nativeLease, maxHoldMs) {
     if (token !== LOCKS_TOKEN) throw new TypeError('leases come from a Locks object');
@@ -52,6 +58,10 @@ class Held {
 
   static {
     nativeOf = (held) => held.#native;
+    attachTelemetry = (held, telemetry, grant) => {
+      held.#telemetry = telemetry;
+      held.#grant = grant;
+    };
   }
 
   /**
@@ -92,7 +102,18 @@ class Held {
 
   /** Releases the lease (idempotent). */
   async release() {
-    await native(() => this.#native.release());
+    const telemetry = this.#telemetry;
+    if (telemetry === undefined) return native(() => this.#native.release());
+    // Only the first release is timed: the later ones are no-ops.
+    this.#telemetry = undefined;
+    const done = telemetry.release(this.#grant);
+    try {
+      await native(() => this.#native.release());
+    } catch (error) {
+      done(error);
+      throw error;
+    }
+    done();
   }
 
   async [Symbol.asyncDispose]() {
@@ -421,20 +442,46 @@ class Election {
   }
 }
 
+/** The `store` label of a URL: its scheme, TLS and SRV variants folded in (`rediss` is `redis`). */
+function storeLabel(url) {
+  const scheme = url.slice(0, Math.max(0, url.indexOf('://'))).toLowerCase();
+  const folded = {
+    postgresql: 'postgres',
+    rediss: 'redis',
+    'redis+unix': 'redis',
+    'redis+cluster': 'redis',
+    valkey: 'redis',
+    valkeys: 'redis',
+    'mongodb+srv': 'mongodb',
+    etcds: 'etcd',
+  };
+  return folded[scheme] ?? scheme;
+}
+
 /** A store handle. Open one per process with `Locks.open(url)`. */
 class Locks {
   #native;
+  /** OpenTelemetry instruments (lib/telemetry.js), when `open` was given `telemetry`. */
+  #telemetry;
 
-  constructor(token, nativeLocks) {
+  constructor(token, nativeLocks, telemetry, url) {
     if (token !== LOCKS_TOKEN) throw new TypeError('use Locks.open(url)');
     this.#native = nativeLocks;
+    if (telemetry !== undefined) this.#telemetry = new Telemetry(telemetry, storeLabel(url), () => this.stats());
   }
 
-  /** Opens the store named by `url`: memory://, sqlite://PATH, postgres://, redis://, mongodb://. */
-  static async open(url) {
+  /**
+   * Opens the store named by `url`: memory://, sqlite://PATH, postgres://,
+   * redis://, mongodb://, etcd://. `options.telemetry`: true (the global
+   * meter and tracer of @opentelemetry/api) or { meter, tracer }.
+   */
+  static async open(url, options) {
     if (typeof url !== 'string' || url === '') throw invalidInput('invalid store url: expected a non-empty string');
+    const opts = checkOptions(options);
+    checkKnown(opts, ['telemetry'], 'Locks.open');
+    const telemetry = parseTelemetry(opts.telemetry);
     const nativeLocks = await native(() => NativeLocks.open(url));
-    return new Locks(LOCKS_TOKEN, nativeLocks);
+    return new Locks(LOCKS_TOKEN, nativeLocks, telemetry, url);
   }
 
   /** Tries once; resolves to a Lease, or null when the key is busy. */
@@ -451,14 +498,31 @@ class Locks {
   }
 
   #acquire(key, opts, waitMs) {
-    return this.#grant(opts, key, (cancelId) => this.#native.acquire(key, opts.ttlMs, waitMs, cancelId), Lease);
+    return this.#grant(opts, 'mutex', [key], (cancelId) => this.#native.acquire(key, opts.ttlMs, waitMs, cancelId), Lease);
   }
 
   /**
-   * Runs one native acquire (`call(cancelId)`) with `opts`' signal wired
-   * to its cancellation, and wraps the native lease in `Kind`.
+   * Runs one native acquire (`call(cancelId)`) of `primitive` on `keys`
+   * with `opts`' signal wired to its cancellation, and wraps the native
+   * lease in `Kind`; timed and traced when the handle has telemetry.
    */
-  async #grant(opts, what, call, Kind, ...extra) {
+  async #grant(opts, primitive, keys, call, Kind, ...extra) {
+    const telemetry = this.#telemetry;
+    if (telemetry === undefined) return this.#grantOnce(opts, keys, call, Kind, extra);
+    const done = telemetry.acquire(primitive, keys);
+    let held;
+    try {
+      held = await this.#grantOnce(opts, keys, call, Kind, extra);
+    } catch (error) {
+      done(error);
+      throw error;
+    }
+    attachTelemetry(held, telemetry, done());
+    return held;
+  }
+
+  async #grantOnce(opts, keys, call, Kind, extra) {
+    const what = keys.join(', ');
     const signal = opts.signal;
     if (signal?.aborted) {
       throw leaseholdError('LEASEHOLD_CANCELLED', `waiting for ${JSON.stringify(what)} was cancelled`, { cause: signal.reason });
@@ -501,7 +565,7 @@ class Locks {
     }
     nativeSync(() => checkSemaphore(key, permits));
     const grant = (opts, waitMs) =>
-      this.#grant(opts, key, (cancelId) => this.#native.acquirePermit(key, permits, opts.ttlMs, waitMs, cancelId), Lease);
+      this.#grant(opts, 'semaphore', [key], (cancelId) => this.#native.acquirePermit(key, permits, opts.ttlMs, waitMs, cancelId), Lease);
     const holders = () => native(() => this.#native.holders(key, permits));
     return new Semaphore(LOCKS_TOKEN, key, permits, grant, holders);
   }
@@ -523,7 +587,7 @@ class Locks {
   }
 
   #acquireMany(keys, opts, waitMs) {
-    return this.#grant(opts, keys.join(', '), (cancelId) => this.#native.acquireMany(keys, opts.ttlMs, waitMs, cancelId), MultiLease);
+    return this.#grant(opts, 'multi', keys, (cancelId) => this.#native.acquireMany(keys, opts.ttlMs, waitMs, cancelId), MultiLease);
   }
 
   /** Takes every key, runs `fn(multiLease)`, always releases (as `withLock`). */
@@ -539,7 +603,7 @@ class Locks {
     checkKey(key);
     nativeSync(() => nativeCheckKey(key));
     const grant = (write, opts, waitMs) =>
-      this.#grant(opts, key, (cancelId) => this.#native.acquireRw(key, write, opts.ttlMs, waitMs, cancelId), Lease);
+      this.#grant(opts, 'rwlock', [key], (cancelId) => this.#native.acquireRw(key, write, opts.ttlMs, waitMs, cancelId), Lease);
     const holders = () => native(() => this.#native.rwHolders(key));
     return new RwLock(LOCKS_TOKEN, key, grant, holders);
   }
@@ -551,7 +615,8 @@ class Locks {
     const campaign = (candidate, opts) =>
       this.#grant(
         opts,
-        key,
+        'election',
+        [key],
         (cancelId) => this.#native.campaign(key, candidate, opts.ttlMs, opts.waitMs, cancelId),
         Leadership,
         candidate,
@@ -588,6 +653,7 @@ class Locks {
 
   /** Ends pending waits and releases every lease of this handle. */
   async close() {
+    this.#telemetry?.close();
     await native(() => this.#native.close());
   }
 }
