@@ -594,7 +594,88 @@ macro_rules! process_tests {
             let dir = tempfile::tempdir().unwrap();
             $crate::common::sigstop_loses_lease(store.as_ref(), dir.path());
         }
+
+        #[test]
+        fn the_dashboard_shows_a_run_within_a_second_and_drops_it_on_release() {
+            let Some(store) = $store else { return };
+            let dir = tempfile::tempdir().unwrap();
+            $crate::common::dashboard_follows_a_run(store.as_ref(), dir.path());
+        }
     };
+}
+
+/// `GET path` on the dashboard at `addr`: the body of a 200 answer.
+fn dashboard_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(addr).expect("the dashboard listens");
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        conn,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    conn.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    assert!(head.starts_with("HTTP/1.1 200"), "GET {path}: {head}");
+    body.to_owned()
+}
+
+/// Whether the dashboard's live leases include `key`.
+fn dashboard_lists(addr: &str, key: &str) -> bool {
+    let body = dashboard_get(addr, "/api/leases");
+    let snapshot: serde_json::Value = serde_json::from_str(&body).expect(&body);
+    snapshot["leases"]
+        .as_array()
+        .expect("a leases array")
+        .iter()
+        .any(|row| row["key"] == key)
+}
+
+/// docs/metrics.md: the dashboard shows a change within a second on every
+/// store. `leasehold dashboard` (default poll) follows the store while a
+/// `run KEY` takes the key: the lease is listed within a second of the
+/// command starting (the grant came before), and gone within a second of
+/// the run's exit (its release came before).
+pub fn dashboard_follows_a_run(store: &str, dir: &Path) {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    let mut dashboard = leasehold(store)
+        .args(["dashboard", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(dashboard.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .split_once(" on http://")
+        .and_then(|(_, rest)| rest.trim_end().strip_suffix('/'))
+        .unwrap_or_else(|| panic!("the dashboard says where it serves: {line:?}"))
+        .to_owned();
+    let key = unique_key("dashboard");
+    let pidfile = dir.join("command.pid");
+    let (mut holder, command) = start_holder(store, &key, &pidfile);
+    let listed = wait_until(Duration::from_secs(1), || dashboard_lists(&addr, &key));
+    // The command ends; `run` releases the key, then exits.
+    signal(command, "TERM");
+    let exited = holder.wait().unwrap();
+    let dropped = wait_until(Duration::from_secs(1), || !dashboard_lists(&addr, &key));
+    let _ = dashboard.kill();
+    let _ = dashboard.wait();
+    assert!(
+        listed,
+        "the lease of {key} was not listed within 1 s of its command starting"
+    );
+    assert!(exited.code().is_some(), "run exited on its own: {exited:?}");
+    assert!(
+        dropped,
+        "{key} was still listed 1 s after its run released it"
+    );
 }
 
 /// `sh -c` text that writes the shell's pid to `pidfile`, then becomes
