@@ -391,7 +391,10 @@ mod tests {
         let options = MongoOptions::new().with_collection(collection);
         let backend = MongoBackend::connect_with(&url, options).await.unwrap();
         let key = Key::new("sem").unwrap();
-        let first_ttl = Duration::from_millis(300);
+        // Long enough that the read and the renewal below land inside it on
+        // a loaded test server (300 ms did not: the renewal found the
+        // permit expired in a CI run, a false failure).
+        let first_ttl = Duration::from_millis(1500);
         let a = AcquireRequest::permit(key.clone(), first_ttl, "a", 1).unwrap();
         let Acquire::Granted(held) = backend.acquire_permit(&a).await.unwrap() else {
             panic!("a free semaphore grants");
