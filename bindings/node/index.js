@@ -522,9 +522,10 @@ class Locks {
   }
 
   async #grantOnce(opts, keys, call, Kind, extra) {
-    const what = keys.join(', ');
     const signal = opts.signal;
     if (signal?.aborted) {
+      // The keys are joined only here, off the path of every acquire.
+      const what = keys.join(', ');
       throw leaseholdError('LEASEHOLD_CANCELLED', `waiting for ${JSON.stringify(what)} was cancelled`, { cause: signal.reason });
     }
     let cancelId;
