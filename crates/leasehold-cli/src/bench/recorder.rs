@@ -7,6 +7,14 @@
 //! poll of the round, and so every metric it records, happens there. The
 //! renewal thread records nothing in a round (a 30 s lease is not renewed
 //! within it).
+//!
+//! The recorded rounds take a key of their own lock class. The library
+//! resolves a series' metric handles once per recorder in effect (see
+//! `leasehold::metrics`); on the plain rounds' key, the recorder would
+//! change every round and every round would register its series anew,
+//! which no application does (its recorder is installed once). With a
+//! class of their own, each series keeps its handles, as in an
+//! application with a recorder and one without.
 
 use std::time::Duration;
 
@@ -31,6 +39,8 @@ pub struct RecorderOverhead {
 
 pub struct Recording {
     recorder: PrometheusRecorder,
+    /// The recorded rounds' key, of lock class `recorded-bench`.
+    key: String,
     samples: Vec<Duration>,
 }
 
@@ -39,15 +49,16 @@ impl Recording {
         let recorder = crate::dashboard::prom::recorder();
         Recording {
             recorder,
+            key: format!("recorded-{}", super::keys::unique_key("uncontended")),
             samples: Vec::with_capacity(rounds),
         }
     }
 
-    /// One acquire + release of `key` with the recorder set.
-    pub async fn round(&mut self, locks: &Locks, key: &str) -> leasehold::Result<()> {
+    /// One acquire + release with the recorder set.
+    pub async fn round(&mut self, locks: &Locks) -> leasehold::Result<()> {
         let _recording = metrics::set_default_local_recorder(&self.recorder);
         let t = Instant::now();
-        let guard = locks.try_acquire(key).await?;
+        let guard = locks.try_acquire(&self.key).await?;
         guard.release().await?;
         self.samples.push(t.elapsed());
         Ok(())

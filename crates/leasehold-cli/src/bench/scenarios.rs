@@ -143,7 +143,7 @@ pub async fn uncontended(
         let guard = locks.try_acquire(&key).await?;
         guard.release().await?;
         ours.push(t.elapsed());
-        recording.round(locks, &key).await?;
+        recording.round(locks).await?;
         for ((primitive, key), out) in served.iter().zip(&mut primitives) {
             let t = Instant::now();
             primitive.round(locks, key).await?;
