@@ -4,7 +4,7 @@
 
 use crate::error::{Error, Result};
 use crate::percent::percent_decode_bytes;
-use crate::scheme::ETCD_OPTIONS as URL_OPTIONS;
+use crate::scheme::options::ETCD_OPTIONS as URL_OPTIONS;
 
 use super::options::EtcdOptions;
 

@@ -5,31 +5,8 @@ use std::time::Duration;
 
 use super::keys::Namespace;
 use crate::error::{Error, Result};
+use crate::scheme::options::check_redis_option;
 use crate::scheme::StoreUrl;
-
-/// The query options of a `redis://` or `redis+cluster://` URL that are
-/// leasehold's (the rest go to the driver, see [`DRIVER_URL_OPTIONS`]).
-pub(crate) const URL_OPTIONS: &[&str] = &["prefix", "min_replicas", "max_connections"];
-
-/// What redis-rs 1.8 reads from a URL's query: the protocol, and for a
-/// `redis+unix://` socket the database and credentials.
-pub(crate) const DRIVER_URL_OPTIONS: &[&str] = &["protocol", "db", "user", "pass"];
-
-/// Checks the value of leasehold's URL option `name` before any I/O (the
-/// prefix is checked with the other options, when the store is opened).
-pub(crate) fn check_url_option(name: &str, value: &str) -> Result<()> {
-    let whole = |what: &str| {
-        Error::invalid(
-            "store url",
-            format!("{name} must be a whole number of {what}, got {value:?}"),
-        )
-    };
-    match name {
-        "min_replicas" if value.parse::<u32>().is_err() => Err(whole("replicas")),
-        "max_connections" if value.parse::<usize>().is_err() => Err(whole("connections")),
-        _ => Ok(()),
-    }
-}
 
 /// How to connect and where to keep the records.
 ///
@@ -149,11 +126,11 @@ impl RedisOptions {
             options = options.with_prefix(prefix);
         }
         if let Some(n) = url.option("min_replicas") {
-            check_url_option("min_replicas", n)?;
+            check_redis_option("min_replicas", n)?;
             options = options.with_min_replicas(n.parse().unwrap_or_default());
         }
         if let Some(n) = url.option("max_connections") {
-            check_url_option("max_connections", n)?;
+            check_redis_option("max_connections", n)?;
             options = options.with_max_connections(n.parse().unwrap_or_default());
         }
         Ok(options)

@@ -31,6 +31,13 @@
 
 use std::fmt;
 
+pub(crate) mod options;
+
+use options::{
+    check_redis_option, ETCD_OPTIONS, POSTGRES_DRIVER_OPTIONS, POSTGRES_OPTIONS,
+    REDIS_DRIVER_OPTIONS, REDIS_OPTIONS, SQLITE_OPTIONS,
+};
+
 use crate::error::{Error, Result};
 
 /// A store leasehold knows by URL scheme, whether or not this build has it.
@@ -118,49 +125,6 @@ pub(crate) const REDIS_CLUSTER: &str = "redis+cluster";
 /// Query options every store takes: waiters listen (`on`, the default) or
 /// poll (`off`).
 const LISTEN: &str = "listen";
-
-/// sqlx's PostgreSQL connection parameters (sqlx-postgres 0.8,
-/// `options/parse.rs`), besides `options[NAME]`.
-/// The options an etcd URL takes (besides `listen`, which the core reads);
-/// the etcd store reads them from here too.
-pub(crate) const ETCD_OPTIONS: &[&str] = &["prefix", "ca_file", "cert_file", "key_file", "domain"];
-
-const POSTGRES_DRIVER_OPTIONS: &[&str] = &[
-    "sslmode",
-    "ssl-mode",
-    "sslrootcert",
-    "ssl-root-cert",
-    "ssl-ca",
-    "sslcert",
-    "ssl-cert",
-    "sslkey",
-    "ssl-key",
-    "statement-cache-capacity",
-    "host",
-    "hostaddr",
-    "port",
-    "dbname",
-    "user",
-    "password",
-    "application_name",
-    "options",
-];
-
-/// The Redis store's URL options live with its other options.
-#[cfg(feature = "redis")]
-use crate::backends::redis::options::{
-    check_url_option as check_redis_option, DRIVER_URL_OPTIONS as REDIS_DRIVER_OPTIONS,
-    URL_OPTIONS as REDIS_OPTIONS,
-};
-/// Without the store no Redis URL gets as far as its options.
-#[cfg(not(feature = "redis"))]
-const REDIS_DRIVER_OPTIONS: &[&str] = &[];
-#[cfg(not(feature = "redis"))]
-const REDIS_OPTIONS: &[&str] = &[];
-#[cfg(not(feature = "redis"))]
-fn check_redis_option(_: &str, _: &str) -> Result<()> {
-    Ok(())
-}
 
 impl Scheme {
     /// Parses `url`: the store it names and the URL's parts.
@@ -326,14 +290,8 @@ impl Scheme {
     pub fn own_options(self) -> &'static [&'static str] {
         match self {
             Scheme::Memory | Scheme::Mongodb => &[],
-            Scheme::Sqlite => &["synchronous"],
-            Scheme::Postgres => &[
-                "pooler",
-                "listen_url",
-                "max_connections",
-                "idle_timeout",
-                "acquire_timeout",
-            ],
+            Scheme::Sqlite => SQLITE_OPTIONS,
+            Scheme::Postgres => POSTGRES_OPTIONS,
             Scheme::Redis => REDIS_OPTIONS,
             Scheme::Etcd => ETCD_OPTIONS,
         }
