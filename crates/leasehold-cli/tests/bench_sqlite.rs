@@ -46,6 +46,16 @@ fn quick_bench_reports_every_scenario() {
         names[..2],
         ["semaphore permit (3 permits)", "acquire_many, 2 keys"]
     );
+    // The recorder rows: the Prometheus one recorded (its series are in
+    // its exposition), the no-op one has no exposition to show.
+    let recorded = &u["with_recorder"];
+    assert_eq!(recorded["samples"], 100, "{u}");
+    assert!(recorded["series"].as_u64().unwrap() > 0, "{u}");
+    assert!(recorded["p50_per_plain"].as_f64().unwrap() > 0.0, "{u}");
+    let noop = &u["with_noop_recorder"];
+    assert_eq!(noop["samples"], 100, "{u}");
+    assert!(noop.get("series").is_none(), "{u}");
+    assert!(noop["p50_per_plain"].as_f64().unwrap() > 0.0, "{u}");
     // Every primitive is either timed or said to be missing on the store.
     let skipped = u["primitives_skipped"].as_array().map_or(0, Vec::len);
     assert_eq!(names.len() + skipped, 4, "{u}");

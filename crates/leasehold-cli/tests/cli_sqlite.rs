@@ -451,9 +451,9 @@ fn a_scrape_of_the_demo_shows_its_wait_and_hold_histograms_matching_its_totals()
         failed,
         "{text}"
     );
-    assert_eq!(
-        sample_sum(&text, "leasehold_lock_attempts_count", &granted),
-        orders - failed,
+    // Attempts are a counter: at least one per granted acquisition.
+    assert!(
+        sample_sum(&text, "leasehold_lock_attempts", &granted) >= orders - failed,
         "{text}"
     );
     // Every grant was held and released.

@@ -9,7 +9,7 @@
 //! | name | kind | unit | labels |
 //! |---|---|---|---|
 //! | `leasehold.lock.wait_time` | histogram | s | store, primitive, lock_class, outcome |
-//! | `leasehold.lock.attempts` | histogram | {attempt} | store, primitive, lock_class, outcome |
+//! | `leasehold.lock.attempts` | counter | {attempt} | store, primitive, lock_class, outcome |
 //! | `leasehold.lock.use_time` | histogram | s | store, primitive, lock_class |
 //! | `leasehold.lock.renewals` | counter | {renewal} | store, primitive, lock_class, outcome |
 //! | `leasehold.lock.lost` | counter | {lease} | store, primitive, lock_class, reason |
@@ -59,7 +59,11 @@ fn seconds(d: Duration) -> f64 {
 
 /// Acquisition wait, by outcome (seconds).
 pub const WAIT_TIME: &str = "leasehold.lock.wait_time";
-/// Store attempts per acquisition.
+/// Store attempts, summed over acquisitions (by outcome). Divided by the
+/// count of [`WAIT_TIME`] of the same outcome it gives the attempts per
+/// acquisition; a counter, not a histogram, because an acquisition then
+/// costs one histogram sample less (see `docs/metrics.md`), and because
+/// the Node package exports the same name as a counter.
 pub const ATTEMPTS: &str = "leasehold.lock.attempts";
 /// Hold time, grant to release (seconds).
 pub const USE_TIME: &str = "leasehold.lock.use_time";
@@ -82,10 +86,10 @@ pub fn describe() {
         Unit::Seconds,
         "Time from an acquire call to its end, by outcome"
     );
-    describe_histogram!(
+    describe_counter!(
         ATTEMPTS,
         Unit::Count,
-        "Attempts at the store per acquire call"
+        "Attempts at the store, summed over acquire calls"
     );
     describe_histogram!(
         USE_TIME,
@@ -122,9 +126,18 @@ fn recorder_id(recorder: &dyn Recorder) -> RecorderId {
 /// then one lookup here and the handle's own update, where the macros
 /// would build the label set and ask the recorder for the handle each time
 /// (which, for the Prometheus exporter, hashes the key into its registry).
+///
+/// The handles of the first two recorders the series meets (in an
+/// application: the facade's no-op one, if anything was recorded before
+/// the application installed its recorder, and that recorder) are read
+/// without a lock, one atomic load each; any later one (thread-local
+/// recorders in turn, in tests) has its handles behind a lock, the last
+/// such recorder's only. A read lock's two atomic read-modify-writes per
+/// event showed up in profiles of `memory://` rounds (`docs/metrics.md`).
 #[derive(Debug, Default)]
 pub(crate) struct Handles {
-    resolved: RwLock<Option<Resolved>>,
+    lock_free: [OnceLock<Resolved>; 2],
+    other: RwLock<Option<Resolved>>,
 }
 
 /// Handles resolved through one recorder, each on its first use (so a
@@ -134,7 +147,7 @@ struct Resolved {
     recorder: RecorderId,
     /// By [`Outcome`] (as an index).
     wait: [OnceLock<Histogram>; 5],
-    attempts: [OnceLock<Histogram>; 5],
+    attempts: [OnceLock<Counter>; 5],
     use_time: OnceLock<Histogram>,
     /// By [`Renewal`].
     renewals: [OnceLock<Counter>; 3],
@@ -178,30 +191,38 @@ pub(crate) struct SeriesRef<'a> {
 fn record(s: SeriesRef<'_>, event: impl FnOnce(&Resolved, &Registrar<'_>)) {
     with_recorder(|recorder| {
         let id = recorder_id(recorder);
-        let handles = s.handles;
         let registrar = Registrar {
             recorder,
             series: s,
         };
-        {
-            let resolved = handles
-                .resolved
-                .read()
-                .unwrap_or_else(PoisonError::into_inner);
-            if let Some(resolved) = resolved.as_ref().filter(|r| r.recorder == id) {
+        for slot in &s.handles.lock_free {
+            let resolved = slot.get_or_init(|| Resolved::new(id));
+            if resolved.recorder == id {
                 return event(resolved, &registrar);
             }
         }
-        let mut resolved = handles
-            .resolved
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
-        let resolved = match &mut *resolved {
-            Some(r) if r.recorder == id => r,
-            slot => slot.insert(Resolved::new(id)),
-        };
-        event(resolved, &registrar)
+        other_recorder(s.handles, id, |resolved| event(resolved, &registrar));
     })
+}
+
+/// The handles of a recorder after the series' first two, behind a lock
+/// (resolved again whenever that recorder changes).
+fn other_recorder(handles: &Handles, id: RecorderId, event: impl FnOnce(&Resolved)) {
+    {
+        let resolved = handles.other.read().unwrap_or_else(PoisonError::into_inner);
+        if let Some(resolved) = resolved.as_ref().filter(|r| r.recorder == id) {
+            return event(resolved);
+        }
+    }
+    let mut resolved = handles
+        .other
+        .write()
+        .unwrap_or_else(PoisonError::into_inner);
+    let resolved = match &mut *resolved {
+        Some(r) if r.recorder == id => r,
+        slot => slot.insert(Resolved::new(id)),
+    };
+    event(resolved)
 }
 
 /// Registers a series' metric with a recorder (the slow path, once per
@@ -254,8 +275,8 @@ pub(crate) fn acquired(
             .get_or_init(|| r.histogram(WAIT_TIME, &label))
             .record(seconds(waited));
         h.attempts[i]
-            .get_or_init(|| r.histogram(ATTEMPTS, &label))
-            .record(attempts as f64);
+            .get_or_init(|| r.counter(ATTEMPTS, &label))
+            .increment(attempts);
         if waits {
             h.pending.get_or_init(|| r.gauge(PENDING)).decrement(1.0);
         }
@@ -358,15 +379,20 @@ mod tests {
                 guard.release().await.unwrap();
             })
         };
-        round(); // no recorder: resolved as no-ops
-        let (first, second) = (DebuggingRecorder::new(), DebuggingRecorder::new());
+        round(); // no recorder: resolved as no-ops (the first lock-free slot)
+        let first = DebuggingRecorder::new(); // the second lock-free slot
+        let (second, third) = (DebuggingRecorder::new(), DebuggingRecorder::new()); // locked
         ::metrics::with_local_recorder(&first, round);
         ::metrics::with_local_recorder(&second, || {
             round();
             round();
         });
         ::metrics::with_local_recorder(&first, round);
+        ::metrics::with_local_recorder(&third, round);
+        ::metrics::with_local_recorder(&second, round);
+        round();
         assert_eq!(holds(&first, "switch"), 2);
-        assert_eq!(holds(&second, "switch"), 2);
+        assert_eq!(holds(&second, "switch"), 3);
+        assert_eq!(holds(&third, "switch"), 1);
     }
 }

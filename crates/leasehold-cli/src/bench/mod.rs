@@ -262,15 +262,15 @@ fn print_table(report: &Report) {
             "  {:<34} {:>10.1} {:>10.1} {:>10.1} {:>10}",
             "leasehold", l.p50_us, l.p99_us, l.p999_us, ""
         );
-        let r = &u.with_recorder;
-        println!(
-            "  {:<34} {:>10.1} {:>10.1} {:>10.1} {:>9.2}x",
-            "leasehold, metrics recorder on",
-            r.latency.p50_us,
-            r.latency.p99_us,
-            r.latency.p999_us,
-            r.p50_per_plain
-        );
+        for (name, r) in [
+            ("leasehold, metrics recorder on", &u.with_recorder),
+            ("leasehold, no-op recorder on", &u.with_noop_recorder),
+        ] {
+            println!(
+                "  {:<34} {:>10.1} {:>10.1} {:>10.1} {:>9.2}x",
+                name, r.latency.p50_us, r.latency.p99_us, r.latency.p999_us, r.p50_per_plain
+            );
+        }
         for b in &u.baselines {
             let x = &b.latency;
             println!(

@@ -35,8 +35,10 @@ pub struct Uncontended {
     /// Primitives the store refused (not implemented there), with why.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub primitives_skipped: Vec<String>,
-    /// The mutex round again with a metrics recorder installed.
+    /// The mutex round again with a Prometheus metrics recorder installed.
     pub with_recorder: super::recorder::RecorderOverhead,
+    /// And with the facade's no-op recorder (the library's part alone).
+    pub with_noop_recorder: super::recorder::RecorderOverhead,
 }
 
 /// Acquire + release of another primitive, next to the mutex's.
@@ -137,13 +139,15 @@ pub async fn uncontended(
     let mut ours = Vec::with_capacity(rounds);
     let mut theirs: Vec<Vec<Duration>> = vec![Vec::with_capacity(rounds); store.baselines.len()];
     let mut primitives: Vec<Vec<Duration>> = vec![Vec::with_capacity(rounds); served.len()];
-    let mut recording = super::recorder::Recording::new(rounds);
+    let mut recording = super::recorder::Recording::prometheus(rounds);
+    let mut noop_recording = super::recorder::Recording::noop(rounds);
     for _ in 0..rounds {
         let t = Instant::now();
         let guard = locks.try_acquire(&key).await?;
         guard.release().await?;
         ours.push(t.elapsed());
         recording.round(locks).await?;
+        noop_recording.round(locks).await?;
         for ((primitive, key), out) in served.iter().zip(&mut primitives) {
             let t = Instant::now();
             primitive.round(locks, key).await?;
@@ -160,6 +164,7 @@ pub async fn uncontended(
     }
     let leasehold = Latency::of(&ours);
     let with_recorder = recording.finish(&leasehold);
+    let with_noop_recorder = noop_recording.finish(&leasehold);
     let baselines = store
         .baselines
         .iter()
@@ -197,6 +202,7 @@ pub async fn uncontended(
         primitives,
         primitives_skipped,
         with_recorder,
+        with_noop_recorder,
     })
 }
 

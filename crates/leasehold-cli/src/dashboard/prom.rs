@@ -98,8 +98,8 @@ pub fn render(st: &State) -> String {
 }
 
 /// The Prometheus recorder a process installs to export the library's
-/// metrics: histograms with these bucket bounds (seconds, and counts for
-/// `attempts`), so that the expositions of several processes add up.
+/// metrics: histograms with these bucket bounds (seconds), so that the
+/// expositions of several processes add up.
 pub fn recorder() -> metrics_exporter_prometheus::PrometheusRecorder {
     metrics_exporter_prometheus::PrometheusBuilder::new()
         .set_buckets(&[
