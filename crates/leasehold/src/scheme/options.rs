@@ -56,15 +56,26 @@ pub(crate) const ETCD_OPTIONS: &[&str] = &["prefix", "ca_file", "cert_file", "ke
 /// Checks the value of the Redis URL option `name` before any I/O (the
 /// prefix is checked with the other options, when the store is opened).
 pub(crate) fn check_redis_option(name: &str, value: &str) -> Result<()> {
-    let whole = |what: &str| {
+    match name {
+        "min_replicas" => redis_count::<u32>(name, value).map(drop),
+        "max_connections" => redis_count::<usize>(name, value).map(drop),
+        _ => Ok(()),
+    }
+}
+
+/// The whole number a Redis count option (`min_replicas`,
+/// `max_connections`) must be: parsed once, by the URL check and by the
+/// store's options alike.
+pub(crate) fn redis_count<T: std::str::FromStr>(name: &str, value: &str) -> Result<T> {
+    value.parse().map_err(|_| {
+        let what = if name == "min_replicas" {
+            "replicas"
+        } else {
+            "connections"
+        };
         Error::invalid(
             "store url",
             format!("{name} must be a whole number of {what}, got {value:?}"),
         )
-    };
-    match name {
-        "min_replicas" if value.parse::<u32>().is_err() => Err(whole("replicas")),
-        "max_connections" if value.parse::<usize>().is_err() => Err(whole("connections")),
-        _ => Ok(()),
-    }
+    })
 }

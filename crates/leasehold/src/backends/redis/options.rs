@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::keys::Namespace;
 use crate::error::{Error, Result};
-use crate::scheme::options::check_redis_option;
+use crate::scheme::options::redis_count;
 use crate::scheme::StoreUrl;
 
 /// How to connect and where to keep the records.
@@ -126,12 +126,10 @@ impl RedisOptions {
             options = options.with_prefix(prefix);
         }
         if let Some(n) = url.option("min_replicas") {
-            check_redis_option("min_replicas", n)?;
-            options = options.with_min_replicas(n.parse().unwrap_or_default());
+            options = options.with_min_replicas(redis_count("min_replicas", n)?);
         }
         if let Some(n) = url.option("max_connections") {
-            check_redis_option("max_connections", n)?;
-            options = options.with_max_connections(n.parse().unwrap_or_default());
+            options = options.with_max_connections(redis_count("max_connections", n)?);
         }
         Ok(options)
     }
