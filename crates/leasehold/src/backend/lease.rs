@@ -49,7 +49,9 @@ impl Lease {
 
     /// This lease with the ttl the store actually enforces, for a store
     /// that can only keep coarser ttls than asked and rounds them **up**
-    /// (etcd: whole seconds, a server minimum). The guard's deadline and
+    /// (etcd: whole seconds, a server minimum), or whose grant rides on an
+    /// expiry that started before the request (etcd: a lease granted
+    /// ahead, its age taken off). The guard's deadline and
     /// renewals follow [`ttl`](Self::ttl), so a holder never believes it
     /// holds longer than the store keeps the lease. A store must never
     /// report a ttl longer than it keeps the lease from the request's

@@ -15,12 +15,13 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::backend::{Lease, OwnerId};
 use crate::error::Result;
 
 use super::errors::STORE;
+use super::spares::Spare;
 use super::EtcdBackend;
 
 /// A lease as etcd granted (or last renewed) it.
@@ -111,6 +112,61 @@ impl EtcdBackend {
             // The server's answer, never less than what was asked.
             ttl: from_secs(resp.ttl().max(secs)),
         })
+    }
+
+    /// A lease for a mutex grant of `ttl`, and the ttl it promises from
+    /// now: a young spare (its age off its TTL), else one granted now.
+    pub(super) async fn lease_for_grant(&self, ttl: Duration) -> Result<(Spare, Duration)> {
+        let asked_secs = ttl_secs(ttl);
+        let (found, stale) = self.inner.spares.take(asked_secs, Instant::now());
+        for id in stale {
+            self.revoke_later(id);
+        }
+        if let Some(found) = found {
+            return Ok(found);
+        }
+        let sent_at = Instant::now();
+        let granted = self.grant_lease(ttl).await?;
+        let spare = Spare {
+            granted,
+            asked_secs,
+            sent_at,
+        };
+        Ok((spare, granted.ttl))
+    }
+
+    /// Grants a spare for grants of `ttl` in the background, unless one
+    /// is kept already.
+    pub(super) fn refill_later(&self, ttl: Duration) {
+        let asked_secs = ttl_secs(ttl);
+        if self.inner.spares.has(asked_secs) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let backend = self.clone();
+        runtime.spawn(async move {
+            let sent_at = Instant::now();
+            if let Ok(granted) = backend.grant_lease(ttl).await {
+                let spare = Spare {
+                    granted,
+                    asked_secs,
+                    sent_at,
+                };
+                if let Some(id) = backend.inner.spares.put(spare, Instant::now()) {
+                    let _ = backend.revoke(id).await;
+                }
+            }
+        });
+    }
+
+    /// Keeps a lease an attempt did not attach to any key for a later
+    /// grant, or revokes it when it is too old or enough are kept.
+    pub(super) fn give_back(&self, lease: Spare) {
+        if let Some(id) = self.inner.spares.put(lease, Instant::now()) {
+            self.revoke_later(id);
+        }
     }
 
     /// Renews lease `id` once, to its full TTL. `false` if it is gone

@@ -4,7 +4,8 @@
 //! (layout in `keys.rs`, leases in `leases.rs`, transactions in `txns.rs`,
 //! the why in docs/etcd.md), so etcd decides expiry:
 //!
-//! - acquire: `LeaseGrant(ttl)`, then `if create_revision(key) == 0 then
+//! - acquire: a lease (a spare granted ahead, `spares.rs`, or
+//!   `LeaseGrant(ttl)`), then `if create_revision(key) == 0 then
 //!   put(key, lease) else get(key)`. The fencing token is the key's
 //!   `create_revision`: etcd's revisions never go backwards (across
 //!   release, expiry, restarts and leader changes: they are part of the
@@ -24,6 +25,7 @@ mod keys;
 mod leases;
 mod options;
 mod slots;
+mod spares;
 mod txns;
 mod watch;
 
@@ -63,6 +65,8 @@ struct Inner {
     /// The etcd lease of each grant this backend made or extended, so a
     /// renewal is one keep-alive, without reading the record first.
     leases: leases::Known,
+    /// Leases granted ahead of the mutex grants that will need them.
+    spares: spares::Spares,
 }
 
 impl EtcdBackend {
@@ -127,6 +131,7 @@ impl EtcdBackend {
                 request_timeout: options.request_timeout,
                 watcher,
                 leases: leases::Known::default(),
+                spares: spares::Spares::default(),
             }),
         };
         // The client dials lazily: one read now, so a cluster that is down
@@ -294,13 +299,14 @@ impl EtcdBackend {
         req: &AcquireRequest,
         etcd_key: &str,
         fresh: leases::Granted,
+        promised: Duration,
     ) -> Result<(Acquire, bool)> {
         let key = req.key();
         for _ in 0..CONFLICT_RETRIES {
             let value = keys::value(req.owner(), fresh.ttl, req.holder());
             let resp = self.txn(txns::acquire(etcd_key, value, fresh.id)).await?;
             if resp.succeeded() {
-                let lease = req.granted(revision(&resp)?).enforced_for(fresh.ttl);
+                let lease = req.granted(revision(&resp)?).enforced_for(promised);
                 self.remember(etcd_key, &lease, fresh);
                 return Ok((Acquire::Granted(lease), true));
             }
@@ -312,7 +318,7 @@ impl EtcdBackend {
                 // Our own transaction, committed though its answer was
                 // lost and the request resent: the grant is on the fresh
                 // lease, as asked.
-                let lease = req.granted(record.token).enforced_for(fresh.ttl);
+                let lease = req.granted(record.token).enforced_for(promised);
                 self.remember(etcd_key, &lease, fresh);
                 return Ok((Acquire::Granted(lease), true));
             }
@@ -415,12 +421,21 @@ impl Backend for EtcdBackend {
             let key = req.key();
             let etcd_key = self.inner.layout.slot(Kind::Mutex, key.as_str(), None);
             // The lease first: the grant's expiry is etcd's, from before
-            // the transaction that attaches the key to it.
-            let fresh = self.grant_lease(req.ttl()).await?;
-            let outcome = self.acquire_on(req, &etcd_key, fresh).await;
-            if !matches!(outcome, Ok((_, true))) {
-                // Busy, a repeat, or an error: the lease holds nothing.
-                self.revoke_later(fresh.id);
+            // the transaction that attaches the key to it. A spare when
+            // there is one (spares.rs), its age off the ttl it promises.
+            let (lease, promised) = self.lease_for_grant(req.ttl()).await?;
+            let outcome = self
+                .acquire_on(req, &etcd_key, lease.granted, promised)
+                .await;
+            match &outcome {
+                // The lease is the grant's now: a spare for the next one.
+                Ok((_, true)) => self.refill_later(req.ttl()),
+                // Busy or a repeat: every transaction's compare failed, so
+                // the lease holds no key and serves a later attempt.
+                Ok((_, false)) => self.give_back(lease),
+                // A transaction's answer may have been lost after it
+                // attached the key: revoking the lease deletes that key.
+                Err(_) => self.revoke_later(lease.granted.id),
             }
             outcome.map(|(acquire, _)| acquire)
         })
@@ -535,6 +550,11 @@ impl Backend for EtcdBackend {
     }
 
     fn shutdown(&self) -> BoxFuture<'_, ()> {
-        Box::pin(async move { self.inner.watcher.close().await })
+        Box::pin(async move {
+            for id in self.inner.spares.drain() {
+                let _ = self.revoke(id).await;
+            }
+            self.inner.watcher.close().await
+        })
     }
 }

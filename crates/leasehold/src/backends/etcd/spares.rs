@@ -1,0 +1,166 @@
+//! Leases granted ahead of the grants that need them.
+//!
+//! A mutex grant needs an etcd lease before its transaction (the key is
+//! attached to it), and a `LeaseGrant` is a Raft write: granting it on the
+//! critical path made an uncontended acquisition two round trips to the
+//! leader where the raw `put` + `delete` pair needs one each
+//! (docs/etcd.md, "Measured"). So a grant takes a spare lease granted
+//! earlier in the background when there is one for its ttl, and a new
+//! spare is granted behind it; a busy answer gives its unused lease back
+//! instead of revoking it.
+//!
+//! A spare has been running since its grant was sent: the time since then
+//! is taken off the ttl the grant reports, so the guard's deadline stays
+//! no later than etcd's expiry (`leases.rs`, "Timing"). A spare older than
+//! a tenth of its TTL is not used (the guard would lose too much of its
+//! ttl) but revoked.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use super::leases::Granted;
+
+/// Spares kept at most (per backend, over every ttl); more are revoked.
+const SPARES_MAX: usize = 4;
+
+/// A lease and when its grant was sent.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Spare {
+    pub granted: Granted,
+    /// The TTL asked for, in etcd's whole seconds: the spare serves grants
+    /// that ask the same.
+    pub asked_secs: i64,
+    pub sent_at: Instant,
+}
+
+impl Spare {
+    /// How long the lease still runs at `now`, at least: its TTL from
+    /// the sending of its grant. `None` once it is too old to hand out.
+    pub fn usable_for(&self, now: Instant) -> Option<Duration> {
+        let age = now.saturating_duration_since(self.sent_at);
+        (age <= self.granted.ttl / 10).then(|| self.granted.ttl - age)
+    }
+}
+
+/// The spares of one backend.
+#[derive(Debug, Default)]
+pub(super) struct Spares(Mutex<Vec<Spare>>);
+
+impl Spares {
+    /// A spare for a grant asking `asked_secs`, usable at `now`, with the
+    /// ttl it can still promise; and the ids of the spares found too old,
+    /// to revoke.
+    pub fn take(&self, asked_secs: i64, now: Instant) -> (Option<(Spare, Duration)>, Vec<i64>) {
+        let mut spares = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut stale = Vec::new();
+        spares.retain(|s| {
+            let keep = s.usable_for(now).is_some();
+            if !keep {
+                stale.push(s.granted.id);
+            }
+            keep
+        });
+        let found = spares
+            .iter()
+            .position(|s| s.asked_secs == asked_secs)
+            .map(|i| spares.swap_remove(i))
+            .and_then(|s| s.usable_for(now).map(|ttl| (s, ttl)));
+        (found, stale)
+    }
+
+    /// Whether a spare for `asked_secs` is kept now.
+    pub fn has(&self, asked_secs: i64) -> bool {
+        let spares = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        spares.iter().any(|s| s.asked_secs == asked_secs)
+    }
+
+    /// Keeps `spare` for a later grant; the id of the lease to revoke
+    /// instead when it is too old or the backend keeps enough.
+    pub fn put(&self, spare: Spare, now: Instant) -> Option<i64> {
+        let mut spares = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if spare.usable_for(now).is_none() || spares.len() >= SPARES_MAX {
+            return Some(spare.granted.id);
+        }
+        spares.push(spare);
+        None
+    }
+
+    /// Every spare's id, the store emptied (on shutdown).
+    pub fn drain(&self) -> Vec<i64> {
+        let mut spares = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        spares.drain(..).map(|s| s.granted.id).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spare(id: i64, secs: i64, sent_at: Instant) -> Spare {
+        Spare {
+            granted: Granted {
+                id,
+                ttl: Duration::from_secs(secs as u64),
+            },
+            asked_secs: secs,
+            sent_at,
+        }
+    }
+
+    #[test]
+    fn a_spare_promises_its_ttl_less_its_age_and_only_while_young() {
+        let t0 = Instant::now();
+        let s = spare(1, 10, t0);
+        assert_eq!(s.usable_for(t0), Some(Duration::from_secs(10)));
+        assert_eq!(
+            s.usable_for(t0 + Duration::from_millis(400)),
+            Some(Duration::from_millis(9600))
+        );
+        assert_eq!(
+            s.usable_for(t0 + Duration::from_secs(1)),
+            Some(Duration::from_secs(9))
+        );
+        assert_eq!(s.usable_for(t0 + Duration::from_millis(1001)), None);
+        // A clock read before the grant was sent: no age, never more ttl.
+        assert_eq!(
+            s.usable_for(t0 - Duration::from_secs(1)),
+            Some(Duration::from_secs(10))
+        );
+    }
+
+    #[test]
+    fn take_matches_the_ttl_and_hands_back_the_stale_to_revoke() {
+        let t0 = Instant::now();
+        let spares = Spares::default();
+        assert_eq!(spares.put(spare(1, 30, t0), t0), None);
+        assert_eq!(spares.put(spare(2, 5, t0), t0), None);
+        let (found, stale) = spares.take(30, t0 + Duration::from_millis(5));
+        let (s, ttl) = found.unwrap();
+        assert_eq!((s.granted.id, ttl), (1, Duration::from_millis(29995)));
+        assert!(stale.is_empty());
+        assert!(!spares.has(30), "taken once");
+        assert!(spares.take(30, t0).0.is_none());
+        // The 5 s spare is past a tenth of its TTL 600 ms later.
+        let (found, stale) = spares.take(5, t0 + Duration::from_millis(600));
+        assert!(found.is_none());
+        assert_eq!(stale, [2]);
+        assert!(!spares.has(5));
+    }
+
+    #[test]
+    fn put_refuses_the_old_and_the_surplus() {
+        let t0 = Instant::now();
+        let spares = Spares::default();
+        assert_eq!(
+            spares.put(spare(9, 1, t0), t0 + Duration::from_millis(200)),
+            Some(9)
+        );
+        for id in 0..SPARES_MAX as i64 {
+            assert_eq!(spares.put(spare(id, 30, t0), t0), None);
+        }
+        assert_eq!(spares.put(spare(99, 30, t0), t0), Some(99));
+        let mut all = spares.drain();
+        all.sort_unstable();
+        assert_eq!(all, (0..SPARES_MAX as i64).collect::<Vec<_>>());
+    }
+}
