@@ -136,27 +136,29 @@ impl EtcdBackend {
     }
 
     /// Grants a spare for grants of `ttl` in the background, unless one
-    /// is kept already.
+    /// is kept already or being granted.
     pub(super) fn refill_later(&self, ttl: Duration) {
         let asked_secs = ttl_secs(ttl);
-        if self.inner.spares.has(asked_secs) {
-            return;
-        }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
+        if !self.inner.spares.start_refill(asked_secs) {
+            return;
+        }
         let backend = self.clone();
         runtime.spawn(async move {
             let sent_at = Instant::now();
-            if let Ok(granted) = backend.grant_lease(ttl).await {
-                let spare = Spare {
-                    granted,
-                    asked_secs,
-                    sent_at,
-                };
-                if let Some(id) = backend.inner.spares.put(spare, Instant::now()) {
-                    let _ = backend.revoke(id).await;
-                }
+            let spare = backend.grant_lease(ttl).await.ok().map(|granted| Spare {
+                granted,
+                asked_secs,
+                sent_at,
+            });
+            let refused = backend
+                .inner
+                .spares
+                .refilled(asked_secs, spare, Instant::now());
+            if let Some(id) = refused {
+                let _ = backend.revoke(id).await;
             }
         });
     }

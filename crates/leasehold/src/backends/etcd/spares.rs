@@ -44,14 +44,25 @@ impl Spare {
 
 /// The spares of one backend.
 #[derive(Debug, Default)]
-pub(super) struct Spares(Mutex<Vec<Spare>>);
+pub(super) struct Spares(Mutex<Pool>);
+
+#[derive(Debug, Default)]
+struct Pool {
+    spares: Vec<Spare>,
+    /// The ttls (whole seconds) whose spare is being granted now: one
+    /// refill at a time per ttl, so that grants in quick succession, each
+    /// finding the refill of the one before still in flight, do not pile
+    /// up lease grants on the leader.
+    refilling: Vec<i64>,
+}
 
 impl Spares {
     /// A spare for a grant asking `asked_secs`, usable at `now`, with the
     /// ttl it can still promise; and the ids of the spares found too old,
     /// to revoke.
     pub fn take(&self, asked_secs: i64, now: Instant) -> (Option<(Spare, Duration)>, Vec<i64>) {
-        let mut spares = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut pool = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let spares = &mut pool.spares;
         let mut stale = Vec::new();
         spares.retain(|s| {
             let keep = s.usable_for(now).is_some();
@@ -68,27 +79,45 @@ impl Spares {
         (found, stale)
     }
 
-    /// Whether a spare for `asked_secs` is kept now.
-    pub fn has(&self, asked_secs: i64) -> bool {
-        let spares = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        spares.iter().any(|s| s.asked_secs == asked_secs)
+    /// Whether to grant a spare for `asked_secs` now: none is kept and
+    /// none is being granted. `true` marks it as being granted, until
+    /// [`refilled`](Self::refilled).
+    pub fn start_refill(&self, asked_secs: i64) -> bool {
+        let mut pool = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let wanted = !pool.refilling.contains(&asked_secs)
+            && !pool.spares.iter().any(|s| s.asked_secs == asked_secs);
+        if wanted {
+            pool.refilling.push(asked_secs);
+        }
+        wanted
+    }
+
+    /// The refill for `asked_secs` ended, with `spare` if its grant was
+    /// answered; the id of the lease to revoke instead, as for
+    /// [`put`](Self::put).
+    pub fn refilled(&self, asked_secs: i64, spare: Option<Spare>, now: Instant) -> Option<i64> {
+        {
+            let mut pool = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            pool.refilling.retain(|&s| s != asked_secs);
+        }
+        spare.and_then(|spare| self.put(spare, now))
     }
 
     /// Keeps `spare` for a later grant; the id of the lease to revoke
     /// instead when it is too old or the backend keeps enough.
     pub fn put(&self, spare: Spare, now: Instant) -> Option<i64> {
-        let mut spares = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if spare.usable_for(now).is_none() || spares.len() >= SPARES_MAX {
+        let mut pool = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if spare.usable_for(now).is_none() || pool.spares.len() >= SPARES_MAX {
             return Some(spare.granted.id);
         }
-        spares.push(spare);
+        pool.spares.push(spare);
         None
     }
 
     /// Every spare's id, the store emptied (on shutdown).
     pub fn drain(&self) -> Vec<i64> {
-        let mut spares = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        spares.drain(..).map(|s| s.granted.id).collect()
+        let mut pool = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        pool.spares.drain(..).map(|s| s.granted.id).collect()
     }
 }
 
@@ -138,13 +167,28 @@ mod tests {
         let (s, ttl) = found.unwrap();
         assert_eq!((s.granted.id, ttl), (1, Duration::from_millis(29995)));
         assert!(stale.is_empty());
-        assert!(!spares.has(30), "taken once");
-        assert!(spares.take(30, t0).0.is_none());
+        assert!(spares.take(30, t0).0.is_none(), "taken once");
         // The 5 s spare is past a tenth of its TTL 600 ms later.
         let (found, stale) = spares.take(5, t0 + Duration::from_millis(600));
         assert!(found.is_none());
         assert_eq!(stale, [2]);
-        assert!(!spares.has(5));
+        assert!(spares.take(5, t0).0.is_none());
+    }
+
+    #[test]
+    fn one_refill_at_a_time_per_ttl_and_none_while_a_spare_is_kept() {
+        let t0 = Instant::now();
+        let spares = Spares::default();
+        assert!(spares.start_refill(30));
+        assert!(!spares.start_refill(30), "one in flight");
+        assert!(spares.start_refill(5), "another ttl is another refill");
+        assert_eq!(spares.refilled(30, Some(spare(1, 30, t0)), t0), None);
+        assert!(!spares.start_refill(30), "a spare is kept");
+        assert!(spares.take(30, t0).0.is_some());
+        assert!(spares.start_refill(30));
+        // A refill whose grant failed ends too.
+        assert_eq!(spares.refilled(30, None, t0), None);
+        assert!(spares.start_refill(30));
     }
 
     #[test]
