@@ -100,6 +100,13 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
 
     /// Extends the lease to `ttl` from now (store clock) iff owner and token
     /// match and it has not expired. `Ok(false)` means the lease is gone.
+    ///
+    /// A renewal never moves the expiry earlier: one the store applies late
+    /// (held on the way, or dropped by the guard and retried) may arrive
+    /// after a later renewal whose deadline the holder already trusts. A
+    /// store that computes the expiry at execution on its own clock gets
+    /// this for free; one that sends an expiry computed by the client keeps
+    /// the later of the two (MongoDB: `$max`).
     fn renew<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>>;
 
     /// Frees the key iff owner and token match; keeps the fence counter and

@@ -15,7 +15,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::backend::{Lease, OwnerId};
 use crate::error::Result;
@@ -117,22 +117,27 @@ impl EtcdBackend {
     /// A lease for a mutex grant of `ttl`, and the ttl it promises from
     /// now: a young spare (its age off its TTL), else one granted now.
     pub(super) async fn lease_for_grant(&self, ttl: Duration) -> Result<(Spare, Duration)> {
-        let asked_secs = ttl_secs(ttl);
-        let (found, stale) = self.inner.spares.take(asked_secs, Instant::now());
+        let spares = &self.inner.spares;
+        let (found, stale) = spares.take(ttl_secs(ttl), spares.now());
         for id in stale {
             self.revoke_later(id);
         }
         if let Some(found) = found {
             return Ok(found);
         }
-        let sent_at = Instant::now();
+        let spare = self.grant_spare(ttl).await?;
+        Ok((spare, spare.granted.ttl))
+    }
+
+    /// A lease for `ttl` granted now, its age counted from the sending.
+    async fn grant_spare(&self, ttl: Duration) -> Result<Spare> {
+        let sent_at = self.inner.spares.now();
         let granted = self.grant_lease(ttl).await?;
-        let spare = Spare {
+        Ok(Spare {
             granted,
-            asked_secs,
+            asked_secs: ttl_secs(ttl),
             sent_at,
-        };
-        Ok((spare, granted.ttl))
+        })
     }
 
     /// Grants a spare for grants of `ttl` in the background, unless one
@@ -147,17 +152,9 @@ impl EtcdBackend {
         }
         let backend = self.clone();
         runtime.spawn(async move {
-            let sent_at = Instant::now();
-            let spare = backend.grant_lease(ttl).await.ok().map(|granted| Spare {
-                granted,
-                asked_secs,
-                sent_at,
-            });
-            let refused = backend
-                .inner
-                .spares
-                .refilled(asked_secs, spare, Instant::now());
-            if let Some(id) = refused {
+            let spare = backend.grant_spare(ttl).await.ok();
+            let spares = &backend.inner.spares;
+            if let Some(id) = spares.refilled(asked_secs, spare, spares.now()) {
                 let _ = backend.revoke(id).await;
             }
         });
@@ -166,7 +163,8 @@ impl EtcdBackend {
     /// Keeps a lease an attempt did not attach to any key for a later
     /// grant, or revokes it when it is too old or enough are kept.
     pub(super) fn give_back(&self, lease: Spare) {
-        if let Some(id) = self.inner.spares.put(lease, Instant::now()) {
+        let spares = &self.inner.spares;
+        if let Some(id) = spares.put(lease, spares.now()) {
             self.revoke_later(id);
         }
     }

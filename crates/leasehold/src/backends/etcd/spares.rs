@@ -13,12 +13,17 @@
 //! is taken off the ttl the grant reports, so the guard's deadline stays
 //! no later than etcd's expiry (`leases.rs`, "Timing"). A spare older than
 //! a tenth of its TTL is not used (the guard would lose too much of its
-//! ttl) but revoked.
+//! ttl) but revoked. Ages are measured on the lease clock, which counts
+//! the time the machine was suspended: etcd's lease runs on while this
+//! client sleeps, so a spare granted before a suspend is old after it.
 
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use super::leases::Granted;
+use crate::time::LeaseClock;
 
 /// Spares kept at most (per backend, over every ttl); more are revoked.
 const SPARES_MAX: usize = 4;
@@ -44,7 +49,10 @@ impl Spare {
 
 /// The spares of one backend.
 #[derive(Debug, Default)]
-pub(super) struct Spares(Mutex<Pool>);
+pub(super) struct Spares {
+    pool: Mutex<Pool>,
+    clock: LeaseClock,
+}
 
 #[derive(Debug, Default)]
 struct Pool {
@@ -57,11 +65,30 @@ struct Pool {
 }
 
 impl Spares {
+    /// Spares whose ages are read on `clock` (tests suspend it by hand).
+    #[cfg(test)]
+    fn with_clock(clock: LeaseClock) -> Self {
+        Spares {
+            pool: Mutex::default(),
+            clock,
+        }
+    }
+
+    /// Now, on the clock spare ages are measured on.
+    pub fn now(&self) -> Instant {
+        self.clock.now()
+    }
+
+    fn pool(&self) -> std::sync::MutexGuard<'_, Pool> {
+        // Every update leaves the pool whole, so a poisoned lock still holds a valid one.
+        self.pool.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// A spare for a grant asking `asked_secs`, usable at `now`, with the
     /// ttl it can still promise; and the ids of the spares found too old,
     /// to revoke.
     pub fn take(&self, asked_secs: i64, now: Instant) -> (Option<(Spare, Duration)>, Vec<i64>) {
-        let mut pool = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut pool = self.pool();
         let spares = &mut pool.spares;
         let mut stale = Vec::new();
         spares.retain(|s| {
@@ -83,7 +110,7 @@ impl Spares {
     /// none is being granted. `true` marks it as being granted, until
     /// [`refilled`](Self::refilled).
     pub fn start_refill(&self, asked_secs: i64) -> bool {
-        let mut pool = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut pool = self.pool();
         let wanted = !pool.refilling.contains(&asked_secs)
             && !pool.spares.iter().any(|s| s.asked_secs == asked_secs);
         if wanted {
@@ -96,34 +123,38 @@ impl Spares {
     /// answered; the id of the lease to revoke instead, as for
     /// [`put`](Self::put).
     pub fn refilled(&self, asked_secs: i64, spare: Option<Spare>, now: Instant) -> Option<i64> {
-        {
-            let mut pool = self.0.lock().unwrap_or_else(|p| p.into_inner());
-            pool.refilling.retain(|&s| s != asked_secs);
-        }
-        spare.and_then(|spare| self.put(spare, now))
+        let mut pool = self.pool();
+        pool.refilling.retain(|&s| s != asked_secs);
+        spare.and_then(|spare| pool.keep(spare, now))
     }
 
     /// Keeps `spare` for a later grant; the id of the lease to revoke
     /// instead when it is too old or the backend keeps enough.
     pub fn put(&self, spare: Spare, now: Instant) -> Option<i64> {
-        let mut pool = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if spare.usable_for(now).is_none() || pool.spares.len() >= SPARES_MAX {
-            return Some(spare.granted.id);
-        }
-        pool.spares.push(spare);
-        None
+        self.pool().keep(spare, now)
     }
 
     /// Every spare's id, the store emptied (on shutdown).
     pub fn drain(&self) -> Vec<i64> {
-        let mut pool = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        pool.spares.drain(..).map(|s| s.granted.id).collect()
+        self.pool().spares.drain(..).map(|s| s.granted.id).collect()
+    }
+}
+
+impl Pool {
+    fn keep(&mut self, spare: Spare, now: Instant) -> Option<i64> {
+        if spare.usable_for(now).is_none() || self.spares.len() >= SPARES_MAX {
+            return Some(spare.granted.id);
+        }
+        self.spares.push(spare);
+        None
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::time::ManualSuspendClock;
+    use std::sync::Arc;
 
     fn spare(id: i64, secs: i64, sent_at: Instant) -> Spare {
         Spare {
@@ -189,6 +220,23 @@ mod tests {
         // A refill whose grant failed ends too.
         assert_eq!(spares.refilled(30, None, t0), None);
         assert!(spares.start_refill(30));
+    }
+
+    /// A suspend stops the monotonic clock but not etcd's lease: a spare
+    /// granted just before one is past use right after it.
+    #[test]
+    fn a_suspend_ages_a_spare() {
+        let manual = Arc::new(ManualSuspendClock::default());
+        let spares = Spares::with_clock(LeaseClock::with_suspend_clock(manual.clone()));
+        let sent_at = spares.now();
+        assert_eq!(spares.put(spare(1, 10, sent_at), spares.now()), None);
+        manual.suspend_for(Duration::from_secs(5));
+        let (found, stale) = spares.take(10, spares.now());
+        assert!(
+            found.is_none(),
+            "5 s of a 10 s lease ran out while suspended"
+        );
+        assert_eq!(stale, [1]);
     }
 
     #[test]

@@ -109,22 +109,6 @@ impl MongoBackend {
         e
     }
 
-    async fn recover(&self, req: &AcquireRequest) -> Result<Acquire> {
-        let found = self
-            .inner
-            .coll
-            .find_one(doc! { "_id": req.key().as_str() })
-            .await
-            .map_err(|e| self.fail(e))?;
-        match found {
-            Some(d) if d.get_str("owner") == Ok(req.owner().to_string().as_str()) => {
-                tracing::debug!(key = %req.key(), "upsert answered no document but granted");
-                Ok(Acquire::Granted(req.granted(fence_of(&d)?)))
-            }
-            _ => Ok(Acquire::Busy(self.busy(req.key()).await?)),
-        }
-    }
-
     /// The record of `key`, if any, and the store's time after reading it.
     async fn record(&self, key: &Key) -> Result<(Option<Document>, ServerNow)> {
         let found = self
@@ -198,9 +182,11 @@ impl Backend for MongoBackend {
                 // An upsert always returns the new document on mongod, but a
                 // wire-compatible server may answer "no document" under
                 // contention even when it applied the update. The server
-                // decided atomically either way; read which way (the owner
-                // id is fresh, so it is ours only if our write happened).
-                Ok(None) => self.recover(req).await,
+                // decided atomically either way; read which way. Our owner
+                // on the record does not prove that this attempt wrote it
+                // (an earlier attempt of the same request may have, with an
+                // older expiry), so a grant is extended from now first.
+                Ok(None) => self.regrant_or_busy(req).await,
                 Err(e) if is_duplicate_key(&e) => self.regrant_or_busy(req).await,
                 Err(e) => Err(self.fail(e)),
             }
@@ -219,10 +205,14 @@ impl Backend for MongoBackend {
                 "fence": token_as_i64(lease)?,
                 "expiresAt": { "$gt": date(now.upper) },
             };
-            let update = doc! { "$set": {
-                "expiresAt": date(now.upper.saturating_add(ttl)),
-                "ttlMs": ttl,
-            } };
+            // `$max`, not `$set`: the expiry was computed from this
+            // client's "now" before sending, and an update held on the way
+            // can land after a later renewal of the same lease, which the
+            // holder counted its deadline from. Never move it back.
+            let update = doc! {
+                "$max": { "expiresAt": date(now.upper.saturating_add(ttl)) },
+                "$set": { "ttlMs": ttl },
+            };
             let done = self
                 .inner
                 .coll

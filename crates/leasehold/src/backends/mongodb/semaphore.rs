@@ -299,11 +299,11 @@ impl MongoBackend {
         let (mut filter, slot) = Self::held(lease)?;
         // Not expired even by the latest possible "now": never revived.
         filter.insert(format!("{slot}.expiresAt"), doc! { "$gt": date(now.upper) });
+        // `$max`: a renewal held on the way never moves the expiry back
+        // behind a later one (see `MongoBackend::renew`).
         let update = doc! {
-            "$set": {
-                format!("{slot}.expiresAt"): date(now.upper.saturating_add(ttl)),
-                format!("{slot}.ttlMs"): ttl,
-            },
+            "$max": { format!("{slot}.expiresAt"): date(now.upper.saturating_add(ttl)) },
+            "$set": { format!("{slot}.ttlMs"): ttl },
             // A grant decided on a read from before this renewal must fail.
             "$inc": { "rev": 1_i64 },
         };
