@@ -171,6 +171,12 @@ struct Grant {
     lost: Option<u64>,
     /// The latest `valid_until` the holder logged.
     valid_until: u64,
+    /// No earlier than the deadline the holder's last successful renewal
+    /// gave it: that renewal's logged start plus the trusted part of the
+    /// ttl. A renewal extends `valid_until` without the worker logging
+    /// it (the holder sleeps in its critical section), and the guard
+    /// counts from an instant just before the store wrapper logs the start.
+    renewed_until_at_most: u64,
     release: Option<u64>,
     /// The last resource operation the holder started.
     last_op: Option<u64>,
@@ -204,7 +210,8 @@ pub fn check(input: &Input<'_>) -> Report {
         inconclusive: Vec::new(),
         verdict: Verdict::Pass,
     };
-    let grants = grants(input.events, &mut r);
+    let renewed_ttl = input.enforced_ttl.max(input.ttl);
+    let grants = grants(input.events, renewed_ttl, &mut r);
     count_renewals(input, &grants, &mut r);
     check_tokens(&grants, &mut r);
     check_beliefs(input, &grants, &mut r);
@@ -227,8 +234,10 @@ pub fn check(input: &Input<'_>) -> Report {
     r
 }
 
-/// Rebuilds each holder's view from its own events, process by process.
-fn grants(events: &[Event], r: &mut Report) -> Vec<Grant> {
+/// Rebuilds each holder's view from its own events, process by process;
+/// `renewed_ttl` is the longest ttl a renewal may extend a lease by.
+fn grants(events: &[Event], renewed_ttl: Duration, r: &mut Report) -> Vec<Grant> {
+    let trusted = leasehold::time::trusted_for(renewed_ttl).as_nanos() as u64;
     let mut by_pid: BTreeMap<u32, Vec<&Event>> = BTreeMap::new();
     for e in events {
         by_pid.entry(e.pid).or_default().push(e);
@@ -237,11 +246,13 @@ fn grants(events: &[Event], r: &mut Report) -> Vec<Grant> {
     for stream in by_pid.values_mut() {
         stream.sort_by_key(|e| e.t);
         let mut invoked = None;
+        let mut renew_invoked = None;
         let mut current: Option<usize> = None;
         for e in stream.iter() {
             match (e.op, e.kind) {
                 (Op::Acquire, Kind::Invoke) => {
                     invoked = Some(e.t);
+                    renew_invoked = None;
                     current = None;
                 }
                 (Op::Acquire, Kind::Ok) => {
@@ -259,6 +270,7 @@ fn grants(events: &[Event], r: &mut Report) -> Vec<Grant> {
                         ok: e.t,
                         lost: None,
                         valid_until: e.valid_until.unwrap_or(0),
+                        renewed_until_at_most: 0,
                         release: None,
                         last_op: None,
                     });
@@ -284,6 +296,14 @@ fn grants(events: &[Event], r: &mut Report) -> Vec<Grant> {
                 (Op::Read | Op::Write, Kind::Invoke) => g.last_op = Some(e.t),
                 (Op::Release, Kind::Invoke) => g.release = Some(e.t),
                 (Op::Lost, _) => g.lost = g.lost.or(Some(e.t)),
+                // Attempts the guard timed out log no answer: an answer
+                // belongs to the latest start before it.
+                (Op::Renew, Kind::Invoke) => renew_invoked = Some(e.t),
+                (Op::Renew, Kind::Ok) => {
+                    if let Some(t) = renew_invoked.take() {
+                        g.renewed_until_at_most = g.renewed_until_at_most.max(t + trusted);
+                    }
+                }
                 _ => {}
             }
         }
@@ -413,8 +433,9 @@ fn check_lost_signals(input: &Input<'_>, grants: &[Grant], r: &mut Report) {
     }
     for g in grants {
         // A grant whose answer came after its deadline (the request was
-        // held back) can signal only once the guard exists.
-        let deadline = g.valid_until.max(g.ok);
+        // held back) can signal only once the guard exists. The deadline
+        // the worker logged last may predate renewals.
+        let deadline = g.valid_until.max(g.renewed_until_at_most).max(g.ok);
         let due = deadline + slack;
         let still_holding = g.release.is_none_or(|rel| rel > due);
         let ran_past_due = last_seen.get(&g.pid).is_some_and(|&t| t > due);

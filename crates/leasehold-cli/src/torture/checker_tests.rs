@@ -368,6 +368,38 @@ fn lost_must_fire_by_valid_until_for_a_running_holder() {
     assert_eq!(r.lost_signal.must_fire, 0);
 }
 
+/// A renewal moves the deadline without the worker logging it (it sleeps
+/// in its critical section): `lost()` firing at the renewed deadline is on
+/// time, not late by the renewal's extension (a MongoDB soak run counted
+/// one such holder as a violation). Late past the renewed deadline still is.
+#[test]
+fn lost_is_due_at_the_deadline_the_last_renewal_gave() {
+    // Trusted until 500 ms at the grant; renewed at 300 ms (ttl 1 s:
+    // trusted 988 ms, so until about 1288 ms); a timed-out attempt at
+    // 600 ms logs no answer; the next one at 700 ms is refused.
+    let holder = |lost_at: u64| {
+        let mut e = granted(1, 0, 0, 1, 1, 500);
+        e.extend(renewal(1, 300, 1, Kind::Ok));
+        e.push(ev(600, 1, Op::Renew, Kind::Invoke, Some(1), None));
+        e.extend(renewal(1, 700, 1, Kind::Fail));
+        e.push(ev(lost_at, 1, Op::Lost, Kind::Info, Some(1), None));
+        e.push(ev(3000, 1, Op::Write, Kind::Invoke, Some(1), Some(500)));
+        e
+    };
+    let r = run(&holder(1290), &[], &[], false);
+    assert_eq!(
+        (r.lost_signal.must_fire, r.lost_signal.fired_on_time),
+        (1, 1)
+    );
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    let r = run(&holder(1400), &[], &[], false);
+    assert_eq!(
+        (r.lost_signal.must_fire, r.lost_signal.fired_on_time),
+        (1, 0)
+    );
+    assert_first_mentions(&r.violations, "lost() fired later");
+}
+
 #[test]
 fn pauses_without_visible_effect_are_inconclusive() {
     let events = round(1, 0, 1);
