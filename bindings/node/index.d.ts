@@ -14,7 +14,8 @@ export type LeaseholdErrorCode =
   | 'LEASEHOLD_UNAVAILABLE'
   | 'LEASEHOLD_INVALID_INPUT'
   | 'LEASEHOLD_LOST'
-  | 'LEASEHOLD_CANCELLED';
+  | 'LEASEHOLD_CANCELLED'
+  | 'LEASEHOLD_KIND_MISMATCH';
 
 /**
  * Every error this package rejects or throws with: narrow a `catch (e)`

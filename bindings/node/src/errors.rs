@@ -20,6 +20,9 @@ fn code(error: &Error) -> &'static str {
         Error::Timeout { .. } => "LEASEHOLD_TIMEOUT",
         Error::Cancelled { .. } => "LEASEHOLD_CANCELLED",
         Error::LeaseLost { .. } => "LEASEHOLD_LOST",
+        // One key is one lock: the key is a lock of another kind (a
+        // semaphore's key taken as a mutex, say). The program's mistake.
+        Error::KindMismatch { .. } => "LEASEHOLD_KIND_MISMATCH",
         // A permanent store error is still "the store cannot serve this";
         // `retryable: false` tells it apart from an outage.
         _ => "LEASEHOLD_UNAVAILABLE",

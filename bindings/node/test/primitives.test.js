@@ -39,11 +39,14 @@ for (const store of stores()) {
       assert.equal(holders[a.slot].token, a.token);
       assert.equal(typeof holders[0].holder, 'string');
       assert.ok(holders[0].expiresInMs > 0 && holders[0].expiresInMs <= 30_000);
-      // The mutex of the same name is another lock.
-      const mutex = await locks.tryAcquire(key);
-      assert.notEqual(mutex, null);
-      assert.equal(mutex.slot, undefined);
-      await mutex.release();
+      // One key is one lock: a mutex of the semaphore's name is refused at
+      // once (not waited on), with a code of its own.
+      await assert.rejects(locks.acquire(key, { wait: '20s' }), (e) => {
+        assert.equal(e.code, 'LEASEHOLD_KIND_MISMATCH');
+        assert.equal(e.retryable, false);
+        assert.match(e.message, /is a semaphore; a mutex of the same name is refused: use another key/);
+        return true;
+      });
       await a.release();
       const c = await sem.tryAcquire();
       assert.equal(c.slot, a.slot, 'the freed slot is taken again');

@@ -34,10 +34,16 @@ for (const store of stores()) {
       assert.equal(await other.rwLock(key).tryWrite(), null, 'readers exclude the writer');
       const holders = await other.rwLock(key).holders();
       assert.deepEqual(holders.map((h) => h.side), ['read', 'read']);
-      // The mutex and the semaphore of the same name are other locks.
-      const mutex = await other.tryAcquire(key);
-      assert.notEqual(mutex, null);
-      await mutex.release();
+      // One key is one lock: the exclusive acquire of the key is its
+      // writer (busy beside readers), and a semaphore of the name is
+      // refused at once.
+      assert.equal(await other.tryAcquire(key), null, 'readers exclude the exclusive acquire');
+      await assert.rejects(other.semaphore(key, 2).acquire({ wait: '20s' }), (e) => {
+        assert.equal(e.code, 'LEASEHOLD_KIND_MISMATCH');
+        assert.equal(e.retryable, false);
+        assert.match(e.message, /is a reader-writer lock; a semaphore of the same name is refused/);
+        return true;
+      });
       await r1.release();
       await r2.release();
       const w = await other.rwLock(key).tryWrite({ ttl: '30s' });

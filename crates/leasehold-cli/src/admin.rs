@@ -11,10 +11,13 @@ use crate::exit::CliError;
 pub struct StatusArgs {
     /// Lock key
     pub key: String,
-    /// Print {"key","held","holder","token","expires_in_ms"}, and
-    /// "permits" (each {"slot","holder","token","expires_in_ms"}) when the
-    /// semaphore KEY has live permits, and "rw" (each with "side": "read" or
-    /// "write") when the reader-writer lock KEY has live holders
+    /// Print {"key","kind","held","holder","token","expires_in_ms"}: one
+    /// key is one lock; "kind" is "mutex", "reader-writer lock" or
+    /// "semaphore" while something holds KEY, "held" whether anything does;
+    /// "holder", "token" and "expires_in_ms" are a mutex holder's, and
+    /// "permits" (each {"slot","holder","token","expires_in_ms"}) a
+    /// semaphore's live permits, "rw" (each with "side": "read" or "write")
+    /// a reader-writer lock's live holders
     #[arg(long)]
     pub json: bool,
 }
@@ -37,14 +40,11 @@ pub struct ReleaseArgs {
     /// Lock key
     pub key: String,
     /// Required: breaking somebody else's lock is an admin action. The
-    /// fencing token moves on, so the evicted holder's writes are refused by
-    /// fenced resources. It breaks the mutex KEY: a plain (or --exclusive)
-    /// `run KEY`, which holds it together with KEY's reader-writer writer,
-    /// then loses KEY, stops its command and gives the writer back. The
-    /// --shared holders of KEY, a writer taken with the library's
-    /// `rw_lock(KEY)` alone, and semaphore permits of KEY are not broken
-    /// (the stores have no admin break for them): they end with their
-    /// holders or their ttl, and release names them when any are live.
+    /// fencing token moves on, so the evicted holders' writes are refused by
+    /// fenced resources. One key is one lock: it breaks whatever holds KEY,
+    /// the mutex holder, or every --shared run and the writer of a
+    /// reader-writer lock, or every permit of a semaphore; their `run`s
+    /// lose KEY and stop their commands.
     #[arg(long)]
     pub force: bool,
 }
@@ -59,6 +59,9 @@ struct Status<'a> {
     /// For a reader-writer lock's holder, "read" or "write".
     #[serde(skip_serializing_if = "Option::is_none")]
     side: Option<&'static str>,
+    /// `status`: the key's kind, while something holds it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kind: Option<&'static str>,
     held: bool,
     holder: Option<&'a str>,
     token: Option<u64>,
@@ -80,6 +83,7 @@ impl<'a> Status<'a> {
                 RwSide::Read => "read",
                 RwSide::Write => "write",
             }),
+            kind: None,
             held: true,
             holder: Some(permit.holder.as_str()),
             token: Some(permit.token),
@@ -96,6 +100,7 @@ impl<'a> Status<'a> {
             side: None,
             permits: Vec::new(),
             rw: Vec::new(),
+            kind: None,
             held: info.is_some(),
             holder: info.map(|i| i.holder.as_str()),
             token: info.map(|i| i.token),
@@ -133,6 +138,17 @@ pub async fn status(store: &str, args: StatusArgs) -> Result<u8, CliError> {
     let mut status = Status::of(&args.key, info.as_ref());
     status.permits = permits.iter().map(Status::of_permit).collect();
     status.rw = rw.iter().map(Status::of_permit).collect();
+    // One key is one lock, of one kind: the kind of what holds it.
+    status.kind = if info.is_some() {
+        Some("mutex")
+    } else if !status.rw.is_empty() {
+        Some("reader-writer lock")
+    } else if !status.permits.is_empty() {
+        Some("semaphore")
+    } else {
+        None
+    };
+    status.held = status.kind.is_some();
     if args.json {
         println!("{}", to_json(&status));
     } else {
@@ -183,28 +199,20 @@ pub async fn release(store: &str, args: ReleaseArgs) -> Result<u8, CliError> {
     }
     let locks = Locks::open(store).await?;
     let before = locks.inspect(&args.key).await?;
+    let others = locks.rw_lock(&args.key)?.holders().await?.len()
+        + locks.semaphore(&args.key, 1)?.holders().await?.len();
+    // One key is one lock: the store breaks whatever holds it.
     let broken = locks.force_release(&args.key).await?;
     match (broken, before) {
         (true, Some(info)) => println!(
             "broke the lock on {} (was held by {}, token {}); its token is now stale",
             args.key, info.holder, info.token
         ),
-        (true, None) => println!("broke the lock on {}", args.key),
+        (true, None) => println!(
+            "broke the lock on {} ({others} holder(s)); their tokens are now stale",
+            args.key
+        ),
         (false, _) => println!("{} was not held", args.key),
-    }
-    // One key is one lock to the user, but the break reaches only the
-    // mutex: say what else still holds KEY rather than let "broke" imply it.
-    let readers_writers = locks.rw_lock(&args.key)?.holders().await?;
-    let permits = locks.semaphore(&args.key, 1)?.holders().await?;
-    if !readers_writers.is_empty() || !permits.is_empty() {
-        println!(
-            "note: {} still has {} reader-writer holder(s) and {} semaphore permit(s), \
-             which release --force does not break; a `run` among them stops once \
-             its mutex is broken, the others end with their holders or their ttl",
-            args.key,
-            readers_writers.len(),
-            permits.len()
-        );
     }
     Ok(0)
 }

@@ -4,6 +4,9 @@ use std::fmt;
 
 /// Invalid usage or input.
 pub const EX_USAGE: u8 = 64;
+/// The key is a lock of another kind (a semaphore's key taken as a lock,
+/// say): the command names the wrong key. sysexits' EX_DATAERR.
+pub const EX_DATAERR: u8 = 65;
 /// Store unreachable or failing.
 pub const EX_UNAVAILABLE: u8 = 69;
 /// Lease lost while running the command (the command was stopped).
@@ -62,6 +65,7 @@ impl From<leasehold::Error> for CliError {
             E::Busy { .. } | E::Timeout { .. } => EX_TEMPFAIL,
             E::Cancelled { .. } => EX_INTERRUPTED,
             E::LeaseLost { .. } => EX_LOST,
+            E::KindMismatch { .. } => EX_DATAERR,
             // Unavailable, Backend, and variants added later.
             _ => EX_UNAVAILABLE,
         };

@@ -55,13 +55,10 @@ fn status_list_and_force_release_of_a_running_holder() {
     let out = run(leasehold(store).args(["list", "--prefix", "admin:", "--json"]));
     assert!(out.status.success(), "{}", stderr(&out));
     let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    // A plain run holds the key's mutex and its writer (one key is one
-    // lock in the CLI): both are listed, the mutex first.
-    assert_eq!(listed.as_array().unwrap().len(), 2, "{listed}");
+    // A plain run of a fresh key holds its mutex: one row.
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
     assert_eq!(listed[0]["key"], "admin:job");
     assert_eq!(listed[0]["token"], token);
-    assert_eq!(listed[1]["key"], "admin:job");
-    assert_eq!(listed[1]["side"], "write", "{listed}");
 
     let out = run(leasehold(store).args(["run", "admin:job", "--", "true"]));
     assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));

@@ -232,10 +232,10 @@ fn a_frozen_run_has_its_command_stopped_before_the_next_holder_starts() {
     frozen_run_stops_its_command(&sqlite_store(dir.path()), dir.path());
 }
 
-/// `release --force KEY` breaks a plain `run KEY` as a whole: the run loses
-/// the mutex, stops its command (exit 70) and gives KEY's writer back, so
-/// a `--shared` run of KEY can start; a reader of KEY is not broken, and
-/// release says so.
+/// `release --force KEY` breaks whatever holds KEY (one key is one lock):
+/// a plain `run KEY` loses KEY and stops its command (exit 70), so a
+/// `--shared` run of KEY can start; a `--shared` run of KEY is broken too
+/// (it exits 70), and status names the key's kind.
 #[test]
 fn force_release_of_a_plain_runs_key_frees_the_whole_key() {
     let dir = tempfile::tempdir().unwrap();
@@ -253,8 +253,8 @@ fn force_release_of_a_plain_runs_key_frees_the_whole_key() {
     let s = status(&store, "whole");
     assert_eq!(s["held"], true, "{s}");
     assert_eq!(
-        s["rw"][0]["side"], "write",
-        "a plain run holds KEY's writer: {s}"
+        s["kind"], "mutex",
+        "a fresh key's plain run is a mutex: {s}"
     );
     let out = run(leasehold(&store).args(["release", "whole", "--force"]));
     assert!(out.status.success(), "{}", stderr(&out));
@@ -278,14 +278,18 @@ fn force_release_of_a_plain_runs_key_frees_the_whole_key() {
     )["rw"]
         .as_array()
         .is_some_and(|rows| !rows.is_empty())));
+    assert_eq!(status(&store, "whole")["kind"], "reader-writer lock");
     let out = run(leasehold(&store).args(["release", "whole", "--force"]));
     assert!(
-        stdout(&out).contains("1 reader-writer holder(s)"),
+        stdout(&out).contains("broke the lock on whole (1 holder(s))"),
         "{}",
         stdout(&out)
     );
-    let _ = reader.kill();
-    let _ = reader.wait();
+    assert_eq!(
+        reader.wait().unwrap().code(),
+        Some(70),
+        "the reader is broken too"
+    );
 }
 
 /// libfaketime's preload library (Debian's `libfaketime`), which shifts

@@ -120,6 +120,24 @@ pub enum Error {
         key: String,
     },
 
+    /// The key is a lock of another kind than the one asked for: one key is
+    /// one lock, and it keeps the kind it was first used as (a mutex key
+    /// that nobody holds becomes a reader-writer lock or a semaphore on
+    /// first such use). A semaphore key refuses a mutex or a reader-writer
+    /// lock, and a reader-writer lock's key refuses a semaphore (a mutex
+    /// acquire of it is its writer). Refused at once, never waited on, and
+    /// not retryable: the program uses one name for two locks; use another
+    /// key for one of them.
+    #[error("key {key:?} is a {held}; a {requested} of the same name is refused: use another key")]
+    KindMismatch {
+        /// The key.
+        key: String,
+        /// The kind the key is at the store.
+        held: crate::backend::KeyKind,
+        /// The kind that was asked for.
+        requested: crate::backend::KeyKind,
+    },
+
     /// The lease ended (expired or broken) before the operation could use it.
     #[error("the lease on {key:?} was lost")]
     LeaseLost {
@@ -163,6 +181,7 @@ impl Error {
             Error::InvalidInput { .. }
             | Error::Cancelled { .. }
             | Error::LeaseLost { .. }
+            | Error::KindMismatch { .. }
             | Error::Backend { .. } => false,
         }
     }
@@ -412,6 +431,16 @@ mod tests {
         assert!(!Error::invalid("key", "empty").is_retryable());
         assert!(!Error::backend("corrupt").is_retryable());
         assert!(!Error::LeaseLost { key: "k".into() }.is_retryable());
+        let mismatch = Error::KindMismatch {
+            key: "x".into(),
+            held: crate::backend::KeyKind::Semaphore,
+            requested: crate::backend::KeyKind::Mutex,
+        };
+        assert!(!mismatch.is_retryable());
+        assert_eq!(
+            mismatch.to_string(),
+            r#"key "x" is a semaphore; a mutex of the same name is refused: use another key"#
+        );
     }
 
     #[test]

@@ -190,7 +190,7 @@ pub mod time;
 // The user API. What only a store's implementation names lives in
 // `backend` alone (the rule is in docs/architecture.md).
 pub use backend::{
-    validate_permits, Backend, Lease, LeaseInfo, OwnerId, PermitInfo, RwSide, MAX_PERMITS,
+    validate_permits, Backend, KeyKind, Lease, LeaseInfo, OwnerId, PermitInfo, RwSide, MAX_PERMITS,
 };
 pub use cause::error_chain;
 pub use election::{Election, Leader, Leadership, Observer, MAX_CANDIDATE_BYTES};

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::backend::{
-    Acquire, AcquireRequest, Backend, BoxFuture, Busy, Lease, LeaseInfo, PermitKind,
+    Acquire, AcquireRequest, Backend, BoxFuture, Busy, KeyKind, Lease, LeaseInfo, PermitKind,
 };
 use crate::dispatch::{release_any, try_acquire_any};
 use crate::error::{Error, Result};
@@ -419,7 +419,7 @@ impl Locks {
         // A wait too long to represent is as good as no bound.
         let deadline = started.checked_add(wait);
         // The store bounds its own lock waits by the caller's deadline.
-        let request = Arc::new(match deadline {
+        let mut request = Arc::new(match deadline {
             Some(d) => request.with_lock_deadline(d),
             None => request,
         });
@@ -479,6 +479,23 @@ impl Locks {
                     .observed(probe.tally()));
                 }
                 Acquire::Busy(busy) => busy,
+                Acquire::OtherKind(KeyKind::ReaderWriter) if request.permit_kind().is_none() => {
+                    // One key is one lock: the exclusive acquire of a
+                    // reader-writer lock's key is its writer (it waits for
+                    // the readers and excludes them). Asked at once, and
+                    // from now on this loop asks for the writer only.
+                    tracing::debug!("the key is a reader-writer lock; acquiring its writer");
+                    request = Arc::new(request.as_writer());
+                    continue;
+                }
+                Acquire::OtherKind(held) => {
+                    // Another kind cannot be shared: refused, never waited on.
+                    return Err(Error::KindMismatch {
+                        key: request.key().to_string(),
+                        held,
+                        requested: request.key_kind(),
+                    });
+                }
             };
             if wait.is_zero() {
                 return Err(Error::Busy {

@@ -78,46 +78,26 @@ impl Locks {
         self.acquire_many(keys, &AcquireOptions::new()).await
     }
 
-    /// Takes, for every key of `keys`, both its mutex (as
-    /// [`acquire_many`](Self::acquire_many)) and the writer side of its
-    /// reader-writer lock ([`RwLock::write_with`](crate::RwLock::write_with)),
-    /// all or none: the holder then excludes, for each key, the holders of
-    /// the mutex `key` *and* the readers and writer of the reader-writer lock
-    /// `key`, which the store otherwise keeps apart (docs/rw-lock.md). This
-    /// is how the CLI's plain `run KEY` holds "the one lock KEY".
-    ///
-    /// The locks are taken in one canonical order, by key bytes and for each
-    /// key the mutex before the writer, so two such calls, and calls of
-    /// [`acquire_many`](Self::acquire_many), whose sets overlap cannot
-    /// deadlock. The returned guard's [`guards`](MultiGuard::guards) and
-    /// [`tokens`](MultiGuard::tokens) are the mutexes' (one per key, so a
-    /// resource fenced by the mutex `key` keeps one sequence of tokens); the
-    /// writers are held, renewed and released with them, and losing any of
-    /// them makes the set lost.
+    /// The same as [`acquire_many`](Self::acquire_many): one key is one
+    /// lock, so the exclusive acquire of a key already excludes its
+    /// reader-writer lock's readers and writer (it *is* that lock's writer
+    /// once the key is one). This took the mutex and the writer of each
+    /// key while the store kept them apart; taking both now would wait for
+    /// itself.
     ///
     /// # Errors
     /// As [`acquire_many`](Self::acquire_many).
-    ///
-    /// # Cancel safety
-    /// As [`acquire_many`](Self::acquire_many).
+    #[deprecated(note = "one key is one lock: use `acquire_many`")]
     pub async fn acquire_many_exclusive<S: AsRef<str>>(
         &self,
         keys: &[S],
         options: &AcquireOptions,
     ) -> Result<MultiGuard> {
-        let keys = canonical_keys(keys)?;
-        validate_ttl(options.ttl())?;
-        let parts: Vec<Part<'_>> = keys
-            .iter()
-            .flat_map(|key| [Part::Mutex(key), Part::Writer(key)])
-            .collect();
-        let span =
-            tracing::debug_span!("acquire_many_exclusive", keys = keys.len(), ttl = ?options.ttl());
-        self.acquire_parts(&parts, options).instrument(span).await
+        self.acquire_many(keys, options).await
     }
 
     async fn acquire_sorted(&self, keys: &[Key], options: &AcquireOptions) -> Result<MultiGuard> {
-        let parts: Vec<Part<'_>> = keys.iter().map(Part::Mutex).collect();
+        let parts: Vec<Part<'_>> = keys.iter().map(Part).collect();
         self.acquire_parts(&parts, options).await
     }
 
@@ -180,27 +160,19 @@ impl Locks {
     /// One part of a set, under `options`.
     async fn take(&self, part: Part<'_>, options: &AcquireOptions) -> Result<LeaseGuard> {
         let options = &options.for_primitive(crate::observe::Primitive::Multi);
-        match part {
-            Part::Mutex(key) => self.acquire_with(key.as_str(), options).await,
-            Part::Writer(key) => self.rw_lock(key.as_str())?.write_with(options).await,
-        }
+        // The key's exclusive acquire: its mutex, or the writer of a key
+        // that is a reader-writer lock (lock.rs).
+        self.acquire_with(part.key().as_str(), options).await
     }
 }
 
-/// One lock of an all-or-nothing set.
+/// One lock of an all-or-nothing set: the exclusive acquire of a key.
 #[derive(Debug, Clone, Copy)]
-enum Part<'k> {
-    /// The mutex `key`.
-    Mutex(&'k Key),
-    /// The writer side of the reader-writer lock `key`.
-    Writer(&'k Key),
-}
+struct Part<'k>(&'k Key);
 
 impl Part<'_> {
     fn key(&self) -> &Key {
-        match self {
-            Part::Mutex(key) | Part::Writer(key) => key,
-        }
+        self.0
     }
 }
 
@@ -308,36 +280,26 @@ async fn release_all(guards: Vec<(Part<'_>, LeaseGuard)>) {
 pub struct MultiGuard {
     /// In canonical key order.
     guards: Vec<LeaseGuard>,
-    /// Held with `guards` and counted in every answer about the set, but
-    /// not in `guards` (a key's token there is its mutex's): the writers of
-    /// [`Locks::acquire_many_exclusive`], in canonical key order.
-    writers: Vec<LeaseGuard>,
 }
 
 impl MultiGuard {
     fn from_parts(taken: Vec<(Part<'_>, LeaseGuard)>) -> Self {
-        let (mut guards, mut writers) = (Vec::new(), Vec::new());
-        for (part, guard) in taken {
-            match part {
-                Part::Mutex(_) => guards.push(guard),
-                Part::Writer(_) => writers.push(guard),
-            }
+        MultiGuard {
+            guards: taken.into_iter().map(|(_, guard)| guard).collect(),
         }
-        MultiGuard { guards, writers }
     }
 
-    /// The writers of the keys' reader-writer locks that
-    /// [`Locks::acquire_many_exclusive`] holds beside their mutexes, in
-    /// canonical key order (empty for other sets). Their tokens come from
-    /// the reader-writer locks' fences, for a resource that fences its
-    /// writes by those.
+    /// Empty: one key is one lock, so no set holds writers beside its
+    /// keys' guards any more (a key that is a reader-writer lock is held
+    /// by its writer, in [`guards`](Self::guards)).
+    #[deprecated(note = "one key is one lock: every lease is in `guards`")]
     pub fn writers(&self) -> &[LeaseGuard] {
-        &self.writers
+        &[]
     }
 
-    /// Every lease held, mutexes and writers.
+    /// Every lease held.
     fn all(&self) -> impl Iterator<Item = &LeaseGuard> + '_ {
-        self.guards.iter().chain(&self.writers)
+        self.guards.iter()
     }
 
     /// The guards of each key, in canonical (sorted) key order.
@@ -406,12 +368,8 @@ impl MultiGuard {
     /// key whose release failed expires after its ttl).
     pub async fn release(self) -> Result<()> {
         let mut first_error = None;
-        // Last taken first: the writers, then the mutexes.
-        for guard in self
-            .writers
-            .into_iter()
-            .chain(self.guards.into_iter().rev())
-        {
+        // Last taken first.
+        for guard in self.guards.into_iter().rev() {
             if let Err(e) = guard.release().await {
                 first_error.get_or_insert(e);
             }
@@ -431,7 +389,6 @@ impl From<LeaseGuard> for MultiGuard {
     fn from(guard: LeaseGuard) -> Self {
         MultiGuard {
             guards: vec![guard],
-            writers: Vec::new(),
         }
     }
 }

@@ -71,11 +71,20 @@ async fn check_reads(backend: &dyn Backend, store: &str, p: &str, owner_problem:
 }
 
 /// The SQL stores' corrupt records for [`check_reads`], as `INSERT`s into
-/// the lease table `table` (key, fence, owner, holder, expiry); `later`,
+/// the lease table `table` (key, fence, owner, holder and the expiry column
+/// `expiry_column`, named so that the table's later columns, such as the
+/// key's kind, keep their defaults); `later`,
 /// `far` and `past` are the dialect's expiry expressions for a minute
 /// ahead, beyond any ttl, and already expired.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-fn corrupt_inserts(table: &str, p: &str, later: &str, far: &str, past: &str) -> Vec<String> {
+fn corrupt_inserts(
+    table: &str,
+    expiry_column: &str,
+    p: &str,
+    later: &str,
+    far: &str,
+    past: &str,
+) -> Vec<String> {
     [
         ("fence", "-3", OWNER, later),
         ("owner", "1", "not-hex", later),
@@ -85,7 +94,10 @@ fn corrupt_inserts(table: &str, p: &str, later: &str, far: &str, past: &str) -> 
     ]
     .iter()
     .map(|(suffix, fence, owner, expiry)| {
-        format!("INSERT INTO {table} VALUES ('{p}{suffix}', {fence}, '{owner}', 'h', {expiry})")
+        format!(
+            "INSERT INTO {table} (key, fence, owner, holder, {expiry_column}) \
+             VALUES ('{p}{suffix}', {fence}, '{owner}', 'h', {expiry})"
+        )
     })
     .collect()
 }
@@ -106,7 +118,14 @@ async fn sqlite_reports_corrupt_records() {
     let p = prefix();
     // The store's own clock (registered on the backend's connections).
     let later = "leasehold_now_ms() + 60000";
-    for insert in corrupt_inserts("leasehold_locks", &p, later, "9000000000000000", "0") {
+    for insert in corrupt_inserts(
+        "leasehold_locks",
+        "expires_at_ms",
+        &p,
+        later,
+        "9000000000000000",
+        "0",
+    ) {
         sqlx::query(&insert).execute(backend.pool()).await.unwrap();
     }
     check_reads(&backend, "sqlite", &p, "owner \"not-hex\"").await;
@@ -127,6 +146,7 @@ async fn postgres_reports_corrupt_records() {
     let table_sql = format!("\"{table}\"");
     let inserts = corrupt_inserts(
         &table_sql,
+        "expires_at",
         &p,
         "clock_timestamp() + interval '1 minute'",
         "clock_timestamp() + interval '100 years'",

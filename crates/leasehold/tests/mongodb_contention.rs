@@ -68,6 +68,7 @@ async fn contention_on_an_existing_key_is_always_answered() {
                             backend.release(&lease).await.unwrap();
                         }
                         Ok(Acquire::Busy(_)) => {}
+                        Ok(other) => panic!("a mutex key answered {other:?}"),
                         Err(e) => panic!("an attempt failed: {e}"),
                     }
                 }

@@ -111,7 +111,7 @@ async fn check_in_holds_off_takeover_until_the_transaction_ends() {
     // Whichever ran first after the commit, A's lease was expired or broken.
     match granted {
         Acquire::Granted(b) => assert!(b.token() > a.token()),
-        Acquire::Busy(busy) => panic!("acquire after A's commit found {busy:?}"),
+        busy => panic!("acquire after A's commit found {busy:?}"),
     }
     assert_eq!(
         stock(backend.pool(), &table, 1).await,

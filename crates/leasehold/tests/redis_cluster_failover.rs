@@ -120,7 +120,7 @@ async fn a_killed_primary_is_replaced_and_the_lease_and_fence_survive() {
     let lease = loop {
         match backend.try_acquire(&request).await {
             Ok(Acquire::Granted(lease)) => break lease,
-            Ok(Acquire::Busy(busy)) => panic!("an unconfirmed grant was left held: {busy:?}"),
+            Ok(busy) => panic!("an unconfirmed grant was left held: {busy:?}"),
             Err(Error::Unavailable { .. }) if Instant::now() < deadline => {
                 unconfirmed += 1;
                 tokio::time::sleep(Duration::from_millis(100)).await

@@ -61,14 +61,9 @@ impl Spawned {
 /// another key's token). If `run` is the terminal's foreground process,
 /// the command's group becomes the foreground group, so a command that reads
 /// the terminal is not stopped by SIGTTIN (and Ctrl-C reaches it directly).
-///
-/// With `writer_tokens` (`run --exclusive`) the tokens are those of the
-/// reader-writer locks' writers the guard holds beside its mutexes, as
-/// `--exclusive` always gave; otherwise the guard's keys' own.
 pub(super) fn spawn(
     command: &[String],
     guard: &MultiGuard,
-    writer_tokens: bool,
     first_schedule: (std::time::Duration, std::time::Duration),
 ) -> Result<Spawned, CliError> {
     let (program, rest) = command
@@ -76,12 +71,8 @@ pub(super) fn spawn(
         .ok_or_else(|| CliError::usage("run needs a command after --"))?;
     let foreground = in_terminal_foreground();
     let mut cmd = Command::new(program);
-    let listed = if writer_tokens && !guard.writers().is_empty() {
-        guard.writers()
-    } else {
-        guard.guards()
-    };
-    let (keys, tokens): (Vec<&str>, Vec<String>) = listed
+    let (keys, tokens): (Vec<&str>, Vec<String>) = guard
+        .guards()
         .iter()
         .map(|g| (g.key().as_str(), g.token().to_string()))
         .unzip();

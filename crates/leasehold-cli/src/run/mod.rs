@@ -39,16 +39,17 @@ use signals::Signals;
 /// the same.
 const RUN_PROMISES: &str = "\
 One key is one lock: a plain run KEY (and run KEY --exclusive, the same) \
-excludes other plain runs of KEY, the --shared runs of KEY and holders of \
-the library's mutex KEY (locks.acquire(KEY)): it holds both the mutex KEY and \
-the exclusive side of KEY's reader-writer lock. --shared runs of KEY overlap \
-each other only. --permits N is a semaphore KEY apart from these (it does not \
-exclude a plain run of KEY). LEASEHOLD_TOKEN is the mutex KEY's token for a \
-plain run (as locks.acquire gives), the reader-writer lock's for --shared and \
---exclusive.
+is KEY's exclusive acquire, as the library's locks.acquire(KEY): it excludes \
+other plain runs of KEY and the --shared runs of KEY (once KEY has been used \
+with --shared it is a reader-writer lock and a plain run is its writer, which \
+waits for the shared runs to end; new ones wait for it). --shared runs of KEY \
+overlap each other only. A key keeps the kind it was first used as: \
+--permits N on a key used as a lock (or a lock on a semaphore's key) is \
+refused with exit 65. LEASEHOLD_TOKEN is KEY's fencing token; a key's tokens \
+keep increasing when it becomes a reader-writer lock.
 
-Several keys are taken all or none, in sorted order, for each key its mutex \
-before its writer (so runs whose key sets overlap cannot deadlock), under the \
+Several keys are taken all or none, in sorted order (so runs whose key sets \
+overlap cannot deadlock), under the \
 one --wait; losing any of them stops the command. The command gets \
 LEASEHOLD_KEYS and LEASEHOLD_TOKENS (the fencing tokens), one line per key in \
 sorted order, in its environment, and with one key also LEASEHOLD_KEY and \
@@ -217,14 +218,12 @@ async fn run_with(
                 .read_with(&options)
                 .await
                 .map(MultiGuard::from),
-            // Plain and --exclusive alike: for each key its mutex (which
-            // `locks.acquire(KEY)` in an application also takes) and the
-            // writer of its reader-writer lock (which excludes --shared
-            // runs), so KEY is one lock whatever takes it. The library keeps
-            // those two apart; holding both closes the gap, and the one
-            // canonical order (by key, mutex first) keeps overlapping runs
-            // from deadlocking.
-            _ => locks.acquire_many_exclusive(&args.keys, &options).await,
+            // Plain and --exclusive alike: each key's exclusive acquire, as
+            // `locks.acquire(KEY)` in an application: one key is one lock,
+            // so on a key that --shared runs use (a reader-writer lock) it
+            // is that lock's writer, which waits for them and excludes
+            // them; on a semaphore's key it is refused (exit 65).
+            _ => locks.acquire_many(&args.keys, &options).await,
         }
     };
     let guard = tokio::select! {
@@ -249,7 +248,7 @@ async fn run_with(
         ));
     }
 
-    let mut spawned = match child::spawn(&args.command, &guard, args.exclusive, {
+    let mut spawned = match child::spawn(&args.command, &guard, {
         let (term_at, kill_at) = schedule(guard.valid_until(), grace, kill_margin(guard.ttl()));
         let now = Instant::now();
         (

@@ -582,6 +582,12 @@ macro_rules! process_tests {
         }
 
         #[test]
+        fn a_key_of_another_kind_is_refused_with_exit_65() {
+            let Some(store) = $store else { return };
+            $crate::common::another_kind_exits_65(store.as_ref());
+        }
+
+        #[test]
         fn a_killed_holder_is_taken_over_within_ttl_plus_one_second() {
             let Some(store) = $store else { return };
             let dir = tempfile::tempdir().unwrap();
@@ -711,11 +717,44 @@ fn unique_key(prefix: &str) -> String {
     )
 }
 
+/// One key is one lock: a key used as a semaphore (`run KEY --permits 2`)
+/// refuses a plain `run KEY` and a `run KEY --shared` at once with exit 65
+/// (even with a long `--wait`), naming the kind; a key used with `--shared`
+/// refuses `--permits`; `status` names each key's kind while it is held.
+pub fn another_kind_exits_65(store: &str) {
+    let sem = unique_key("sem");
+    let out = run(leasehold(store).args(["run", &sem, "--permits", "2", "--", "true"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    for extra in [&[][..], &["--shared"][..]] {
+        let started = std::time::Instant::now();
+        let out = run(leasehold(store)
+            .args(["run", &sem, "--wait", "30s"])
+            .args(extra)
+            .args(["--", "true"]));
+        assert_eq!(out.status.code(), Some(65), "{extra:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains("is a semaphore;"), "{}", stderr(&out));
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "refused at once"
+        );
+    }
+    let rw = unique_key("rw");
+    let out = run(leasehold(store).args(["run", &rw, "--shared", "--", "true"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = run(leasehold(store).args(["run", &rw, "--permits", "3", "--", "true"]));
+    assert_eq!(out.status.code(), Some(65), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("is a reader-writer lock;"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 /// One key is one lock: five `run KEY --shared` commands hold KEY together
 /// (each records its start and end and sleeps 1 s); a plain `run KEY`
-/// started while they hold it overlaps none of them, and while it runs the
-/// library's mutex KEY (`locks.acquire(KEY)`, as an application beside a
-/// cron `run` takes it) is busy too.
+/// started while they hold it overlaps none of them: it is KEY's exclusive
+/// side (the writer of the reader-writer lock KEY is), as
+/// `locks.acquire(KEY)` in an application.
 pub fn plain_run_excludes_shared_runs(store: &str, dir: &Path) {
     let times = dir.join("times.log");
     std::fs::write(&times, "").unwrap();
@@ -739,12 +778,17 @@ pub fn plain_run_excludes_shared_runs(store: &str, dir: &Path) {
         status(store, &key)
     );
     children.push(spawn(None, "X"));
-    // While the plain run holds KEY (its command is in `sleep 1`), the
-    // library's mutex of KEY is taken too.
+    // The plain run is KEY's exclusive side: the writer of the
+    // reader-writer lock KEY became (status speaks of the one key).
     assert!(
-        wait_until(Duration::from_secs(20), || status(store, &key)["held"]
-            == true),
-        "the plain run never took the mutex KEY: {}",
+        wait_until(Duration::from_secs(20), || {
+            let s = status(store, &key);
+            s["kind"] == "reader-writer lock"
+                && s["rw"]
+                    .as_array()
+                    .is_some_and(|rows| rows.iter().any(|r| r["side"] == "write"))
+        }),
+        "the plain run never held KEY as its writer: {}",
         status(store, &key)
     );
     for mut child in children {

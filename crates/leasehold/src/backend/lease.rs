@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{OwnerId, RwSide};
+use super::{KeyKind, OwnerId, RwSide};
 use crate::key::Key;
 
 /// A granted lease, as the store knows it.
@@ -70,6 +70,11 @@ pub enum Acquire {
     Granted(Lease),
     /// Somebody else holds it.
     Busy(Busy),
+    /// The key is a lock of another kind (its anchor record says so), and
+    /// nothing was changed at the store. The core turns a mutex request
+    /// on a reader-writer lock's key into that lock's writer, and every
+    /// other mismatch into [`Error::KindMismatch`](crate::Error::KindMismatch).
+    OtherKind(KeyKind),
 }
 
 /// Why an attempt did not get the lease: who holds it and for how long.

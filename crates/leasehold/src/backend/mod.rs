@@ -7,7 +7,7 @@
 //! [`OwnerId`]) is also at the crate root. A store's author needs all of it:
 //!
 //! - the trait and its values: [`Backend`], [`AcquireRequest`] (with
-//!   [`TRY_ONCE_LOCK_WAIT`]), [`Acquire`], [`Busy`], [`Lease`],
+//!   [`TRY_ONCE_LOCK_WAIT`]), [`Acquire`], [`Busy`], [`KeyKind`], [`Lease`],
 //!   [`LeaseInfo`], [`OwnerId`], [`BoxFuture`];
 //! - waking waiters: a [`Subscription`] per waiter, fed by one [`WakeHub`];
 //! - values in the forms stores keep: [`duration_to_millis`],
@@ -22,12 +22,14 @@
 //! The conformance suite (module `conformance`, feature `conformance`)
 //! checks a store against the contract.
 
+mod kind;
 mod lease;
 mod permit;
 mod record;
 mod request;
 
 pub use crate::notify::{Subscription, WakeHub};
+pub use kind::KeyKind;
 pub(crate) use lease::renew_attempt_timeout;
 pub use lease::{Acquire, Busy, Lease, LeaseInfo};
 pub(crate) use permit::merge_listings;
@@ -90,12 +92,35 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 ///   checked with a [`RecordDecoder`], so a damaged one is reported alike
 ///   on every store.
 ///   A backend never panics on a store failure.
+/// - **One key is one lock.** A key's *anchor* is its mutex record (the
+///   record `try_acquire` uses); it also names the key's [`KeyKind`]:
+///   absent/NULL is a mutex (every record written before kinds existed),
+///   else `rw` or `sem` ([`KeyKind::stored`]). The permit records are
+///   apart, but the anchor decides:
+///   - `try_acquire` on a key whose kind is not mutex answers
+///     [`Acquire::OtherKind`] and changes nothing (the same one statement
+///     as the ordinary attempt, one condition more).
+///   - `try_acquire_permit` first *claims* the anchor, in the same atomic
+///     operation as the permit attempt where the store allows it (else as
+///     a single-record step just before it; the claim is never undone
+///     while permits of that kind may be live, so that is still safe):
+///     the requested kind already ([`AcquireRequest::key_kind`]): go on;
+///     mutex with a live holder: [`Acquire::Busy`] naming that holder;
+///     mutex with none: set the requested kind and raise the permits'
+///     fence to at least the anchor's fence (the key's tokens keep
+///     increasing across the change), then go on; the other non-mutex
+///     kind: [`Acquire::OtherKind`], nothing changed. A claimed kind is
+///     never changed back.
+///   - `force_release` frees the key whatever its kind: the mutex holder,
+///     or every permit, reader, writer and waiting writer's marker, and
+///     bumps the fence that the key's next grant counts from.
 /// - **Waking is optional but preferred.** `subscribe` returns a
 ///   [`Subscription`] that fires after a release of the key (and after an
 ///   `announce` of it); a backend that cannot notify returns
 ///   [`Subscription::never`] and waiters fall back to polling.
 pub trait Backend: fmt::Debug + Send + Sync + 'static {
-    /// Grants the lease iff no live holder exists.
+    /// Grants the lease iff no live holder exists and the key is a mutex
+    /// (else [`Acquire::OtherKind`]; see `# Contract`).
     fn try_acquire<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>>;
 
     /// Extends the lease to `ttl` from now (store clock) iff owner and token
@@ -120,9 +145,11 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     /// ordered by key.
     fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<LeaseInfo>>>;
 
-    /// Admin break: frees the key whoever holds it and bumps its fence, so
-    /// the evicted holder's token is stale everywhere. Returns whether a live
-    /// lease was broken.
+    /// Admin break: frees the key whoever holds it, whatever its kind (the
+    /// mutex holder, or every permit, reader and writer, and a waiting
+    /// writer's marker), and bumps its fence, so the evicted holders'
+    /// tokens are stale everywhere. Returns whether a live lease or permit
+    /// was broken.
     fn force_release<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool>>;
 
     /// Starts listening for releases of `key`. The subscription must be in
@@ -147,8 +174,9 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     /// `req.permits()` permits of that key are live at the store's clock
     /// (the request always names permits here; the core checked them).
     ///
-    /// Semaphores live apart from mutexes: a semaphore and a mutex of the
-    /// same key do not exclude each other. The grant takes the lowest slot
+    /// The key's anchor is claimed first (see `# Contract`: one key is one
+    /// lock): a mutex key with a live holder is busy, a key of the other
+    /// permit kind answers [`Acquire::OtherKind`]. The grant takes the lowest slot
     /// `0..permits` that has no live holder (one exists whenever fewer than
     /// `permits` are live) and a token from the key's permit fence: larger
     /// than every earlier permit grant of the key, whatever its slot, so
@@ -158,9 +186,9 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     /// first. See docs/semaphore.md.
     ///
     /// A request of kind [`PermitKind::Read`] or [`PermitKind::Write`] is
-    /// one attempt at the reader-writer lock `req.key()` instead, kept
-    /// apart from the semaphore and the mutex of that key, in the same one
-    /// atomic operation (docs/rw-lock.md): a reader is granted the lowest
+    /// one attempt at the reader-writer lock `req.key()` instead (after the
+    /// same claim of the anchor, as kind `rw`), in the same one atomic
+    /// operation (docs/rw-lock.md): a reader is granted the lowest
     /// free slot below [`MAX_PERMITS`] unless the writer
     /// ([`WRITER_SLOT`]) is live or another owner's live writer's marker
     /// stands; a writer is granted [`WRITER_SLOT`] only while nothing is

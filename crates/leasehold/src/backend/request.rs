@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{validate_permits, Lease, RwSide, WRITER_MARK_MAX};
+use super::{validate_permits, KeyKind, Lease, RwSide, WRITER_MARK_MAX};
 use crate::error::Result;
 use crate::key::Key;
 use crate::time::validate_ttl;
@@ -172,6 +172,22 @@ impl AcquireRequest {
     /// For a reader-writer lock request, its side.
     pub fn rw_side(&self) -> Option<RwSide> {
         self.permit.and_then(PermitKind::rw_side)
+    }
+
+    /// The kind of lock this request asks the key to be: what a store
+    /// compares with the kind its anchor record names.
+    pub fn key_kind(&self) -> KeyKind {
+        KeyKind::of(self.permit)
+    }
+
+    /// This mutex request as the writer of the reader-writer lock of the
+    /// same key (same owner, holder, ttl and wait bound): the exclusive
+    /// acquire of a key that is a reader-writer lock is its writer.
+    pub(crate) fn as_writer(&self) -> Self {
+        AcquireRequest {
+            permit: Some(PermitKind::Write),
+            ..self.clone()
+        }
     }
 
     /// For a writer of a reader-writer lock that waits: how long the

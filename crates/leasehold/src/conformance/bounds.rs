@@ -81,6 +81,7 @@ pub async fn a_grant_after_a_block_is_live(store: &TestStore) {
                 );
                 sleep(Duration::from_millis(20)).await;
             }
+            other => panic!("a mutex key answered {other:?}"),
         }
     };
     assert!(

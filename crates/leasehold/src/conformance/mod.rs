@@ -25,7 +25,8 @@
 //! Groups beyond the protocol, for stores that have what they test:
 //! `semaphore` (the permit rules of docs/semaphore.md; every built-in
 //! store),
-//! `rwlock` (the reader-writer lock rules of docs/rw-lock.md; every
+//! `rwlock` (the reader-writer lock rules of docs/rw-lock.md, and the
+//! `kind_*` properties: one key is one lock, whatever the primitive; every
 //! built-in store),
 //! `options` (bad options rejected before I/O, registered with
 //! [`TestStore::with_bad_option`]), `unreachable` (a closed port is
@@ -37,6 +38,7 @@
 mod bounds;
 mod cross_client;
 mod election;
+mod kinds;
 mod multi;
 mod protocol;
 mod regrant;
@@ -58,6 +60,7 @@ pub use election::{
     announce_wakes_subscribers, election_crashed_leader_is_replaced_after_ttl,
     election_observers_see_every_leader_in_token_order, election_resign_hands_over_promptly,
 };
+pub use kinds::*;
 pub use multi::{
     acquire_many_is_all_or_nothing, acquire_many_loss_of_one_fires_lost,
     acquire_many_overlapping_sets_do_not_deadlock,
@@ -139,7 +142,12 @@ macro_rules! conformance_tests {
             rw_crashed_holder_returns_after_ttl,
             rw_waiting_writer_is_not_starved,
             rw_release_wakes_a_waiter,
-            rw_apart_from_semaphore_and_mutex,
+            kind_mutex_held_excludes_readers_then_converts,
+            kind_mutex_acquire_of_an_rw_key_is_its_writer,
+            kind_semaphore_key_refuses_mutex_and_rw,
+            kind_rw_key_refuses_semaphore,
+            kind_force_release_frees_every_holder,
+            kind_mixed_mutex_and_readers_never_overlap,
             rw_bad_input_rejected_before_io,
             regrant_reader_repeat_is_the_same_grant_extended,
             regrant_reader_repeat_takes_no_second_slot,
@@ -228,7 +236,7 @@ async fn grant_on(backend: &dyn Backend, key: &Key, ttl: Duration) -> Lease {
         .expect("store answers")
     {
         Acquire::Granted(lease) => lease,
-        Acquire::Busy(b) => panic!("expected {key:?} to be free, but it is held by {b:?}"),
+        b => panic!("expected {key:?} to be free: {b:?}"),
     }
 }
 

@@ -63,8 +63,8 @@ async fn attempt(backend: &dyn Backend, req: &AcquireRequest) -> Acquire {
 async fn granted(backend: &dyn Backend, req: &AcquireRequest, what: &str) -> Lease {
     match attempt(backend, req).await {
         Acquire::Granted(lease) => lease,
-        Acquire::Busy(b) => panic!(
-            "{what}: {:?} of {:?} busy: {b:?}",
+        b => panic!(
+            "{what}: {:?} of {:?} not granted: {b:?}",
             req.permit_kind(),
             req.key()
         ),
@@ -210,7 +210,7 @@ async fn repeat_after_takeover_is_busy(store: &TestStore, kind: Kind) {
         match attempt(store.backend.as_ref(), &other).await {
             Acquire::Granted(lease) => break lease,
             Acquire::Busy(_) if Instant::now() < deadline => sleep(SHORT / 2).await,
-            Acquire::Busy(b) => panic!("the grant of {SHORT:?} never expired: {b:?}"),
+            b => panic!("the grant of {SHORT:?} never expired: {b:?}"),
         }
     };
     let repeat = attempt(store.backend.as_ref(), &req).await;

@@ -33,7 +33,7 @@ async fn grant(backend: &dyn Backend, k: &Key, ttl: Duration, side: RwSide) -> L
             assert_eq!(lease.rw_side(), Some(side));
             lease
         }
-        Acquire::Busy(b) => panic!("expected {side:?} of {k:?} to be free, busy: {b:?}"),
+        b => panic!("expected {side:?} of {k:?} to be free: {b:?}"),
     }
 }
 
@@ -101,7 +101,7 @@ pub async fn rw_writer_excludes_readers_and_writers(store: &TestStore) {
                     assert_eq!(b.holder, "conformance");
                     assert!(b.remaining > Duration::ZERO && b.remaining <= LONG, "{b:?}");
                 }
-                Acquire::Granted(l) => panic!("{side:?} granted beside a writer: {l:?}"),
+                l => panic!("{side:?} beside a writer: {l:?}"),
             }
         }
     }
@@ -300,43 +300,6 @@ pub async fn rw_release_wakes_a_waiter(store: &TestStore) {
         "hand-off took {handoff:?}"
     );
     guard.release().await.unwrap();
-}
-
-/// A reader-writer lock, a semaphore and a mutex of the same key do not
-/// exclude one another, and their tokens come from separate fences.
-pub async fn rw_apart_from_semaphore_and_mutex(store: &TestStore) {
-    let k = key(format!("{}rw", prefix()));
-    let backend = store.backend.as_ref();
-    let w = grant(backend, &k, LONG, RwSide::Write).await;
-    let mutex = super::grant(store, &k, LONG).await;
-    let permit = match backend
-        .try_acquire_permit(&AcquireRequest::permit(k.clone(), LONG, "conformance", 1).unwrap())
-        .await
-        .unwrap()
-    {
-        Acquire::Granted(l) => l,
-        Acquire::Busy(b) => panic!("a semaphore of a write-locked key is busy: {b:?}"),
-    };
-    assert_eq!(permit.rw_side(), None);
-    assert!(
-        busy(backend, &k, RwSide::Read).await,
-        "the writer still holds"
-    );
-    // The semaphore's listing and the lock's holders stay apart.
-    let sem = store.locks().semaphore(k.as_str(), 1).unwrap();
-    assert_eq!(sem.holders().await.unwrap().len(), 1);
-    let rw = store.locks().rw_lock(k.as_str()).unwrap();
-    let rw_holders = rw.holders().await.unwrap();
-    assert_eq!(rw_holders.len(), 1);
-    assert_eq!(rw_holders[0].token, w.token());
-    backend.release_permit(&permit).await.unwrap();
-    backend.release(&mutex).await.unwrap();
-    assert!(
-        busy(backend, &k, RwSide::Read).await,
-        "releasing the others left the writer"
-    );
-    backend.release_permit(&w).await.unwrap();
-    grant(backend, &k, LONG, RwSide::Read).await;
 }
 
 /// Bad input fails with `InvalidInput` before any I/O: nothing reaches

@@ -30,6 +30,8 @@ pub const STORE_UNAVAILABLE: &str = "tag:leasehold,2025:store-unavailable";
 pub const INVALID_KEY: &str = "tag:leasehold,2025:invalid-lock-key";
 /// `type` of a 500 the layer cannot classify further (a bug, not a state).
 pub const INTERNAL: &str = "tag:leasehold,2025:internal";
+/// The problem type of a lock key that is a lock of another kind (500).
+pub const KIND_MISMATCH: &str = "tag:leasehold,2025:lock-kind-mismatch";
 
 /// One answer the layer gives without calling the inner service: its
 /// status, its `Retry-After`, and its problem document.
@@ -107,6 +109,21 @@ impl Problem {
             kind: INTERNAL,
             title: "Lock layer error",
             detail: "the lock layer failed unexpectedly".to_owned(),
+            key: key.to_owned(),
+            retry_after: None,
+        }
+    }
+
+    /// The request's lock key is a lock of another kind (a semaphore's key
+    /// used as a mutex, say: [`Error::KindMismatch`](crate::Error::KindMismatch)):
+    /// the application's programming error, so a 500 that says so, never
+    /// a 409 a client would retry.
+    pub fn kind_mismatch(key: &str, detail: String) -> Self {
+        Problem {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            kind: KIND_MISMATCH,
+            title: "Lock key of another kind",
+            detail,
             key: key.to_owned(),
             retry_after: None,
         }

@@ -163,6 +163,10 @@ async fn acquire(settings: &Settings, key: &str) -> Result<LeaseGuard, Problem> 
             tracing::warn!(key, error = %error, "lock store failed");
             Problem::unavailable(key, error.is_retryable())
         }
+        Error::KindMismatch { .. } => {
+            tracing::error!(key, error = %error, "lock key of another kind");
+            Problem::kind_mismatch(key, error.to_string())
+        }
         // Neither can come out of an acquisition without a cancel token.
         Error::Cancelled { .. } | Error::LeaseLost { .. } => {
             tracing::error!(key, error = %error, "unexpected outcome of acquire");

@@ -22,6 +22,6 @@ pub async fn grant(backend: &dyn Backend, key: &str, ttl: Duration) -> Lease {
     let req = AcquireRequest::new(Key::new(key).unwrap(), ttl, "test").unwrap();
     match backend.try_acquire(&req).await.expect("store answers") {
         Acquire::Granted(lease) => lease,
-        Acquire::Busy(b) => panic!("{key} is held: {b:?}"),
+        b => panic!("{key} is not granted: {b:?}"),
     }
 }

@@ -82,7 +82,7 @@ pub async fn grant(backend: &RedisBackend, k: &Key, ttl: Duration) -> Lease {
     let req = AcquireRequest::new(k.clone(), ttl, "redis-test").unwrap();
     match backend.try_acquire(&req).await.expect("store answers") {
         Acquire::Granted(lease) => lease,
-        Acquire::Busy(b) => panic!("{k:?} is held: {b:?}"),
+        b => panic!("{k:?} is not granted: {b:?}"),
     }
 }
 

@@ -16,7 +16,9 @@
 //! writer's marker, same value form, on a lease of the marker's ttl). A
 //! key never holds `\0` (it has no control characters), so `{kind}/{key}\0`
 //! is the exact range of one lock's records. `{prefix}A/{key}` is written
-//! by `announce` only, for watchers.
+//! by `announce` only, for watchers. `{prefix}K/{key}` holds the key's
+//! kind (`rw` or `sem`) once it is a reader-writer lock or a semaphore (one
+//! key is one lock): on no lease, written once, never changed back.
 
 use std::time::Duration;
 
@@ -79,6 +81,15 @@ impl Layout {
             Some(slot) => format!("{}{slot:04}", self.lock(kind, key)),
             None => self.lock(kind, key),
         }
+    }
+
+    /// The key's kind ([`KeyKind::stored`]); absent while the key is a
+    /// mutex. Written by the first reader-writer or semaphore grant on a
+    /// key no mutex holds, in that grant's transaction.
+    ///
+    /// [`KeyKind::stored`]: crate::backend::KeyKind::stored
+    pub fn kind(&self, key: &str) -> String {
+        format!("{}K/{key}", self.prefix)
     }
 
     /// A reader-writer lock's waiting-writer marker.

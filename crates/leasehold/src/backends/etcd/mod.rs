@@ -37,7 +37,7 @@ use etcd_client::{Client, ConnectOptions, GetOptions, Txn, TxnOp, TxnOpResponse,
 pub use options::{EtcdOptions, DEFAULT_PREFIX};
 
 use crate::backend::{
-    Acquire, AcquireRequest, Backend, BoxFuture, Busy, Lease, LeaseInfo, PermitInfo,
+    Acquire, AcquireRequest, Backend, BoxFuture, Busy, KeyKind, Lease, LeaseInfo, PermitInfo,
 };
 use crate::error::{Error, Result};
 use crate::key::Key;
@@ -302,15 +302,23 @@ impl EtcdBackend {
         promised: Duration,
     ) -> Result<(Acquire, bool)> {
         let key = req.key();
+        let kind_key = self.inner.layout.kind(key.as_str());
         for _ in 0..CONFLICT_RETRIES {
             let value = keys::value(req.owner(), fresh.ttl, req.holder());
-            let resp = self.txn(txns::acquire(etcd_key, value, fresh.id)).await?;
+            let resp = self
+                .txn(txns::acquire(etcd_key, &kind_key, value, fresh.id))
+                .await?;
             if resp.succeeded() {
                 let lease = req.granted(revision(&resp)?).enforced_for(promised);
                 self.remember(etcd_key, &lease, fresh);
                 return Ok((Acquire::Granted(lease), true));
             }
-            let Some(kv) = first_read(&resp) else {
+            let (mutex_kv, kind_kv) = txns::acquire_reads(&resp);
+            if let Some(kind) = kind_kv {
+                // A reader-writer lock or a semaphore: nothing was written.
+                return Ok((Acquire::OtherKind(kind_of(key, &kind)?), false));
+            }
+            let Some(kv) = mutex_kv else {
                 continue; // deleted since: try again
             };
             let record = Record::decode(key.as_str(), &kv)?;
@@ -359,13 +367,50 @@ impl EtcdBackend {
         let Some(kv) = answer.take_kvs().into_iter().next() else {
             return Ok(false);
         };
+        self.break_kv(&kv).await
+    }
+
+    /// Force-release of one record read as `kv`; see [`break_record`](Self::break_record).
+    async fn break_kv(&self, kv: &etcd_client::KeyValue) -> Result<bool> {
         let broke = kv.lease() != 0 && self.revoke(kv.lease()).await?;
         if !broke {
             // Its lease ended (etcd is deleting it) or it never had one.
-            self.txn(txns::delete_if_created_at(etcd_key, kv.create_revision()))
+            let etcd_key = String::from_utf8_lossy(kv.key());
+            self.txn(txns::delete_if_created_at(&etcd_key, kv.create_revision()))
                 .await?;
         }
         Ok(broke)
+    }
+
+    /// Force-release of every permit, reader, writer and writer's marker
+    /// of `key` (one key is one lock: whatever its kind). Whether a live
+    /// one was broken.
+    async fn break_slots(&self, key: &Key) -> Result<bool> {
+        let mut broke = false;
+        for kind in [Kind::Semaphore, Kind::Rw] {
+            let (kvs, _) = self
+                .range(&self.inner.layout.lock(kind, key.as_str()))
+                .await?;
+            for kv in &kvs {
+                broke |= self.break_kv(kv).await?;
+            }
+        }
+        Ok(broke)
+    }
+}
+
+/// The kind a kind key holds: a reader-writer lock or a semaphore (a
+/// mutex key has none).
+fn kind_of(key: &Key, kv: &etcd_client::KeyValue) -> Result<KeyKind> {
+    let stored = std::str::from_utf8(kv.value()).ok();
+    match KeyKind::from_stored(stored) {
+        Some(kind) if kind != KeyKind::Mutex => Ok(kind),
+        _ => Err(
+            crate::backend::RecordDecoder::new(STORE, key.as_str()).corrupt(format!(
+                "the kind key holds {:?}",
+                String::from_utf8_lossy(kv.value())
+            )),
+        ),
     }
 }
 
@@ -405,14 +450,6 @@ fn tls(options: &EtcdOptions) -> Result<etcd_client::TlsOptions> {
 fn revision(resp: &TxnResponse) -> Result<u64> {
     let revision = resp.header().map_or(0, |h| h.revision());
     crate::backend::token_from_i64(revision)
-}
-
-/// The first key-value a transaction's `get` read, if any.
-fn first_read(resp: &TxnResponse) -> Option<etcd_client::KeyValue> {
-    resp.op_responses().into_iter().find_map(|op| match op {
-        TxnOpResponse::Get(mut get) => get.take_kvs().into_iter().next(),
-        _ => None,
-    })
 }
 
 impl Backend for EtcdBackend {
@@ -505,7 +542,8 @@ impl Backend for EtcdBackend {
         Box::pin(async move {
             // Any later grant's revision is larger: deleting is the bump.
             let etcd_key = self.inner.layout.slot(Kind::Mutex, key.as_str(), None);
-            let broke = self.break_record(&etcd_key).await?;
+            let broke_mutex = self.break_record(&etcd_key).await?;
+            let broke = self.break_slots(key).await? || broke_mutex;
             self.inner.watcher.wake_local(key.as_str());
             Ok(broke)
         })

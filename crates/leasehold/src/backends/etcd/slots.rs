@@ -61,7 +61,12 @@ pub(super) async fn try_acquire(backend: &EtcdBackend, req: &AcquireRequest) -> 
     let mut fresh: Option<Granted> = None;
     let outcome = async {
         for _ in 0..CONFLICT_RETRIES {
-            let (kvs, read) = backend.range(&base).await?;
+            let read = read_lock(backend, req, &base).await?;
+            let claim = match read.claim {
+                Ok(claim) => claim,
+                Err(refused) => return Ok(refused),
+            };
+            let (kvs, read) = (read.kvs, read.revision);
             let slots = Slots::decode(key, &base, &kvs)?;
             match decide(req, &slots) {
                 Decision::Busy(holders, false) => {
@@ -71,7 +76,8 @@ pub(super) async fn try_acquire(backend: &EtcdBackend, req: &AcquireRequest) -> 
                     let mark = req.writer_mark_ttl().unwrap_or_default();
                     let lease = backend.grant_lease(mark).await?;
                     let value = keys::value(req.owner(), lease.ttl, req.holder());
-                    let txn = txns::mark(&base, read, &layout.marker(key), value, lease.id);
+                    let marker = layout.marker(key);
+                    let txn = txns::mark(&base, read, &claim, &marker, value, lease.id);
                     if backend.txn(txn).await?.succeeded() {
                         if let Some(old) = &slots.marker {
                             backend.revoke_later(old.lease);
@@ -113,7 +119,7 @@ pub(super) async fn try_acquire(backend: &EtcdBackend, req: &AcquireRequest) -> 
                         also.push(TxnOp::delete(layout.marker(key), None));
                     }
                     let value = keys::value(req.owner(), lease.ttl, req.holder());
-                    let txn = txns::claim(&base, read, &etcd_key, value, lease.id, also);
+                    let txn = txns::claim(&base, read, &claim, &etcd_key, value, lease.id, also);
                     let resp = backend.txn(txn).await?;
                     if resp.succeeded() {
                         fresh = None; // the grant's now
@@ -135,6 +141,59 @@ pub(super) async fn try_acquire(backend: &EtcdBackend, req: &AcquireRequest) -> 
         backend.revoke_later(unused.id);
     }
     outcome
+}
+
+/// A permit or reader-writer lock's records as read at one revision,
+/// with what the key's kind allows.
+struct LockRead {
+    kvs: Vec<etcd_client::KeyValue>,
+    revision: i64,
+    /// The kind condition the commit carries, or the answer to give
+    /// instead (the key is of another kind, or a live mutex grant holds it).
+    claim: std::result::Result<txns::KindClaim, Acquire>,
+}
+
+/// Reads the lock's range `base`, the key's kind and its mutex record in
+/// one read-only transaction (one revision, one round trip).
+async fn read_lock(backend: &EtcdBackend, req: &AcquireRequest, base: &str) -> Result<LockRead> {
+    let layout = &backend.inner.layout;
+    let key = req.key().as_str();
+    let kind_key = layout.kind(key);
+    let mutex_key = layout.slot(Kind::Mutex, key, None);
+    let txn = etcd_client::Txn::new().and_then([
+        TxnOp::get(base, Some(etcd_client::GetOptions::new().with_prefix())),
+        TxnOp::get(kind_key.as_str(), None),
+        TxnOp::get(mutex_key.as_str(), None),
+    ]);
+    let answer = backend.txn(txn).await?;
+    let revision = answer.header().map_or(0, |h| h.revision());
+    let mut reads = answer.op_responses().into_iter().filter_map(|op| match op {
+        etcd_client::TxnOpResponse::Get(mut get) => Some(get.take_kvs()),
+        _ => None,
+    });
+    let kvs = reads.next().unwrap_or_default();
+    let kind_kv = reads.next().and_then(|kvs| kvs.into_iter().next());
+    let mutex_kv = reads.next().and_then(|kvs| kvs.into_iter().next());
+    let wanted = req.key_kind();
+    let stored = wanted.stored().unwrap_or_default();
+    let claim = match (kind_kv, mutex_kv) {
+        (Some(kind), _) => match super::kind_of(req.key(), &kind)? {
+            held if held == wanted => Ok(txns::KindClaim::held(&kind_key, stored)),
+            held => Err(Acquire::OtherKind(held)),
+        },
+        // A mutex key: busy while its grant stands (every record is live:
+        // etcd deletes one when its lease ends).
+        (None, Some(mutex)) => {
+            let record = Record::decode(key, &mutex)?;
+            Err(Acquire::Busy(backend.busy(&record).await?))
+        }
+        (None, None) => Ok(txns::KindClaim::claim(&kind_key, &mutex_key, stored)),
+    };
+    Ok(LockRead {
+        kvs,
+        revision,
+        claim,
+    })
 }
 
 /// The busy answer for `holders`: the one whose lease ends first (of the

@@ -5,7 +5,9 @@
 //! Every grant key is attached to its own etcd lease; its
 //! `create_revision` is the fencing token (`keys.rs`).
 
-use etcd_client::{Compare, CompareOp, DeleteOptions, PutOptions, Txn, TxnOp};
+use etcd_client::{
+    Compare, CompareOp, DeleteOptions, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse,
+};
 
 use crate::backend::OwnerId;
 use crate::error::Result;
@@ -16,14 +18,61 @@ fn put(key: &str, value: String, lease: i64) -> TxnOp {
     TxnOp::put(key, value, Some(PutOptions::new().with_lease(lease)))
 }
 
-/// Mutex grant: `if create_revision(key) == 0 then put(key, value, lease)
-/// else get(key)`. One round trip; a busy answer carries the holder's
-/// record (and its lease, for the time left).
-pub(super) fn acquire(key: &str, value: String, lease: i64) -> Txn {
+/// Mutex grant: `if create_revision(key) == 0 and the key has no kind
+/// then put(key, value, lease) else get(key), get(kind_key)`. One round
+/// trip; a busy answer carries the holder's record (and its lease, for the
+/// time left), a key of another kind its kind ([`acquire_reads`]).
+pub(super) fn acquire(key: &str, kind_key: &str, value: String, lease: i64) -> Txn {
     Txn::new()
-        .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+        .when([
+            Compare::create_revision(key, CompareOp::Equal, 0),
+            Compare::create_revision(kind_key, CompareOp::Equal, 0),
+        ])
         .and_then([put(key, value, lease)])
-        .or_else([TxnOp::get(key, None)])
+        .or_else([TxnOp::get(key, None), TxnOp::get(kind_key, None)])
+}
+
+/// What a refused [`acquire`] read: the mutex record and the kind key,
+/// each if present.
+pub(super) fn acquire_reads(resp: &TxnResponse) -> (Option<KeyValue>, Option<KeyValue>) {
+    let mut reads = resp.op_responses().into_iter().filter_map(|op| match op {
+        TxnOpResponse::Get(mut get) => Some(get.take_kvs().into_iter().next()),
+        _ => None,
+    });
+    (reads.next().flatten(), reads.next().flatten())
+}
+
+/// The condition on a key's kind that a permit or reader-writer commit
+/// carries, and the claim it makes (one key is one lock): the key is of
+/// the asked kind already, or it becomes it in the same transaction,
+/// provided it still has no kind and no mutex grant.
+#[derive(Debug, Clone, Default)]
+pub(super) struct KindClaim {
+    compares: Vec<Compare>,
+    ops: Vec<TxnOp>,
+}
+
+impl KindClaim {
+    /// The key (kind key `kind_key`) is of kind `stored` already.
+    pub fn held(kind_key: &str, stored: &str) -> Self {
+        KindClaim {
+            compares: vec![Compare::value(kind_key, CompareOp::Equal, stored)],
+            ops: Vec::new(),
+        }
+    }
+
+    /// The key has no kind and no mutex grant (`mutex_key`) as read:
+    /// claim it as `stored`. The kind key is on no lease: it outlives
+    /// every grant.
+    pub fn claim(kind_key: &str, mutex_key: &str, stored: &str) -> Self {
+        KindClaim {
+            compares: vec![
+                Compare::create_revision(kind_key, CompareOp::Equal, 0),
+                Compare::create_revision(mutex_key, CompareOp::Equal, 0),
+            ],
+            ops: vec![TxnOp::put(kind_key, stored, None)],
+        }
+    }
 }
 
 /// A permit or reader-writer grant in `key` (one slot of the lock whose
@@ -32,6 +81,7 @@ pub(super) fn acquire(key: &str, value: String, lease: i64) -> Txn {
 pub(super) fn claim(
     base: &str,
     read: i64,
+    kind: &KindClaim,
     key: &str,
     value: String,
     lease: i64,
@@ -39,19 +89,29 @@ pub(super) fn claim(
 ) -> Txn {
     let mut ops = vec![put(key, value, lease)];
     ops.extend(also);
-    Txn::new()
-        .when([
-            unchanged_since(base, read),
-            Compare::create_revision(key, CompareOp::Equal, 0),
-        ])
-        .and_then(ops)
+    ops.extend(kind.ops.iter().cloned());
+    let mut compares = vec![
+        unchanged_since(base, read),
+        Compare::create_revision(key, CompareOp::Equal, 0),
+    ];
+    compares.extend(kind.compares.iter().cloned());
+    Txn::new().when(compares).and_then(ops)
 }
 
 /// A waiting writer's marker, iff the lock's range is as read.
-pub(super) fn mark(base: &str, read: i64, marker: &str, value: String, lease: i64) -> Txn {
-    Txn::new()
-        .when([unchanged_since(base, read)])
-        .and_then([put(marker, value, lease)])
+pub(super) fn mark(
+    base: &str,
+    read: i64,
+    kind: &KindClaim,
+    marker: &str,
+    value: String,
+    lease: i64,
+) -> Txn {
+    let mut ops = vec![put(marker, value, lease)];
+    ops.extend(kind.ops.iter().cloned());
+    let mut compares = vec![unchanged_since(base, read)];
+    compares.extend(kind.compares.iter().cloned());
+    Txn::new().when(compares).and_then(ops)
 }
 
 /// "Nothing under `base` was written after revision `read`" (a key

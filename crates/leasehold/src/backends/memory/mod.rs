@@ -13,7 +13,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::{
-    Acquire, AcquireRequest, Backend, BoxFuture, Busy, Lease, LeaseInfo, OwnerId, PermitInfo,
+    Acquire, AcquireRequest, Backend, BoxFuture, Busy, KeyKind, Lease, LeaseInfo, OwnerId,
+    PermitInfo,
 };
 use crate::error::Result;
 use crate::key::Key;
@@ -28,11 +29,24 @@ pub struct MemoryBackend {
     permits: PermitTable,
 }
 
-/// One key's record; never removed, because the fence lives here.
+/// One key's record, its anchor; never removed, because the fence lives
+/// here. Its `kind` says what the key is (one key is one lock): a permit
+/// request claims it, under this map's lock, before it touches the permits.
 #[derive(Debug)]
 struct Record {
     fence: u64,
     holder: Option<Holder>,
+    kind: KeyKind,
+}
+
+impl Default for Record {
+    fn default() -> Self {
+        Record {
+            fence: 0,
+            holder: None,
+            kind: KeyKind::Mutex,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -83,10 +97,10 @@ impl Backend for MemoryBackend {
         Box::pin(async move {
             let now = Instant::now();
             let mut records = self.records();
-            let record = records.entry(req.key().clone()).or_insert(Record {
-                fence: 0,
-                holder: None,
-            });
+            let record = records.entry(req.key().clone()).or_default();
+            if record.kind != KeyKind::Mutex {
+                return Ok(Acquire::OtherKind(record.kind));
+            }
             if let Some(h) = record.holder.as_mut().filter(|h| h.expires_at > now) {
                 if h.owner == req.owner() {
                     // A repeat of the request that holds: the same grant,
@@ -175,6 +189,13 @@ impl Backend for MemoryBackend {
                 let Some(record) = records.get_mut(key) else {
                     return Ok(false);
                 };
+                if record.kind != KeyKind::Mutex {
+                    // Every permit, reader and writer of the key.
+                    let was_live = self.permits.force_release(key, record.kind);
+                    drop(records);
+                    self.hub.notify(key.as_str());
+                    return Ok(was_live);
+                }
                 let was_live = record.live_holder(now).is_some();
                 record.holder = None;
                 record.fence += 1;
@@ -197,7 +218,30 @@ impl Backend for MemoryBackend {
     }
 
     fn try_acquire_permit<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
-        Box::pin(async move { Ok(self.permits.try_acquire(req)) })
+        Box::pin(async move {
+            let now = Instant::now();
+            // The anchor's lock is held through the permit attempt: the
+            // claim and the attempt are one atomic step.
+            let mut records = self.records();
+            let record = records.entry(req.key().clone()).or_default();
+            let wanted = req.key_kind();
+            if record.kind != wanted {
+                if record.kind != KeyKind::Mutex {
+                    return Ok(Acquire::OtherKind(record.kind));
+                }
+                if let Some(h) = record.live_holder(now) {
+                    return Ok(Acquire::Busy(Busy {
+                        holder: h.label.clone(),
+                        remaining: h.expires_at - now,
+                    }));
+                }
+                // A mutex key nobody holds becomes this kind; its tokens
+                // go on from the mutex's.
+                record.kind = wanted;
+                self.permits.raise_fence(req, record.fence);
+            }
+            Ok(self.permits.try_acquire(req))
+        })
     }
 
     fn renew_permit<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {

@@ -10,8 +10,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::{
-    Acquire, AcquireRequest, Busy, Lease, OwnerId, PermitInfo, PermitKind, RwSide, MAX_PERMITS,
-    WRITER_SLOT,
+    Acquire, AcquireRequest, Busy, KeyKind, Lease, OwnerId, PermitInfo, PermitKind, RwSide,
+    MAX_PERMITS, WRITER_SLOT,
 };
 use crate::key::Key;
 
@@ -190,6 +190,30 @@ impl PermitTable {
             .find(|s| !sem.slots.contains_key(s))
             .expect("a free slot below permits");
         sem.grant(req, slot, now)
+    }
+
+    /// Raises the fence of the permits of `req`'s key (semaphore or
+    /// reader-writer lock, by `req`'s kind) to at least `fence`: the key's
+    /// mutex fence, when the key changes kind, so its tokens keep rising.
+    pub(super) fn raise_fence(&self, req: &AcquireRequest, fence: u64) {
+        let mut keys = self.table(req.rw_side());
+        let sem = keys.entry(req.key().clone()).or_default();
+        sem.fence = sem.fence.max(fence);
+    }
+
+    /// Frees every permit (or reader, writer and writer's marker) of `key`,
+    /// a key of kind `kind`, and bumps its fence. Whether one was live.
+    pub(super) fn force_release(&self, key: &Key, kind: KeyKind) -> bool {
+        let now = Instant::now();
+        let side = (kind == KeyKind::ReaderWriter).then_some(RwSide::Write);
+        let mut keys = self.table(side);
+        let sem = keys.entry(key.clone()).or_default();
+        sem.forget_expired(now);
+        let was_live = !sem.slots.is_empty();
+        sem.slots.clear();
+        sem.mark = None;
+        sem.fence += 1;
+        was_live
     }
 
     fn try_rw(&self, req: &AcquireRequest, side: RwSide, now: Instant) -> Acquire {

@@ -32,6 +32,7 @@ mod clock;
 mod connect;
 mod errors;
 pub mod helpers;
+mod kind;
 mod options;
 mod record;
 mod semaphore;
@@ -120,11 +121,15 @@ impl MongoBackend {
         Ok((found, self.now().await?))
     }
 
-    /// The answer to an attempt that found the key held: if the holder is
-    /// this request's owner (a repeat of a granted request), the same grant
-    /// with its expiry counted from now, as a renewal extends it; else busy.
+    /// The answer to an attempt that found the key held: if the key is a
+    /// reader-writer lock or a semaphore, that; if the holder is this
+    /// request's owner (a repeat of a granted request), the same grant with
+    /// its expiry counted from now, as a renewal extends it; else busy.
     async fn regrant_or_busy(&self, req: &AcquireRequest) -> Result<Acquire> {
         let (found, _) = self.record(req.key()).await?;
+        if let Some(kind) = found.as_ref().map(kind::kind_of).transpose()?.flatten() {
+            return Ok(Acquire::OtherKind(kind));
+        }
         let owner = req.owner().to_string();
         if let Some(d) = found.filter(|d| d.get_str("owner") == Ok(owner.as_str())) {
             let lease = req.granted(fence_of(&d)?);
@@ -156,8 +161,11 @@ impl Backend for MongoBackend {
         Box::pin(async move {
             let now = self.now().await?;
             let ttl = duration_to_millis(req.ttl());
+            // A mutex key only (no `kind`): on a reader-writer lock or a
+            // semaphore the insert collides and the busy path says which.
             let filter = doc! {
                 "_id": req.key().as_str(),
+                "kind": { "$exists": false },
                 "$or": [ { "owner": Bson::Null }, { "expiresAt": { "$lte": date(now.lower) } } ],
             };
             let update = doc! {
@@ -294,6 +302,11 @@ impl Backend for MongoBackend {
             let Some(before) = before else {
                 return Ok(false);
             };
+            if let Some(kind) = kind::kind_of(&before)? {
+                // Not a mutex (the update above freed nothing): every
+                // permit, reader and writer of the key.
+                return self.force_release_slots(key, kind).await;
+            }
             self.inner.watcher.wake_local(key.as_str());
             let now = self.now().await?;
             Ok(live(&before, now).is_some())

@@ -36,11 +36,12 @@ use mongodb::bson::{doc, Bson, Document};
 use mongodb::results::UpdateResult;
 
 use super::errors::{is_duplicate_key, STORE};
+use super::kind::Claim;
 use super::record::{as_i64, date, token_as_i64};
 use super::MongoBackend;
 use crate::backend::{
-    duration_to_millis, millis_to_duration, Acquire, AcquireRequest, Busy, Lease, PermitInfo,
-    RecordDecoder, RwSide, MAX_PERMITS, WRITER_SLOT,
+    duration_to_millis, millis_to_duration, Acquire, AcquireRequest, Busy, KeyKind, Lease,
+    PermitInfo, RecordDecoder, RwSide, MAX_PERMITS, WRITER_SLOT,
 };
 use crate::error::Result;
 use crate::key::Key;
@@ -131,6 +132,11 @@ impl MongoBackend {
         let record = RecordDecoder::new(STORE, req.key().as_str());
         let owner = req.owner().to_string();
         let ttl = duration_to_millis(req.ttl());
+        // The key's lock document first: one key is one lock (kind.rs).
+        let anchor_fence = match self.claim_kind(req.key(), req.key_kind()).await? {
+            Claim::Ours(fence) => fence,
+            Claim::Refused(answer) => return Ok(answer),
+        };
         for _ in 0..RACES {
             let now = self.now().await?;
             let found = self
@@ -233,7 +239,9 @@ impl MongoBackend {
                 }
                 Some(RwSide::Write) => WRITER_SLOT,
             };
-            let token = fence + 1;
+            // Above the mutex's tokens too: the key's tokens keep rising
+            // when a mutex key becomes a reader-writer lock or a semaphore.
+            let token = fence.max(anchor_fence) + 1;
             let entry = doc! {
                 "owner": &owner,
                 "holder": req.holder(),
@@ -319,6 +327,35 @@ impl MongoBackend {
             self.inner.watcher.wake_local(lease.key().as_str());
         }
         Ok(())
+    }
+
+    /// Frees every slot (and a waiting writer's mark) of `key`, a key of
+    /// kind `kind`, and bumps the fence the next grant counts from.
+    /// Whether a live slot was broken.
+    pub(super) async fn force_release_slots(&self, key: &Key, kind: KeyKind) -> Result<bool> {
+        let id = family_id(key, kind == KeyKind::ReaderWriter);
+        let before = self
+            .inner
+            .coll
+            .find_one_and_update(
+                doc! { "_id": &id },
+                doc! {
+                    "$unset": { "slots": "", "mark": "" },
+                    "$inc": { "fence": 1_i64, "releases": 1_i64, "rev": 1_i64 },
+                },
+            )
+            .return_document(mongodb::options::ReturnDocument::Before)
+            .await
+            .map_err(|e| self.fail(e))?;
+        let Some(before) = before else {
+            return Ok(false);
+        };
+        self.inner.watcher.wake_local(key.as_str());
+        let now = self.now().await?;
+        let record = RecordDecoder::new(STORE, key.as_str());
+        Ok(slots_of(&before, &record)?
+            .iter()
+            .any(|s| s.expires > now.lower))
     }
 
     pub(super) async fn list_permits_now(&self, prefix: &str) -> Result<Vec<PermitInfo>> {

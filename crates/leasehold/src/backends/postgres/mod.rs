@@ -68,7 +68,7 @@ use sqlx::{FromRow, Row};
 use crate::backend::renew_attempt_timeout;
 use crate::backend::{
     duration_to_millis, millis_to_duration, token_to_i64, Acquire, AcquireRequest, Backend,
-    BoxFuture, Busy, Lease, LeaseInfo, PermitInfo, RecordDecoder, Subscription,
+    BoxFuture, Busy, KeyKind, Lease, LeaseInfo, PermitInfo, RecordDecoder, RwSide, Subscription,
 };
 use crate::error::{Error, Result};
 use crate::key::Key;
@@ -317,15 +317,14 @@ impl Backend for PostgresBackend {
             };
             let row = rows
                 .first()
-                .map(<(Option<i64>, Option<String>, Option<i64>)>::from_row)
+                .map(<(Option<i64>, Option<String>, Option<i64>, Option<String>)>::from_row)
                 .transpose()
                 .map_err(classify)?;
+            let record = RecordDecoder::new(STORE, req.key().as_str());
             Ok(match row {
-                Some((Some(fence), _, _)) => {
-                    let record = RecordDecoder::new(STORE, req.key().as_str());
-                    Acquire::Granted(req.granted(record.token(fence)?))
-                }
-                Some((None, holder, remaining)) => Acquire::Busy(Busy {
+                Some((Some(fence), _, _, _)) => Acquire::Granted(req.granted(record.token(fence)?)),
+                Some((None, _, _, Some(kind))) => Acquire::OtherKind(decode_kind(&record, &kind)?),
+                Some((None, holder, remaining, None)) => Acquire::Busy(Busy {
                     holder: holder.unwrap_or_default(),
                     remaining: millis_to_duration(remaining.unwrap_or(0)),
                 }),
@@ -405,8 +404,23 @@ impl Backend for PostgresBackend {
                 .fetch_optional(&self.inner.sql.force_release, &[Param::Text(key.as_str())])
                 .await?;
             let Some(row) = row else { return Ok(false) };
+            let kind: Option<String> = row.try_get(2).map_err(classify)?;
+            let was_live = match kind {
+                // One key is one lock: a reader-writer lock's or a
+                // semaphore's key is broken in its permits' table (its
+                // kind is never set back, so a second statement is safe).
+                Some(kind) => {
+                    let record = RecordDecoder::new(STORE, key.as_str());
+                    let rw = match decode_kind(&record, &kind)? {
+                        KeyKind::ReaderWriter => Some(RwSide::Write),
+                        _ => None,
+                    };
+                    self.inner.force_release_permits(key, rw).await?
+                }
+                None => row.try_get::<bool, _>(0).map_err(classify)?,
+            };
             self.inner.wake_local(key);
-            row.try_get::<bool, _>(0).map_err(classify)
+            Ok(was_live)
         })
     }
 
@@ -441,4 +455,11 @@ impl Backend for PostgresBackend {
     fn list_permits<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<PermitInfo>>> {
         Box::pin(self.inner.list_permits(prefix))
     }
+}
+
+/// A stored kind read back ([`KeyKind::from_stored`]); one no version of
+/// the library writes is a damaged record.
+fn decode_kind(record: &RecordDecoder<'_>, stored: &str) -> Result<KeyKind> {
+    KeyKind::from_stored(Some(stored))
+        .ok_or_else(|| record.corrupt(format!("unknown kind {stored:?}")))
 }

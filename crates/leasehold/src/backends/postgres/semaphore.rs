@@ -27,8 +27,8 @@ use super::names::{CHANNEL, PERMITS_TABLE_SUFFIX, RW_TABLE_SUFFIX};
 use super::{classify, is_lock_not_available, row_locked, token_as_i64, Failed, Inner, STORE};
 use crate::backend::renew_attempt_timeout;
 use crate::backend::{
-    duration_to_millis, millis_to_duration, Acquire, AcquireRequest, Busy, Lease, PermitInfo,
-    RecordDecoder, RwSide, MAX_PERMITS, WRITER_SLOT,
+    duration_to_millis, millis_to_duration, Acquire, AcquireRequest, Busy, KeyKind, Lease,
+    PermitInfo, RecordDecoder, RwSide, MAX_PERMITS, WRITER_SLOT,
 };
 use crate::error::Result;
 
@@ -43,6 +43,9 @@ pub(super) struct PermitStatements {
     renew: String,
     release: String,
     list: String,
+    /// $1 key: frees every slot (and a waiting writer's mark) and bumps
+    /// the fence; answers whether a slot was live, and notifies.
+    force_release: String,
 }
 
 /// `"schema"."table"` (quoted) → `"schema"."table_permits"`.
@@ -62,6 +65,40 @@ fn beside(table: &str, suffix: &str) -> String {
     format!("{}{suffix}\"", &table[..unquoted_end])
 }
 
+/// The claim of the key's anchor (its row in the lease table `table`) for
+/// kind `kind` (`'rw'` or `'sem'`), as the first CTE of a permit grant:
+/// `INSERT ... ON CONFLICT DO UPDATE` locks the anchor and reads it at its
+/// latest committed version (a plain read would see the statement's
+/// snapshot, and a mutex grant and a permit grant could then both miss each
+/// other). A free mutex key takes the kind; a key of the kind keeps it;
+/// otherwise the row is left as it was. Returns the kind after the claim,
+/// the anchor's fence (the grant's tokens go on above it), and a live mutex
+/// holder with its time left. $1 key, $5 lock wait ms (text).
+fn claim(table: &str, kind: &str) -> String {
+    let mutex_live = "(a.owner IS NOT NULL AND a.expires_at > clock_timestamp())";
+    format!(
+        "claim AS ( \
+           INSERT INTO {table} AS a (key, fence, kind) \
+           SELECT $1, 0, '{kind}' FROM (SELECT set_config('lock_timeout', $5::text, true)) AS bounded \
+           ON CONFLICT (key) DO UPDATE SET kind = CASE \
+             WHEN a.kind IS NULL AND NOT coalesce({mutex_live}, false) THEN excluded.kind \
+             ELSE a.kind END \
+           RETURNING a.kind, a.fence, \
+             CASE WHEN {mutex_live} THEN a.holder END AS holder, \
+             CASE WHEN {mutex_live} THEN {rem} END AS left_ms)",
+        rem = super::sql::remaining_ms_of("a.expires_at"),
+    )
+}
+
+/// The rows a permit grant answers when its claim failed: busy behind a
+/// live mutex holder (kind `mutex`), or the key's other kind.
+fn unclaimed(kind: &str) -> String {
+    format!(
+        "SELECT NULL::bigint, NULL::bigint, c.holder, c.left_ms, coalesce(c.kind, 'mutex') \
+         FROM claim AS c WHERE c.kind IS DISTINCT FROM '{kind}'"
+    )
+}
+
 /// The grant of a reader-writer lock on table `p`: one
 /// `INSERT ... ON CONFLICT DO UPDATE`, so the row lock orders concurrent
 /// attempts and each sees the latest committed slots and mark (see the
@@ -79,7 +116,7 @@ fn beside(table: &str, suffix: &str) -> String {
 /// earlier attempt wrote (an earlier grant's entry is either live, and
 /// then this attempt is its regrant, or expired, below `now`). A refused
 /// attempt leaves our entries as they were, so it never reads as granted.
-fn rw_acquire(p: &str) -> String {
+fn rw_acquire(table: &str, p: &str) -> String {
     // One instant for the whole statement: `ok` is evaluated once per
     // column, and columns that disagreed on it would break the fence. The
     // statement's start is at most its row-lock wait early, which only
@@ -116,18 +153,22 @@ fn rw_acquire(p: &str) -> String {
             WHERE NOT coalesce((l.slots->(i::text)->>'e')::bigint > {now}, false))::text END"
     );
     let first_slot = format!("CASE WHEN $6::text = 'w' THEN '{w}' ELSE '0' END");
+    // The fence this grant counts from: the row's, and never below the
+    // anchor's (`excluded.fence` is the anchor's plus one; see `claim`).
+    let fence = "greatest(l.fence, excluded.fence - 1)";
     // This attempt's grant or regrant: our entry on our side written now.
     let mine = format!(
         "FROM jsonb_each(l.slots) AS s(k, v) WHERE (s.k = '{w}') = ($6::text = 'w') \
            AND s.v->>'o' = $2::text AND (s.v->>'e')::bigint = {now} + $4::bigint"
     );
     format!(
-        "WITH up AS ( \
+        "WITH {claim}, up AS ( \
            INSERT INTO {p} AS l (key, fence, slots, mark) \
-           SELECT $1, 1, jsonb_build_object({first_slot}, {first}), NULL::jsonb \
-           FROM (SELECT set_config('lock_timeout', $5::text, true)) AS bounded \
+           SELECT $1, c.fence + 1, jsonb_build_object({first_slot}, {first}), NULL::jsonb \
+           FROM (SELECT set_config('lock_timeout', $5::text, true)) AS bounded, claim AS c \
+           WHERE c.kind = 'rw' \
            ON CONFLICT (key) DO UPDATE SET \
-             fence = CASE WHEN {own} IS NULL AND {ok} THEN l.fence + 1 ELSE l.fence END, \
+             fence = CASE WHEN {own} IS NULL AND {ok} THEN {fence} + 1 ELSE l.fence END, \
              slots = CASE WHEN {own} IS NOT NULL THEN \
                jsonb_set(l.slots, ARRAY[{own}, 'e'], to_jsonb({now} + $4::bigint)) \
                WHEN {ok} THEN \
@@ -142,15 +183,18 @@ fn rw_acquire(p: &str) -> String {
            RETURNING l.slots, l.mark, \
              (SELECT (s.v->>'t')::bigint {mine}) AS token, \
              (SELECT s.k::bigint {mine}) AS slot) \
-         SELECT up.token, up.slot, b.h, b.left_ms \
+         SELECT up.token, up.slot, b.h, b.left_ms, NULL::text \
          FROM up LEFT JOIN LATERAL ( \
            SELECT x.h, x.e - {now} AS left_ms FROM ( \
              SELECT s.v->>'h' AS h, (s.v->>'e')::bigint AS e FROM jsonb_each(up.slots) AS s(k, v) \
              UNION ALL SELECT up.mark->>'h', (up.mark->>'e')::bigint \
                WHERE up.mark->>'o' IS DISTINCT FROM $2::text) AS x \
-           WHERE x.e > {now} ORDER BY x.e LIMIT 1) AS b ON up.slot IS NULL",
-        first = entry("1"),
-        next = entry("l.fence + 1"),
+           WHERE x.e > {now} ORDER BY x.e LIMIT 1) AS b ON up.slot IS NULL \
+         UNION ALL {unclaimed}",
+        claim = claim(table, "rw"),
+        unclaimed = unclaimed("rw"),
+        first = entry("c.fence + 1"),
+        next = entry(&format!("{fence} + 1")),
     )
 }
 
@@ -158,7 +202,7 @@ impl PermitStatements {
     /// The reader-writer locks' statements, on `<table>_rw`.
     pub(super) fn rw(table: &str) -> Self {
         let p = rw_table(table);
-        let permits = Self::on(&p);
+        let permits = Self::on(table, &p);
         PermitStatements {
             migrate: format!(
                 "CREATE TABLE IF NOT EXISTS {p} ( \
@@ -167,18 +211,20 @@ impl PermitStatements {
                    slots JSONB NOT NULL, \
                    mark JSONB)"
             ),
-            acquire: rw_acquire(&p),
+            acquire: rw_acquire(table, &p),
+            force_release: force_release(&p, ", mark = NULL"),
             ..permits
         }
     }
 
     /// `table` is the quoted lease table ([`super::sql::quote_table_name`]).
     pub(super) fn new(table: &str) -> Self {
-        Self::on(&permits_table(table))
+        Self::on(table, &permits_table(table))
     }
 
-    /// The semaphore's statements on table `p` (quoted).
-    fn on(p: &str) -> Self {
+    /// The semaphore's statements on table `p` (quoted), beside the lease
+    /// table `table` (the keys' anchors).
+    fn on(table: &str, p: &str) -> Self {
         let live = |slots: &str| {
             format!("(SELECT count(*) FROM jsonb_each({slots}) AS s(k, v) WHERE (s.v->>'e')::bigint > {NOW})")
         };
@@ -209,13 +255,18 @@ impl PermitStatements {
             // after a lost answer takes no second slot. The owner has at
             // most one slot (a grant drops its expired ones), so RETURNING
             // finds this attempt's grant or regrant by owner alone.
+            // The key's anchor is claimed first (see `claim`); the insert
+            // selects no row unless the key is a semaphore's, and counts
+            // its tokens from above the anchor's fence (`excluded.fence` is
+            // that plus one).
             acquire: format!(
-                "WITH granted AS ( \
+                "WITH {claim}, granted AS ( \
                    INSERT INTO {p} AS l (key, fence, slots) \
-                   SELECT $1, 1, jsonb_build_object('0', {first}) \
-                   FROM (SELECT set_config('lock_timeout', $5::text, true)) AS bounded \
+                   SELECT $1, c.fence + 1, jsonb_build_object('0', {first}) \
+                   FROM (SELECT set_config('lock_timeout', $5::text, true)) AS bounded, claim AS c \
+                   WHERE c.kind = 'sem' \
                    ON CONFLICT (key) DO UPDATE SET \
-                     fence = CASE WHEN {own} IS NULL THEN l.fence + 1 ELSE l.fence END, \
+                     fence = CASE WHEN {own} IS NULL THEN {fence} + 1 ELSE l.fence END, \
                      slots = CASE WHEN {own} IS NOT NULL THEN \
                        jsonb_set(l.slots, ARRAY[{own}, 'e'], to_jsonb({NOW} + $4::bigint)) ELSE \
                        (SELECT coalesce(jsonb_object_agg(s.k, s.v), '{{}}'::jsonb) \
@@ -229,14 +280,20 @@ impl PermitStatements {
                      WHERE s.v->>'o' = $2::text ORDER BY 1 DESC LIMIT 1) AS token, \
                      (SELECT s.k::bigint FROM jsonb_each(l.slots) AS s(k, v) \
                      WHERE s.v->>'o' = $2::text ORDER BY (s.v->>'t')::bigint DESC LIMIT 1) AS slot) \
-                 SELECT token, slot, NULL::text AS holder, NULL::bigint AS remaining_ms FROM granted \
+                 SELECT token, slot, NULL::text AS holder, NULL::bigint AS remaining_ms, \
+                   NULL::text AS kind FROM granted \
                  UNION ALL \
-                 (SELECT NULL::bigint, NULL::bigint, s.v->>'h', (s.v->>'e')::bigint - {NOW} \
+                 (SELECT NULL::bigint, NULL::bigint, s.v->>'h', (s.v->>'e')::bigint - {NOW}, NULL::text \
                   FROM {p} AS r CROSS JOIN LATERAL jsonb_each(r.slots) AS s(k, v) \
                   WHERE r.key = $1 AND NOT EXISTS (SELECT FROM granted) \
-                    AND (s.v->>'e')::bigint > {NOW} ORDER BY 4 LIMIT 1)",
-                first = entry("1"),
-                next = entry("l.fence + 1"),
+                    AND EXISTS (SELECT FROM claim WHERE kind = 'sem') \
+                    AND (s.v->>'e')::bigint > {NOW} ORDER BY 4 LIMIT 1) \
+                 UNION ALL {unclaimed}",
+                claim = claim(table, "sem"),
+                unclaimed = unclaimed("sem"),
+                fence = "greatest(l.fence, excluded.fence - 1)",
+                first = entry("c.fence + 1"),
+                next = entry("greatest(l.fence, excluded.fence - 1) + 1"),
                 live_l = live("l.slots"),
                 own = own,
             ),
@@ -259,6 +316,7 @@ impl PermitStatements {
                      AND (slots->$2::text->>'t')::bigint = $4::bigint RETURNING key) \
                  SELECT pg_notify('{CHANNEL}', key) FROM freed"
             ),
+            force_release: force_release(p, ""),
             list: format!(
                 "SELECT r.key, s.k::bigint, s.v->>'o', s.v->>'h', (s.v->>'t')::bigint, \
                    (s.v->>'e')::bigint - {NOW} \
@@ -268,6 +326,21 @@ impl PermitStatements {
             ),
         }
     }
+}
+
+/// The admin break of every slot of a key in table `p`, `also` setting
+/// more columns (the rw table's mark). The CTE reads whether a slot was
+/// live before the update (RETURNING cannot see old values).
+fn force_release(p: &str, also: &str) -> String {
+    format!(
+        "WITH old AS ( \
+           SELECT key, EXISTS (SELECT FROM jsonb_each(slots) AS s(k, v) \
+             WHERE (s.v->>'e')::bigint > {NOW}) AS was_live FROM {p} WHERE key = $1 FOR UPDATE), \
+         broken AS ( \
+           UPDATE {p} AS l SET slots = '{{}}'::jsonb, fence = l.fence + 1{also} \
+           FROM old WHERE l.key = old.key RETURNING l.key, old.was_live) \
+         SELECT was_live, pg_notify('{CHANNEL}', key)::text FROM broken"
+    )
 }
 
 fn permit_from_row(row: &PgRow, rw: bool) -> Result<PermitInfo> {
@@ -349,6 +422,18 @@ impl Inner {
         let wrong = |e: sqlx::Error| record.corrupt(e.to_string());
         let fence: Option<i64> = row.try_get(0).map_err(wrong)?;
         let slot: Option<i64> = row.try_get(1).map_err(wrong)?;
+        let kind: Option<String> = row.try_get(4).map_err(wrong)?;
+        match kind.as_deref() {
+            // The claim of the anchor failed: busy behind a mutex holder,
+            // or the key is of another kind.
+            None | Some("mutex") => {}
+            Some(other) => {
+                return Ok(Acquire::OtherKind(
+                    KeyKind::from_stored(Some(other))
+                        .ok_or_else(|| record.corrupt(format!("unknown kind {other:?}")))?,
+                ))
+            }
+        }
         match (fence, slot) {
             (Some(fence), Some(slot)) => {
                 let slot = u32::try_from(slot)
@@ -369,6 +454,27 @@ impl Inner {
                         .unwrap_or(0),
                 ),
             })),
+        }
+    }
+
+    /// Frees every slot of `key` in the semaphores' table (`rw` None) or
+    /// the reader-writer locks' (its waiting writer's mark too), bumps its
+    /// fence and wakes its waiters: the admin break of a key of that kind.
+    /// Whether a slot was live.
+    pub(super) async fn force_release_permits(
+        &self,
+        key: &crate::key::Key,
+        rw: Option<RwSide>,
+    ) -> Result<bool> {
+        let row = self
+            .fetch_optional(
+                &self.permit_sql(rw).force_release,
+                &[Param::Text(key.as_str())],
+            )
+            .await?;
+        match row {
+            Some(row) => row.try_get::<bool, _>(0).map_err(classify),
+            None => Ok(false),
         }
     }
 

@@ -77,6 +77,12 @@ macro_rules! remaining_ms {
     };
 }
 
+/// Milliseconds left on the timestamp `column`, rounded up like
+/// `remaining_ms!`.
+pub(super) fn remaining_ms_of(column: &str) -> String {
+    format!("ceil(extract(epoch FROM ({column} - clock_timestamp())) * 1000)::bigint")
+}
+
 /// The statements for one lease table.
 #[derive(Debug, Clone)]
 pub(super) struct Statements {
@@ -102,6 +108,12 @@ impl Statements {
         let live = "owner IS NOT NULL AND expires_at > clock_timestamp()";
         Statements {
             migrate: migration(table),
+            // One key is one lock: the row is the key's anchor, and a row
+            // whose `kind` is set (a reader-writer lock's or a semaphore's
+            // key) is never granted as a mutex; the busy branch then names
+            // the kind (read from the snapshot: a kind set after it reads
+            // as "busy, 0 ms left", and the retry sees it).
+            //
             // Grants if the row is new, free or expired and returns the new
             // fence; a repeat by the owner that holds it live is the same
             // grant (same fence), its expiry counted from now; otherwise returns the holder and its remaining time, so
@@ -133,13 +145,15 @@ impl Statements {
                        AND l.expires_at > clock_timestamp() THEN l.fence ELSE l.fence + 1 END, \
                      owner = excluded.owner, holder = excluded.holder, \
                      expires_at = clock_timestamp() + $4 * interval '1 millisecond' \
-                   WHERE l.owner IS NULL OR l.expires_at <= clock_timestamp() \
-                     OR l.owner = excluded.owner \
+                   WHERE l.kind IS NULL AND (l.owner IS NULL OR l.expires_at <= clock_timestamp() \
+                     OR l.owner = excluded.owner) \
                    RETURNING l.fence) \
-                 SELECT fence, NULL::text AS holder, NULL::bigint AS remaining_ms FROM granted \
+                 SELECT fence, NULL::text AS holder, NULL::bigint AS remaining_ms, \
+                   NULL::text AS kind FROM granted \
                  UNION ALL \
-                 SELECT NULL::bigint, holder, {rem} FROM {table} \
-                  WHERE key = $1 AND owner IS NOT NULL AND NOT EXISTS (SELECT FROM granted)",
+                 SELECT NULL::bigint, holder, {rem}, kind FROM {table} \
+                  WHERE key = $1 AND (owner IS NOT NULL OR kind IS NOT NULL) \
+                    AND NOT EXISTS (SELECT FROM granted)",
                 rem = remaining_ms!()
             ),
             // $5 bounds the wait for another transaction's row lock (a
@@ -173,14 +187,19 @@ impl Statements {
             // The CTE locks the row and reads whether it was live before the
             // update bumps the fence; RETURNING cannot see old values.
             announce: format!("SELECT pg_notify('{CHANNEL}', $1::text)"),
+            // A key of another kind (`kind` set) is broken by the
+            // permits' statement of its kind instead (`semaphore.rs`):
+            // this one answers its kind.
             force_release: format!(
                 "WITH old AS ( \
-                   SELECT key, {live} AS was_live FROM {table} WHERE key = $1 FOR UPDATE), \
+                   SELECT key, {live} AS was_live, kind FROM {table} WHERE key = $1 FOR UPDATE), \
                  broken AS ( \
                    UPDATE {table} AS l SET owner = NULL, holder = NULL, expires_at = NULL, \
                      fence = l.fence + 1 \
-                   FROM old WHERE l.key = old.key RETURNING l.key, old.was_live) \
-                 SELECT was_live, pg_notify('{CHANNEL}', key) FROM broken"
+                   FROM old WHERE l.key = old.key AND old.kind IS NULL \
+                   RETURNING l.key, old.was_live) \
+                 SELECT was_live, pg_notify('{CHANNEL}', key)::text, NULL::text FROM broken \
+                 UNION ALL SELECT false, NULL::text, kind FROM old WHERE kind IS NOT NULL"
             ),
             // FOR SHARE conflicts with the row lock every acquire, renew,
             // release and force-release takes, so none of them can change
@@ -195,17 +214,32 @@ impl Statements {
     }
 }
 
-/// The idempotent migration for `table` (already quoted).
+/// The idempotent migration for `table` (already quoted): one statement.
 fn migration(table: &str) -> String {
     // COLLATE "C": keys compare and sort bytewise, like every other store.
     // The row of a key is never deleted: its fence must never go backwards.
+    // `kind` (one key is one lock: NULL a mutex, 'rw', 'sem') came later:
+    // a table made before it gets the column, every row staying a mutex.
+    // The catalog is read first, so an open of an up-to-date table takes
+    // no ACCESS EXCLUSIVE lock (an ALTER would, even one with IF NOT
+    // EXISTS, and queue every lock operation behind a running transaction).
+    // The DO block's body is a string literal in single quotes (no `$`:
+    // statements are inlined for a transaction pooler, see exec.rs), so
+    // its own literal doubles them. Table names cannot contain quotes.
     format!(
-        "CREATE TABLE IF NOT EXISTS {table} ( \
-           key TEXT COLLATE \"C\" PRIMARY KEY, \
-           fence BIGINT NOT NULL, \
-           owner TEXT, \
-           holder TEXT, \
-           expires_at TIMESTAMPTZ)"
+        "DO ' BEGIN \
+           CREATE TABLE IF NOT EXISTS {table} ( \
+             key TEXT COLLATE \"C\" PRIMARY KEY, \
+             fence BIGINT NOT NULL, \
+             owner TEXT, \
+             holder TEXT, \
+             expires_at TIMESTAMPTZ, \
+             kind TEXT); \
+           IF NOT EXISTS (SELECT FROM pg_attribute WHERE attrelid = ''{table}''::regclass \
+               AND attname = ''kind'' AND NOT attisdropped) THEN \
+             ALTER TABLE {table} ADD COLUMN kind TEXT; \
+           END IF; \
+         END '"
     )
 }
 

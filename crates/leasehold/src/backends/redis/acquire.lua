@@ -1,9 +1,15 @@
--- Grants the lease iff the key has no live holder. Expiry is Redis's own
--- (PX), so the server's clock decides.
--- KEYS[1] lock, KEYS[2] fence; ARGV[1] owner (32 hex digits), ARGV[2] ttl in
--- ms, ARGV[3] holder label.
+-- Grants the lease iff the key is a mutex and has no live holder. Expiry is
+-- Redis's own (PX), so the server's clock decides.
+-- KEYS[1] lock, KEYS[2] fence, KEYS[3] kind; ARGV[1] owner (32 hex digits),
+-- ARGV[2] ttl in ms, ARGV[3] holder label.
 -- Returns {token, '', 0} when granted (or granted again to the same owner),
--- {0, holder, pttl} when busy.
+-- {0, holder, pttl} when busy, {-1, kind, 0} when the key is a
+-- reader-writer lock ('rw') or a semaphore ('sem'): one key is one lock,
+-- and a mutex request on such a key is the core's to redirect or refuse.
+local kind = redis.call('GET', KEYS[3])
+if kind then
+  return {-1, kind, 0}
+end
 if redis.call('SET', KEYS[1], ARGV[1] .. ':' .. ARGV[3], 'NX', 'PX', ARGV[2]) then
   -- The fence key has no ttl and is never deleted. INCR's reply passes
   -- through a Lua double: exact up to 2^53 grants per key.

@@ -1,10 +1,13 @@
 -- Grants one permit of a semaphore iff fewer than ARGV[4] of its permits are
 -- live by the server's clock (TIME); takes the lowest free slot below that.
 -- KEYS[1] the permits hash (field: slot; value: expiry ms:owner:token:holder),
--- KEYS[2] the permit fence (no ttl, never deleted); ARGV[1] owner, ARGV[2]
--- ttl in ms, ARGV[3] holder label, ARGV[4] permits.
+-- KEYS[2] the permit fence (no ttl, never deleted), KEYS[3..5] the key's
+-- mutex lock, fence and kind (claim_kind.lua, run first); ARGV[1] owner,
+-- ARGV[2] ttl in ms, ARGV[3] holder label, ARGV[4] permits, ARGV[5] 'sem'.
 -- Returns {token, slot, '', 0} when granted, {0, -1, holder, ms left} of the
--- permit that expires first when busy. Expired slots are dropped here.
+-- permit that expires first (or of the mutex holder) when busy, {-1, -1,
+-- kind, 0} when the key is a reader-writer lock. Expired slots are dropped
+-- here.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local permits = tonumber(ARGV[4])

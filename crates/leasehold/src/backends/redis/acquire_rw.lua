@@ -2,14 +2,17 @@
 -- docs/rw-lock.md. KEYS[1] the lock's hash (field: a reader's slot, the
 -- writer's slot ARGV[6], or 'mark' for a waiting writer; value: expiry
 -- ms:owner:token:holder, token 0 for the mark), KEYS[2] its fence (no ttl,
--- never deleted); ARGV[1] owner, ARGV[2] ttl in ms, ARGV[3] holder label,
--- ARGV[4] 'r' or 'w', ARGV[5] the mark's life in ms (0: a writer that does
--- not wait leaves none), ARGV[6] the writer's slot, ARGV[7] the most readers.
+-- never deleted), KEYS[3..5] the key's mutex lock, fence and kind
+-- (claim_kind.lua, run first); ARGV[1] owner, ARGV[2] ttl in ms, ARGV[3]
+-- holder label, ARGV[4] 'r' or 'w', ARGV[5] the mark's life in ms (0: a
+-- writer that does not wait leaves none), ARGV[6] the writer's slot, ARGV[7]
+-- the most readers, ARGV[8] 'rw'.
 -- A reader is refused while the writer or another owner's mark is live; a
 -- writer while anybody holds or another owner's mark is live, and it marks
 -- the lock if only readers hold. Returns {token, slot, '', 0} when granted,
 -- {0, -1, holder, ms left} of the first to expire (not our own mark) when
--- busy. Expired fields are dropped here.
+-- busy (or the mutex holder's), {-1, -1, kind, 0} when the key is a
+-- semaphore. Expired fields are dropped here.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local writer_slot = ARGV[6]

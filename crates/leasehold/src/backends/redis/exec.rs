@@ -21,12 +21,18 @@ impl RedisBackend {
         replicas: u32,
     ) -> Result<(i64, String, i64)> {
         let ((token, holder, pttl), confirmed): ((i64, String, i64), i64) = self
-            .run_and_wait(&self.inner.scripts.acquire, key, args, replicas)
+            .run_and_wait_on(
+                &self.inner.scripts.acquire,
+                &self.acquire_keys(key),
+                args,
+                replicas,
+            )
             .await?;
         if confirmed >= i64::from(replicas) {
             return Ok((token, holder, pttl));
         }
-        if token != 0 {
+        // A grant has a positive token (0 is busy, -1 another kind).
+        if token > 0 {
             let args = [
                 owner,
                 &token.to_string(),
@@ -52,26 +58,36 @@ impl RedisBackend {
         key: &Key,
         args: &[&str],
     ) -> Result<T> {
-        self.run_on(script, self.lock_keys(key), args).await
+        self.run_on(script, &self.lock_keys(key), args).await
     }
 
-    /// `key`'s lock and fence keys: the two keys of every mutex script.
+    /// `key`'s lock and fence keys: the two keys of the mutex scripts that
+    /// renew, release, force-release and read.
     pub(super) fn lock_keys(&self, key: &Key) -> [String; 2] {
         [self.inner.ns.lock(key), self.inner.ns.fence(key)]
     }
 
-    /// Runs `script` on `keys` (two keys of one hash tag), confirmed by
+    /// The keys of `acquire.lua`: lock, fence and the key's kind (a mutex
+    /// request on a reader-writer lock or a semaphore is answered as such).
+    pub(super) fn acquire_keys(&self, key: &Key) -> [String; 3] {
+        let ns = &self.inner.ns;
+        [ns.lock(key), ns.fence(key), ns.kind(key)]
+    }
+
+    /// Runs `script` on `keys` (keys of one hash tag), confirmed by
     /// `min_replicas` replicas when that option is set.
     pub(super) async fn run_on<T: redis::FromRedisValue>(
         &self,
         script: &Script,
-        keys: [String; 2],
+        keys: &[String],
         args: &[&str],
     ) -> Result<T> {
         let replicas = self.inner.options.min_replicas;
         if replicas == 0 {
             let mut call = script.prepare_invoke();
-            call.key(&keys[0]).key(&keys[1]);
+            for key in keys {
+                call.key(key);
+            }
             for arg in args {
                 call.arg(*arg);
             }
@@ -95,15 +111,15 @@ impl RedisBackend {
         args: &[&str],
         replicas: u32,
     ) -> Result<(T, i64)> {
-        self.run_and_wait_on(script, self.lock_keys(key), args, replicas)
+        self.run_and_wait_on(script, &self.lock_keys(key), args, replicas)
             .await
     }
 
-    /// [`run_and_wait`](Self::run_and_wait) on any two keys of one hash tag.
+    /// [`run_and_wait`](Self::run_and_wait) on any keys of one hash tag.
     pub(super) async fn run_and_wait_on<T: redis::FromRedisValue>(
         &self,
         script: &Script,
-        keys: [String; 2],
+        keys: &[String],
         args: &[&str],
         replicas: u32,
     ) -> Result<(T, i64)> {
@@ -111,8 +127,8 @@ impl RedisBackend {
         let mut call = redis::pipe();
         call.cmd("EVALSHA")
             .arg(script.get_hash())
-            .arg(2)
-            .arg(&keys)
+            .arg(keys.len())
+            .arg(keys)
             .arg(args)
             .cmd("WAIT")
             .arg(replicas)

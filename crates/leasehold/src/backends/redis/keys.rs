@@ -60,6 +60,14 @@ impl Namespace {
         format!("{}:fence:{{{}}}", self.prefix, encode(key.as_str()))
     }
 
+    /// `key`'s kind (`rw` or `sem`), with the lock's hash tag: absent while
+    /// the key is a mutex. Written once, by the first reader-writer or
+    /// semaphore grant on a key no mutex holds, and never changed back
+    /// (docs/redis.md, "One key, one kind").
+    pub(super) fn kind(&self, key: &Key) -> String {
+        format!("{}:kind:{{{}}}", self.prefix, encode(key.as_str()))
+    }
+
     /// The hash of `key`'s semaphore permits (one field per slot), with
     /// the lock's hash tag.
     pub(super) fn permits(&self, key: &Key) -> String {
@@ -263,6 +271,11 @@ mod tests {
             let (permits, permit_fence) = (n.permits(&key(k)), n.permit_fence(&key(k)));
             assert_eq!(hash_tag(&permits), hash_tag(&lock), "{k:?}");
             assert_eq!(hash_tag(&permit_fence), hash_tag(&lock), "{k:?}");
+            // So do the kind and the reader-writer lock's keys: the permit
+            // scripts claim the kind on the lock's keys in the same script.
+            for other in [n.kind(&key(k)), n.rw(&key(k)), n.rw_fence(&key(k))] {
+                assert_eq!(hash_tag(&other), hash_tag(&lock), "{k:?}");
+            }
             assert_eq!(n.key_of_permits(&permits).map(Result::unwrap), Some(key(k)));
             assert!(
                 n.key_of_lock(&permits).is_none(),
@@ -303,6 +316,7 @@ mod tests {
             // Other prefixes' and fence keys never match.
             assert!(!glob(&pattern, &ns("p").lock(&key("a"))));
             assert!(!glob(&pattern, &n.fence(&key("a"))));
+            assert!(!glob(&pattern, &n.kind(&key("a"))));
         }
     }
 

@@ -1,10 +1,12 @@
 //! The Redis store (`redis://`, feature `redis`).
 //!
 //! Each operation is one Lua script (loaded once, called by SHA with
-//! `EVALSHA`): acquire is `SET NX PX` plus `INCR` of a fence key that has no
-//! ttl and is never deleted; renew checks owner and token, then `PEXPIRE`;
-//! release compares and deletes, then `PUBLISH`es the key; force-release
-//! deletes and bumps the fence. Redis expires the lock key itself (`PX`), so
+//! `EVALSHA`): acquire reads the key's kind key (a reader-writer lock or a
+//! semaphore answers as such: one key is one lock), then `SET NX PX` plus
+//! `INCR` of a fence key that has no ttl and is never deleted; renew checks
+//! owner and token, then `PEXPIRE`; release compares and deletes, then
+//! `PUBLISH`es the key; force-release deletes whatever holds the key and
+//! bumps the fence. Redis expires the lock key itself (`PX`), so
 //! the server's clock decides expiry.
 //!
 //! Lock and fence keys share a hash tag, so each script touches one cluster
@@ -145,7 +147,8 @@ impl Backend for RedisBackend {
             let args = [owner.as_str(), &ttl.to_string(), req.holder()];
             let (token, holder, pttl): (i64, String, i64) = match self.inner.options.min_replicas {
                 0 => {
-                    self.run(&self.inner.scripts.acquire, req.key(), &args)
+                    let keys = self.acquire_keys(req.key());
+                    self.run_on(&self.inner.scripts.acquire, &keys, &args)
                         .await?
                 }
                 replicas => {
@@ -154,16 +157,20 @@ impl Backend for RedisBackend {
                 }
             };
             // A grant returns the incremented fence, so a negative one is a
-            // corrupt fence key.
-            Ok(if token != 0 {
-                let token = RecordDecoder::new(STORE, req.key().as_str()).token(token)?;
-                Acquire::Granted(req.granted(token))
-            } else {
-                Acquire::Busy(Busy {
-                    holder,
-                    remaining: millis_to_duration(pttl),
-                })
-            })
+            // corrupt fence key; -1 with a kind is a key of another kind.
+            let record = RecordDecoder::new(STORE, req.key().as_str());
+            Ok(
+                if let Some(kind) = semaphore::other_kind(&record, token, &holder)? {
+                    Acquire::OtherKind(kind)
+                } else if token != 0 {
+                    Acquire::Granted(req.granted(record.token(token)?))
+                } else {
+                    Acquire::Busy(Busy {
+                        holder,
+                        remaining: millis_to_duration(pttl),
+                    })
+                },
+            )
         })
     }
 
@@ -222,8 +229,18 @@ impl Backend for RedisBackend {
     fn force_release<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool>> {
         Box::pin(async move {
             let args = [&self.inner.ns.channel(), key.as_str()];
+            let ns = &self.inner.ns;
+            let keys = [
+                ns.lock(key),
+                ns.fence(key),
+                ns.kind(key),
+                ns.permits(key),
+                ns.permit_fence(key),
+                ns.rw(key),
+                ns.rw_fence(key),
+            ];
             let broken: i64 = self
-                .run(&self.inner.scripts.force_release, key, &args)
+                .run_on(&self.inner.scripts.force_release, &keys, &args)
                 .await?;
             self.wake_local(key);
             Ok(broken == 1)

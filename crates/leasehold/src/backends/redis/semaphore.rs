@@ -9,6 +9,10 @@
 //! (`p:rw:{k}`, `p:rwfence:{k}`), with the writer in slot `WRITER_SLOT`
 //! and a waiting writer's marker in field `mark` (`acquire_rw.lua`);
 //! renew and release are the permit scripts on those names.
+//!
+//! Both acquire scripts begin with the kind claim (`claim_kind.lua`) on
+//! the key's mutex lock, fence and kind key, all under the same hash tag:
+//! the claim and the grant are one script.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -18,21 +22,28 @@ use redis::Script;
 use super::errors::{classify, unconfirmed};
 use super::{RedisBackend, STORE};
 use crate::backend::{
-    duration_to_millis, millis_to_duration, Acquire, AcquireRequest, Busy, Lease, PermitInfo,
-    RecordDecoder, RwSide, MAX_PERMITS, WRITER_SLOT,
+    duration_to_millis, millis_to_duration, Acquire, AcquireRequest, Busy, KeyKind, Lease,
+    PermitInfo, RecordDecoder, RwSide, MAX_PERMITS, WRITER_SLOT,
 };
 use crate::error::Result;
 use crate::key::Key;
 
 /// The permit scripts: acquire, renew, release, read. Loaded on first use
 /// (`Script` and `run_and_wait_on` load a script a server does not know).
+/// Both acquire scripts start with the kind claim (`claim_kind.lua`).
 static SCRIPTS: LazyLock<[Script; 5]> = LazyLock::new(|| {
     [
-        Script::new(include_str!("acquire_permit.lua")),
+        Script::new(concat!(
+            include_str!("claim_kind.lua"),
+            include_str!("acquire_permit.lua")
+        )),
         Script::new(include_str!("renew_permit.lua")),
         Script::new(include_str!("release_permit.lua")),
         Script::new(include_str!("read_permits.lua")),
-        Script::new(include_str!("acquire_rw.lua")),
+        Script::new(concat!(
+            include_str!("claim_kind.lua"),
+            include_str!("acquire_rw.lua")
+        )),
     ]
 });
 
@@ -47,6 +58,14 @@ impl RedisBackend {
         }
     }
 
+    /// The keys of an acquire script: the family's hash and fence, then
+    /// the key's mutex lock, fence and kind, which the script claims.
+    fn acquire_keys_of(&self, key: &Key, rw: bool) -> [String; 5] {
+        let [hash, fence] = self.permit_keys(key, rw);
+        let [lock, mutex_fence, kind] = self.acquire_keys(key);
+        [hash, fence, lock, mutex_fence, kind]
+    }
+
     pub(super) async fn acquire_permit(&self, req: &AcquireRequest) -> Result<Acquire> {
         let owner = req.owner().to_string();
         let ttl = duration_to_millis(req.ttl()).to_string();
@@ -59,6 +78,7 @@ impl RedisBackend {
                     ttl,
                     req.holder().to_owned(),
                     req.permits().unwrap_or(1).to_string(),
+                    sem_or_rw(req),
                 ],
             ),
             Some(side) => (
@@ -73,20 +93,22 @@ impl RedisBackend {
                         .to_string(),
                     WRITER_SLOT.to_string(),
                     MAX_PERMITS.to_string(),
+                    sem_or_rw(req),
                 ],
             ),
         };
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let keys = self.permit_keys(req.key(), side.is_some());
+        let keys = self.acquire_keys_of(req.key(), side.is_some());
         type Answer = (i64, i64, String, i64);
         let (token, slot, holder, left): Answer = match self.inner.options.min_replicas {
-            0 => self.run_on(script, keys, &args).await?,
+            0 => self.run_on(script, &keys, &args).await?,
             replicas => {
                 let (answer, confirmed): (Answer, i64) =
-                    self.run_and_wait_on(script, keys, &args, replicas).await?;
+                    self.run_and_wait_on(script, &keys, &args, replicas).await?;
                 if confirmed < i64::from(replicas) {
-                    // Not trusted: give it back (or let it expire).
-                    if answer.0 != 0 {
+                    // Not trusted: give it back (or let it expire). A kind
+                    // claimed meanwhile stays: it is never undone.
+                    if answer.0 > 0 {
                         let lease = req.granted_permit(answer.1.max(0) as u32, answer.0 as u64);
                         if let Err(e) = self.release_permit_now(&lease).await {
                             tracing::debug!(key = %req.key(), error = %e, "could not release an unconfirmed permit; it expires with its ttl");
@@ -97,13 +119,16 @@ impl RedisBackend {
                 answer
             }
         };
+        let record = RecordDecoder::new(STORE, req.key().as_str());
+        if let Some(kind) = other_kind(&record, token, &holder)? {
+            return Ok(Acquire::OtherKind(kind));
+        }
         if token == 0 {
             return Ok(Acquire::Busy(Busy {
                 holder,
                 remaining: millis_to_duration(left),
             }));
         }
-        let record = RecordDecoder::new(STORE, req.key().as_str());
         let slot =
             u32::try_from(slot).map_err(|_| record.corrupt(format!("slot {slot} is negative")))?;
         Ok(Acquire::Granted(
@@ -122,7 +147,7 @@ impl RedisBackend {
         let renewed: i64 = self
             .run_on(
                 &SCRIPTS[1],
-                self.permit_keys(lease.key(), lease.rw_side().is_some()),
+                &self.permit_keys(lease.key(), lease.rw_side().is_some()),
                 &args,
             )
             .await?;
@@ -141,7 +166,7 @@ impl RedisBackend {
         let freed: i64 = self
             .run_on(
                 &SCRIPTS[2],
-                self.permit_keys(lease.key(), lease.rw_side().is_some()),
+                &self.permit_keys(lease.key(), lease.rw_side().is_some()),
                 &args,
             )
             .await?;
@@ -192,6 +217,29 @@ impl RedisBackend {
             all.extend(permits);
         }
         Ok(all)
+    }
+}
+
+/// The kind a permit request claims, as the kind key holds it.
+fn sem_or_rw(req: &AcquireRequest) -> String {
+    req.key_kind().stored().unwrap_or_default().to_owned()
+}
+
+/// The kind an acquire script answered the key has (token -1, the kind
+/// key's value in the holder field, which a grant leaves empty), if that is
+/// its answer. Any other negative token is a corrupt fence, reported as such
+/// by the caller.
+pub(super) fn other_kind(
+    record: &RecordDecoder<'_>,
+    token: i64,
+    text: &str,
+) -> Result<Option<KeyKind>> {
+    if token != -1 || text.is_empty() {
+        return Ok(None);
+    }
+    match KeyKind::from_stored(Some(text)) {
+        Some(kind) => Ok(Some(kind)),
+        None => Err(record.corrupt(format!("the kind key holds {text:?}"))),
     }
 }
 

@@ -9,7 +9,9 @@ use sqlx::sqlite::{Sqlite, SqliteConnection, SqlitePool};
 
 use super::sql::{Query, ACQUIRE, BUSY_INFO};
 use super::{busy, classify, is_locked, write_locked, SqliteBackend, STORE};
-use crate::backend::{duration_to_millis, Acquire, AcquireRequest, BoxFuture, RecordDecoder};
+use crate::backend::{
+    duration_to_millis, Acquire, AcquireRequest, BoxFuture, KeyKind, RecordDecoder,
+};
 use crate::error::Result;
 use crate::key::Key;
 
@@ -166,11 +168,14 @@ async fn acquire_statements(conn: &mut SqliteConnection, req: &AcquireRequest) -
     }
     // Who holds it is for the waiter's schedule only; if the holder
     // left in between, report zero remaining so it retries at once.
-    let row: Option<(Option<String>, Option<i64>)> = sqlx::query_as(BUSY_INFO)
+    let row: Option<(Option<String>, Option<String>, Option<i64>)> = sqlx::query_as(BUSY_INFO)
         .bind(req.key().as_str())
         .fetch_optional(&mut *conn)
         .await
         .map_err(classify)?;
-    let (holder, remaining) = row.unwrap_or_default();
-    Ok(busy(holder, remaining))
+    let (kind, holder, remaining) = row.unwrap_or_default();
+    match super::kind::decode(req.key(), kind.as_deref())? {
+        KeyKind::Mutex => Ok(busy(holder, remaining)),
+        other => Ok(Acquire::OtherKind(other)),
+    }
 }

@@ -125,6 +125,7 @@ async fn connect_and_migrate(
         .connect_with(connect)
         .await?;
     sqlx::query(MIGRATION).execute(&pool).await?;
+    super::kind::migrate(&pool).await?;
     semaphore::migrate(&pool).await?;
     rwlock::migrate(&pool).await?;
     clock.anchor(&pool).await?;

@@ -22,7 +22,7 @@ use std::time::Duration;
 use sqlx::sqlite::SqlitePool;
 
 use crate::backend::{
-    duration_to_millis, token_to_i64, Acquire, AcquireRequest, Backend, BoxFuture, Lease,
+    duration_to_millis, token_to_i64, Acquire, AcquireRequest, Backend, BoxFuture, KeyKind, Lease,
     LeaseInfo, PermitInfo, Subscription,
 };
 use crate::error::Result;
@@ -40,6 +40,7 @@ const STORE: &str = "sqlite";
 mod clock;
 #[macro_use]
 mod slots;
+mod kind;
 mod rwlock;
 mod semaphore;
 mod sql;
@@ -116,21 +117,39 @@ impl Backend for SqliteBackend {
                 .begin_with("BEGIN IMMEDIATE")
                 .await
                 .map_err(classify)?;
-            let was_live: Option<bool> = sqlx::query_scalar(WAS_LIVE)
+            let anchor: Option<(Option<String>, Option<bool>)> = sqlx::query_as(WAS_LIVE)
                 .bind(key.as_str())
                 .fetch_optional(&mut *tx)
                 .await
                 .map_err(classify)?;
-            sqlx::query(FORCE_RELEASE)
-                .bind(key.as_str())
-                .execute(&mut *tx)
-                .await
-                .map_err(classify)?;
+            let Some((kind, mutex_live)) = anchor else {
+                return Ok(false);
+            };
+            // One key is one lock: whatever holds it is broken.
+            let was_live = match kind::decode(key, kind.as_deref())? {
+                KeyKind::Mutex => {
+                    sqlx::query(FORCE_RELEASE)
+                        .bind(key.as_str())
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(classify)?;
+                    mutex_live == Some(true)
+                }
+                KeyKind::Semaphore => {
+                    slots::force_release(&mut tx, &semaphore::TABLES, key.as_str()).await?
+                }
+                KeyKind::ReaderWriter => {
+                    sqlx::query(rwlock::UNMARK)
+                        .bind(key.as_str())
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(classify)?;
+                    slots::force_release(&mut tx, &rwlock::TABLES, key.as_str()).await?
+                }
+            };
             tx.commit().await.map_err(classify)?;
-            if was_live.is_some() {
-                self.wake.wake(key);
-            }
-            Ok(was_live.unwrap_or(false))
+            self.wake.wake(key);
+            Ok(was_live)
         })
     }
 

@@ -55,7 +55,7 @@ const MARK: &str = concat!(
      holder = excluded.holder, expires_at_ms = excluded.expires_at_ms"
 );
 
-const UNMARK: &str = "DELETE FROM leasehold_rw_marks WHERE key = ?1";
+pub(super) const UNMARK: &str = "DELETE FROM leasehold_rw_marks WHERE key = ?1";
 
 pub(super) async fn migrate(pool: &SqlitePool) -> std::result::Result<(), sqlx::Error> {
     slots::migrate(pool, &TABLES).await?;
@@ -70,13 +70,16 @@ pub(super) fn acquire_on<'a>(
     side: RwSide,
 ) -> BoxFuture<'a, Result<Acquire>> {
     Box::pin(async move {
-        let Some(tx) = slots::begin(conn).await? else {
+        let Some(mut tx) = slots::begin(conn).await? else {
             return Ok(write_locked());
         };
         let own = match side {
             RwSide::Read => 0..=MAX_PERMITS - 1,
             RwSide::Write => WRITER_SLOT..=WRITER_SLOT,
         };
+        if let Some(answer) = super::kind::claim(&mut tx, &TABLES, req).await? {
+            return Ok(answer);
+        }
         let mut tx = match slots::regrant(tx, &TABLES, req, own).await? {
             Ok(regranted) => return Ok(regranted),
             Err(tx) => tx,

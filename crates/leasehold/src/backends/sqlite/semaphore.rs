@@ -39,10 +39,13 @@ pub(super) fn acquire_on<'a>(
     req: &'a AcquireRequest,
 ) -> BoxFuture<'a, Result<Acquire>> {
     Box::pin(async move {
-        let Some(tx) = slots::begin(conn).await? else {
+        let Some(mut tx) = slots::begin(conn).await? else {
             // Another connection kept the write lock for the whole wait.
             return Ok(write_locked());
         };
+        if let Some(answer) = super::kind::claim(&mut tx, &TABLES, req).await? {
+            return Ok(answer);
+        }
         let mut tx = match slots::regrant(tx, &TABLES, req, 0..=u32::MAX).await? {
             Ok(regranted) => return Ok(regranted),
             Err(tx) => tx,

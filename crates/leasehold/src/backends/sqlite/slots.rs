@@ -26,6 +26,13 @@ pub(super) struct SlotTables {
     pub(super) free_slot: &'static str,
     /// Parameter: key. Returns the key's next fence.
     pub(super) next_fence: &'static str,
+    /// Parameters: key, fence. Raises the key's fence to at least that
+    /// (a mutex key's fence, as the key changes kind).
+    pub(super) raise_fence: &'static str,
+    /// Parameter: key. How many of its slots are live.
+    pub(super) count_live: &'static str,
+    /// Parameter: key. Frees every slot of the key.
+    pub(super) free_all: &'static str,
     /// Parameters: key, slot, owner, holder, token, ttl in ms.
     pub(super) take_slot: &'static str,
     /// Parameters: key, slot, owner, token, ttl in ms.
@@ -90,6 +97,19 @@ macro_rules! slot_tables {
                 " (key, fence) VALUES (?1, 1) \
                  ON CONFLICT (key) DO UPDATE SET fence = fence + 1 RETURNING fence"
             ),
+            raise_fence: concat!(
+                "INSERT INTO ",
+                $fences,
+                " (key, fence) VALUES (?1, ?2) \
+                 ON CONFLICT (key) DO UPDATE SET fence = max(fence, excluded.fence)"
+            ),
+            count_live: concat!(
+                "SELECT count(*) FROM ",
+                $slots,
+                " WHERE key = ?1 AND expires_at_ms > ",
+                now_ms!()
+            ),
+            free_all: concat!("DELETE FROM ", $slots, " WHERE key = ?1"),
             take_slot: concat!(
                 "INSERT INTO ",
                 $slots,
@@ -159,6 +179,28 @@ pub(super) async fn begin(conn: &mut SqliteConnection) -> Result<Option<Transact
         Err(e) if is_locked(&e) => Ok(None),
         Err(e) => Err(classify(e)),
     }
+}
+
+/// The admin break of a key of this kind, inside the caller's write
+/// transaction: frees every slot and bumps the fence. Whether one was live.
+pub(super) async fn force_release(
+    tx: &mut Transaction<'_, Sqlite>,
+    tables: &SlotTables,
+    key: &str,
+) -> Result<bool> {
+    let live: i64 = sqlx::query_scalar(tables.count_live)
+        .bind(key)
+        .fetch_one(&mut **tx)
+        .await
+        .map_err(classify)?;
+    for statement in [tables.free_all, tables.next_fence] {
+        sqlx::query(statement)
+            .bind(key)
+            .execute(&mut **tx)
+            .await
+            .map_err(classify)?;
+    }
+    Ok(live > 0)
 }
 
 /// The lowest slot below `below` with no live row of the request's key.

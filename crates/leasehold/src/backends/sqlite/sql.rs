@@ -21,7 +21,8 @@ pub(super) const MIGRATION: &str = "CREATE TABLE IF NOT EXISTS leasehold_locks (
     expires_at_ms INTEGER
 ) WITHOUT ROWID";
 
-/// Grants the lease if the key is new, free or expired; returns the new
+/// Grants the lease if the key is new, free or expired, and a mutex
+/// (`kind IS NULL`: one key is one lock, see `kind.rs`); returns the new
 /// fence. A repeat by the owner that holds it live is the same grant, its
 /// expiry counted from now (the fence stays). Parameters: key, owner,
 /// holder, ttl in ms.
@@ -33,9 +34,9 @@ pub(super) const ACQUIRE: &str = concat!(
     now_ms!(),
     " THEN fence ELSE fence + 1 END, owner = excluded.owner, \
      holder = excluded.holder, expires_at_ms = excluded.expires_at_ms \
-     WHERE owner IS NULL OR expires_at_ms <= ",
+     WHERE kind IS NULL AND (owner IS NULL OR expires_at_ms <= ",
     now_ms!(),
-    " OR owner = excluded.owner RETURNING fence"
+    " OR owner = excluded.owner) RETURNING fence"
 );
 
 /// Frees the key if owner and fence match. Parameters: key, owner, fence.
@@ -43,10 +44,12 @@ pub(super) const RELEASE: &str =
     "UPDATE leasehold_locks SET owner = NULL, holder = NULL, expires_at_ms = NULL \
      WHERE key = ?1 AND owner = ?2 AND fence = ?3";
 
+/// Why ACQUIRE granted nothing: the key's kind (not NULL: another kind
+/// than a mutex), its holder and time left in ms.
 pub(super) const BUSY_INFO: &str = concat!(
-    "SELECT holder, expires_at_ms - ",
+    "SELECT kind, holder, expires_at_ms - ",
     now_ms!(),
-    " FROM leasehold_locks WHERE key = ?1 AND owner IS NOT NULL"
+    " FROM leasehold_locks WHERE key = ?1"
 );
 
 pub(super) const RENEW: &str = concat!(
@@ -72,8 +75,9 @@ pub(super) const LIST: &str = concat!(
     " ORDER BY key"
 );
 
+/// Key ?1's kind, and whether a mutex holder is live.
 pub(super) const WAS_LIVE: &str = concat!(
-    "SELECT owner IS NOT NULL AND expires_at_ms > ",
+    "SELECT kind, owner IS NOT NULL AND expires_at_ms > ",
     now_ms!(),
     " FROM leasehold_locks WHERE key = ?1"
 );

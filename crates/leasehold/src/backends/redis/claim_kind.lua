@@ -1,0 +1,28 @@
+-- The kind claim every permit script starts with (prepended to
+-- acquire_permit.lua and acquire_rw.lua: one script, one atomic step).
+-- KEYS[3] the key's mutex lock, KEYS[4] its mutex fence, KEYS[5] its kind;
+-- KEYS[2] the fence of this family (semaphore or reader-writer lock);
+-- the last ARGV the kind asked for ('rw' or 'sem').
+-- A key keeps the kind it was first used as; a mutex key that nobody holds
+-- becomes a reader-writer lock or a semaphore on first such use, its mutex
+-- fence carried into this family's fence so the key's tokens keep rising.
+do
+  local wanted = ARGV[#ARGV]
+  local kind = redis.call('GET', KEYS[5])
+  if kind and kind ~= wanted then
+    return {-1, -1, kind, 0}
+  end
+  if not kind then
+    local holder = redis.call('GET', KEYS[3])
+    if holder then
+      -- A live mutex holder: busy, naming it (its release wakes us).
+      return {0, -1, string.sub(holder, 34), redis.call('PTTL', KEYS[3])}
+    end
+    redis.call('SET', KEYS[5], wanted)
+    -- Strings, not numbers: fences pass Lua doubles only to compare.
+    local fence = redis.call('GET', KEYS[4])
+    if fence and tonumber(fence) > tonumber(redis.call('GET', KEYS[2]) or '0') then
+      redis.call('SET', KEYS[2], fence)
+    end
+  end
+end

@@ -1,0 +1,217 @@
+//! One key is one lock on SQLite: the key's row in `leasehold_locks` (its
+//! anchor) names the key's kind in its `kind` column (NULL: a mutex, as
+//! every row written before the column existed). A permit or reader-writer
+//! grant claims the anchor inside its own `BEGIN IMMEDIATE` transaction,
+//! so the claim and the grant are one atomic step; the mutex's one
+//! statement grants only while `kind IS NULL`.
+
+use sqlx::sqlite::SqlitePool;
+use sqlx::{Sqlite, Transaction};
+
+use super::slots::SlotTables;
+use super::{busy, classify, STORE};
+use crate::backend::{Acquire, AcquireRequest, KeyKind, RecordDecoder};
+use crate::error::Result;
+use crate::key::Key;
+
+/// Adds the `kind` column to a table written before it existed; does
+/// nothing if it is there. Every existing row keeps NULL: a mutex.
+const HAS_KIND: &str =
+    "SELECT count(*) FROM pragma_table_info('leasehold_locks') WHERE name = 'kind'";
+const ADD_KIND: &str = "ALTER TABLE leasehold_locks ADD COLUMN kind TEXT";
+
+/// Key ?1's anchor: its kind, whether a live mutex holder has it, that
+/// holder and its time left in ms.
+const ANCHOR: &str = concat!(
+    "SELECT kind, owner IS NOT NULL AND expires_at_ms > ",
+    now_ms!(),
+    ", holder, expires_at_ms - ",
+    now_ms!(),
+    ", fence FROM leasehold_locks WHERE key = ?1"
+);
+
+/// Parameters: key, kind. A new key's anchor, of a permit kind (fence 0:
+/// no mutex grant ever had the key).
+const NEW_ANCHOR: &str = "INSERT INTO leasehold_locks (key, fence, kind) VALUES (?1, 0, ?2)";
+
+/// Parameters: key, kind. A free mutex key becomes that kind.
+const CONVERT: &str = "UPDATE leasehold_locks SET kind = ?2, owner = NULL, holder = NULL, \
+     expires_at_ms = NULL WHERE key = ?1";
+
+/// Runs the column's migration; safe to run any number of times, and by
+/// two processes at once (the second's ALTER finds the column).
+pub(super) async fn migrate(pool: &SqlitePool) -> std::result::Result<(), sqlx::Error> {
+    let present: i64 = sqlx::query_scalar(HAS_KIND).fetch_one(pool).await?;
+    if present > 0 {
+        return Ok(());
+    }
+    match sqlx::query(ADD_KIND).execute(pool).await {
+        Ok(_) => Ok(()),
+        // Another process added it between the check and the ALTER.
+        Err(sqlx::Error::Database(db)) if db.message().contains("duplicate column") => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// A stored kind read back, a damaged one reported as a corrupt record.
+pub(super) fn decode(key: &Key, stored: Option<&str>) -> Result<KeyKind> {
+    KeyKind::from_stored(stored).ok_or_else(|| {
+        RecordDecoder::new(STORE, key.as_str()).corrupt(format!("unknown kind {stored:?}"))
+    })
+}
+
+/// A row of ANCHOR: kind, mutex live, holder, ms left, fence.
+type AnchorRow = (
+    Option<String>,
+    Option<bool>,
+    Option<String>,
+    Option<i64>,
+    i64,
+);
+
+/// Claims the key's anchor for `req`'s kind, inside the grant's
+/// transaction (`# Contract` of `Backend`): `None` to go on with the
+/// grant; else the answer (busy behind a live mutex holder, or the other
+/// kind), the transaction then rolled back by its drop. A free mutex key
+/// becomes the requested kind, and the permits' fence is raised to the
+/// mutex's, so the key's tokens keep increasing.
+pub(super) async fn claim(
+    tx: &mut Transaction<'_, Sqlite>,
+    tables: &SlotTables,
+    req: &AcquireRequest,
+) -> Result<Option<Acquire>> {
+    let key = req.key().as_str();
+    let wanted = req.key_kind();
+    let stored = wanted.stored();
+    let anchor: Option<AnchorRow> = sqlx::query_as(ANCHOR)
+        .bind(key)
+        .fetch_optional(&mut **tx)
+        .await
+        .map_err(classify)?;
+    let Some((kind, live, holder, remaining, fence)) = anchor else {
+        sqlx::query(NEW_ANCHOR)
+            .bind(key)
+            .bind(stored)
+            .execute(&mut **tx)
+            .await
+            .map_err(classify)?;
+        return Ok(None);
+    };
+    match decode(req.key(), kind.as_deref())? {
+        kind if kind == wanted => Ok(None),
+        KeyKind::Mutex if live == Some(true) => Ok(Some(busy(holder, remaining))),
+        KeyKind::Mutex => {
+            sqlx::query(CONVERT)
+                .bind(key)
+                .bind(stored)
+                .execute(&mut **tx)
+                .await
+                .map_err(classify)?;
+            sqlx::query(tables.raise_fence)
+                .bind(key)
+                .bind(fence)
+                .execute(&mut **tx)
+                .await
+                .map_err(classify)?;
+            Ok(None)
+        }
+        other => Ok(Some(Acquire::OtherKind(other))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
+
+    use super::super::SqliteBackend;
+    use crate::backend::{Acquire, AcquireRequest, Backend, KeyKind, OwnerId, RwSide};
+    use crate::key::Key;
+
+    /// The table as today's release (before `kind`) creates it.
+    const OLD_TABLE: &str = "CREATE TABLE IF NOT EXISTS leasehold_locks (
+    key TEXT PRIMARY KEY NOT NULL,
+    fence INTEGER NOT NULL,
+    owner TEXT,
+    holder TEXT,
+    expires_at_ms INTEGER
+) WITHOUT ROWID";
+
+    /// A file written by the release before kinds: a held key (fence 7)
+    /// and a free one (fence 5). Opened by this version, the column is
+    /// added (twice: idempotent), the held lease stays held and its owner
+    /// can renew and release it, and tokens go on from the old fences,
+    /// also when the free key becomes a reader-writer lock.
+    #[tokio::test]
+    async fn a_table_without_kinds_keeps_its_leases_and_tokens() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("old.db");
+        let owner = OwnerId::random();
+        let in_a_minute = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64
+            + 60_000;
+        {
+            let old = SqlitePoolOptions::new()
+                .max_connections(1)
+                .connect_with(
+                    SqliteConnectOptions::new()
+                        .filename(&path)
+                        .create_if_missing(true),
+                )
+                .await
+                .unwrap();
+            sqlx::query(OLD_TABLE).execute(&old).await.unwrap();
+            sqlx::query(
+                "INSERT INTO leasehold_locks VALUES ('held', 7, ?1, 'old:1', ?2), \
+                 ('free', 5, NULL, NULL, NULL)",
+            )
+            .bind(owner.to_string())
+            .bind(in_a_minute)
+            .execute(&old)
+            .await
+            .unwrap();
+            old.close().await;
+        }
+        let backend = SqliteBackend::open(&path).await.unwrap();
+        drop(backend);
+        let backend = SqliteBackend::open(&path).await.unwrap();
+        let held = Key::new("held").unwrap();
+        let info = backend.inspect(&held).await.unwrap().expect("still held");
+        assert_eq!((info.token, info.holder.as_str()), (7, "old:1"));
+        let ttl = Duration::from_secs(30);
+        let other = AcquireRequest::new(held.clone(), ttl, "new").unwrap();
+        assert!(matches!(
+            backend.try_acquire(&other).await.unwrap(),
+            Acquire::Busy(b) if b.holder == "old:1"
+        ));
+        let reader = AcquireRequest::rw(held.clone(), ttl, "new", RwSide::Read).unwrap();
+        assert!(matches!(
+            backend.try_acquire_permit(&reader).await.unwrap(),
+            Acquire::Busy(b) if b.holder == "old:1"
+        ));
+        let lease = AcquireRequest::new(held.clone(), ttl, "old:1")
+            .unwrap()
+            .with_owner(owner)
+            .granted(7);
+        assert!(backend.renew(&lease, ttl).await.unwrap());
+        backend.release(&lease).await.unwrap();
+        let Acquire::Granted(next) = backend.try_acquire(&other).await.unwrap() else {
+            panic!("free after its release");
+        };
+        assert_eq!(next.token(), 8);
+        let free = Key::new("free").unwrap();
+        let reader = AcquireRequest::rw(free.clone(), ttl, "new", RwSide::Read).unwrap();
+        let Acquire::Granted(read) = backend.try_acquire_permit(&reader).await.unwrap() else {
+            panic!("a free old key becomes a reader-writer lock");
+        };
+        assert_eq!(read.token(), 6, "tokens go on from the mutex's fence");
+        let mutex = AcquireRequest::new(free, ttl, "new").unwrap();
+        assert!(matches!(
+            backend.try_acquire(&mutex).await.unwrap(),
+            Acquire::OtherKind(KeyKind::ReaderWriter)
+        ));
+    }
+}

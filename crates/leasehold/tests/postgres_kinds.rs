@@ -1,0 +1,146 @@
+//! One key is one lock on PostgreSQL: a lease table written by the release
+//! before kinds (no `kind` column) is migrated on open, keeps its leases
+//! and its tokens, and its free keys can become reader-writer locks or
+//! semaphores. Directly (`LEASEHOLD_TEST_POSTGRES`) and through PgBouncer
+//! in transaction mode (`LEASEHOLD_TEST_PGBOUNCER`; the migration is one
+//! statement the pooler path inlines).
+#![cfg(all(feature = "conformance", feature = "postgres"))]
+
+#[path = "support/common.rs"]
+mod common;
+#[path = "support/postgres.rs"]
+mod postgres;
+
+use std::time::Duration;
+
+use common::unique;
+use leasehold::backend::{Acquire, AcquireRequest, KeyKind, OwnerId, RwSide};
+use leasehold::backends::postgres::{PostgresBackend, PostgresOptions};
+use leasehold::conformance::server_url;
+use leasehold::{Backend, Key};
+use postgres::{drop_table, pool, url};
+
+/// The lease table as the release before kinds made it.
+fn old_table(table: &str) -> String {
+    format!(
+        "CREATE TABLE {table} ( \
+           key TEXT COLLATE \"C\" PRIMARY KEY, \
+           fence BIGINT NOT NULL, \
+           owner TEXT, \
+           holder TEXT, \
+           expires_at TIMESTAMPTZ)"
+    )
+}
+
+async fn old_table_keeps_leases_and_tokens(connect_url: &str, server: &str) {
+    let pool = pool(server).await;
+    let name = unique("old_locks");
+    let table = format!("\"{name}\"");
+    sqlx_exec(&pool, &old_table(&table)).await;
+    let owner = OwnerId::random();
+    leasehold::sqlx::query(&format!(
+        "INSERT INTO {table} VALUES \
+           ('held', 7, $1, 'old:1', clock_timestamp() + interval '1 minute'), \
+           ('free', 5, NULL, NULL, NULL), \
+           ('sem', 3, NULL, NULL, NULL)"
+    ))
+    .bind(owner.to_string())
+    .execute(&pool)
+    .await
+    .unwrap();
+    // Opened twice: the migration is idempotent.
+    let options = PostgresOptions::new().with_table(&name);
+    drop(
+        PostgresBackend::connect_with(connect_url, options.clone())
+            .await
+            .unwrap(),
+    );
+    let backend = PostgresBackend::connect_with(connect_url, options)
+        .await
+        .unwrap();
+    let ttl = Duration::from_secs(30);
+    let held = Key::new("held").unwrap();
+    let info = backend.inspect(&held).await.unwrap().expect("still held");
+    assert_eq!((info.token, info.holder.as_str()), (7, "old:1"));
+    let other = AcquireRequest::new(held.clone(), ttl, "new").unwrap();
+    let answer = backend.try_acquire(&other).await.unwrap();
+    assert!(
+        matches!(&answer, Acquire::Busy(b) if b.holder == "old:1"),
+        "{answer:?}"
+    );
+    let reader = AcquireRequest::rw(held.clone(), ttl, "new", RwSide::Read).unwrap();
+    let answer = backend.try_acquire_permit(&reader).await.unwrap();
+    assert!(
+        matches!(&answer, Acquire::Busy(b) if b.holder == "old:1"),
+        "a reader waits for the old mutex holder: {answer:?}"
+    );
+    let lease = AcquireRequest::new(held.clone(), ttl, "old:1")
+        .unwrap()
+        .with_owner(owner)
+        .granted(7);
+    assert!(backend.renew(&lease, ttl).await.unwrap());
+    backend.release(&lease).await.unwrap();
+    let Acquire::Granted(next) = backend.try_acquire(&other).await.unwrap() else {
+        panic!("free after its release");
+    };
+    assert_eq!(next.token(), 8);
+    backend.release(&next).await.unwrap();
+
+    let free = Key::new("free").unwrap();
+    let reader = AcquireRequest::rw(free.clone(), ttl, "new", RwSide::Read).unwrap();
+    let Acquire::Granted(read) = backend.try_acquire_permit(&reader).await.unwrap() else {
+        panic!("a free old key becomes a reader-writer lock");
+    };
+    assert_eq!(read.token(), 6, "tokens go on from the mutex's fence");
+    let mutex = AcquireRequest::new(free.clone(), ttl, "new").unwrap();
+    assert!(matches!(
+        backend.try_acquire(&mutex).await.unwrap(),
+        Acquire::OtherKind(KeyKind::ReaderWriter)
+    ));
+    let sem = Key::new("sem").unwrap();
+    let permit = AcquireRequest::permit(sem.clone(), ttl, "new", 2).unwrap();
+    let Acquire::Granted(p) = backend.try_acquire_permit(&permit).await.unwrap() else {
+        panic!("a free old key becomes a semaphore");
+    };
+    assert_eq!(p.token(), 4);
+    let kinds: Vec<(String, Option<String>)> =
+        leasehold::sqlx::query_as(&format!("SELECT key, kind FROM {table} ORDER BY key"))
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        kinds,
+        [
+            ("free".to_owned(), Some("rw".to_owned())),
+            ("held".to_owned(), None),
+            ("sem".to_owned(), Some("sem".to_owned())),
+        ]
+    );
+    drop(backend);
+    for t in [
+        table.clone(),
+        format!("\"{name}_permits\""),
+        format!("\"{name}_rw\""),
+    ] {
+        drop_table(&pool, &t).await;
+    }
+}
+
+async fn sqlx_exec(pool: &leasehold::sqlx::PgPool, sql: &str) {
+    leasehold::sqlx::query(sql).execute(pool).await.unwrap();
+}
+
+#[tokio::test]
+async fn postgres_a_table_without_kinds_keeps_its_leases_and_tokens() {
+    let Some(server) = url() else { return };
+    old_table_keeps_leases_and_tokens(&server, &server).await;
+}
+
+#[tokio::test]
+async fn pgbouncer_a_table_without_kinds_keeps_its_leases_and_tokens() {
+    let Some(server) = url() else { return };
+    let Some(pooler) = server_url("LEASEHOLD_TEST_PGBOUNCER") else {
+        return;
+    };
+    old_table_keeps_leases_and_tokens(&format!("{pooler}?pooler=transaction"), &server).await;
+}
