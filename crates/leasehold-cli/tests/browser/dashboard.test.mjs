@@ -88,6 +88,11 @@ test("a lease taken with `leasehold run` shows within a second, counts down, and
 });
 
 test("an exclusive run shows its reader-writer writer as `writer`, no slot number", async () => {
+  // One key is one lock: a key first used by a --shared run is a
+  // reader-writer lock, and an exclusive run of it is its writer (of a
+  // fresh key, the exclusive run would be its mutex).
+  const reader = await start(["run", "--shared", "--ttl", "30s", "dash:rw", "--", "sh", "-c", "echo held"], /held/);
+  assert.equal(await exited(reader.child), 0);
   const run = await start(["run", "--exclusive", "--ttl", "30s", "dash:rw", "--", "sh", "-c", "echo held; sleep 2"], /held/);
   const row = page.locator('tr[data-key="dash:rw"][data-kind="writer"]');
   await row.waitFor({ timeout: 1000 });
