@@ -180,6 +180,14 @@ async fn assert_still_held(direct: &MongoBackend, req: &AcquireRequest) {
     }
 }
 
+/// The lease of a fresh key's first grant.
+fn granted(answer: leasehold::Result<Acquire>) -> Lease {
+    match answer.expect("the store answers") {
+        Acquire::Granted(lease) => lease,
+        other => panic!("a fresh key is free: {other:?}"),
+    }
+}
+
 const TTL: Duration = Duration::from_millis(2000);
 const GAP: Duration = Duration::from_millis(1200);
 
@@ -189,10 +197,7 @@ async fn a_late_renewal_never_shortens_a_mutex_lease() {
     let direct = backend_with(&url, options()).await;
     let (proxy, late) = through_gate(&url, &direct).await;
     let k = key("late-renewal");
-    let lease = match direct.try_acquire(&request(&k, TTL)).await.unwrap() {
-        Acquire::Granted(lease) => lease,
-        other => panic!("a fresh key is free: {other:?}"),
-    };
+    let lease = granted(direct.try_acquire(&request(&k, TTL)).await);
     let started = tokio::time::Instant::now();
     renew_late_then_deliver(&direct, Arc::new(late), &proxy, &lease, TTL, GAP).await;
     // The late renewal's expiry is about TTL after `started`, the prompt
@@ -208,10 +213,7 @@ async fn a_late_renewal_never_shortens_a_permit() {
     let (proxy, late) = through_gate(&url, &direct).await;
     let k = key("late-renewal-permit");
     let ask = || AcquireRequest::permit(k.clone(), TTL, "test", 1).unwrap();
-    let lease = match direct.try_acquire_permit(&ask()).await.unwrap() {
-        Acquire::Granted(lease) => lease,
-        other => panic!("a fresh key is free: {other:?}"),
-    };
+    let lease = granted(direct.try_acquire_permit(&ask()).await);
     let started = tokio::time::Instant::now();
     renew_late_then_deliver(&direct, Arc::new(late), &proxy, &lease, TTL, GAP).await;
     tokio::time::sleep_until(started + TTL + Duration::from_millis(300)).await;

@@ -126,34 +126,44 @@ impl MongoBackend {
     /// request's owner (a repeat of a granted request), the same grant with
     /// its expiry counted from now, as a renewal extends it; else busy.
     async fn regrant_or_busy(&self, req: &AcquireRequest) -> Result<Acquire> {
-        let (found, _) = self.record(req.key()).await?;
+        let (found, now) = self.record(req.key()).await?;
         if let Some(kind) = found.as_ref().map(kind::kind_of).transpose()?.flatten() {
             return Ok(Acquire::OtherKind(kind));
         }
         let owner = req.owner().to_string();
-        if let Some(d) = found.filter(|d| d.get_str("owner") == Ok(owner.as_str())) {
-            let lease = req.granted(fence_of(&d)?);
+        if let Some(d) = found
+            .as_ref()
+            .filter(|d| d.get_str("owner") == Ok(owner.as_str()))
+        {
+            let lease = req.granted(fence_of(d)?);
             // Not when it has expired meanwhile: then busy, and the core
             // tries again by the ordinary rules.
             if self.renew(&lease, req.ttl()).await? {
                 return Ok(Acquire::Granted(lease));
             }
+            // It changed since the read: read again for the answer.
+            return Ok(Acquire::Busy(self.busy(req.key()).await?));
         }
-        Ok(Acquire::Busy(self.busy(req.key()).await?))
+        // Another owner's record, as just read: no second read for the answer.
+        Ok(Acquire::Busy(busy_in(found.as_ref(), now)))
     }
 
     async fn busy(&self, key: &Key) -> Result<Busy> {
         let (found, now) = self.record(key).await?;
-        // The holder may have left since: zero remaining makes the waiter retry.
-        Ok(found
-            .as_ref()
-            .and_then(|d| live(d, now))
-            .map(|(holder, remaining)| Busy { holder, remaining })
-            .unwrap_or(Busy {
-                holder: String::new(),
-                remaining: Duration::ZERO,
-            }))
+        Ok(busy_in(found.as_ref(), now))
     }
+}
+
+/// The busy answer a lock document read at `now` gives. The holder may
+/// have left since: zero remaining makes the waiter retry.
+fn busy_in(found: Option<&Document>, now: ServerNow) -> Busy {
+    found
+        .and_then(|d| live(d, now))
+        .map(|(holder, remaining)| Busy { holder, remaining })
+        .unwrap_or(Busy {
+            holder: String::new(),
+            remaining: Duration::ZERO,
+        })
 }
 
 impl Backend for MongoBackend {
