@@ -20,7 +20,10 @@ seconds="${1:-25}"
 semaphore_seconds="${2:-6}"
 bin="${LEASEHOLD_BIN:-target/debug/leasehold}"
 if [ ! -x "$bin" ]; then
-  cargo build --quiet -p leasehold-cli
+  # The feature set of the test command's builds, so CI compiles the
+  # dependencies once for both (a `-p leasehold-cli` build unified other
+  # features and built a second copy of them).
+  cargo build --quiet --workspace --all-features --bin leasehold
 fi
 # shellcheck source=scripts/test-services.sh
 source scripts/test-services.sh
