@@ -28,8 +28,12 @@ export declare class NativeLease {
   isLost(): boolean
   /** Throws `LEASEHOLD_LOST` if [`is_lost`](Self::is_lost). */
   check(): void
-  /** Releases the lease; false if it was no longer held by this object. */
-  release(): Promise<boolean>
+  /**
+   * Releases the lease; false if it was no longer held by this object.
+   * Answered on the JS thread when the release needs no wait there
+   * (settle.rs).
+   */
+  release(): boolean | Promise<boolean>
   /**
    * Calls `on_lost(by_bound)` once, from the JS thread, when the lease is
    * lost or `max_hold_ms` has passed (then the lease is released first
@@ -55,12 +59,12 @@ export declare class NativeLocks {
    * Acquires `key`: tries once when `wait_ms` is 0, else waits up to
    * `wait_ms` (infinity: no bound).
    */
-  acquire(key: string, ttlMs: number, waitMs: number, cancelId?: number | undefined | null): Promise<NativeLease>
+  acquire(key: string, ttlMs: number, waitMs: number, cancelId?: number | undefined | null): NativeLease | Promise<NativeLease>
   /**
    * Takes a permit of the semaphore `key` of `permits` permits, as
    * [`acquire`](Self::acquire) waits.
    */
-  acquirePermit(key: string, permits: number, ttlMs: number, waitMs: number, cancelId?: number | undefined | null): Promise<NativeLease>
+  acquirePermit(key: string, permits: number, ttlMs: number, waitMs: number, cancelId?: number | undefined | null): NativeLease | Promise<NativeLease>
   /** The live permits of the semaphore `key`, by slot. */
   holders(key: string, permits: number): Promise<Array<PermitInfo>>
   /**
@@ -68,19 +72,19 @@ export declare class NativeLocks {
    * when `write`, else a shared (reader) one, as
    * [`acquire`](Self::acquire) waits.
    */
-  acquireRw(key: string, write: boolean, ttlMs: number, waitMs: number, cancelId?: number | undefined | null): Promise<NativeLease>
+  acquireRw(key: string, write: boolean, ttlMs: number, waitMs: number, cancelId?: number | undefined | null): NativeLease | Promise<NativeLease>
   /** The live readers and writer of the reader-writer lock `key`. */
   rwHolders(key: string): Promise<Array<PermitInfo>>
   /**
    * Takes every key of `keys` or none, as [`acquire`](Self::acquire)
    * waits (one wait bound for the whole set).
    */
-  acquireMany(keys: Array<string>, ttlMs: number, waitMs: number, cancelId?: number | undefined | null): Promise<NativeLease>
+  acquireMany(keys: Array<string>, ttlMs: number, waitMs: number, cancelId?: number | undefined | null): NativeLease | Promise<NativeLease>
   /**
    * Campaigns as `candidate` in the election `key` until elected, as
    * [`acquire`](Self::acquire) waits.
    */
-  campaign(key: string, candidate: string, ttlMs: number, waitMs: number, cancelId?: number | undefined | null): Promise<NativeLease>
+  campaign(key: string, candidate: string, ttlMs: number, waitMs: number, cancelId?: number | undefined | null): NativeLease | Promise<NativeLease>
   /** The current leader of the election `key`, if any. */
   leader(key: string): Promise<LeaderInfo | null>
   /** Starts following the leader of the election `key`. */

@@ -39,10 +39,21 @@ const fmt = (us) => (us >= 10_000 ? `${(us / 1000).toFixed(0)} ms` : us >= 1000 
 const ratio = (a, b) => `${(a / b).toFixed(2)}×`;
 const load = () => os.loadavg().map((l) => l.toFixed(2)).join(' ');
 
-/** The sides measured on a store: name -> async () => { uncontended, handoff } summaries. */
-function sides(cli, store) {
+const IOREDIS_PAIR = 'floor: SET NX PX + EVAL by hand (ioredis)';
+const RUST_FLOOR = 'floor: the same pair on a blocking connection (Rust)';
+
+/**
+ * The sides measured on a store: name -> async () => { uncontended, handoff }
+ * summaries. The Rust side also pushes its floor row (Redis) to `floors`.
+ */
+function sides(cli, store, floors) {
   const list = [
-    ['leasehold (Rust)', async () => rust.measure(cli, store.url, rounds)],
+    ['leasehold (Rust)', async () => {
+      const r = rust.measure(cli, store.url, rounds);
+      // The floor row (Redis): `leasehold bench`'s blocking pair, same run.
+      if (r.floor) floors.push(r.floor);
+      return r;
+    }],
     ['leasehold-node', async () => {
       const n = await leaseholdNode.measure(store.url, { rounds, handoffRounds, shared: store.shared });
       return { uncontended: summarize(n.uncontended), handoff: summarize(n.handoff) };
@@ -55,6 +66,10 @@ function sides(cli, store) {
         return { uncontended: summarize(p.uncontended), handoff: summarize(p.handoff) };
       }]);
     }
+    list.push([IOREDIS_PAIR, async () => {
+      const p = await peers.ioredisPair(store.url, { rounds });
+      return { uncontended: summarize(p.uncontended), handoff: null };
+    }]);
   }
   return list;
 }
@@ -67,23 +82,29 @@ async function main() {
   const lines = ['| store | lock | uncontended p50 | uncontended p99 | hand-off p50 |', '|---|---|---|---|---|'];
   const notes = [];
   for (const store of stores()) {
-    const list = sides(cli, store);
+    const floors = [];
+    const list = sides(cli, store, floors);
     const results = new Map(list.map(([name]) => [name, []]));
     for (let b = 0; b < blocks; b += 1) {
       for (const [name, measure] of list) results.get(name).push(await measure());
     }
+    if (floors.length > 0) results.set(RUST_FLOOR, floors.map((f) => ({ uncontended: f, handoff: null })));
     const fig = {};
     for (const [name, runs] of results) {
       fig[name] = {
         p50: median(runs.map((r) => r.uncontended.p50_us)),
         p99: median(runs.map((r) => r.uncontended.p99_us)),
-        handoff: median(runs.map((r) => r.handoff.p50_us)),
+        handoff: runs[0].handoff ? median(runs.map((r) => r.handoff.p50_us)) : null,
       };
-      lines.push(`| ${store.name} | ${name} | ${fmt(fig[name].p50)} | ${fmt(fig[name].p99)} | ${fmt(fig[name].handoff)} |`);
+      const handoff = fig[name].handoff === null ? '–' : fmt(fig[name].handoff);
+      lines.push(`| ${store.name} | ${name} | ${fmt(fig[name].p50)} | ${fmt(fig[name].p99)} | ${handoff} |`);
     }
     const node = fig['leasehold-node'];
     const rs = fig['leasehold (Rust)'];
     notes.push(`${store.name}: leasehold-node uncontended p50 ${ratio(node.p50, rs.p50)} the Rust API's (target ≤ 1.3×), ${node.p50 >= rs.p50 ? '+' : '−'}${fmt(Math.abs(node.p50 - rs.p50))}; hand-off p50 ${ratio(node.handoff, rs.handoff)}`);
+    for (const floor of [RUST_FLOOR, IOREDIS_PAIR]) {
+      if (fig[floor]) notes.push(`${store.name}: leasehold-node uncontended p50 ${ratio(node.p50, fig[floor].p50)} ${floor.slice('floor: '.length)}; the Rust API ${ratio(rs.p50, fig[floor].p50)}`);
+    }
     for (const peer of ['redlock 4', 'redis-semaphore']) {
       if (!fig[peer]) continue;
       notes.push(`${store.name}: leasehold-node uncontended p50 ${ratio(node.p50, fig[peer].p50)} ${peer}'s${peer.startsWith('redlock') ? ' (target ≤ 1×)' : ''}; ${peer}'s hand-off p50 ${ratio(fig[peer].handoff, node.handoff)} leasehold-node's${peer.startsWith('redlock') ? ' (target ≥ 10×)' : ''}`);

@@ -48,8 +48,13 @@ function measure(cli, url, rounds) {
   );
   if (child.status !== 0) throw new Error(`leasehold bench on ${url} failed (exit ${child.status}): ${child.stderr}`);
   const report = JSON.parse(child.stdout);
+  // The floor on Redis: the same two commands on a blocking connection
+  // (`leasehold bench`'s own baseline row), printed as the Node table's
+  // baseline.
+  const floor = report.scenarios.uncontended.baselines.find((b) => b.name.endsWith('(floor)'));
   return {
     uncontended: report.scenarios.uncontended.leasehold,
+    floor,
     handoff: report.scenarios.handoff.notified,
     handoffRounds: report.scenarios.handoff.notified.samples,
   };

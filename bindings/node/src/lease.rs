@@ -10,10 +10,12 @@ use std::time::Duration;
 use leasehold::{Error, Leadership, LeaseGuard, MultiGuard};
 use napi::bindgen_prelude::{BigInt, Function};
 use napi::threadsafe_function::ThreadsafeFunctionCallMode;
+use napi::Env;
 use napi_derive::napi;
 use tokio_util::sync::CancellationToken;
 
 use crate::errors::js;
+use crate::settle::{settle, Settled};
 
 /// What a `NativeLease` holds: every primitive ends up as one or more
 /// renewed leases, so one native class (and one JS watcher) serves them all.
@@ -207,11 +209,16 @@ impl NativeLease {
     }
 
     /// Releases the lease; false if it was no longer held by this object.
-    #[napi]
-    pub async fn release(&self) -> napi::Result<bool> {
-        let released = self.slot.release().await;
-        self.held.forget(&self.slot);
-        released.map_err(js)
+    /// Answered on the JS thread when the release needs no wait there
+    /// (settle.rs).
+    #[napi(ts_return_type = "boolean | Promise<boolean>")]
+    pub fn release<'env>(&self, env: &'env Env) -> napi::Result<Settled<'env, bool>> {
+        let (slot, held) = (self.slot.clone(), self.held.clone());
+        settle(env, async move {
+            let released = slot.release().await;
+            held.forget(&slot);
+            released.map_err(js)
+        })
     }
 
     /// Calls `on_lost(by_bound)` once, from the JS thread, when the lease is

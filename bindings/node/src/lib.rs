@@ -16,6 +16,7 @@ mod locks;
 mod options;
 mod policy;
 mod runtime;
+mod settle;
 mod stats;
 
 pub use lease::NativeLease;

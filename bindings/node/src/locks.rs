@@ -9,11 +9,13 @@ use std::time::Duration;
 
 use leasehold::{AcquireOptions, Error, Locks};
 use napi::bindgen_prelude::BigInt;
+use napi::Env;
 use napi_derive::napi;
 use tokio_util::sync::CancellationToken;
 
 use crate::errors::js;
 use crate::lease::{lock, Held, HeldLeases, LeaseSlot, NativeLease};
+use crate::settle::{settle, Settled};
 
 /// What one `Locks` object shares with the leases it granted.
 pub(crate) struct Shared {
@@ -239,33 +241,35 @@ impl NativeLocks {
 
     /// Acquires `key`: tries once when `wait_ms` is 0, else waits up to
     /// `wait_ms` (infinity: no bound).
-    #[napi]
-    pub async fn acquire(
+    #[napi(ts_return_type = "NativeLease | Promise<NativeLease>")]
+    pub fn acquire<'env>(
         &self,
+        env: &'env Env,
         key: String,
         ttl_ms: f64,
         wait_ms: f64,
         cancel_id: Option<u32>,
-    ) -> napi::Result<NativeLease> {
+    ) -> napi::Result<Settled<'env, NativeLease>> {
         let locks = self.shared.locks.clone();
         let call = |options| async move { locks.acquire_with(&key, &options).await };
-        self.take(ttl_ms, wait_ms, cancel_id, call, Held::One).await
+        self.take(env, ttl_ms, wait_ms, cancel_id, call, Held::One)
     }
 
     /// Takes a permit of the semaphore `key` of `permits` permits, as
     /// [`acquire`](Self::acquire) waits.
-    #[napi]
-    pub async fn acquire_permit(
+    #[napi(ts_return_type = "NativeLease | Promise<NativeLease>")]
+    pub fn acquire_permit<'env>(
         &self,
+        env: &'env Env,
         key: String,
         permits: u32,
         ttl_ms: f64,
         wait_ms: f64,
         cancel_id: Option<u32>,
-    ) -> napi::Result<NativeLease> {
+    ) -> napi::Result<Settled<'env, NativeLease>> {
         let semaphore = self.shared.locks.semaphore(&key, permits).map_err(js)?;
         let call = |options| async move { semaphore.acquire_with(&options).await };
-        self.take(ttl_ms, wait_ms, cancel_id, call, Held::One).await
+        self.take(env, ttl_ms, wait_ms, cancel_id, call, Held::One)
     }
 
     /// The live permits of the semaphore `key`, by slot.
@@ -280,15 +284,16 @@ impl NativeLocks {
     /// Takes the reader-writer lock `key`: the exclusive (writer) grant
     /// when `write`, else a shared (reader) one, as
     /// [`acquire`](Self::acquire) waits.
-    #[napi]
-    pub async fn acquire_rw(
+    #[napi(ts_return_type = "NativeLease | Promise<NativeLease>")]
+    pub fn acquire_rw<'env>(
         &self,
+        env: &'env Env,
         key: String,
         write: bool,
         ttl_ms: f64,
         wait_ms: f64,
         cancel_id: Option<u32>,
-    ) -> napi::Result<NativeLease> {
+    ) -> napi::Result<Settled<'env, NativeLease>> {
         let rw = self.shared.locks.rw_lock(&key).map_err(js)?;
         let call = |options| async move {
             if write {
@@ -297,7 +302,7 @@ impl NativeLocks {
                 rw.read_with(&options).await
             }
         };
-        self.take(ttl_ms, wait_ms, cancel_id, call, Held::One).await
+        self.take(env, ttl_ms, wait_ms, cancel_id, call, Held::One)
     }
 
     /// The live readers and writer of the reader-writer lock `key`.
@@ -311,35 +316,35 @@ impl NativeLocks {
 
     /// Takes every key of `keys` or none, as [`acquire`](Self::acquire)
     /// waits (one wait bound for the whole set).
-    #[napi]
-    pub async fn acquire_many(
+    #[napi(ts_return_type = "NativeLease | Promise<NativeLease>")]
+    pub fn acquire_many<'env>(
         &self,
+        env: &'env Env,
         keys: Vec<String>,
         ttl_ms: f64,
         wait_ms: f64,
         cancel_id: Option<u32>,
-    ) -> napi::Result<NativeLease> {
+    ) -> napi::Result<Settled<'env, NativeLease>> {
         let locks = self.shared.locks.clone();
         let call = |options| async move { locks.acquire_many(&keys, &options).await };
-        self.take(ttl_ms, wait_ms, cancel_id, call, Held::Many)
-            .await
+        self.take(env, ttl_ms, wait_ms, cancel_id, call, Held::Many)
     }
 
     /// Campaigns as `candidate` in the election `key` until elected, as
     /// [`acquire`](Self::acquire) waits.
-    #[napi]
-    pub async fn campaign(
+    #[napi(ts_return_type = "NativeLease | Promise<NativeLease>")]
+    pub fn campaign<'env>(
         &self,
+        env: &'env Env,
         key: String,
         candidate: String,
         ttl_ms: f64,
         wait_ms: f64,
         cancel_id: Option<u32>,
-    ) -> napi::Result<NativeLease> {
+    ) -> napi::Result<Settled<'env, NativeLease>> {
         let election = self.shared.locks.election(&key).map_err(js)?;
         let call = |options| async move { election.campaign(&candidate, &options).await };
-        self.take(ttl_ms, wait_ms, cancel_id, call, Held::Leader)
-            .await
+        self.take(env, ttl_ms, wait_ms, cancel_id, call, Held::Leader)
     }
 
     /// The current leader of the election `key`, if any.
@@ -409,23 +414,29 @@ impl NativeLocks {
 
 impl NativeLocks {
     /// One acquire from start to finish: the options (failing once
-    /// `close()` ran), the store's call, then the lease this handle tracks.
+    /// `close()` ran), the store's call, then the lease this handle tracks;
+    /// answered on the JS thread when it finishes there (settle.rs).
     /// `call` takes the options by value so its future borrows nothing.
-    async fn take<T, Fut>(
+    fn take<'env, T, Fut>(
         &self,
+        env: &'env Env,
         ttl_ms: f64,
         wait_ms: f64,
         cancel_id: Option<u32>,
         call: impl FnOnce(AcquireOptions) -> Fut,
         held: fn(T) -> Held,
-    ) -> napi::Result<NativeLease>
+    ) -> napi::Result<Settled<'env, NativeLease>>
     where
-        Fut: Future<Output = leasehold::Result<T>>,
+        T: Send + 'static,
+        Fut: Future<Output = leasehold::Result<T>> + Send + 'static,
     {
         let shared = self.shared.clone();
         let options = shared.options(ttl_ms, wait_ms, cancel_id)?;
-        let acquired = call(options).await;
-        shared.granted(cancel_id, acquired.map(held)).await
+        let acquired = call(options);
+        settle(env, async move {
+            let acquired = acquired.await;
+            shared.granted(cancel_id, acquired.map(held)).await
+        })
     }
 }
 
