@@ -52,8 +52,25 @@ fn fleet(store: &str, history: &std::path::Path) -> Run {
 /// The run passed, every worker acquired through its store without a
 /// connection error, and the harness counted its connections.
 fn assert_clean(run: &Run, history: &std::path::Path) -> u64 {
-    assert_eq!(run.code, 0, "{}", run.output);
-    assert_eq!(run.report["verdict"], "pass", "{}", run.output);
+    // This test counts connections; renewal is the torture suites' to
+    // check. So a run whose only shortfall is that no lease lived long
+    // enough to be renewed still counts: 48 processes on the Python
+    // MongoDB-compatible server made 15 acquisitions in 4 s in one CI run,
+    // none held long enough for a renewal to be answered (exit 2,
+    // "inconclusive"). Any violation still fails it.
+    let only_unrenewed = run.code == 2
+        && run.report["verdict"] == "inconclusive"
+        && run.report["inconclusive"] == serde_json::json!(["no lease was renewed"]);
+    if !only_unrenewed {
+        assert_eq!(run.code, 0, "{}", run.output);
+        assert_eq!(run.report["verdict"], "pass", "{}", run.output);
+    }
+    assert_eq!(
+        run.report["violations"],
+        serde_json::json!([]),
+        "{}",
+        run.output
+    );
     assert_eq!(run.n("/acquire_unknown"), 0, "{}", run.output);
     // Leases went round (the count depends on the store's speed).
     assert!(run.n("/acquisitions") > 0, "{}", run.output);
