@@ -2,12 +2,14 @@
 // Where a native call is answered (src/settle.rs): polled once on the JS
 // thread, a call that finishes there returns its value with no thread hop;
 // one that must wait moves to the native runtime and returns a promise that
-// still settles, is still woken, and can still be cancelled.
+// still settles, is still woken, and can still be cancelled. (Calls that go
+// to the network take the second path on every store: api.test.js and the
+// other suites make them through the same native methods.)
 
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const { NativeLocks } = require('../lib/binding').load();
-const { stores, uniqueKey } = require('./stores');
+const { uniqueKey } = require('./stores');
 
 const TTL_MS = 30_000;
 
@@ -60,23 +62,3 @@ test.describe('calls answered on the JS thread (memory store)', () => {
     assert.equal(held.release(), true);
   });
 });
-
-// On a store with I/O the first poll writes the request and the call
-// finishes on the runtime: the answer is the same either way.
-for (const store of stores()) {
-  test(`acquire and release settle on ${store.name}, whichever thread answers`, async () => {
-    const locks = await NativeLocks.open(store.url);
-    try {
-      const key = uniqueKey('settle-store');
-      const lease = await locks.acquire(key, TTL_MS, 0);
-      assert.equal(lease.key, key);
-      await assert.rejects(async () => locks.acquire(key, TTL_MS, 0), /LEASEHOLD_BUSY/);
-      assert.equal(await lease.release(), true);
-      const again = await locks.acquire(key, TTL_MS, 0);
-      assert.ok(again.token > lease.token);
-      assert.equal(await again.release(), true);
-    } finally {
-      await locks.close();
-    }
-  });
-}
