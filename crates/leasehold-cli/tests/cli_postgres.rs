@@ -171,5 +171,13 @@ fn a_grant_that_arrives_expired_never_starts_the_command() {
 fn a_frozen_run_has_its_command_stopped_before_the_next_holder_starts() {
     let Some(store) = schema() else { return };
     let dir = tempfile::tempdir().unwrap();
-    frozen_run_stops_its_command(store.as_ref(), dir.path());
+    frozen_run_stops_its_command(store.as_ref(), dir.path(), Freeze::WhileRunning);
+}
+
+/// Frozen the moment its command starts (see cli_sqlite.rs).
+#[test]
+fn a_run_frozen_as_its_command_starts_has_it_stopped_too() {
+    let Some(store) = schema() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    frozen_run_stops_its_command(store.as_ref(), dir.path(), Freeze::AtStart);
 }

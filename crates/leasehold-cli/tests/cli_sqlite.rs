@@ -229,7 +229,16 @@ fn demo_shows_the_race_and_three_safe_strategies() {
 #[test]
 fn a_frozen_run_has_its_command_stopped_before_the_next_holder_starts() {
     let dir = tempfile::tempdir().unwrap();
-    frozen_run_stops_its_command(&sqlite_store(dir.path()), dir.path());
+    frozen_run_stops_its_command(&sqlite_store(dir.path()), dir.path(), Freeze::WhileRunning);
+}
+
+/// Frozen the moment its command starts: the watchdog already has the
+/// lease's deadline (it is started before the command) and finds the
+/// command's group without being told it.
+#[test]
+fn a_run_frozen_as_its_command_starts_has_it_stopped_too() {
+    let dir = tempfile::tempdir().unwrap();
+    frozen_run_stops_its_command(&sqlite_store(dir.path()), dir.path(), Freeze::AtStart);
 }
 
 /// `release --force KEY` breaks whatever holds KEY (one key is one lock):

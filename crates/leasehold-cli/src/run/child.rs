@@ -95,6 +95,12 @@ pub(super) fn spawn(
         // A semaphore permit: fenced writes compare tokens per slot.
         cmd.env("LEASEHOLD_SLOT", slot.to_string());
     }
+    // The watchdog first, with the lease's schedule: a `run` frozen right
+    // after the command starts must not leave it without a deadline.
+    let mut watchdog = Watchdog::start();
+    if let Some(w) = watchdog.as_mut() {
+        w.schedule(first_schedule.0, first_schedule.1);
+    }
     die_with_parent(&mut cmd, foreground);
     let child = cmd
         .spawn()
@@ -108,12 +114,8 @@ pub(super) fn spawn(
         })?;
     // The child also does this before exec; doing it here too closes the
     // window in which one of the two has not happened yet (as shells do).
-    // The watchdog gets the lease's schedule at once, before `run` reaches
-    // its supervising loop: a `run` frozen in between must not leave it
-    // without a deadline.
-    let mut watchdog = Watchdog::start(group);
     if let Some(w) = watchdog.as_mut() {
-        w.schedule(first_schedule.0, first_schedule.1);
+        w.watch_group(group);
     }
     let has_terminal = foreground && set_foreground(group).is_ok();
     Ok(Spawned {

@@ -73,8 +73,9 @@ before the SIGTERM cancels the schedule. If the store reports the lease gone \
 early (e.g. `release --force`), SIGTERM follows at once and SIGKILL after \
 --kill-after or at the SIGKILL time, whichever comes first. The watchdog keeps \
 the same schedule on its own (run tells it each new deadline, on \
-CLOCK_BOOTTIME): a run that is frozen (SIGSTOP, a cgroup freezer), hung or \
-dead cannot keep its command running past it. The 250 ms margin covers a \
+CLOCK_BOOTTIME; the watchdog starts, with the first deadline, before the \
+command): a run that is frozen (SIGSTOP, a cgroup freezer), hung or dead, \
+even at the instant its command starts, cannot keep its command running past it. The 250 ms margin covers a \
 timer firing late and the group's death under heavy CPU load (measured worst \
 about 155 ms together); a machine stalled longer than that (a VM paused, \
 swap storms) is out of reach.

@@ -816,18 +816,34 @@ pub fn plain_run_excludes_shared_runs(store: &str, dir: &Path) {
     }
 }
 
+/// When the `run` of [`frozen_run_stops_its_command`] is frozen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Freeze {
+    /// Once its command has written (the test sends SIGSTOP).
+    WhileRunning,
+    /// The moment its command starts: the command's first act is
+    /// `kill -STOP $PPID`, before `run` can have done anything after
+    /// starting it (a watchdog started after the command, or told its
+    /// group only then, would miss it).
+    AtStart,
+}
+
 /// A `run --ttl 2s KEY` whose command appends "A" lines to a file is frozen
 /// with SIGSTOP (the `run` process only: its command and the watchdog go
-/// on). A second `run KEY --wait 15s` takes KEY once the lease ends and
-/// appends "B"; no "A" may follow the first "B": the frozen run's command
-/// was stopped inside its lease, by the watchdog.
-pub fn frozen_run_stops_its_command(store: &str, dir: &Path) {
+/// on), at the moment `when` says. A second `run KEY --wait 15s` takes KEY
+/// once the lease ends and appends "B"; no "A" may follow the first "B":
+/// the frozen run's command was stopped inside its lease, by the watchdog.
+pub fn frozen_run_stops_its_command(store: &str, dir: &Path, when: Freeze) {
     let log = dir.join("writes.log");
     std::fs::write(&log, "").unwrap();
     let key = unique_key("frozen");
+    let stop_run = match when {
+        Freeze::AtStart => "kill -STOP $PPID; ",
+        Freeze::WhileRunning => "",
+    };
     let writer = |tag: &str| {
         format!(
-            "while :; do echo {tag} >> {}; sleep 0.02; done",
+            "{stop_run}while :; do echo {tag} >> {}; sleep 0.02; done",
             log.display()
         )
     };
@@ -842,7 +858,9 @@ pub fn frozen_run_stops_its_command(store: &str, dir: &Path) {
         "the first command never wrote"
     );
     let run_pid = nix::unistd::Pid::from_raw(i32::try_from(first.id()).unwrap());
-    nix::sys::signal::kill(run_pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    if when == Freeze::WhileRunning {
+        nix::sys::signal::kill(run_pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    }
     let second = leasehold(store)
         .args(["run", &key, "--wait", "15s", "--ttl", "2s", "--"])
         .args(["sh", "-c"])
