@@ -37,6 +37,9 @@ browser=0
     npm ci --no-audit --no-fund &&
     LEASEHOLD_BIN="$PWD/../../../../target/debug/leasehold" npm test
 ) || browser=$?
+# A fresh MongoDB-compatible server for the suites (it slows down as the
+# examples and the npm tests above fill it).
+leasehold_restart_mongodb
 cargo nextest run --workspace --all-features --no-fail-fast "$@"
 if [ "$examples" != 0 ]; then
   echo "scripts/examples.sh failed (exit $examples): see its output above" >&2

@@ -30,6 +30,7 @@ leasehold_start_mongodb() {
     --log-level WARNING >"$dir/server.log" 2>&1 &
   pid=$!
   LEASEHOLD_STOP_HOOKS+=("kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf '$dir'")
+  LEASEHOLD_MONGODB_STARTED="$pid $dir"
   local waited=0
   # The server imports its storage engine first: allow up to 30 s.
   until python3 -c 'import socket,sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), 1).close()' "$port" 2>/dev/null; do
@@ -43,6 +44,22 @@ leasehold_start_mongodb() {
   done
   export LEASEHOLD_TEST_MONGODB="mongodb://127.0.0.1:$port/?directConnection=true"
   echo "mongodb: SecantusDB $LEASEHOLD_SECANTUS_VERSION at $LEASEHOLD_TEST_MONGODB (pid $pid)" >&2
+}
+
+# leasehold_restart_mongodb: replaces the server this script started with a
+# fresh one (new port, empty data directory); keeps a URL it did not start.
+# SecantusDB slows down as a run fills it: on the same machine, a torture
+# run of 7 s made 6-52 acquisitions on a server that had served the whole
+# suite, and 138-162 on a fresh one (issue 25's notes).
+leasehold_restart_mongodb() {
+  [ -n "${LEASEHOLD_MONGODB_STARTED:-}" ] || return 0
+  local pid dir
+  read -r pid dir <<<"$LEASEHOLD_MONGODB_STARTED"
+  kill "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  rm -rf "$dir"
+  unset LEASEHOLD_TEST_MONGODB LEASEHOLD_MONGODB_STARTED
+  leasehold_start_mongodb
 }
 
 leasehold_start_mongodb
