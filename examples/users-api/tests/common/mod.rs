@@ -58,6 +58,11 @@ pub async fn problem(response: reqwest::Response, status: StatusCode) -> serde_j
 /// Checks a lock 409: `Retry-After` of at least one whole second, and the
 /// layer's problem body for `key`.
 pub async fn locked(response: reqwest::Response, key: &str) {
+    let status = response.status();
+    if status != StatusCode::CONFLICT {
+        let body = response.text().await.unwrap_or_default();
+        panic!("expected a 409 lock answer for {key}, got {status}: {body}");
+    }
     let retry_after: u64 = response.headers()[header::RETRY_AFTER]
         .to_str()
         .unwrap()
