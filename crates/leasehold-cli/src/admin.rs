@@ -167,10 +167,15 @@ pub async fn status(store: &str, args: StatusArgs) -> Result<u8, CliError> {
 pub async fn list(store: &str, args: ListArgs) -> Result<u8, CliError> {
     leasehold::validate_prefix(&args.prefix)?;
     let locks = Locks::open(store).await?;
-    let held = locks.list(&args.prefix).await?;
-    let permits = locks.list_permits(&args.prefix).await?;
+    // One listing of every kind; permits and grants print as permits.
+    let held = locks.list_holders(&args.prefix).await?;
+    let permits: Vec<_> = held
+        .iter()
+        .filter_map(|i| i.clone().into_permit())
+        .collect();
     let mut rows: Vec<Status> = held
         .iter()
+        .filter(|i| i.slot.is_none())
         .map(|i| Status::of(i.key.as_str(), Some(i)))
         .chain(permits.iter().map(Status::of_permit))
         .collect();

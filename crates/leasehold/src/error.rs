@@ -133,9 +133,9 @@ pub enum Error {
         /// The key.
         key: String,
         /// The kind the key is at the store.
-        held: crate::backend::KeyKind,
+        held: crate::kind::KeyKind,
         /// The kind that was asked for.
-        requested: crate::backend::KeyKind,
+        requested: crate::kind::KeyKind,
     },
 
     /// The lease ended (expired or broken) before the operation could use it.
@@ -433,8 +433,8 @@ mod tests {
         assert!(!Error::LeaseLost { key: "k".into() }.is_retryable());
         let mismatch = Error::KindMismatch {
             key: "x".into(),
-            held: crate::backend::KeyKind::Semaphore,
-            requested: crate::backend::KeyKind::Mutex,
+            held: crate::kind::KeyKind::Semaphore,
+            requested: crate::kind::KeyKind::Mutex,
         };
         assert!(!mismatch.is_retryable());
         assert_eq!(

@@ -12,7 +12,6 @@ use tracing::Instrument;
 
 use crate::backend::renew_attempt_timeout;
 use crate::backend::{Backend, Lease, OwnerId};
-use crate::dispatch::{release_any, renew_any};
 use crate::error::{Error, Result};
 use crate::key::Key;
 use crate::local::LocalHold;
@@ -302,7 +301,9 @@ impl LeaseGuard {
             outcome = tracing::field::Empty,
         );
         self.state.observe(|t| t.label(&span));
-        let result = release_any(&*self.backend, &self.lease)
+        let result = self
+            .backend
+            .release(&self.lease)
             .instrument(span.clone())
             .await;
         span.record("outcome", if result.is_ok() { "ok" } else { "error" });
@@ -329,7 +330,7 @@ impl Drop for LeaseGuard {
             runtime.spawn(async move {
                 let _pending = pending;
                 let span = tracing::debug_span!("release", key = %lease.key(), token = lease.token());
-                if let Err(e) = release_any(&*backend, &lease).instrument(span).await {
+                if let Err(e) = backend.release(&lease).instrument(span).await {
                     tracing::warn!(key = %lease.key(), error = %e, "best-effort release on drop failed; the lease will expire");
                 }
             });
@@ -417,7 +418,7 @@ async fn renew_until_deadline(
         let attempt_deadline = (sent + renew_attempt_timeout(ttl)).min(deadline);
         let answer = tokio::select! {
             biased;
-            answer = renew_any(backend, lease, ttl).instrument(span.clone()) => Ok(answer),
+            answer = backend.renew(lease, ttl).instrument(span.clone()) => Ok(answer),
             () = clock.sleep_until(attempt_deadline) => Err(()),
         };
         span.record(

@@ -147,7 +147,6 @@ mod background;
 mod cause;
 #[cfg(feature = "conformance")]
 pub mod conformance;
-mod dispatch;
 mod election;
 mod error;
 mod events;
@@ -155,6 +154,7 @@ mod guard;
 #[cfg(feature = "http")]
 pub mod http;
 mod key;
+mod kind;
 mod local;
 mod lock;
 #[cfg(feature = "metrics")]
@@ -186,6 +186,8 @@ mod stats;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod time;
+#[cfg(test)]
+mod validation_tests;
 
 // The user API. What only a store's implementation names lives in
 // `backend` alone (the rule is in docs/architecture.md).

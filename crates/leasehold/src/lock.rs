@@ -15,7 +15,6 @@ use tracing::Instrument;
 use crate::backend::{
     Acquire, AcquireRequest, Backend, BoxFuture, Busy, KeyKind, Lease, LeaseInfo, PermitKind,
 };
-use crate::dispatch::{release_any, try_acquire_any};
 use crate::error::{Error, Result};
 use crate::guard::{born_dead, LeaseGuard};
 use crate::key::{validate_prefix, Key};
@@ -551,9 +550,7 @@ impl Locks {
         let backend = self.backend.clone();
         let owned = request.clone();
         let mut attempt = InFlight {
-            attempt: Some(Box::pin(
-                async move { try_acquire_any(&*backend, &owned).await },
-            )),
+            attempt: Some(Box::pin(async move { backend.try_acquire(&owned).await })),
             locks: self,
             request,
         };
@@ -623,13 +620,29 @@ impl Locks {
         self.backend.inspect(&key).instrument(span).await
     }
 
-    /// Live holders of every key starting with `prefix` (`""` for all),
-    /// ordered by key.
+    /// Live holders of every mutex whose key starts with `prefix` (`""`
+    /// for all), ordered by key. Semaphore permits and reader-writer
+    /// holders are in [`list_permits`](Self::list_permits); all of them
+    /// at once in [`list_holders`](Self::list_holders).
     ///
     /// # Errors
     /// [`Error::InvalidInput`] for a prefix over 256 bytes or with control
     /// characters; store errors otherwise.
     pub async fn list(&self, prefix: &str) -> Result<Vec<LeaseInfo>> {
+        let mut all = self.list_holders(prefix).await?;
+        all.retain(|info| info.slot.is_none());
+        Ok(all)
+    }
+
+    /// Every live holder of every key starting with `prefix` (`""` for
+    /// all), in one store listing: mutex holders, semaphore permits and
+    /// reader-writer holders ([`LeaseInfo::slot`] and [`LeaseInfo::rw`]
+    /// say which), ordered by key, then a mutex's holder, the semaphore's
+    /// permits and the lock's holders, then slot.
+    ///
+    /// # Errors
+    /// As [`list`](Self::list).
+    pub async fn list_holders(&self, prefix: &str) -> Result<Vec<LeaseInfo>> {
         validate_prefix(prefix)?;
         let span = tracing::debug_span!("list", prefix);
         self.backend.list(prefix).instrument(span).await
@@ -702,7 +715,7 @@ impl Drop for InFlight<'_> {
 
 /// Releases `lease`, logging a failure (the lease then expires by itself).
 async fn give_back(backend: &dyn Backend, lease: &Lease) {
-    if let Err(e) = release_any(backend, lease).await {
+    if let Err(e) = backend.release(lease).await {
         tracing::warn!(key = %lease.key(), token = lease.token(), error = %e, "could not give an unused grant back; it will expire");
     }
 }

@@ -12,10 +12,10 @@
 
 use std::time::Duration;
 
-use crate::backend::{validate_permits, AcquireRequest, PermitInfo};
+use crate::backend::{validate_permits, AcquireRequest, LeaseInfo, PermitInfo};
 use crate::error::Result;
 use crate::guard::LeaseGuard;
-use crate::key::{validate_prefix, Key};
+use crate::key::Key;
 use crate::lock::{AcquireOptions, Locks};
 
 /// A counting semaphore: at most `permits` holders of `key` at once, each
@@ -58,14 +58,16 @@ impl Locks {
         })
     }
 
-    /// Live permits of every semaphore whose key starts with `prefix`
-    /// (`""` for all), ordered by key then slot.
+    /// Live permits of every semaphore, and live readers and writers of
+    /// every reader-writer lock ([`PermitInfo::rw`] set), whose key starts
+    /// with `prefix` (`""` for all), ordered by key, then the semaphore's
+    /// permits before the lock's holders, then slot.
     ///
     /// # Errors
     /// [`Error::InvalidInput`](crate::Error::InvalidInput) for a bad prefix; store errors otherwise.
     pub async fn list_permits(&self, prefix: &str) -> Result<Vec<PermitInfo>> {
-        validate_prefix(prefix)?;
-        self.backend().list_permits(prefix).await
+        let all = self.list_holders(prefix).await?;
+        Ok(all.into_iter().filter_map(LeaseInfo::into_permit).collect())
     }
 }
 
@@ -121,8 +123,11 @@ impl Semaphore {
     /// # Errors
     /// Store errors.
     pub async fn holders(&self) -> Result<Vec<PermitInfo>> {
-        let mut all = self.locks.backend().list_permits(self.key.as_str()).await?;
-        all.retain(|p| p.key == self.key && p.rw.is_none());
-        Ok(all)
+        let all = self.locks.backend().list(self.key.as_str()).await?;
+        Ok(all
+            .into_iter()
+            .filter_map(LeaseInfo::into_permit)
+            .filter(|p| p.key == self.key && p.rw.is_none())
+            .collect())
     }
 }

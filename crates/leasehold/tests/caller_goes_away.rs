@@ -47,13 +47,6 @@ impl Decorator for SlowReplies {
             answer
         })
     }
-    fn try_acquire_permit<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
-        Box::pin(async move {
-            let answer = self.inner.try_acquire_permit(req).await;
-            tokio::time::sleep(self.delay).await;
-            answer
-        })
-    }
 }
 
 const STORES: [&str; 4] = ["memory", "sqlite", "postgres", "redis"];

@@ -133,21 +133,11 @@ async fn renew_late_then_deliver(
     proxy.close();
     let held = {
         let lease = lease.clone();
-        tokio::spawn(async move {
-            if lease.slot().is_some() {
-                late.renew_permit(&lease, ttl).await
-            } else {
-                late.renew(&lease, ttl).await
-            }
-        })
+        tokio::spawn(async move { late.renew(&lease, ttl).await })
     };
     proxy.holding_a_request().await;
     tokio::time::sleep(gap).await;
-    let renewed = if lease.slot().is_some() {
-        direct.renew_permit(lease, ttl).await
-    } else {
-        direct.renew(lease, ttl).await
-    };
+    let renewed = direct.renew(lease, ttl).await;
     assert!(
         renewed.expect("the store answers"),
         "the prompt renewal succeeds"
@@ -161,11 +151,7 @@ async fn renew_late_then_deliver(
 /// Another owner asks for the lock once the late renewal's expiry (its
 /// older "now" plus the ttl) has passed, but the prompt one's has not.
 async fn assert_still_held(direct: &MongoBackend, req: &AcquireRequest) {
-    let answer = if req.permits().is_some() {
-        direct.try_acquire_permit(req).await
-    } else {
-        direct.try_acquire(req).await
-    };
+    let answer = direct.try_acquire(req).await;
     match answer.expect("the store answers") {
         Acquire::Busy(busy) => assert!(
             busy.remaining > Duration::from_millis(300),
@@ -213,7 +199,7 @@ async fn a_late_renewal_never_shortens_a_permit() {
     let (proxy, late) = through_gate(&url, &direct).await;
     let k = key("late-renewal-permit");
     let ask = || AcquireRequest::permit(k.clone(), TTL, "test", 1).unwrap();
-    let lease = granted(direct.try_acquire_permit(&ask()).await);
+    let lease = granted(direct.try_acquire(&ask()).await);
     let started = tokio::time::Instant::now();
     renew_late_then_deliver(&direct, Arc::new(late), &proxy, &lease, TTL, GAP).await;
     tokio::time::sleep_until(started + TTL + Duration::from_millis(300)).await;

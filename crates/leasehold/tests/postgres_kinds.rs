@@ -69,7 +69,7 @@ async fn old_table_keeps_leases_and_tokens(connect_url: &str, server: &str) {
         "{answer:?}"
     );
     let reader = AcquireRequest::rw(held.clone(), ttl, "new", RwSide::Read).unwrap();
-    let answer = backend.try_acquire_permit(&reader).await.unwrap();
+    let answer = backend.try_acquire(&reader).await.unwrap();
     assert!(
         matches!(&answer, Acquire::Busy(b) if b.holder == "old:1"),
         "a reader waits for the old mutex holder: {answer:?}"
@@ -88,7 +88,7 @@ async fn old_table_keeps_leases_and_tokens(connect_url: &str, server: &str) {
 
     let free = Key::new("free").unwrap();
     let reader = AcquireRequest::rw(free.clone(), ttl, "new", RwSide::Read).unwrap();
-    let Acquire::Granted(read) = backend.try_acquire_permit(&reader).await.unwrap() else {
+    let Acquire::Granted(read) = backend.try_acquire(&reader).await.unwrap() else {
         panic!("a free old key becomes a reader-writer lock");
     };
     assert_eq!(read.token(), 6, "tokens go on from the mutex's fence");
@@ -99,7 +99,7 @@ async fn old_table_keeps_leases_and_tokens(connect_url: &str, server: &str) {
     ));
     let sem = Key::new("sem").unwrap();
     let permit = AcquireRequest::permit(sem.clone(), ttl, "new", 2).unwrap();
-    let Acquire::Granted(p) = backend.try_acquire_permit(&permit).await.unwrap() else {
+    let Acquire::Granted(p) = backend.try_acquire(&permit).await.unwrap() else {
         panic!("a free old key becomes a semaphore");
     };
     assert_eq!(p.token(), 4);

@@ -87,30 +87,23 @@ pub fn unix_ms() -> u64 {
 /// Everything live from one listing of the store.
 async fn listing(locks: &Locks, prefix: &str) -> leasehold::Result<Vec<Row>> {
     let mut rows: Vec<Row> = locks
-        .list(prefix)
+        .list_holders(prefix)
         .await?
         .into_iter()
         .map(|i| Row {
             key: i.key.to_string(),
-            kind: "mutex",
-            slot: None,
+            kind: match (i.slot, i.rw) {
+                (None, _) => "mutex",
+                (Some(_), None) => "permit",
+                (Some(_), Some(RwSide::Read)) => "reader",
+                (Some(_), Some(RwSide::Write)) => "writer",
+            },
+            slot: i.slot,
             holder: i.holder,
             token: i.token,
             remaining_ms: i.remaining.as_millis() as u64,
         })
         .collect();
-    rows.extend(locks.list_permits(prefix).await?.into_iter().map(|p| Row {
-        key: p.key.to_string(),
-        kind: match p.rw {
-            None => "permit",
-            Some(RwSide::Read) => "reader",
-            Some(RwSide::Write) => "writer",
-        },
-        slot: p.slot.into(),
-        holder: p.holder,
-        token: p.token,
-        remaining_ms: p.remaining.as_millis() as u64,
-    }));
     rows.sort_by(|a, b| (&a.key, a.kind, a.slot).cmp(&(&b.key, b.kind, b.slot)));
     Ok(rows)
 }

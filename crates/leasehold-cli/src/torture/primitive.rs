@@ -155,6 +155,6 @@ impl Lock {
 
     /// How many live grants are left under `prefix`, of every kind.
     pub async fn live(&self, locks: &Locks, prefix: &str) -> leasehold::Result<usize> {
-        Ok(locks.list(prefix).await?.len() + locks.list_permits(prefix).await?.len())
+        Ok(locks.list_holders(prefix).await?.len())
     }
 }

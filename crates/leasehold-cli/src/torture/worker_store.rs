@@ -82,15 +82,6 @@ impl Decorator for WorkerStore {
     fn renew<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
         Box::pin(self.logged_renew(lease, self.inner.renew(lease, ttl)))
     }
-
-    fn try_acquire_permit<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
-        self.last_attempt.store(mono_ns(), Ordering::SeqCst);
-        self.inner.try_acquire_permit(req)
-    }
-
-    fn renew_permit<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(self.logged_renew(lease, self.inner.renew_permit(lease, ttl)))
-    }
 }
 
 impl WorkerStore {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{KeyKind, OwnerId, RwSide};
+use super::{KeyKind, OwnerId, PermitInfo, RwSide};
 use crate::key::Key;
 
 /// A granted lease, as the store knows it.
@@ -87,7 +87,11 @@ pub struct Busy {
     pub remaining: Duration,
 }
 
-/// What [`Backend::inspect`](super::Backend::inspect) and [`Backend::list`](super::Backend::list) report of a live lease.
+/// What [`Backend::inspect`](super::Backend::inspect) and
+/// [`Backend::list`](super::Backend::list) report of a live lease: a
+/// mutex's holder, or (in a listing) a semaphore permit or a
+/// reader-writer lock's reader or writer, which say so as a [`Lease`]
+/// does (`slot`, `rw`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseInfo {
     /// The locked key.
@@ -98,6 +102,52 @@ pub struct LeaseInfo {
     pub token: u64,
     /// Time left before the lease expires, by the store's clock.
     pub remaining: Duration,
+    /// A permit's slot (see [`Lease::slot`]); `None` for a mutex holder.
+    pub slot: Option<u32>,
+    /// A reader-writer lock's side (see [`Lease::rw_side`]); `None`
+    /// otherwise.
+    pub rw: Option<RwSide>,
+}
+
+impl LeaseInfo {
+    /// A mutex's holder.
+    pub fn mutex(key: Key, holder: String, token: u64, remaining: Duration) -> LeaseInfo {
+        LeaseInfo {
+            key,
+            holder,
+            token,
+            remaining,
+            slot: None,
+            rw: None,
+        }
+    }
+
+    /// The permit, reader or writer this is, as
+    /// [`Locks::list_permits`](crate::Locks::list_permits) reports it;
+    /// `None` for a mutex's holder.
+    pub fn into_permit(self) -> Option<PermitInfo> {
+        Some(PermitInfo {
+            slot: self.slot?,
+            key: self.key,
+            holder: self.holder,
+            token: self.token,
+            remaining: self.remaining,
+            rw: self.rw,
+        })
+    }
+}
+
+impl From<PermitInfo> for LeaseInfo {
+    fn from(permit: PermitInfo) -> LeaseInfo {
+        LeaseInfo {
+            key: permit.key,
+            holder: permit.holder,
+            token: permit.token,
+            remaining: permit.remaining,
+            slot: Some(permit.slot),
+            rw: permit.rw,
+        }
+    }
 }
 
 /// How long one renewal request may take before the guard gives it up and

@@ -22,18 +22,18 @@
 //! The conformance suite (module `conformance`, feature `conformance`)
 //! checks a store against the contract.
 
-mod kind;
 mod lease;
 mod permit;
 mod record;
 mod request;
 
+pub use crate::kind::KeyKind;
 pub use crate::notify::{Subscription, WakeHub};
-pub use kind::KeyKind;
 pub(crate) use lease::renew_attempt_timeout;
 pub use lease::{Acquire, Busy, Lease, LeaseInfo};
-pub(crate) use permit::merge_listings;
-pub use permit::{validate_permits, PermitInfo, RwSide, MAX_PERMITS, WRITER_MARK_MAX, WRITER_SLOT};
+pub use permit::{
+    listing, validate_permits, PermitInfo, RwSide, MAX_PERMITS, WRITER_MARK_MAX, WRITER_SLOT,
+};
 pub use record::{
     duration_to_millis, millis_to_duration, token_from_i64, token_to_i64, CorruptRecord,
     RecordDecoder,
@@ -100,7 +100,8 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 ///   - `try_acquire` on a key whose kind is not mutex answers
 ///     [`Acquire::OtherKind`] and changes nothing (the same one statement
 ///     as the ordinary attempt, one condition more).
-///   - `try_acquire_permit` first *claims* the anchor, in the same atomic
+///   - `try_acquire` of a permit (semaphore, reader or writer) first
+///     *claims* the anchor, in the same atomic
 ///     operation as the permit attempt where the store allows it (else as
 ///     a single-record step just before it; the claim is never undone
 ///     while permits of that kind may be live, so that is still safe):
@@ -119,12 +120,48 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 ///   `announce` of it); a backend that cannot notify returns
 ///   [`Subscription::never`] and waiters fall back to polling.
 pub trait Backend: fmt::Debug + Send + Sync + 'static {
-    /// Grants the lease iff no live holder exists and the key is a mutex
-    /// (else [`Acquire::OtherKind`]; see `# Contract`).
+    /// One attempt at the lock `req.key()`, of the request's kind
+    /// ([`AcquireRequest::permit_kind`]): a mutex, a semaphore permit, or
+    /// one side of a reader-writer lock. Each store keeps its statement
+    /// per kind behind one `match`.
+    ///
+    /// **A mutex** (no permit kind): grants the lease iff no live holder
+    /// exists and the key is a mutex (else [`Acquire::OtherKind`]; see
+    /// `# Contract`), with [`AcquireRequest::granted`].
+    ///
+    /// **A semaphore permit** ([`PermitKind::Semaphore`]): grants one
+    /// permit iff fewer than `req.permits()` permits of that key are live
+    /// at the store's clock. The key's anchor is claimed first (see
+    /// `# Contract`: one key is one lock): a mutex key with a live holder
+    /// is busy, a key of the other permit kind answers
+    /// [`Acquire::OtherKind`]. The grant takes the lowest slot
+    /// `0..permits` that has no live holder (one exists whenever fewer
+    /// than `permits` are live) and a token from the key's permit fence:
+    /// larger than every earlier permit grant of the key, whatever its
+    /// slot, so each slot's tokens increase too. The lease returned says
+    /// both ([`AcquireRequest::granted_permit`]); a busy answer names the
+    /// live holder that expires first. See docs/semaphore.md.
+    ///
+    /// **A reader or writer** ([`PermitKind::Read`],
+    /// [`PermitKind::Write`]), after the same claim of the anchor as kind
+    /// `rw` (docs/rw-lock.md): a reader is granted the lowest free slot
+    /// below [`MAX_PERMITS`] unless the writer ([`WRITER_SLOT`]) is live
+    /// or another owner's live writer's marker stands; a writer is
+    /// granted [`WRITER_SLOT`] only while nothing is live and no other
+    /// owner's marker stands, and then clears the marker; a writer that
+    /// finds only readers (and no other owner's marker) sets or refreshes
+    /// its own marker for [`AcquireRequest::writer_mark_ttl`] (none if
+    /// that is `None`) and answers busy. Every grant takes the next value
+    /// of the lock's own fence; busy names the live holder or other
+    /// owner's marker that expires first.
+    ///
+    /// Each kind is one atomic operation.
     fn try_acquire<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>>;
 
     /// Extends the lease to `ttl` from now (store clock) iff owner and token
-    /// match and it has not expired. `Ok(false)` means the lease is gone.
+    /// (and, for a permit, slot and side: [`Lease::slot`],
+    /// [`Lease::rw_side`]) match and it has not expired. `Ok(false)` means
+    /// the lease is gone.
     ///
     /// A renewal never moves the expiry earlier: one the store applies late
     /// (held on the way, or dropped by the guard and retried) may arrive
@@ -134,15 +171,23 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     /// the later of the two (MongoDB: `$max`).
     fn renew<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>>;
 
-    /// Frees the key iff owner and token match; keeps the fence counter and
-    /// wakes waiters. Releasing a lease that is already gone is not an error.
+    /// Frees the key (a permit: its slot) iff owner and token match; keeps
+    /// the fence counter and wakes the key's subscribers (a permit's
+    /// release wakes the same [`subscribe`](Self::subscribe) channel as
+    /// the key's mutex; a spurious wake costs one attempt). Releasing a
+    /// lease that is already gone is not an error.
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>>;
 
-    /// The live holder of `key`, if any.
+    /// The live holder of the mutex `key`, if any (a semaphore's or
+    /// reader-writer lock's holders are in [`list`](Self::list)).
     fn inspect<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<LeaseInfo>>>;
 
-    /// Live holders of every key starting with `prefix` (already validated),
-    /// ordered by key.
+    /// Live holders of every key starting with `prefix` (already
+    /// validated): mutex holders, semaphore permits, and readers and
+    /// writers (their [`LeaseInfo::slot`] and [`LeaseInfo::rw`] say
+    /// which), ordered by key, then a mutex's holder, the semaphore's
+    /// permits and the lock's holders, then slot: as [`listing`] orders
+    /// them.
     fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<LeaseInfo>>>;
 
     /// Admin break: frees the key whoever holds it, whatever its kind (the
@@ -169,54 +214,6 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
         let _ = key;
         Box::pin(async { Ok(false) })
     }
-
-    /// Grants one permit of the semaphore `req.key()` iff fewer than
-    /// `req.permits()` permits of that key are live at the store's clock
-    /// (the request always names permits here; the core checked them).
-    ///
-    /// The key's anchor is claimed first (see `# Contract`: one key is one
-    /// lock): a mutex key with a live holder is busy, a key of the other
-    /// permit kind answers [`Acquire::OtherKind`]. The grant takes the lowest slot
-    /// `0..permits` that has no live holder (one exists whenever fewer than
-    /// `permits` are live) and a token from the key's permit fence: larger
-    /// than every earlier permit grant of the key, whatever its slot, so
-    /// each slot's tokens increase too. The lease returned says both
-    /// ([`AcquireRequest::granted_permit`]). One atomic operation, like
-    /// `try_acquire`; a busy answer names the live holder that expires
-    /// first. See docs/semaphore.md.
-    ///
-    /// A request of kind [`PermitKind::Read`] or [`PermitKind::Write`] is
-    /// one attempt at the reader-writer lock `req.key()` instead (after the
-    /// same claim of the anchor, as kind `rw`), in the same one atomic
-    /// operation (docs/rw-lock.md): a reader is granted the lowest
-    /// free slot below [`MAX_PERMITS`] unless the writer
-    /// ([`WRITER_SLOT`]) is live or another owner's live writer's marker
-    /// stands; a writer is granted [`WRITER_SLOT`] only while nothing is
-    /// live and no other owner's marker stands, and then clears the
-    /// marker; a writer that finds only readers (and no other owner's
-    /// marker) sets or refreshes its own marker for
-    /// [`AcquireRequest::writer_mark_ttl`] (none if that is `None`) and
-    /// answers busy. Every grant takes the next value of the lock's own
-    /// fence; busy names the live holder or other owner's marker that
-    /// expires first.
-    fn try_acquire_permit<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>>;
-
-    /// `renew` for a permit: extends it iff key, slot, owner and token
-    /// match and it has not expired.
-    fn renew_permit<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>>;
-
-    /// `release` for a permit: frees its slot iff owner and token match,
-    /// and wakes the key's subscribers (the same [`Backend::subscribe`]
-    /// channel as the mutex of that key; a spurious wake costs one attempt).
-    fn release_permit<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>>;
-
-    /// Live permits of every semaphore, and live readers and writers of
-    /// every reader-writer lock ([`PermitInfo::rw`] set), whose key starts
-    /// with `prefix` (already validated), ordered by key, then the
-    /// semaphore's permits before the lock's holders, then slot. A
-    /// `renew_permit` or `release_permit` of a lease with
-    /// [`Lease::rw_side`] acts on the reader-writer lock's records.
-    fn list_permits<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<PermitInfo>>>;
 
     /// Closes the store's connections and stops its background tasks, so
     /// that none is torn down mid-request when the runtime ends. Operations

@@ -9,6 +9,8 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::key::Key;
 
+use super::LeaseInfo;
+
 /// The most permits a semaphore may have: a store scans a key's live
 /// permits on every attempt, so the count stays small enough to scan.
 pub const MAX_PERMITS: u32 = 1024;
@@ -30,7 +32,10 @@ pub fn validate_permits(permits: u32) -> Result<u32> {
     }
 }
 
-/// A live permit, as [`Backend::list_permits`](super::Backend::list_permits) reports it.
+/// A live permit, reader or writer, as
+/// [`Locks::list_permits`](crate::Locks::list_permits) reports it (a store's
+/// [`Backend::list`](super::Backend::list) reports it as a [`LeaseInfo`]
+/// with its slot).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PermitInfo {
     /// The semaphore's key.
@@ -70,12 +75,24 @@ pub enum RwSide {
     Write,
 }
 
-/// A store's semaphore permits and reader-writer holders in one listing
-/// (each store keeps them apart and lists both),
-/// ordered as [`Backend::list_permits`](super::Backend::list_permits)
-/// says: by key, semaphore permits before the lock's holders, then slot.
-pub(crate) fn merge_listings(mut permits: Vec<PermitInfo>, rw: Vec<PermitInfo>) -> Vec<PermitInfo> {
-    permits.extend(rw);
-    permits.sort_by(|a, b| (&a.key, a.rw.is_some(), a.slot).cmp(&(&b.key, b.rw.is_some(), b.slot)));
-    permits
+/// A store's listing as [`Backend::list`](super::Backend::list) reports
+/// it: its mutex holders, semaphore permits and reader-writer holders
+/// (each store keeps them apart and lists each), ordered by key, then a
+/// mutex's holder, the semaphore's permits and the lock's holders, then
+/// slot. The one order rule every store's listing follows.
+pub fn listing(
+    mutexes: Vec<LeaseInfo>,
+    permits: impl IntoIterator<Item = PermitInfo>,
+) -> Vec<LeaseInfo> {
+    let mut all = mutexes;
+    all.extend(permits.into_iter().map(LeaseInfo::from));
+    all.sort_by(|a, b| {
+        (&a.key, a.slot.is_some(), a.rw.is_some(), a.slot).cmp(&(
+            &b.key,
+            b.slot.is_some(),
+            b.rw.is_some(),
+            b.slot,
+        ))
+    });
+    all
 }

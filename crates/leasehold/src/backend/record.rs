@@ -172,15 +172,15 @@ impl<'a> RecordDecoder<'a> {
     ) -> Result<LeaseInfo> {
         let key = self.key()?;
         self.owner(owner)?;
-        Ok(LeaseInfo {
+        Ok(LeaseInfo::mutex(
             key,
-            holder: holder.unwrap_or_default(),
-            token: self.token(fence)?,
-            remaining: self.remaining(remaining_ms)?,
-        })
+            holder.unwrap_or_default(),
+            self.token(fence)?,
+            self.remaining(remaining_ms)?,
+        ))
     }
 
-    /// A live semaphore permit as [`Backend::list_permits`](super::Backend::list_permits)
+    /// A live semaphore permit as [`Backend::list`](super::Backend::list)
     /// reports it: the fields of [`lease_info`](Self::lease_info) and the
     /// slot, kept as a signed integer.
     ///
@@ -211,7 +211,7 @@ impl<'a> RecordDecoder<'a> {
     }
 
     /// A live holder of a reader-writer lock as
-    /// [`Backend::list_permits`](super::Backend::list_permits) reports it:
+    /// [`Backend::list`](super::Backend::list) reports it:
     /// a reader in slot `0..MAX_PERMITS` or the writer in
     /// [`WRITER_SLOT`](super::WRITER_SLOT).
     ///
@@ -237,6 +237,28 @@ impl<'a> RecordDecoder<'a> {
             super::RwSide::Read
         });
         Ok(info)
+    }
+
+    /// A live slot as a store's listing reads it: of a reader-writer lock
+    /// ([`rw_info`](Self::rw_info)) when `rw`, else of a semaphore
+    /// ([`permit_info`](Self::permit_info)).
+    ///
+    /// # Errors
+    /// As those two.
+    pub fn slot_info(
+        &self,
+        rw: bool,
+        slot: i64,
+        owner: &str,
+        holder: Option<String>,
+        token: i64,
+        remaining_ms: i64,
+    ) -> Result<PermitInfo> {
+        if rw {
+            self.rw_info(slot, owner, holder, token, remaining_ms)
+        } else {
+            self.permit_info(slot, owner, holder, token, remaining_ms)
+        }
     }
 
     /// The error for a record whose shape is wrong in a way only the store

@@ -70,7 +70,7 @@ pub struct AcquireRequest {
     permit: Option<PermitKind>,
 }
 
-/// What a permit request asks for ([`Backend::try_acquire_permit`](super::Backend::try_acquire_permit)): one
+/// What a permit request asks for ([`Backend::try_acquire`](super::Backend::try_acquire)): one
 /// permit of a counting semaphore, or one side of a reader-writer lock.
 ///
 /// A reader-writer lock lives apart from the semaphore and the mutex of
@@ -128,7 +128,7 @@ impl AcquireRequest {
     }
 
     /// A request for one permit of the semaphore `key` of `permits`
-    /// permits ([`Backend::try_acquire_permit`](super::Backend::try_acquire_permit)).
+    /// permits ([`Backend::try_acquire`](super::Backend::try_acquire)).
     ///
     /// # Errors
     /// [`Error::InvalidInput`](crate::Error::InvalidInput) for a bad ttl,
@@ -141,7 +141,7 @@ impl AcquireRequest {
     }
 
     /// A request for one side of the reader-writer lock `key`
-    /// ([`Backend::try_acquire_permit`](super::Backend::try_acquire_permit) with [`PermitKind::Read`] or
+    /// ([`Backend::try_acquire`](super::Backend::try_acquire) with [`PermitKind::Read`] or
     /// [`PermitKind::Write`]).
     ///
     /// # Errors
@@ -177,7 +177,11 @@ impl AcquireRequest {
     /// The kind of lock this request asks the key to be: what a store
     /// compares with the kind its anchor record names.
     pub fn key_kind(&self) -> KeyKind {
-        KeyKind::of(self.permit)
+        match self.permit {
+            None => KeyKind::Mutex,
+            Some(PermitKind::Read | PermitKind::Write) => KeyKind::ReaderWriter,
+            Some(PermitKind::Semaphore(_)) => KeyKind::Semaphore,
+        }
     }
 
     /// This mutex request as the writer of the reader-writer lock of the
@@ -265,7 +269,7 @@ impl AcquireRequest {
     }
 
     /// The permit a store grants for this request in `slot` with token
-    /// `token` (see [`Backend::try_acquire_permit`](super::Backend::try_acquire_permit)).
+    /// `token` (see [`Backend::try_acquire`](super::Backend::try_acquire)).
     pub fn granted_permit(&self, slot: u32, token: u64) -> Lease {
         Lease {
             slot: Some(slot),
@@ -293,6 +297,23 @@ fn sanitize_label(label: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_request_names_the_kind_of_key_it_asks_for() {
+        let key = Key::new("k").unwrap();
+        let ttl = Duration::from_secs(30);
+        let kind = |req: AcquireRequest| req.key_kind();
+        assert_eq!(
+            kind(AcquireRequest::new(key.clone(), ttl, "h").unwrap()),
+            KeyKind::Mutex
+        );
+        for side in [RwSide::Read, RwSide::Write] {
+            let req = AcquireRequest::rw(key.clone(), ttl, "h", side).unwrap();
+            assert_eq!(kind(req), KeyKind::ReaderWriter);
+        }
+        let permit = AcquireRequest::permit(key, ttl, "h", 3).unwrap();
+        assert_eq!(kind(permit), KeyKind::Semaphore);
+    }
 
     #[test]
     fn a_writer_marks_only_while_it_waits_and_never_past_its_deadline() {

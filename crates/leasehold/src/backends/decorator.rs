@@ -3,7 +3,7 @@
 //!
 //! Implement [`Decorator`] (its [`inner`](Decorator::inner) and the
 //! operations you change); every [`Decorator`] is a [`Backend`]. Without it
-//! each wrapper repeats every method of [`Backend`] (thirteen, `shutdown`
+//! each wrapper repeats every method of [`Backend`] (nine, `shutdown`
 //! included), and a new trait method would have to be added to every one.
 //! Every method is forwarded, [`shutdown`](Decorator::shutdown) too: a
 //! wrapper that kept the trait's do-nothing default would make
@@ -46,7 +46,7 @@
 use std::fmt::Debug;
 use std::time::Duration;
 
-use crate::backend::{Acquire, AcquireRequest, Backend, BoxFuture, Lease, LeaseInfo, PermitInfo};
+use crate::backend::{Acquire, AcquireRequest, Backend, BoxFuture, Lease, LeaseInfo};
 use crate::error::Result;
 use crate::key::Key;
 use crate::notify::Subscription;
@@ -93,23 +93,6 @@ pub trait Decorator: Debug + Send + Sync + 'static {
         self.inner().announce(key)
     }
 
-    /// [`Backend::try_acquire_permit`]; by default `inner`'s.
-    fn try_acquire_permit<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
-        self.inner().try_acquire_permit(req)
-    }
-    /// [`Backend::renew_permit`]; by default `inner`'s.
-    fn renew_permit<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
-        self.inner().renew_permit(lease, ttl)
-    }
-    /// [`Backend::release_permit`]; by default `inner`'s.
-    fn release_permit<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
-        self.inner().release_permit(lease)
-    }
-    /// [`Backend::list_permits`]; by default `inner`'s.
-    fn list_permits<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<PermitInfo>>> {
-        self.inner().list_permits(prefix)
-    }
-
     /// [`Backend::shutdown`]; by default `inner`'s.
     fn shutdown(&self) -> BoxFuture<'_, ()> {
         self.inner().shutdown()
@@ -142,18 +125,6 @@ impl<D: Decorator> Backend for D {
         Decorator::announce(self, key)
     }
 
-    fn try_acquire_permit<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
-        Decorator::try_acquire_permit(self, req)
-    }
-    fn renew_permit<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
-        Decorator::renew_permit(self, lease, ttl)
-    }
-    fn release_permit<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
-        Decorator::release_permit(self, lease)
-    }
-    fn list_permits<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<PermitInfo>>> {
-        Decorator::list_permits(self, prefix)
-    }
     fn shutdown(&self) -> BoxFuture<'_, ()> {
         Decorator::shutdown(self)
     }

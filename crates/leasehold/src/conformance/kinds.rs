@@ -10,8 +10,10 @@ use std::time::Duration;
 
 use tokio::time::{sleep, Instant};
 
-use super::{key, prefix, TestStore, LONG};
-use crate::backend::{Acquire, AcquireRequest, Backend, KeyKind, Lease, RwSide, WRITER_SLOT};
+use super::{key, permits_listed, prefix, TestStore, LONG};
+use crate::backend::{
+    Acquire, AcquireRequest, Backend, KeyKind, Lease, LeaseInfo, RwSide, WRITER_SLOT,
+};
 use crate::error::Error;
 use crate::key::Key;
 use crate::lock::Locks;
@@ -33,12 +35,7 @@ fn mutex_request(k: &Key) -> AcquireRequest {
 }
 
 async fn granted(backend: &dyn Backend, req: &AcquireRequest) -> Lease {
-    let answer = if req.permit_kind().is_some() {
-        backend.try_acquire_permit(req).await
-    } else {
-        backend.try_acquire(req).await
-    };
-    match answer.expect("store answers") {
+    match backend.try_acquire(req).await.expect("store answers") {
         Acquire::Granted(lease) => lease,
         other => panic!("expected a grant of {req:?}, got {other:?}"),
     }
@@ -57,7 +54,7 @@ pub async fn kind_mutex_held_excludes_readers_then_converts(store: &TestStore) {
         rw_request(&k, RwSide::Write),
         sem_request(&k, 3),
     ] {
-        match backend.try_acquire_permit(&req).await.unwrap() {
+        match backend.try_acquire(&req).await.unwrap() {
             Acquire::Busy(busy) => {
                 assert_eq!(busy.holder, "conformance");
                 assert!(busy.remaining > Duration::ZERO && busy.remaining <= LONG);
@@ -94,11 +91,7 @@ pub async fn kind_mutex_held_excludes_readers_then_converts(store: &TestStore) {
         other => panic!("a mutex request of a reader-writer lock's key: {other:?}"),
     }
     // A semaphore of the name is refused now, as a store answer too.
-    match backend
-        .try_acquire_permit(&sem_request(&k, 2))
-        .await
-        .unwrap()
-    {
+    match backend.try_acquire(&sem_request(&k, 2)).await.unwrap() {
         Acquire::OtherKind(KeyKind::ReaderWriter) => {}
         other => panic!("a semaphore request of a reader-writer lock's key: {other:?}"),
     }
@@ -278,11 +271,11 @@ pub async fn kind_force_release_frees_every_holder(store: &TestStore) {
         );
         for lease in &leases {
             assert!(
-                !backend.renew_permit(lease, LONG).await.unwrap(),
+                !backend.renew(lease, LONG).await.unwrap(),
                 "{name}: {lease:?} survived"
             );
         }
-        let listed = backend.list_permits(k.as_str()).await.unwrap();
+        let listed = permits_listed(backend, k.as_str()).await.unwrap();
         assert!(listed.iter().all(|p| &p.key != k), "{name}: {listed:?}");
         let top = leases.iter().map(Lease::token).max().unwrap();
         let exclusive = match name {
@@ -299,7 +292,7 @@ pub async fn kind_force_release_frees_every_holder(store: &TestStore) {
             .force_release(&key(format!("{p}none")))
             .await
             .unwrap());
-        backend.release_permit(&next).await.unwrap();
+        backend.release(&next).await.unwrap();
         assert!(
             !backend.force_release(k).await.unwrap(),
             "{name}: nothing live"
@@ -392,4 +385,75 @@ pub async fn kind_mixed_mutex_and_readers_never_overlap(store: &TestStore) {
         assert_eq!(tokens.len(), count, "round {round}: a token granted twice");
         assert_eq!(count, 24);
     }
+}
+
+/// The store's one listing reports every kind of holder, each saying what
+/// it holds (a mutex's holder with no slot, a semaphore's permits with
+/// their slots, a lock's readers and writer with their side), in one
+/// order: by key, then slot; and the core's three listings are its parts.
+pub async fn kind_listing_reports_every_kind_in_one_order(store: &TestStore) {
+    let p = prefix();
+    let backend = store.backend.as_ref();
+    let (m, s, r, w) = (
+        key(format!("{p}a-mutex")),
+        key(format!("{p}b-semaphore")),
+        key(format!("{p}c-readers")),
+        key(format!("{p}d-writer")),
+    );
+    let mut leases = vec![granted(backend, &mutex_request(&m)).await];
+    for _ in 0..2 {
+        leases.push(granted(backend, &sem_request(&s, 3)).await);
+    }
+    for _ in 0..2 {
+        leases.push(granted(backend, &rw_request(&r, RwSide::Read)).await);
+    }
+    leases.push(granted(backend, &rw_request(&w, RwSide::Write)).await);
+
+    let listed = backend.list(&p).await.expect("store answers");
+    // Everything but the time left, which moves between two listings.
+    let shape = |infos: &[LeaseInfo]| -> Vec<_> {
+        infos
+            .iter()
+            .map(|i| (i.key.clone(), i.slot, i.rw, i.token))
+            .collect()
+    };
+    let seen = shape(&listed);
+    let want: Vec<_> = leases
+        .iter()
+        .map(|l| (l.key().clone(), l.slot(), l.rw_side(), l.token()))
+        .collect();
+    assert_eq!(
+        seen, want,
+        "one listing, every kind, in key then slot order"
+    );
+    assert_eq!(
+        want.iter().map(|(_, slot, _, _)| *slot).collect::<Vec<_>>(),
+        [None, Some(0), Some(1), Some(0), Some(1), Some(WRITER_SLOT)]
+    );
+    assert!(listed
+        .iter()
+        .all(|i| i.holder == "conformance" && i.remaining > Duration::ZERO));
+
+    let locks = Locks::from_arc(store.backend.clone());
+    let mutexes = locks.list(&p).await.expect("store answers");
+    assert_eq!(shape(&mutexes), seen[..1], "list: the mutex holders only");
+    let permits = locks.list_permits(&p).await.expect("store answers");
+    assert_eq!(
+        permits.iter().map(|i| (i.slot, i.rw)).collect::<Vec<_>>(),
+        [
+            (0, None),
+            (1, None),
+            (0, Some(RwSide::Read)),
+            (1, Some(RwSide::Read)),
+            (WRITER_SLOT, Some(RwSide::Write))
+        ],
+        "list_permits: the permits, readers and writer"
+    );
+    let holders = locks.list_holders(&p).await.expect("store answers");
+    assert_eq!(shape(&holders), seen, "list_holders: the store's listing");
+
+    for lease in &leases {
+        backend.release(lease).await.expect("store answers");
+    }
+    assert!(backend.list(&p).await.expect("store answers").is_empty());
 }

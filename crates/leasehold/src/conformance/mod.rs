@@ -48,7 +48,7 @@ mod store;
 
 use std::time::Duration;
 
-use crate::backend::{Acquire, AcquireRequest, Backend, Lease, LeaseInfo};
+use crate::backend::{Acquire, AcquireRequest, Backend, Lease, LeaseInfo, PermitInfo};
 use crate::key::Key;
 
 pub use bounds::{a_blocked_store_bounds_waits_and_try_once_calls, a_grant_after_a_block_is_live};
@@ -148,6 +148,7 @@ macro_rules! conformance_tests {
             kind_rw_key_refuses_semaphore,
             kind_force_release_frees_every_holder,
             kind_mixed_mutex_and_readers_never_overlap,
+            kind_listing_reports_every_kind_in_one_order,
             rw_bad_input_rejected_before_io,
             regrant_reader_repeat_is_the_same_grant_extended,
             regrant_reader_repeat_takes_no_second_slot,
@@ -249,6 +250,12 @@ async fn grant(store: &TestStore, key: &Key, ttl: Duration) -> Lease {
 async fn held(store: &TestStore, key: &Key, why: &str) -> LeaseInfo {
     let info = store.backend.inspect(key).await.expect("store answers");
     info.unwrap_or_else(|| panic!("{key:?} is free: {why}"))
+}
+
+/// The permits, readers and writers in a store's one listing.
+async fn permits_listed(backend: &dyn Backend, prefix: &str) -> crate::Result<Vec<PermitInfo>> {
+    let all = backend.list(prefix).await?;
+    Ok(all.into_iter().filter_map(LeaseInfo::into_permit).collect())
 }
 
 async fn is_busy(store: &TestStore, key: &Key) -> bool {

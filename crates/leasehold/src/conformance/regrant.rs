@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::time::{sleep, Instant};
 
-use super::{key, prefix, TestStore, SHORT};
+use super::{key, permits_listed, prefix, TestStore, SHORT};
 use crate::backend::{Acquire, AcquireRequest, Backend, Lease, RwSide};
 use crate::key::Key;
 use crate::lock::Locks;
@@ -53,11 +53,7 @@ impl Kind {
 }
 
 async fn attempt(backend: &dyn Backend, req: &AcquireRequest) -> Acquire {
-    let answer = match req.permit_kind() {
-        None => backend.try_acquire(req).await,
-        Some(_) => backend.try_acquire_permit(req).await,
-    };
-    answer.expect("store answers")
+    backend.try_acquire(req).await.expect("store answers")
 }
 
 async fn granted(backend: &dyn Backend, req: &AcquireRequest, what: &str) -> Lease {
@@ -81,7 +77,9 @@ async fn live(store: &TestStore, kind: Kind, k: &Key) -> Vec<(u64, Option<u32>, 
             .collect();
     }
     let rw = matches!(kind, Kind::Read | Kind::Write);
-    let all = store.backend.list_permits(k.as_str()).await.unwrap();
+    let all = permits_listed(store.backend.as_ref(), k.as_str())
+        .await
+        .unwrap();
     all.into_iter()
         .filter(|p| &p.key == k && p.rw.is_some() == rw)
         .map(|p| (p.token, Some(p.slot), p.remaining))
@@ -126,12 +124,11 @@ async fn repeat_is_the_same_grant_extended(store: &TestStore, kind: Kind) {
 }
 
 async fn renew(store: &TestStore, lease: &Lease, ttl: Duration) -> bool {
-    let backend = store.backend.as_ref();
-    match lease.slot() {
-        None => backend.renew(lease, ttl).await,
-        Some(_) => backend.renew_permit(lease, ttl).await,
-    }
-    .expect("store answers")
+    store
+        .backend
+        .renew(lease, ttl)
+        .await
+        .expect("store answers")
 }
 
 /// A repeat never takes a second slot: the key still lists one grant of
@@ -234,7 +231,6 @@ async fn delivered_twice(store: &TestStore, kind: Kind) {
     let k = key(format!("{}regrant", prefix()));
     let faulty = Faulty::new(store.backend.clone());
     faulty.set(Op::TryAcquire, Fault::Twice);
-    faulty.set(Op::TryAcquirePermit, Fault::Twice);
     let locks = Locks::from_arc(Arc::new(faulty.clone())).with_holder_label("conformance");
     let name = k.as_str();
     let guard = match kind {
@@ -245,7 +241,7 @@ async fn delivered_twice(store: &TestStore, kind: Kind) {
     }
     .unwrap_or_else(|e| panic!("a request delivered twice is granted, got: {e}"));
     assert_eq!(
-        faulty.calls(Op::TryAcquire) + faulty.calls(Op::TryAcquirePermit),
+        faulty.calls(Op::TryAcquire),
         1,
         "one attempt by the core (the store saw it twice)"
     );

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::{sleep, Instant};
 
-use super::{key, prefix, TestStore, LONG, ROUND_TRIP_SLACK, SHORT};
+use super::{key, permits_listed, prefix, TestStore, LONG, ROUND_TRIP_SLACK, SHORT};
 use crate::backend::{
     Acquire, AcquireRequest, Backend, Lease, OwnerId, PermitInfo, RwSide, WRITER_SLOT,
 };
@@ -22,7 +22,7 @@ fn rw_request(k: &Key, ttl: Duration, side: RwSide) -> AcquireRequest {
 /// writer's attempt here leaves no marker (as a try-once call).
 async fn attempt(backend: &dyn Backend, k: &Key, ttl: Duration, side: RwSide) -> Acquire {
     backend
-        .try_acquire_permit(&rw_request(k, ttl, side))
+        .try_acquire(&rw_request(k, ttl, side))
         .await
         .expect("store answers")
 }
@@ -42,7 +42,9 @@ async fn busy(backend: &dyn Backend, k: &Key, side: RwSide) -> bool {
 }
 
 async fn holders(store: &TestStore, k: &Key) -> Vec<PermitInfo> {
-    let all = store.backend.list_permits(k.as_str()).await.unwrap();
+    let all = permits_listed(store.backend.as_ref(), k.as_str())
+        .await
+        .unwrap();
     all.into_iter().filter(|p| &p.key == k).collect()
 }
 
@@ -110,7 +112,7 @@ pub async fn rw_writer_excludes_readers_and_writers(store: &TestStore) {
     assert_eq!(listed[0].rw, Some(RwSide::Write));
     assert_eq!(listed[0].slot, WRITER_SLOT);
     assert_eq!(listed[0].token, w.token());
-    store.backend.release_permit(&w).await.unwrap();
+    store.backend.release(&w).await.unwrap();
     let r = grant(store.backend.as_ref(), &k, LONG, RwSide::Read).await;
     assert!(r.token() > w.token());
 }
@@ -136,12 +138,12 @@ pub async fn rw_tokens_never_go_backwards(store: &TestStore) {
             let other = grant(backend, &k, LONG, RwSide::Read).await;
             assert!(other.token() > last);
             last = other.token();
-            backend.release_permit(&other).await.unwrap();
+            backend.release(&other).await.unwrap();
         }
         if ttl == SHORT {
             sleep(store.past_expiry(SHORT + Duration::from_millis(150))).await;
         } else {
-            backend.release_permit(&lease).await.unwrap();
+            backend.release(&lease).await.unwrap();
         }
     }
 }
@@ -161,11 +163,8 @@ pub async fn rw_owner_checked_renew_release(store: &TestStore) {
             .with_owner(lease.owner())
             .granted_permit(slot, lease.token() - 1);
         for forged in [&stranger, &old_token] {
-            assert!(
-                !backend.renew_permit(forged, LONG).await.unwrap(),
-                "{forged:?}"
-            );
-            backend.release_permit(forged).await.unwrap();
+            assert!(!backend.renew(forged, LONG).await.unwrap(), "{forged:?}");
+            backend.release(forged).await.unwrap();
             assert_eq!(
                 holders(store, &k).await.len(),
                 1,
@@ -177,18 +176,15 @@ pub async fn rw_owner_checked_renew_release(store: &TestStore) {
             .unwrap()
             .with_owner(lease.owner())
             .granted_permit(slot, lease.token());
-        backend.release_permit(&as_permit).await.unwrap();
+        backend.release(&as_permit).await.unwrap();
         assert_eq!(holders(store, &k).await.len(), 1);
-        assert!(backend.renew_permit(&lease, LONG).await.unwrap());
-        backend.release_permit(&lease).await.unwrap();
-        backend.release_permit(&lease).await.unwrap();
-        assert!(!backend.renew_permit(&lease, LONG).await.unwrap());
+        assert!(backend.renew(&lease, LONG).await.unwrap());
+        backend.release(&lease).await.unwrap();
+        backend.release(&lease).await.unwrap();
+        assert!(!backend.renew(&lease, LONG).await.unwrap());
         let short = grant(backend, &k, SHORT, side).await;
         sleep(store.past_expiry(SHORT + Duration::from_millis(150))).await;
-        assert!(
-            !backend.renew_permit(&short, LONG).await.unwrap(),
-            "revived"
-        );
+        assert!(!backend.renew(&short, LONG).await.unwrap(), "revived");
         assert!(holders(store, &k).await.is_empty());
     }
 }
@@ -207,7 +203,7 @@ pub async fn rw_crashed_holder_returns_after_ttl(store: &TestStore) {
     sleep(store.past_expiry(SHORT + Duration::from_millis(150))).await;
     let back = grant(backend, &k, LONG, RwSide::Read).await;
     assert!(back.token() > writer.token());
-    assert!(!backend.renew_permit(&writer, LONG).await.unwrap());
+    assert!(!backend.renew(&writer, LONG).await.unwrap());
 }
 
 /// How long each reader of the stream holds the lock.
@@ -290,7 +286,7 @@ pub async fn rw_release_wakes_a_waiter(store: &TestStore) {
     });
     sleep(Duration::from_millis(300)).await;
     let released_at = Instant::now();
-    other.release_permit(&reader).await.unwrap();
+    other.release(&reader).await.unwrap();
     let (guard, acquired_at) = waiter.await.unwrap();
     let guard = guard.expect("the waiter gets the lock");
     assert!(guard.token() > reader.token());
@@ -326,5 +322,8 @@ pub async fn rw_bad_input_rejected_before_io(store: &TestStore) {
             }
         }
     }
-    assert!(store.backend.list_permits(&p).await.unwrap().is_empty());
+    assert!(permits_listed(store.backend.as_ref(), &p)
+        .await
+        .unwrap()
+        .is_empty());
 }

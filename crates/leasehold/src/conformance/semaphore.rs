@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::{sleep, Instant};
 
-use super::{key, prefix, TestStore, LONG, SHORT};
+use super::{key, permits_listed, prefix, TestStore, LONG, SHORT};
 use crate::backend::{Acquire, AcquireRequest, Backend, Lease, OwnerId, MAX_PERMITS};
 use crate::error::Error;
 use crate::key::Key;
@@ -19,7 +19,7 @@ fn permit_request(k: &Key, ttl: Duration, permits: u32) -> AcquireRequest {
 
 async fn attempt(backend: &dyn Backend, k: &Key, ttl: Duration, permits: u32) -> Acquire {
     backend
-        .try_acquire_permit(&permit_request(k, ttl, permits))
+        .try_acquire(&permit_request(k, ttl, permits))
         .await
         .expect("store answers")
 }
@@ -37,7 +37,9 @@ async fn busy(backend: &dyn Backend, k: &Key, permits: u32) -> bool {
 
 /// The slots the store reports live for `k`.
 async fn live_slots(store: &TestStore, k: &Key) -> BTreeSet<u32> {
-    let all = store.backend.list_permits(k.as_str()).await.unwrap();
+    let all = permits_listed(store.backend.as_ref(), k.as_str())
+        .await
+        .unwrap();
     all.iter().filter(|p| &p.key == k).map(|p| p.slot).collect()
 }
 
@@ -104,7 +106,7 @@ pub async fn semaphore_crashed_permit_returns_after_ttl(store: &TestStore) {
         "the expired slot is the free one"
     );
     assert!(back.token() > crashed.token());
-    assert!(!store.backend.renew_permit(&crashed, LONG).await.unwrap());
+    assert!(!store.backend.renew(&crashed, LONG).await.unwrap());
 }
 
 /// Tokens of a key's permits grow with every grant, whatever the slot, and
@@ -125,7 +127,7 @@ pub async fn semaphore_fence_never_goes_backwards(store: &TestStore) {
         if ttl == SHORT {
             sleep(store.past_expiry(SHORT + Duration::from_millis(150))).await;
         } else {
-            backend.release_permit(&lease).await.unwrap();
+            backend.release(&lease).await.unwrap();
         }
     }
     // One key is one lock: the key is a semaphore now, and a mutex
@@ -160,26 +162,20 @@ pub async fn semaphore_owner_checked_renew_release(store: &TestStore) {
         .with_owner(lease.owner())
         .granted_permit(slot + 1, lease.token());
     for forged in [&stranger, &old_token, &other_slot] {
-        assert!(
-            !backend.renew_permit(forged, LONG).await.unwrap(),
-            "{forged:?}"
-        );
-        backend.release_permit(forged).await.unwrap();
+        assert!(!backend.renew(forged, LONG).await.unwrap(), "{forged:?}");
+        backend.release(forged).await.unwrap();
         assert!(
             busy(backend, &k, 1).await,
             "a forged release freed {forged:?}"
         );
     }
-    assert!(backend.renew_permit(&lease, LONG).await.unwrap());
-    backend.release_permit(&lease).await.unwrap();
-    backend.release_permit(&lease).await.unwrap();
-    assert!(!backend.renew_permit(&lease, LONG).await.unwrap());
+    assert!(backend.renew(&lease, LONG).await.unwrap());
+    backend.release(&lease).await.unwrap();
+    backend.release(&lease).await.unwrap();
+    assert!(!backend.renew(&lease, LONG).await.unwrap());
     let short = permit(backend, &k, SHORT, 1).await;
     sleep(store.past_expiry(SHORT + Duration::from_millis(150))).await;
-    assert!(
-        !backend.renew_permit(&short, LONG).await.unwrap(),
-        "revived"
-    );
+    assert!(!backend.renew(&short, LONG).await.unwrap(), "revived");
     assert!(live_slots(store, &k).await.is_empty());
 }
 
@@ -197,7 +193,7 @@ pub async fn semaphore_release_wakes_a_waiter(store: &TestStore) {
     });
     sleep(Duration::from_millis(300)).await;
     let released_at = Instant::now();
-    other.release_permit(&first).await.unwrap();
+    other.release(&first).await.unwrap();
     let (guard, acquired_at) = waiter.await.unwrap();
     let guard = guard.expect("the waiter gets the released permit");
     assert_eq!(guard.slot(), first.slot());
@@ -233,13 +229,13 @@ pub async fn semaphore_disagreeing_permits(store: &TestStore) {
     );
     // Down to 3 live (slots 2, 3, 4): a count of 3 still waits.
     for lease in &threes[..2] {
-        backend.release_permit(lease).await.unwrap();
+        backend.release(lease).await.unwrap();
     }
     assert!(
         busy(backend, &k, 3).await,
         "3 live: a count of 3 gets nothing"
     );
-    backend.release_permit(&fives[0]).await.unwrap();
+    backend.release(&fives[0]).await.unwrap();
     let late = permit(backend, &k, LONG, 3).await;
     assert!(late.slot().unwrap() < 3, "{late:?}");
     assert_eq!(live_slots(store, &k).await.len(), 3);
@@ -275,5 +271,8 @@ pub async fn semaphore_bad_input_rejected_before_io(store: &TestStore) {
         locks.list_permits("x\u{7}").await,
         Err(Error::InvalidInput { what: "prefix", .. })
     ));
-    assert!(store.backend.list_permits(&p).await.unwrap().is_empty());
+    assert!(permits_listed(store.backend.as_ref(), &p)
+        .await
+        .unwrap()
+        .is_empty());
 }

@@ -5,7 +5,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::backend::PermitInfo;
 use crate::backend::{Acquire, AcquireRequest, Backend, BoxFuture, Lease, LeaseInfo};
 use crate::backends::decorator::Decorator;
 use crate::backends::memory::MemoryBackend;
@@ -33,14 +32,6 @@ pub enum Op {
     Subscribe,
     /// [`Backend::announce`].
     Announce,
-    /// [`Backend::try_acquire_permit`].
-    TryAcquirePermit,
-    /// [`Backend::renew_permit`].
-    RenewPermit,
-    /// [`Backend::release_permit`].
-    ReleasePermit,
-    /// [`Backend::list_permits`].
-    ListPermits,
 }
 
 impl Op {
@@ -54,10 +45,6 @@ impl Op {
         Op::ForceRelease,
         Op::Subscribe,
         Op::Announce,
-        Op::TryAcquirePermit,
-        Op::RenewPermit,
-        Op::ReleasePermit,
-        Op::ListPermits,
     ];
 
     fn index(self) -> usize {
@@ -93,7 +80,7 @@ struct Plan {
 
 /// How many operations [`Op`] names: every [`Backend`] method that reaches
 /// the store (not `shutdown`).
-const OPS: usize = 12;
+const OPS: usize = 8;
 
 #[derive(Debug, Default)]
 struct State {
@@ -230,21 +217,9 @@ impl Decorator for Faulty {
     }
     // The operations below have defaults in `Decorator` that forward to
     // `inner`; they are overridden so that they too are counted and meet
-    // faults (a store that is down fails its announcements and permits too).
+    // faults (a store that is down fails its announcements too).
     fn announce<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool>> {
         self.run(Op::Announce, || self.inner.announce(key))
-    }
-    fn try_acquire_permit<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
-        self.run(Op::TryAcquirePermit, || self.inner.try_acquire_permit(req))
-    }
-    fn renew_permit<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
-        self.run(Op::RenewPermit, move || self.inner.renew_permit(lease, ttl))
-    }
-    fn release_permit<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
-        self.run(Op::ReleasePermit, || self.inner.release_permit(lease))
-    }
-    fn list_permits<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<PermitInfo>>> {
-        self.run(Op::ListPermits, || self.inner.list_permits(prefix))
     }
 }
 
@@ -257,8 +232,6 @@ mod tests {
     async fn call(store: &Faulty, op: Op) -> Result<()> {
         let key = Key::new("k")?;
         let req = AcquireRequest::new(key.clone(), Duration::from_secs(5), "t")?
-            .with_owner(OwnerId::random());
-        let permit = AcquireRequest::permit(key.clone(), Duration::from_secs(5), "t", 2)?
             .with_owner(OwnerId::random());
         let backend: &dyn Backend = store;
         match op {
@@ -275,13 +248,6 @@ mod tests {
                 assert!(backend.announce(&key).await?, "announce reached the store");
                 Ok(())
             }
-            Op::TryAcquirePermit => backend.try_acquire_permit(&permit).await.map(drop),
-            Op::RenewPermit => backend
-                .renew_permit(&permit.granted_permit(0, 1), permit.ttl())
-                .await
-                .map(drop),
-            Op::ReleasePermit => backend.release_permit(&permit.granted_permit(0, 1)).await,
-            Op::ListPermits => backend.list_permits("").await.map(drop),
         }
     }
 
@@ -324,16 +290,12 @@ mod tests {
     async fn twice_delivers_the_request_twice_and_answers_the_second() {
         let inner = Faulty::default();
         let store = Faulty::new(Arc::new(inner.clone()));
-        store.set(Op::TryAcquirePermit, Fault::Twice);
+        store.set(Op::TryAcquire, Fault::Twice);
         let key = Key::new("k").unwrap();
         let req = AcquireRequest::permit(key, Duration::from_secs(5), "t", 2).unwrap();
-        let answer = Backend::try_acquire_permit(&store, &req).await.unwrap();
+        let answer = Backend::try_acquire(&store, &req).await.unwrap();
         assert!(matches!(answer, Acquire::Granted(_)), "{answer:?}");
-        assert_eq!(store.calls(Op::TryAcquirePermit), 1);
-        assert_eq!(
-            inner.calls(Op::TryAcquirePermit),
-            2,
-            "the store saw it twice"
-        );
+        assert_eq!(store.calls(Op::TryAcquire), 1);
+        assert_eq!(inner.calls(Op::TryAcquire), 2, "the store saw it twice");
     }
 }

@@ -83,6 +83,17 @@ impl Layout {
         }
     }
 
+    /// The record a held grant lives in: a mutex's one record, a
+    /// semaphore permit's slot or a reader-writer grant's.
+    pub fn grant(&self, lease: &crate::backend::Lease) -> String {
+        let kind = match (lease.slot(), lease.rw_side()) {
+            (None, _) => Kind::Mutex,
+            (Some(_), None) => Kind::Semaphore,
+            (Some(_), Some(_)) => Kind::Rw,
+        };
+        self.slot(kind, lease.key().as_str(), lease.slot())
+    }
+
     /// The key's kind ([`KeyKind::stored`]); absent while the key is a
     /// mutex. Written by the first reader-writer or semaphore grant on a
     /// key no mutex holds, in that grant's transaction.

@@ -37,7 +37,7 @@ use etcd_client::{Client, ConnectOptions, GetOptions, Txn, TxnOp, TxnOpResponse,
 pub use options::{EtcdOptions, DEFAULT_PREFIX};
 
 use crate::backend::{
-    Acquire, AcquireRequest, Backend, BoxFuture, Busy, KeyKind, Lease, LeaseInfo, PermitInfo,
+    listing, Acquire, AcquireRequest, Backend, BoxFuture, Busy, KeyKind, Lease, LeaseInfo,
 };
 use crate::error::{Error, Result};
 use crate::key::Key;
@@ -455,6 +455,9 @@ fn revision(resp: &TxnResponse) -> Result<u64> {
 impl Backend for EtcdBackend {
     fn try_acquire<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
         Box::pin(async move {
+            if req.permit_kind().is_some() {
+                return slots::try_acquire(self, req).await;
+            }
             let key = req.key();
             let etcd_key = self.inner.layout.slot(Kind::Mutex, key.as_str(), None);
             // The lease first: the grant's expiry is etcd's, from before
@@ -480,20 +483,14 @@ impl Backend for EtcdBackend {
 
     fn renew<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
         Box::pin(async move {
-            let etcd_key = self
-                .inner
-                .layout
-                .slot(Kind::Mutex, lease.key().as_str(), None);
+            let etcd_key = self.inner.layout.grant(lease);
             self.renew_grant(&etcd_key, lease, ttl).await
         })
     }
 
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            let etcd_key = self
-                .inner
-                .layout
-                .slot(Kind::Mutex, lease.key().as_str(), None);
+            let etcd_key = self.inner.layout.grant(lease);
             self.release_grant(&etcd_key, lease).await.map(drop)
         })
     }
@@ -504,15 +501,9 @@ impl Backend for EtcdBackend {
             let Some(record) = self.record(key, &etcd_key).await? else {
                 return Ok(None);
             };
-            Ok(self
-                .time_left(record.lease)
-                .await?
-                .map(|remaining| LeaseInfo {
-                    key: key.clone(),
-                    holder: record.holder,
-                    token: record.token,
-                    remaining,
-                }))
+            Ok(self.time_left(record.lease).await?.map(|remaining| {
+                LeaseInfo::mutex(key.clone(), record.holder, record.token, remaining)
+            }))
         })
     }
 
@@ -524,17 +515,16 @@ impl Backend for EtcdBackend {
             for (key, slots) in slots::by_lock(&self.inner.layout, Kind::Mutex, &kvs)? {
                 for (_, record) in slots.grants {
                     if let Some(remaining) = self.time_left(record.lease).await? {
-                        out.push(LeaseInfo {
-                            key: key.clone(),
-                            holder: record.holder,
-                            token: record.token,
+                        out.push(LeaseInfo::mutex(
+                            key.clone(),
+                            record.holder,
+                            record.token,
                             remaining,
-                        });
+                        ));
                     }
                 }
             }
-            out.sort_by(|a, b| a.key.as_str().cmp(b.key.as_str()));
-            Ok(out)
+            Ok(listing(out, slots::list(self, prefix).await?))
         })
     }
 
@@ -563,28 +553,6 @@ impl Backend for EtcdBackend {
             self.txn(txn).await?;
             Ok(true)
         })
-    }
-
-    fn try_acquire_permit<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
-        Box::pin(slots::try_acquire(self, req))
-    }
-
-    fn renew_permit<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(async move {
-            let etcd_key = slots::key_of_permit(&self.inner.layout, lease);
-            self.renew_grant(&etcd_key, lease, ttl).await
-        })
-    }
-
-    fn release_permit<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move {
-            let etcd_key = slots::key_of_permit(&self.inner.layout, lease);
-            self.release_grant(&etcd_key, lease).await.map(drop)
-        })
-    }
-
-    fn list_permits<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<PermitInfo>>> {
-        Box::pin(slots::list(self, prefix))
     }
 
     fn shutdown(&self) -> BoxFuture<'_, ()> {

@@ -12,7 +12,7 @@ use std::time::Duration;
 use etcd_client::TxnOp;
 
 use crate::backend::{
-    Acquire, AcquireRequest, Busy, Lease, PermitInfo, PermitKind, MAX_PERMITS, WRITER_SLOT,
+    Acquire, AcquireRequest, Busy, PermitInfo, PermitKind, MAX_PERMITS, WRITER_SLOT,
 };
 use crate::error::{Error, Result};
 use crate::key::Key;
@@ -25,16 +25,6 @@ use super::{revision, txns, EtcdBackend, CONFLICT_RETRIES};
 /// How many holders a busy answer asks etcd about, to name the one whose
 /// lease ends first (one lease query each).
 const BUSY_PROBES: usize = 8;
-
-/// The etcd key of `lease` (a permit or a side of a reader-writer lock).
-pub(super) fn key_of_permit(layout: &Layout, lease: &Lease) -> String {
-    let kind = if lease.rw_side().is_some() {
-        Kind::Rw
-    } else {
-        Kind::Semaphore
-    };
-    layout.slot(kind, lease.key().as_str(), lease.slot())
-}
 
 /// What the rules say about one attempt.
 enum Decision<'a> {
@@ -337,8 +327,5 @@ pub(super) async fn list(backend: &EtcdBackend, prefix: &str) -> Result<Vec<Perm
             }
         }
     }
-    out.sort_by(|a, b| {
-        (a.key.as_str(), a.rw.is_some(), a.slot).cmp(&(b.key.as_str(), b.rw.is_some(), b.slot))
-    });
     Ok(out)
 }

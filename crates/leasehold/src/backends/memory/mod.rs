@@ -13,8 +13,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::{
-    Acquire, AcquireRequest, Backend, BoxFuture, Busy, KeyKind, Lease, LeaseInfo, OwnerId,
-    PermitInfo,
+    listing, Acquire, AcquireRequest, Backend, BoxFuture, Busy, KeyKind, Lease, LeaseInfo, OwnerId,
 };
 use crate::error::Result;
 use crate::key::Key;
@@ -83,74 +82,134 @@ impl MemoryBackend {
     }
 
     fn info(key: &Key, record: &Record, now: Instant) -> Option<LeaseInfo> {
-        record.live_holder(now).map(|h| LeaseInfo {
-            key: key.clone(),
-            holder: h.label.clone(),
-            token: record.fence,
-            remaining: h.expires_at - now,
+        record.live_holder(now).map(|h| {
+            LeaseInfo::mutex(
+                key.clone(),
+                h.label.clone(),
+                record.fence,
+                h.expires_at - now,
+            )
         })
+    }
+}
+
+/// The operations of each kind, each one critical section under the
+/// anchors' lock (or the permit table's).
+impl MemoryBackend {
+    fn acquire_mutex(&self, req: &AcquireRequest) -> Acquire {
+        let now = Instant::now();
+        let mut records = self.records();
+        let record = records.entry(req.key().clone()).or_default();
+        if record.kind != KeyKind::Mutex {
+            return Acquire::OtherKind(record.kind);
+        }
+        if let Some(h) = record.holder.as_mut().filter(|h| h.expires_at > now) {
+            if h.owner == req.owner() {
+                // A repeat of the request that holds: the same grant,
+                // its expiry counted from this attempt.
+                h.expires_at = now + req.ttl();
+                return Acquire::Granted(req.granted(record.fence));
+            }
+            return Acquire::Busy(Busy {
+                holder: h.label.clone(),
+                remaining: h.expires_at - now,
+            });
+        }
+        record.fence += 1;
+        record.holder = Some(Holder {
+            owner: req.owner(),
+            label: req.holder().to_owned(),
+            expires_at: now + req.ttl(),
+        });
+        Acquire::Granted(req.granted(record.fence))
+    }
+
+    fn acquire_permit(&self, req: &AcquireRequest) -> Acquire {
+        let now = Instant::now();
+        // The anchor's lock is held through the permit attempt: the
+        // claim and the attempt are one atomic step.
+        let mut records = self.records();
+        let record = records.entry(req.key().clone()).or_default();
+        let wanted = req.key_kind();
+        if record.kind != wanted {
+            if record.kind != KeyKind::Mutex {
+                return Acquire::OtherKind(record.kind);
+            }
+            if let Some(h) = record.live_holder(now) {
+                return Acquire::Busy(Busy {
+                    holder: h.label.clone(),
+                    remaining: h.expires_at - now,
+                });
+            }
+            // A mutex key nobody holds becomes this kind; its tokens
+            // go on from the mutex's.
+            record.kind = wanted;
+            self.permits.raise_fence(req, record.fence);
+        }
+        self.permits.try_acquire(req)
+    }
+
+    fn renew_mutex(&self, lease: &Lease, ttl: Duration) -> bool {
+        let now = Instant::now();
+        let mut records = self.records();
+        let Some(record) = records.get_mut(lease.key()) else {
+            return false;
+        };
+        if !record.holds(lease) || record.live_holder(now).is_none() {
+            return false;
+        }
+        if let Some(h) = record.holder.as_mut() {
+            h.expires_at = now + ttl;
+        }
+        true
+    }
+
+    /// Whether the mutex lease was held (and is now free).
+    fn release_mutex(&self, lease: &Lease) -> bool {
+        let mut records = self.records();
+        match records.get_mut(lease.key()) {
+            Some(record) if record.holds(lease) => {
+                record.holder = None;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn list_mutexes(&self, prefix: &str) -> Vec<LeaseInfo> {
+        let now = Instant::now();
+        self.records()
+            .iter()
+            .filter(|(k, _)| k.as_str().starts_with(prefix))
+            .filter_map(|(k, r)| Self::info(k, r, now))
+            .collect()
     }
 }
 
 impl Backend for MemoryBackend {
     fn try_acquire<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
         Box::pin(async move {
-            let now = Instant::now();
-            let mut records = self.records();
-            let record = records.entry(req.key().clone()).or_default();
-            if record.kind != KeyKind::Mutex {
-                return Ok(Acquire::OtherKind(record.kind));
-            }
-            if let Some(h) = record.holder.as_mut().filter(|h| h.expires_at > now) {
-                if h.owner == req.owner() {
-                    // A repeat of the request that holds: the same grant,
-                    // its expiry counted from this attempt.
-                    h.expires_at = now + req.ttl();
-                    return Ok(Acquire::Granted(req.granted(record.fence)));
-                }
-                return Ok(Acquire::Busy(Busy {
-                    holder: h.label.clone(),
-                    remaining: h.expires_at - now,
-                }));
-            }
-            record.fence += 1;
-            record.holder = Some(Holder {
-                owner: req.owner(),
-                label: req.holder().to_owned(),
-                expires_at: now + req.ttl(),
-            });
-            Ok(Acquire::Granted(req.granted(record.fence)))
+            Ok(match req.permit_kind() {
+                None => self.acquire_mutex(req),
+                Some(_) => self.acquire_permit(req),
+            })
         })
     }
 
     fn renew<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
         Box::pin(async move {
-            let now = Instant::now();
-            let mut records = self.records();
-            let Some(record) = records.get_mut(lease.key()) else {
-                return Ok(false);
-            };
-            if !record.holds(lease) || record.live_holder(now).is_none() {
-                return Ok(false);
-            }
-            if let Some(h) = record.holder.as_mut() {
-                h.expires_at = now + ttl;
-            }
-            Ok(true)
+            Ok(match lease.slot() {
+                None => self.renew_mutex(lease, ttl),
+                Some(_) => self.permits.renew(lease, ttl),
+            })
         })
     }
 
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            let freed = {
-                let mut records = self.records();
-                match records.get_mut(lease.key()) {
-                    Some(record) if record.holds(lease) => {
-                        record.holder = None;
-                        true
-                    }
-                    _ => false,
-                }
+            let freed = match lease.slot() {
+                None => self.release_mutex(lease),
+                Some(_) => self.permits.release(lease),
             };
             if freed {
                 self.hub.notify(lease.key().as_str());
@@ -171,13 +230,10 @@ impl Backend for MemoryBackend {
 
     fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<LeaseInfo>>> {
         Box::pin(async move {
-            let now = Instant::now();
-            Ok(self
-                .records()
-                .iter()
-                .filter(|(k, _)| k.as_str().starts_with(prefix))
-                .filter_map(|(k, r)| Self::info(k, r, now))
-                .collect())
+            Ok(listing(
+                self.list_mutexes(prefix),
+                self.permits.list(prefix),
+            ))
         })
     }
 
@@ -215,49 +271,5 @@ impl Backend for MemoryBackend {
             self.hub.notify(key.as_str());
             Ok(true)
         })
-    }
-
-    fn try_acquire_permit<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
-        Box::pin(async move {
-            let now = Instant::now();
-            // The anchor's lock is held through the permit attempt: the
-            // claim and the attempt are one atomic step.
-            let mut records = self.records();
-            let record = records.entry(req.key().clone()).or_default();
-            let wanted = req.key_kind();
-            if record.kind != wanted {
-                if record.kind != KeyKind::Mutex {
-                    return Ok(Acquire::OtherKind(record.kind));
-                }
-                if let Some(h) = record.live_holder(now) {
-                    return Ok(Acquire::Busy(Busy {
-                        holder: h.label.clone(),
-                        remaining: h.expires_at - now,
-                    }));
-                }
-                // A mutex key nobody holds becomes this kind; its tokens
-                // go on from the mutex's.
-                record.kind = wanted;
-                self.permits.raise_fence(req, record.fence);
-            }
-            Ok(self.permits.try_acquire(req))
-        })
-    }
-
-    fn renew_permit<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(async move { Ok(self.permits.renew(lease, ttl)) })
-    }
-
-    fn release_permit<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move {
-            if self.permits.release(lease) {
-                self.hub.notify(lease.key().as_str());
-            }
-            Ok(())
-        })
-    }
-
-    fn list_permits<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<PermitInfo>>> {
-        Box::pin(async move { Ok(self.permits.list(prefix)) })
     }
 }

@@ -251,10 +251,12 @@ impl PermitTable {
         lease.slot().and_then(|s| sem.slots.remove(&s)).is_some()
     }
 
+    /// The live permits, then the live readers and writers (the caller
+    /// orders them: [`crate::backend::listing`]).
     pub(super) fn list(&self, prefix: &str) -> Vec<PermitInfo> {
-        let permits = self.list_in(&self.keys(), prefix, false);
-        let rw = self.list_in(&self.table(Some(RwSide::Read)), prefix, true);
-        crate::backend::merge_listings(permits, rw)
+        let mut permits = self.list_in(&self.keys(), prefix, false);
+        permits.extend(self.list_in(&self.table(Some(RwSide::Read)), prefix, true));
+        permits
     }
 
     fn list_in(&self, keys: &BTreeMap<Key, Semaphore>, prefix: &str, rw: bool) -> Vec<PermitInfo> {

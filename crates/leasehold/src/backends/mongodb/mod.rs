@@ -51,8 +51,8 @@ pub use connect::{DEFAULT_MAX_IDLE_TIME, DEFAULT_MAX_POOL_SIZE};
 pub use options::{MongoOptions, DEFAULT_COLLECTION};
 
 use crate::backend::{
-    duration_to_millis, Acquire, AcquireRequest, Backend, BoxFuture, Busy, Lease, LeaseInfo,
-    PermitInfo,
+    duration_to_millis, listing, Acquire, AcquireRequest, Backend, BoxFuture, Busy, Lease,
+    LeaseInfo,
 };
 use crate::error::{Error, Result};
 use crate::key::Key;
@@ -169,6 +169,9 @@ fn busy_in(found: Option<&Document>, now: ServerNow) -> Busy {
 impl Backend for MongoBackend {
     fn try_acquire<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
         Box::pin(async move {
+            if req.permit_kind().is_some() {
+                return self.acquire_permit(req).await;
+            }
             let now = self.now().await?;
             let ttl = duration_to_millis(req.ttl());
             // A mutex key only (no `kind`): on a reader-writer lock or a
@@ -213,6 +216,9 @@ impl Backend for MongoBackend {
 
     fn renew<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
         Box::pin(async move {
+            if lease.slot().is_some() {
+                return self.renew_permit(lease, ttl).await;
+            }
             let now = self.now().await?;
             let ttl = duration_to_millis(ttl);
             // Not yet expired even by the latest possible "now": an expired
@@ -243,6 +249,9 @@ impl Backend for MongoBackend {
 
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
+            if lease.slot().is_some() {
+                return self.release_permit(lease).await;
+            }
             let filter = doc! {
                 "_id": lease.key().as_str(),
                 "owner": lease.owner().to_string(),
@@ -293,7 +302,9 @@ impl Backend for MongoBackend {
                 }
                 out.extend(info_of(&d, now)?);
             }
-            Ok(out)
+            let permits = self.list_permits(prefix, false).await?;
+            let rw = self.list_permits(prefix, true).await?;
+            Ok(listing(out, permits.into_iter().chain(rw)))
         })
     }
 
@@ -343,22 +354,6 @@ impl Backend for MongoBackend {
             self.inner.watcher.wake_local(key.as_str());
             Ok(true)
         })
-    }
-
-    fn try_acquire_permit<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
-        Box::pin(self.acquire_permit(req))
-    }
-
-    fn renew_permit<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(self.renew_permit_now(lease, ttl))
-    }
-
-    fn release_permit<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
-        Box::pin(self.release_permit_now(lease))
-    }
-
-    fn list_permits<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<PermitInfo>>> {
-        Box::pin(self.list_permits_now(prefix))
     }
 
     /// Stops the change stream, then shuts the driver's client down (if

@@ -193,7 +193,7 @@ impl MongoBackend {
             });
             if let Some(own) = own {
                 let lease = req.granted_permit(own.slot, record.token(own.token)?);
-                if self.renew_permit_now(&lease, req.ttl()).await? {
+                if self.renew_permit(&lease, req.ttl()).await? {
                     return Ok(Acquire::Granted(lease));
                 }
                 // It ended meanwhile: decide again on a fresh read.
@@ -301,7 +301,7 @@ impl MongoBackend {
         Ok((filter, slot))
     }
 
-    pub(super) async fn renew_permit_now(&self, lease: &Lease, ttl: Duration) -> Result<bool> {
+    pub(super) async fn renew_permit(&self, lease: &Lease, ttl: Duration) -> Result<bool> {
         let now = self.now().await?;
         let ttl = duration_to_millis(ttl);
         let (mut filter, slot) = Self::held(lease)?;
@@ -319,7 +319,7 @@ impl MongoBackend {
         Ok(done.matched_count == 1)
     }
 
-    pub(super) async fn release_permit_now(&self, lease: &Lease) -> Result<()> {
+    pub(super) async fn release_permit(&self, lease: &Lease) -> Result<()> {
         let (filter, slot) = Self::held(lease)?;
         let update = doc! { "$unset": { slot: "" }, "$inc": { "releases": 1_i64, "rev": 1_i64 } };
         let done = self.update_slot(filter, update).await?;
@@ -358,13 +358,9 @@ impl MongoBackend {
             .any(|s| s.expires > now.lower))
     }
 
-    pub(super) async fn list_permits_now(&self, prefix: &str) -> Result<Vec<PermitInfo>> {
-        let permits = self.list_family(prefix, false).await?;
-        let rw = self.list_family(prefix, true).await?;
-        Ok(crate::backend::merge_listings(permits, rw))
-    }
-
-    async fn list_family(&self, prefix: &str, rw: bool) -> Result<Vec<PermitInfo>> {
+    /// The live semaphore permits (or, with `rw`, reader-writer grants)
+    /// under `prefix`.
+    pub(super) async fn list_permits(&self, prefix: &str, rw: bool) -> Result<Vec<PermitInfo>> {
         let id_prefix = if rw { RW_ID } else { PERMITS_ID };
         let now = self.now().await?;
         let start = format!("{id_prefix}{prefix}");
@@ -391,13 +387,8 @@ impl MongoBackend {
             let mut slots = slots_of(&d, &record)?;
             slots.sort_by_key(|s| s.slot);
             for s in slots.iter().filter(|s| s.expires > now.lower) {
-                let info = if rw {
-                    RecordDecoder::rw_info
-                } else {
-                    RecordDecoder::permit_info
-                };
-                out.push(info(
-                    &record,
+                out.push(record.slot_info(
+                    rw,
                     i64::from(s.slot),
                     &s.owner,
                     Some(s.holder.clone()),
@@ -444,7 +435,7 @@ mod tests {
             .unwrap()
             .expect("the semaphore's document");
         assert!(backend
-            .renew_permit_now(&held, Duration::from_secs(30))
+            .renew_permit(&held, Duration::from_secs(30))
             .await
             .unwrap());
         // Past the first expiry by any clock bound: in the snapshot, the
@@ -453,7 +444,7 @@ mod tests {
         *backend.inner.stale_read.lock().unwrap() = Some(snapshot);
         let b = AcquireRequest::permit(key.clone(), Duration::from_secs(30), "b", 1).unwrap();
         let answer = backend.acquire_permit(&b).await.unwrap();
-        let listed = backend.list_permits_now("sem").await.unwrap();
+        let listed = backend.list_permits("sem", false).await.unwrap();
         backend.inner.coll.drop().await.unwrap();
         assert!(
             matches!(answer, Acquire::Busy(_)),

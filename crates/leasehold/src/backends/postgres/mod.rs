@@ -67,8 +67,8 @@ use sqlx::{FromRow, Row};
 
 use crate::backend::renew_attempt_timeout;
 use crate::backend::{
-    duration_to_millis, millis_to_duration, token_to_i64, Acquire, AcquireRequest, Backend,
-    BoxFuture, Busy, KeyKind, Lease, LeaseInfo, PermitInfo, RecordDecoder, RwSide, Subscription,
+    duration_to_millis, listing, millis_to_duration, token_to_i64, Acquire, AcquireRequest,
+    Backend, BoxFuture, Busy, KeyKind, Lease, LeaseInfo, RecordDecoder, RwSide, Subscription,
 };
 use crate::error::{Error, Result};
 use crate::key::Key;
@@ -298,6 +298,9 @@ impl Inner {
 impl Backend for PostgresBackend {
     fn try_acquire<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
         Box::pin(async move {
+            if req.permit_kind().is_some() {
+                return self.inner.acquire_permit(req).await;
+            }
             let owner = req.owner().to_string();
             let lock_wait = self.inner.row_lock_wait(req.lock_wait());
             let lock_wait = duration_to_millis(lock_wait).to_string();
@@ -340,6 +343,9 @@ impl Backend for PostgresBackend {
 
     fn renew<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
         Box::pin(async move {
+            if lease.slot().is_some() {
+                return self.inner.renew_permit(lease, ttl).await;
+            }
             let owner = lease.owner().to_string();
             // The row-lock wait of one renewal attempt (sql.rs).
             let lock_wait = self.inner.row_lock_wait(renew_attempt_timeout(ttl));
@@ -358,6 +364,9 @@ impl Backend for PostgresBackend {
 
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
+            if lease.slot().is_some() {
+                return self.inner.release_permit(lease).await;
+            }
             let owner = lease.owner().to_string();
             let params = [
                 Param::Text(lease.key().as_str()),
@@ -393,7 +402,8 @@ impl Backend for PostgresBackend {
                 .fetch_all(&self.inner.sql.list, &[Param::Text(prefix)])
                 .await
                 .map_err(Failed::into_error)?;
-            rows.iter().map(info_from_row).collect()
+            let mutexes = rows.iter().map(info_from_row).collect::<Result<_>>()?;
+            Ok(listing(mutexes, self.inner.list_permits(prefix).await?))
         })
     }
 
@@ -438,22 +448,6 @@ impl Backend for PostgresBackend {
             self.inner.wake_local(key);
             Ok(true)
         })
-    }
-
-    fn try_acquire_permit<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
-        Box::pin(self.inner.acquire_permit(req))
-    }
-
-    fn renew_permit<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(self.inner.renew_permit(lease, ttl))
-    }
-
-    fn release_permit<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
-        Box::pin(self.inner.release_permit(lease))
-    }
-
-    fn list_permits<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<PermitInfo>>> {
-        Box::pin(self.inner.list_permits(prefix))
     }
 }
 

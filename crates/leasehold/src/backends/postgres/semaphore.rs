@@ -86,7 +86,7 @@ fn claim(table: &str, kind: &str) -> String {
            RETURNING a.kind, a.fence, \
              CASE WHEN {mutex_live} THEN a.holder END AS holder, \
              CASE WHEN {mutex_live} THEN {rem} END AS left_ms)",
-        rem = super::sql::remaining_ms_of("a.expires_at"),
+        rem = remaining_ms_of("a.expires_at"),
     )
 }
 
@@ -347,13 +347,8 @@ fn permit_from_row(row: &PgRow, rw: bool) -> Result<PermitInfo> {
     let key: String = row.try_get(0).map_err(classify)?;
     let record = RecordDecoder::new(STORE, &key);
     let wrong = |e: sqlx::Error| record.corrupt(e.to_string());
-    let info = if rw {
-        RecordDecoder::rw_info
-    } else {
-        RecordDecoder::permit_info
-    };
-    info(
-        &record,
+    record.slot_info(
+        rw,
         row.try_get(1).map_err(wrong)?,
         &row.try_get::<Option<String>, _>(2)
             .map_err(wrong)?
@@ -515,24 +510,28 @@ impl Inner {
         Ok(())
     }
 
+    /// The live semaphore permits and reader-writer grants under `prefix`,
+    /// in no particular order ([`listing`](crate::backend::listing) sorts).
     pub(super) async fn list_permits(&self, prefix: &str) -> Result<Vec<PermitInfo>> {
-        let mut both = Vec::new();
+        let mut all = Vec::new();
         for rw in [false, true] {
             let sql = &self.permit_sql(rw.then_some(RwSide::Read)).list;
             let rows = self
                 .fetch_all(sql, &[Param::Text(prefix)])
                 .await
                 .map_err(Failed::into_error)?;
-            let infos = rows
-                .iter()
-                .map(|row| permit_from_row(row, rw))
-                .collect::<Result<Vec<_>>>()?;
-            both.push(infos);
+            for row in &rows {
+                all.push(permit_from_row(row, rw)?);
+            }
         }
-        let rw = both.pop().unwrap_or_default();
-        let permits = both.pop().unwrap_or_default();
-        Ok(crate::backend::merge_listings(permits, rw))
+        Ok(all)
     }
+}
+
+/// Milliseconds left on the timestamp `column`, rounded up like
+/// `sql.rs`'s `remaining_ms!`.
+pub(super) fn remaining_ms_of(column: &str) -> String {
+    format!("ceil(extract(epoch FROM ({column} - clock_timestamp())) * 1000)::bigint")
 }
 
 #[cfg(test)]

@@ -77,12 +77,6 @@ macro_rules! remaining_ms {
     };
 }
 
-/// Milliseconds left on the timestamp `column`, rounded up like
-/// `remaining_ms!`.
-pub(super) fn remaining_ms_of(column: &str) -> String {
-    format!("ceil(extract(epoch FROM ({column} - clock_timestamp())) * 1000)::bigint")
-}
-
 /// The statements for one lease table.
 #[derive(Debug, Clone)]
 pub(super) struct Statements {

@@ -52,8 +52,8 @@ use redis::{Client, Script};
 pub use cluster::Connection;
 
 use crate::backend::{
-    duration_to_millis, millis_to_duration, Acquire, AcquireRequest, Backend, BoxFuture, Busy,
-    Lease, LeaseInfo, PermitInfo, RecordDecoder, Subscription,
+    duration_to_millis, listing, millis_to_duration, Acquire, AcquireRequest, Backend, BoxFuture,
+    Busy, Lease, LeaseInfo, RecordDecoder, Subscription,
 };
 use crate::error::Result;
 use crate::key::Key;
@@ -143,6 +143,9 @@ impl RedisBackend {
 impl Backend for RedisBackend {
     fn try_acquire<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
         Box::pin(async move {
+            if req.permit_kind().is_some() {
+                return self.acquire_permit(req).await;
+            }
             let (owner, ttl) = (req.owner().to_string(), duration_to_millis(req.ttl()));
             let args = [owner.as_str(), &ttl.to_string(), req.holder()];
             let (token, holder, pttl): (i64, String, i64) = match self.inner.options.min_replicas {
@@ -176,6 +179,9 @@ impl Backend for RedisBackend {
 
     fn renew<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
         Box::pin(async move {
+            if lease.slot().is_some() {
+                return self.renew_permit(lease, ttl).await;
+            }
             let (owner, ttl) = (lease.owner().to_string(), duration_to_millis(ttl));
             let args: [&str; 3] = [&owner, &lease.token().to_string(), &ttl.to_string()];
             let renewed: i64 = self
@@ -187,6 +193,9 @@ impl Backend for RedisBackend {
 
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
+            if lease.slot().is_some() {
+                return self.release_permit(lease).await;
+            }
             let (owner, token) = (lease.owner().to_string(), lease.token().to_string());
             let args = [
                 &owner,
@@ -222,7 +231,10 @@ impl Backend for RedisBackend {
                     found.insert(key?);
                 }
             }
-            self.read_leases(found.into_iter().collect()).await
+            let mutexes = self.read_leases(found.into_iter().collect()).await?;
+            let permits = self.list_permits(prefix, false).await?;
+            let rw = self.list_permits(prefix, true).await?;
+            Ok(listing(mutexes, permits.into_iter().chain(rw)))
         })
     }
 
@@ -278,21 +290,5 @@ impl Backend for RedisBackend {
             self.wake_local(key);
             Ok(true)
         })
-    }
-
-    fn try_acquire_permit<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
-        Box::pin(self.acquire_permit(req))
-    }
-
-    fn renew_permit<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(self.renew_permit_now(lease, ttl))
-    }
-
-    fn release_permit<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
-        Box::pin(self.release_permit_now(lease))
-    }
-
-    fn list_permits<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<PermitInfo>>> {
-        Box::pin(self.list_permits_now(prefix))
     }
 }

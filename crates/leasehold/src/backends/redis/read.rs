@@ -117,10 +117,5 @@ fn info_of(key: Key, value: &str, pttl: i64, fence: &str) -> Result<LeaseInfo> {
     };
     record.owner(owner)?;
     let (token, remaining) = (record.token_text(fence)?, record.remaining(pttl)?);
-    Ok(LeaseInfo {
-        key,
-        holder: holder.to_owned(),
-        token,
-        remaining,
-    })
+    Ok(LeaseInfo::mutex(key, holder.to_owned(), token, remaining))
 }

@@ -110,7 +110,7 @@ impl RedisBackend {
                     // claimed meanwhile stays: it is never undone.
                     if answer.0 > 0 {
                         let lease = req.granted_permit(answer.1.max(0) as u32, answer.0 as u64);
-                        if let Err(e) = self.release_permit_now(&lease).await {
+                        if let Err(e) = self.release_permit(&lease).await {
                             tracing::debug!(key = %req.key(), error = %e, "could not release an unconfirmed permit; it expires with its ttl");
                         }
                     }
@@ -136,7 +136,7 @@ impl RedisBackend {
         ))
     }
 
-    pub(super) async fn renew_permit_now(&self, lease: &Lease, ttl: Duration) -> Result<bool> {
+    pub(super) async fn renew_permit(&self, lease: &Lease, ttl: Duration) -> Result<bool> {
         let args = [
             lease.owner().to_string(),
             lease.token().to_string(),
@@ -154,7 +154,7 @@ impl RedisBackend {
         Ok(renewed == 1)
     }
 
-    pub(super) async fn release_permit_now(&self, lease: &Lease) -> Result<()> {
+    pub(super) async fn release_permit(&self, lease: &Lease) -> Result<()> {
         let args = [
             lease.owner().to_string(),
             lease.token().to_string(),
@@ -176,13 +176,9 @@ impl RedisBackend {
         Ok(())
     }
 
-    pub(super) async fn list_permits_now(&self, prefix: &str) -> Result<Vec<PermitInfo>> {
-        let permits = self.list_family(prefix, false).await?;
-        let rw = self.list_family(prefix, true).await?;
-        Ok(crate::backend::merge_listings(permits, rw))
-    }
-
-    async fn list_family(&self, prefix: &str, rw: bool) -> Result<Vec<PermitInfo>> {
+    /// The live semaphore permits (or, with `rw`, reader-writer grants)
+    /// under `prefix`.
+    pub(super) async fn list_permits(&self, prefix: &str, rw: bool) -> Result<Vec<PermitInfo>> {
         let ns = &self.inner.ns;
         let pattern = if rw {
             ns.rw_pattern(prefix)
@@ -282,13 +278,8 @@ fn permits_of(key: Key, read: &[String], rw: bool) -> Result<Vec<PermitInfo>> {
         if remaining <= 0 {
             continue;
         }
-        let info = if rw {
-            RecordDecoder::rw_info
-        } else {
-            RecordDecoder::permit_info
-        };
-        out.push(info(
-            &record,
+        out.push(record.slot_info(
+            rw,
             number("slot", slot)?,
             owner,
             Some(holder.to_owned()),

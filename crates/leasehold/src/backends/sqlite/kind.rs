@@ -8,8 +8,9 @@
 use sqlx::sqlite::SqlitePool;
 use sqlx::{Sqlite, Transaction};
 
+use super::errors::busy;
 use super::slots::SlotTables;
-use super::{busy, classify, STORE};
+use super::{classify, STORE};
 use crate::backend::{Acquire, AcquireRequest, KeyKind, RecordDecoder};
 use crate::error::Result;
 use crate::key::Key;
@@ -189,7 +190,7 @@ mod tests {
         ));
         let reader = AcquireRequest::rw(held.clone(), ttl, "new", RwSide::Read).unwrap();
         assert!(matches!(
-            backend.try_acquire_permit(&reader).await.unwrap(),
+            backend.try_acquire(&reader).await.unwrap(),
             Acquire::Busy(b) if b.holder == "old:1"
         ));
         let lease = AcquireRequest::new(held.clone(), ttl, "old:1")
@@ -204,7 +205,7 @@ mod tests {
         assert_eq!(next.token(), 8);
         let free = Key::new("free").unwrap();
         let reader = AcquireRequest::rw(free.clone(), ttl, "new", RwSide::Read).unwrap();
-        let Acquire::Granted(read) = backend.try_acquire_permit(&reader).await.unwrap() else {
+        let Acquire::Granted(read) = backend.try_acquire(&reader).await.unwrap() else {
             panic!("a free old key becomes a reader-writer lock");
         };
         assert_eq!(read.token(), 6, "tokens go on from the mutex's fence");

@@ -22,8 +22,8 @@ use std::time::Duration;
 use sqlx::sqlite::SqlitePool;
 
 use crate::backend::{
-    duration_to_millis, token_to_i64, Acquire, AcquireRequest, Backend, BoxFuture, KeyKind, Lease,
-    LeaseInfo, PermitInfo, Subscription,
+    duration_to_millis, listing, token_to_i64, Acquire, AcquireRequest, Backend, BoxFuture,
+    KeyKind, Lease, LeaseInfo, Subscription,
 };
 use crate::error::Result;
 use crate::key::Key;
@@ -62,11 +62,20 @@ pub struct SqliteBackend {
 
 impl Backend for SqliteBackend {
     fn try_acquire<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
-        self.bounded_acquire(req, acquire_on)
+        match req.permit_kind().map(|kind| kind.rw_side()) {
+            None => self.bounded_acquire(req, acquire_on),
+            Some(None) => self.bounded_acquire(req, semaphore::acquire_on),
+            Some(Some(side)) => {
+                self.bounded_acquire(req, move |conn, req| rwlock::acquire_on(conn, req, side))
+            }
+        }
     }
 
     fn renew<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
         Box::pin(async move {
+            if lease.slot().is_some() {
+                return self.renew_slot(slot_tables(lease), lease, ttl).await;
+            }
             let renew = sqlx::query(RENEW)
                 .bind(lease.key().as_str())
                 .bind(lease.owner().to_string())
@@ -78,6 +87,9 @@ impl Backend for SqliteBackend {
 
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
+            if lease.slot().is_some() {
+                return self.release_slot(slot_tables(lease), lease).await;
+            }
             let release = sqlx::query(RELEASE)
                 .bind(lease.key().as_str())
                 .bind(lease.owner().to_string())
@@ -104,7 +116,10 @@ impl Backend for SqliteBackend {
                 .fetch_all(&self.pool)
                 .await
                 .map_err(classify)?;
-            rows.iter().map(info_from_row).collect()
+            let mutexes = rows.iter().map(info_from_row).collect::<Result<_>>()?;
+            let permits = self.list_slots(&semaphore::TABLES, prefix).await?;
+            let rw = self.list_slots(&rwlock::TABLES, prefix).await?;
+            Ok(listing(mutexes, permits.into_iter().chain(rw)))
         })
     }
 
@@ -162,33 +177,6 @@ impl Backend for SqliteBackend {
         Box::pin(async move {
             self.wake.wake(key);
             Ok(true)
-        })
-    }
-
-    fn try_acquire_permit<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
-        match req.rw_side() {
-            Some(side) => {
-                self.bounded_acquire(req, move |conn, req| rwlock::acquire_on(conn, req, side))
-            }
-            None => self.bounded_acquire(req, semaphore::acquire_on),
-        }
-    }
-
-    fn renew_permit<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(self.renew_slot(slot_tables(lease), lease, ttl))
-    }
-
-    fn release_permit<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
-        Box::pin(self.release_slot(slot_tables(lease), lease))
-    }
-
-    fn list_permits<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<PermitInfo>>> {
-        Box::pin(async move {
-            let permits = self.list_slots(&semaphore::TABLES, prefix).await?;
-            Ok(crate::backend::merge_listings(
-                permits,
-                self.list_slots(&rwlock::TABLES, prefix).await?,
-            ))
         })
     }
 }

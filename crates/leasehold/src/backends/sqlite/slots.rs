@@ -369,13 +369,13 @@ mod tests {
         let backend = SqliteBackend::open(tmp.path().join("x.db")).await.unwrap();
 
         insert_slot(&backend, "leasehold_rw_slots", WRITER_SLOT).await;
-        let listed = backend.list_permits("").await.unwrap();
+        let listed = backend.list("").await.unwrap();
         assert_eq!(listed.len(), 1, "{listed:?}");
-        assert_eq!(listed[0].slot, WRITER_SLOT);
+        assert_eq!(listed[0].slot, Some(WRITER_SLOT));
         assert_eq!(listed[0].rw, Some(RwSide::Write));
 
         insert_slot(&backend, "leasehold_permits", WRITER_SLOT).await;
-        let e = backend.list_permits("").await.unwrap_err();
+        let e = backend.list("").await.unwrap_err();
         let source = std::error::Error::source(&e).unwrap();
         assert!(source.downcast_ref::<CorruptRecord>().is_some(), "{e}");
         assert!(e.to_string().contains("outside 0.."), "{e}");

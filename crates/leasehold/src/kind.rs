@@ -1,15 +1,15 @@
 //! What a key is: one key is one lock, of one kind. The key's anchor record
 //! (its mutex record at the store) says which kind; see the `# Contract` of
-//! [`Backend`](super::Backend) and docs/architecture.md.
+//! [`Backend`](crate::Backend) and docs/architecture.md. On the floor of
+//! `key.rs` and `error.rs` (which names the kinds in `KindMismatch`): it
+//! imports nothing of the crate.
 
 use std::fmt;
-
-use super::PermitKind;
 
 /// The kind of lock a key is. A key keeps the kind it was first used as; a
 /// mutex key that nobody holds becomes a reader-writer lock or a semaphore
 /// on first such use (its fencing tokens go on increasing), and a store
-/// answers [`Acquire::OtherKind`](super::Acquire::OtherKind) to a request
+/// answers [`Acquire::OtherKind`](crate::backend::Acquire::OtherKind) to a request
 /// of another kind.
 ///
 /// (Not [`LockKind`](crate::LockKind), which says what a *busy* attempt
@@ -26,15 +26,6 @@ pub enum KeyKind {
 }
 
 impl KeyKind {
-    /// The kind a request of `permit` asks for (`None`: a mutex request).
-    pub fn of(permit: Option<PermitKind>) -> Self {
-        match permit {
-            None => KeyKind::Mutex,
-            Some(PermitKind::Read | PermitKind::Write) => KeyKind::ReaderWriter,
-            Some(PermitKind::Semaphore(_)) => KeyKind::Semaphore,
-        }
-    }
-
     /// The name a store keeps in the anchor record: `None` for a mutex
     /// (absent/NULL, as every record written before kinds existed),
     /// `"rw"`, `"sem"`.
@@ -82,11 +73,5 @@ mod tests {
         assert_eq!(KeyKind::from_stored(Some("")), Some(KeyKind::Mutex));
         assert_eq!(KeyKind::from_stored(Some("queue")), None);
         assert_eq!(KeyKind::ReaderWriter.to_string(), "reader-writer lock");
-        assert_eq!(KeyKind::of(Some(PermitKind::Write)), KeyKind::ReaderWriter);
-        assert_eq!(
-            KeyKind::of(Some(PermitKind::Semaphore(3))),
-            KeyKind::Semaphore
-        );
-        assert_eq!(KeyKind::of(None), KeyKind::Mutex);
     }
 }
