@@ -10,12 +10,12 @@ async fn store() -> Option<leasehold::conformance::TestStore> {
     etcd_fixtures::conformance_store("LEASEHOLD_TEST_ETCD").await
 }
 
-leasehold::conformance_tests!(store; options, unreachable, semaphore, rwlock);
+leasehold::conformance_tests!(store; options, unreachable);
 
 mod polling {
     async fn store() -> Option<leasehold::conformance::TestStore> {
         Some(super::store().await?.polling_only())
     }
 
-    leasehold::conformance_tests!(store; rwlock);
+    leasehold::conformance_tests!(store);
 }

@@ -13,12 +13,12 @@ async fn store() -> Option<TestStore> {
     Some(TestStore::new(Arc::new(backend.clone())).with_second_client(Arc::new(backend)))
 }
 
-leasehold::conformance_tests!(store; semaphore, rwlock);
+leasehold::conformance_tests!(store);
 
 mod polling {
     async fn store() -> Option<leasehold::conformance::TestStore> {
         Some(super::store().await?.polling_only())
     }
 
-    leasehold::conformance_tests!(store; rwlock);
+    leasehold::conformance_tests!(store);
 }

@@ -44,12 +44,12 @@ async fn store() -> Option<TestStore> {
     Some(store.with_bad_option("store url", || MongoBackend::connect("http://localhost")))
 }
 
-leasehold::conformance_tests!(store; options, unreachable, semaphore, rwlock);
+leasehold::conformance_tests!(store; options, unreachable);
 
 mod polling {
     async fn store() -> Option<leasehold::conformance::TestStore> {
         Some(super::store().await?.polling_only())
     }
 
-    leasehold::conformance_tests!(store; rwlock);
+    leasehold::conformance_tests!(store);
 }

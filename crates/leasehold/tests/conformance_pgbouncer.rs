@@ -44,7 +44,7 @@ mod listening {
         store_at(format!("{pooler}?pooler=transaction&listen_url={server}")).await
     }
 
-    leasehold::conformance_tests!(store; blocking, semaphore, rwlock);
+    leasehold::conformance_tests!(store; blocking);
 }
 
 mod polling {
@@ -56,5 +56,5 @@ mod polling {
         Some(store.without_notifications())
     }
 
-    leasehold::conformance_tests!(store; blocking, semaphore, rwlock);
+    leasehold::conformance_tests!(store; blocking);
 }

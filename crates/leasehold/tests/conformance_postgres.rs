@@ -28,12 +28,12 @@ async fn store() -> Option<TestStore> {
     Some(postgres::with_bad_options(store, down))
 }
 
-leasehold::conformance_tests!(store; options, unreachable, blocking, semaphore, rwlock);
+leasehold::conformance_tests!(store; options, unreachable, blocking);
 
 mod polling {
     async fn store() -> Option<leasehold::conformance::TestStore> {
         Some(super::store().await?.polling_only())
     }
 
-    leasehold::conformance_tests!(store; rwlock);
+    leasehold::conformance_tests!(store);
 }

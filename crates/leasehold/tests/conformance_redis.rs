@@ -13,12 +13,12 @@ async fn store() -> Option<TestStore> {
     redis_fixtures::conformance_store("LEASEHOLD_TEST_REDIS", "redis", RedisOptions::new()).await
 }
 
-leasehold::conformance_tests!(store; options, unreachable, semaphore, rwlock);
+leasehold::conformance_tests!(store; options, unreachable);
 
 mod polling {
     async fn store() -> Option<leasehold::conformance::TestStore> {
         Some(super::store().await?.polling_only())
     }
 
-    leasehold::conformance_tests!(store; rwlock);
+    leasehold::conformance_tests!(store);
 }

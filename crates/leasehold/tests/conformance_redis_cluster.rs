@@ -27,14 +27,14 @@ async fn store_with(options: RedisOptions) -> Option<TestStore> {
     redis_fixtures::conformance_store(URL_VAR, "redis+cluster", options).await
 }
 
-leasehold::conformance_tests!(store; options, unreachable, semaphore, rwlock);
+leasehold::conformance_tests!(store; options, unreachable);
 
 mod polling {
     async fn store() -> Option<leasehold::conformance::TestStore> {
         Some(super::store().await?.polling_only())
     }
 
-    leasehold::conformance_tests!(store; rwlock);
+    leasehold::conformance_tests!(store);
 }
 
 /// Every call confirmed by `WAIT 1` (each primary has one replica).
@@ -45,7 +45,7 @@ mod replicated {
         super::store_with(RedisOptions::new().with_min_replicas(1)).await
     }
 
-    leasehold::conformance_tests!(store; semaphore, rwlock);
+    leasehold::conformance_tests!(store);
 }
 
 /// A plain connection to the first seed node of `url`.

@@ -32,12 +32,12 @@ async fn store() -> Option<TestStore> {
     )
 }
 
-leasehold::conformance_tests!(store; options, blocking, semaphore, rwlock);
+leasehold::conformance_tests!(store; options, blocking);
 
 mod polling {
     async fn store() -> Option<leasehold::conformance::TestStore> {
         Some(super::store().await?.polling_only())
     }
 
-    leasehold::conformance_tests!(store; rwlock);
+    leasehold::conformance_tests!(store);
 }

@@ -1,8 +1,8 @@
 //! One key is one lock (the `# Contract` of [`Backend`]): a mutex, a
 //! reader-writer lock and a semaphore of one name are the same lock, and
-//! the key's anchor record says which kind it is. Part of the `rwlock`
-//! group of [`conformance_tests!`](crate::conformance_tests), which every
-//! built-in store runs.
+//! the key's anchor record says which kind it is. Part of the protocol
+//! that [`conformance_tests!`](crate::conformance_tests) runs on every
+//! store.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -22,12 +22,12 @@
 //! leasehold::conformance_tests!(store; unreachable);
 //! ```
 //!
+//! The protocol is every kind's: the mutex properties, the permit rules of
+//! docs/semaphore.md and the reader-writer lock rules of docs/rw-lock.md
+//! with the `kind_*` properties (one key is one lock, whatever the
+//! primitive), since the trait's one family of methods serves them all.
+//!
 //! Groups beyond the protocol, for stores that have what they test:
-//! `semaphore` (the permit rules of docs/semaphore.md; every built-in
-//! store),
-//! `rwlock` (the reader-writer lock rules of docs/rw-lock.md, and the
-//! `kind_*` properties: one key is one lock, whatever the primitive; every
-//! built-in store),
 //! `options` (bad options rejected before I/O, registered with
 //! [`TestStore::with_bad_option`]), `unreachable` (a closed port is
 //! [`Error::Unavailable`](crate::Error::Unavailable), with
@@ -206,6 +206,10 @@ macro_rules! conformance_tests {
             regrant_mutex_repeat_after_takeover_is_busy,
             regrant_mutex_delivered_twice
         );
+        // Every store serves every kind: the trait has one family of
+        // methods, so the permit and reader-writer rules are the protocol's.
+        $crate::conformance_tests!(@group semaphore $factory);
+        $crate::conformance_tests!(@group rwlock $factory);
         $($( $crate::conformance_tests!(@group $group $factory); )*)?
     };
 }

@@ -1,5 +1,5 @@
-//! The reader-writer lock group: the rules of docs/rw-lock.md, on every
-//! store (group `rwlock` of [`conformance_tests!`](crate::conformance_tests)).
+//! The reader-writer lock rules of docs/rw-lock.md, part of the protocol
+//! that [`conformance_tests!`](crate::conformance_tests) runs on every store.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,5 +1,5 @@
-//! The semaphore group: the permit rules of docs/semaphore.md, on every
-//! store (group `semaphore` of [`conformance_tests!`](crate::conformance_tests)).
+//! The permit rules of docs/semaphore.md, part of the protocol that
+//! [`conformance_tests!`](crate::conformance_tests) runs on every store.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
