@@ -553,60 +553,34 @@ macro_rules! demo_tests_without_row_lock {
 #[macro_export]
 macro_rules! process_tests {
     ($store:expr) => {
-        #[test]
-        fn eight_processes_count_to_two_hundred() {
-            let Some(store) = $store else { return };
-            let dir = tempfile::tempdir().unwrap();
-            $crate::common::counter_under_many_processes(store.as_ref(), dir.path(), 8, 25);
-        }
-
-        #[test]
-        fn ten_processes_under_three_permits_run_three_at_a_time() {
-            let Some(store) = $store else { return };
-            let dir = tempfile::tempdir().unwrap();
-            $crate::common::permits_under_many_processes(store.as_ref(), dir.path(), 10, 3);
-        }
-
-        #[test]
-        fn shared_runs_overlap_and_an_exclusive_run_overlaps_none() {
-            let Some(store) = $store else { return };
-            let dir = tempfile::tempdir().unwrap();
-            $crate::common::shared_and_exclusive_runs(store.as_ref(), dir.path());
-        }
-
-        #[test]
-        fn a_plain_run_excludes_the_shared_runs_of_its_key() {
-            let Some(store) = $store else { return };
-            let dir = tempfile::tempdir().unwrap();
-            $crate::common::plain_run_excludes_shared_runs(store.as_ref(), dir.path());
-        }
-
-        #[test]
-        fn a_key_of_another_kind_is_refused_with_exit_65() {
-            let Some(store) = $store else { return };
-            $crate::common::another_kind_exits_65(store.as_ref());
-        }
-
-        #[test]
-        fn a_killed_holder_is_taken_over_within_ttl_plus_one_second() {
-            let Some(store) = $store else { return };
-            let dir = tempfile::tempdir().unwrap();
-            $crate::common::kill9_takeover(store.as_ref(), dir.path());
-        }
-
-        #[test]
-        fn a_paused_holder_loses_its_lease_and_exits_70() {
-            let Some(store) = $store else { return };
-            let dir = tempfile::tempdir().unwrap();
-            $crate::common::sigstop_loses_lease(store.as_ref(), dir.path());
-        }
-
-        #[test]
-        fn the_dashboard_shows_a_run_within_a_second_and_drops_it_on_release() {
-            let Some(store) = $store else { return };
-            let dir = tempfile::tempdir().unwrap();
-            $crate::common::dashboard_follows_a_run(store.as_ref(), dir.path());
-        }
+        $crate::process_tests!(@each $store;
+            eight_processes_count_to_two_hundred => counter_under_many_processes(dir, 8, 25),
+            ten_processes_under_three_permits_run_three_at_a_time => permits_under_many_processes(dir, 10, 3),
+            shared_runs_overlap_and_an_exclusive_run_overlaps_none => shared_and_exclusive_runs(dir),
+            a_plain_run_excludes_the_shared_runs_of_its_key => plain_run_excludes_shared_runs(dir),
+            a_key_of_another_kind_is_refused_with_exit_65 => another_kind_exits_65(),
+            a_killed_holder_is_taken_over_within_ttl_plus_one_second => kill9_takeover(dir),
+            a_paused_holder_loses_its_lease_and_exits_70 => sigstop_loses_lease(dir),
+            the_dashboard_shows_a_run_within_a_second_and_drops_it_on_release => dashboard_follows_a_run(dir),
+        );
+    };
+    // `name => check(args)`: a test that calls `common::check` with the
+    // store's URL, then (`dir`) a fresh temporary directory, then `args`.
+    (@each $store:expr; $($name:ident => $check:ident($($arg:tt)*)),* $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                let Some(store) = $store else { return };
+                $crate::process_tests!(@call store, $check, $($arg)*);
+            }
+        )*
+    };
+    (@call $store:ident, $check:ident, dir $(, $arg:expr)*) => {
+        let dir = tempfile::tempdir().unwrap();
+        $crate::common::$check($store.as_ref(), dir.path() $(, $arg)*)
+    };
+    (@call $store:ident, $check:ident, $($arg:expr),*) => {
+        $crate::common::$check($store.as_ref() $(, $arg)*)
     };
 }
 
