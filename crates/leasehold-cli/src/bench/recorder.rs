@@ -7,10 +7,11 @@
 //! of each handle, so the two rows tell the library's cost from the
 //! exporter's.
 //!
-//! The recorder is set for the current thread around one round: `bench`
-//! runs on the thread that blocks on the runtime (`block_on`), so every
-//! poll of the round, and so every metric it records, happens there. The
-//! renewal thread records nothing in a round (a 30 s lease is not renewed
+//! The recorder is set for the current thread around each poll of one
+//! round ([`WithRecorder`]): `bench` runs as a task of the runtime, which
+//! may move between worker threads from one poll to the next, and every
+//! metric the round records is recorded inside one of its polls. The
+//! renewal driver records nothing in a round (a 30 s lease is not renewed
 //! within it).
 //!
 //! Each recorded series takes a key of its own lock class. The library
@@ -21,6 +22,9 @@
 //! class of their own, each series keeps its handles, as in an
 //! application with a recorder and one without.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use leasehold::Locks;
@@ -49,6 +53,23 @@ pub struct RecorderOverhead {
 enum Installed {
     Prometheus(PrometheusRecorder),
     Noop(NoopRecorder),
+}
+
+/// A round whose every poll runs with `recorder` set for the thread that
+/// polls it (a thread-local recorder held across an `.await` would miss the
+/// polls that land on another worker).
+struct WithRecorder<'r, F> {
+    recorder: &'r Installed,
+    round: Pin<Box<F>>,
+}
+
+impl<F: Future> Future for WithRecorder<'_, F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = &mut *self;
+        metrics::with_local_recorder(this.recorder.as_recorder(), || this.round.as_mut().poll(cx))
+    }
 }
 
 impl Installed {
@@ -89,11 +110,19 @@ impl Recording {
 
     /// One acquire + release with the recorder set.
     pub async fn round(&mut self, locks: &Locks) -> leasehold::Result<()> {
-        let _recording = metrics::set_default_local_recorder(self.recorder.as_recorder());
-        let t = Instant::now();
-        let guard = locks.try_acquire(&self.key).await?;
-        guard.release().await?;
-        self.samples.push(t.elapsed());
+        let key = &self.key;
+        let round = async move {
+            let t = Instant::now();
+            let guard = locks.try_acquire(key).await?;
+            guard.release().await?;
+            Ok::<_, leasehold::Error>(t.elapsed())
+        };
+        let elapsed = WithRecorder {
+            recorder: &self.recorder,
+            round: Box::pin(round),
+        }
+        .await?;
+        self.samples.push(elapsed);
         Ok(())
     }
 
