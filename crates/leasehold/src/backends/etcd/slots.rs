@@ -19,7 +19,7 @@ use crate::key::Key;
 
 use super::errors::STORE;
 use super::keys::{self, checked_key, Kind, Layout, Record, Slots};
-use super::leases::Granted;
+use super::spares::Spare;
 use super::{revision, txns, EtcdBackend, CONFLICT_RETRIES};
 
 /// How many holders a busy answer asks etcd about, to name the one whose
@@ -47,8 +47,10 @@ pub(super) async fn try_acquire(backend: &EtcdBackend, req: &AcquireRequest) -> 
         Some(_) => Kind::Rw,
     };
     let base = layout.lock(kind, key);
-    // Granted on the first attempt that needs it, kept across conflicts.
-    let mut fresh: Option<Granted> = None;
+    // Taken on the first attempt that needs it (a spare when there is one,
+    // as for a mutex: spares.rs), kept across conflicts, with the ttl it
+    // still promises.
+    let mut fresh: Option<(Spare, Duration)> = None;
     let outcome = async {
         for _ in 0..CONFLICT_RETRIES {
             let read = read_lock(backend, req, &base).await?;
@@ -77,12 +79,16 @@ pub(super) async fn try_acquire(backend: &EtcdBackend, req: &AcquireRequest) -> 
                     backend.revoke_later(lease.id);
                 }
                 Decision::Extend(slot, record) => {
-                    if fresh.is_some_and(|f| f.id == record.lease) {
+                    if fresh.is_some_and(|(f, _)| f.granted.id == record.lease) {
                         // Our own claim, committed though its answer was
                         // lost and the request resent: on the fresh lease.
-                        if let Some(on) = fresh.take() {
-                            let lease = req.granted_permit(slot, record.token).enforced_for(on.ttl);
-                            backend.remember(&layout.slot(kind, key, Some(slot)), &lease, on);
+                        if let Some((on, promised)) = fresh.take() {
+                            let lease = req
+                                .granted_permit(slot, record.token)
+                                .enforced_for(promised);
+                            let etcd_key = layout.slot(kind, key, Some(slot));
+                            backend.remember(&etcd_key, &lease, on.granted);
+                            backend.refill_later(req.ttl());
                             return Ok(Acquire::Granted(lease));
                         }
                     }
@@ -93,10 +99,11 @@ pub(super) async fn try_acquire(backend: &EtcdBackend, req: &AcquireRequest) -> 
                     }
                 }
                 Decision::Take(slot) => {
-                    let lease = match fresh {
-                        Some(lease) => lease,
-                        None => *fresh.insert(backend.grant_lease(req.ttl()).await?),
+                    let (spare, promised) = match fresh {
+                        Some(taken) => taken,
+                        None => *fresh.insert(backend.lease_for_grant(req.ttl()).await?),
                     };
+                    let lease = spare.granted;
                     let etcd_key = layout.slot(kind, key, Some(slot));
                     let mut also = Vec::new();
                     // The writer's own marker has done its job (its lease
@@ -113,11 +120,12 @@ pub(super) async fn try_acquire(backend: &EtcdBackend, req: &AcquireRequest) -> 
                     let resp = backend.txn(txn).await?;
                     if resp.succeeded() {
                         fresh = None; // the grant's now
+                        backend.refill_later(req.ttl());
                         if let Some(marker) = marker {
                             backend.revoke_later(marker.lease);
                         }
                         let granted = req.granted_permit(slot, revision(&resp)?);
-                        let granted = granted.enforced_for(lease.ttl);
+                        let granted = granted.enforced_for(promised);
                         backend.remember(&etcd_key, &granted, lease);
                         return Ok(Acquire::Granted(granted));
                     }
@@ -127,8 +135,15 @@ pub(super) async fn try_acquire(backend: &EtcdBackend, req: &AcquireRequest) -> 
         Err(Error::unavailable("etcd: too many concurrent changes to this lock").in_store(STORE))
     }
     .await;
-    if let Some(unused) = fresh {
-        backend.revoke_later(unused.id);
+    if let Some((unused, _)) = fresh {
+        match outcome {
+            // Every claim's compare failed: the lease holds no key and
+            // serves a later grant.
+            Ok(_) => backend.give_back(unused),
+            // A claim's answer may have been lost after it attached the
+            // key: revoking the lease deletes that key.
+            Err(_) => backend.revoke_later(unused.granted.id),
+        }
     }
     outcome
 }
