@@ -200,14 +200,7 @@ pub fn permits_under_many_processes(store: &str, dir: &Path, processes: usize, p
     std::fs::create_dir_all(&running).unwrap();
     let counts = dir.join("counts.log");
     std::fs::write(&counts, "").unwrap();
-    let key = format!(
-        "permits-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    );
+    let key = unique_key("permits");
     let script = format!(
         "touch {r}/$$; echo $(ls {r} | wc -l) $LEASEHOLD_SLOT $LEASEHOLD_TOKEN >> {c}; \
          sleep 0.6; rm {r}/$$",
@@ -281,14 +274,7 @@ pub fn permits_under_many_processes(store: &str, dir: &Path, processes: usize, p
 pub fn shared_and_exclusive_runs(store: &str, dir: &Path) {
     let times = dir.join("times.log");
     std::fs::write(&times, "").unwrap();
-    let key = format!(
-        "rw-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    );
+    let key = unique_key("rw");
     let script = |side: &str| {
         format!(
             "s=$(date +%s%N); sleep 1; echo {side} $s $(date +%s%N) $LEASEHOLD_TOKEN >> {t}",

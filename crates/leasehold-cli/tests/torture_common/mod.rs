@@ -108,8 +108,7 @@ pub fn assert_every_promise_kept(run: &Run) {
 
 /// A fenced run under kills and pauses: passes, and its faults hit.
 pub fn fenced_run_passes_and_faults_hit(store: &str, extra: &[&str]) -> Run {
-    let mut args = vec!["--duration", "12s", "--ttl", "500ms", "--seed", "7"];
-    args.extend_from_slice(extra);
+    let args = short_run("12s", "7", &[], extra);
     let run = torture_until_conclusive(store, &args);
     assert_eq!(run.code, 0, "a fenced run must pass: {}", run.output);
     assert_eq!(run.report["verdict"], "pass", "{}", run.output);
@@ -169,21 +168,24 @@ pub fn broken_renewal_fails_the_run(store: &str) {
     run.remove_kept_logs();
 }
 
+/// The arguments of a short run: `duration`, a ttl of 500 ms, `seed`, then
+/// `options` (primitive, faults, fencing) and the store's `extra`.
+fn short_run<'a>(
+    duration: &'a str,
+    seed: &'a str,
+    options: &[&'a str],
+    extra: &[&'a str],
+) -> Vec<&'a str> {
+    let mut args = vec!["--duration", duration, "--ttl", "500ms", "--seed", seed];
+    args.extend_from_slice(options);
+    args.extend_from_slice(extra);
+    args
+}
+
 /// The same faults with a resource that ignores tokens: the checker must
 /// catch the lost updates (and so is shown able to fail).
 pub fn unfenced_run_reports_lost_updates(store: &str, extra: &[&str]) {
-    let mut args = vec![
-        "--duration",
-        "10s",
-        "--ttl",
-        "500ms",
-        "--seed",
-        "11",
-        "--faults",
-        "pause",
-        "--no-fencing",
-    ];
-    args.extend_from_slice(extra);
+    let args = short_run("10s", "11", &["--faults", "pause", "--no-fencing"], extra);
     let run = torture(store, &args);
     assert_eq!(run.code, 1, "an unfenced run must fail: {}", run.output);
     assert_eq!(run.report["verdict"], "violation");
@@ -197,19 +199,12 @@ pub fn unfenced_run_reports_lost_updates(store: &str, extra: &[&str]) {
 /// passes, its faults hit, and holders overlapped as the lock allows
 /// without going past it.
 pub fn fenced_primitive_run_passes(store: &str, primitive: &str, extra: &[&str]) -> Run {
-    let mut args = vec![
-        "--primitive",
-        primitive,
-        "--duration",
+    let args = short_run(
         "7s",
-        "--ttl",
-        "500ms",
-        "--seed",
         "7",
-        "--faults",
-        "kill,pause",
-    ];
-    args.extend_from_slice(extra);
+        &["--primitive", primitive, "--faults", "kill,pause"],
+        extra,
+    );
     let run = torture_until_conclusive(store, &args);
     assert_eq!(run.code, 0, "a fenced run must pass: {}", run.output);
     assert_eq!(run.report["verdict"], "pass", "{}", run.output);
@@ -226,20 +221,18 @@ pub fn fenced_primitive_run_passes(store: &str, primitive: &str, extra: &[&str])
 /// The same primitive with a resource that ignores tokens, under pauses:
 /// the checker must catch the stale operations it lets through.
 pub fn unfenced_primitive_run_fails(store: &str, primitive: &str, extra: &[&str]) -> Run {
-    let mut args = vec![
-        "--primitive",
-        primitive,
-        "--duration",
+    let args = short_run(
         "7s",
-        "--ttl",
-        "500ms",
-        "--seed",
         "11",
-        "--faults",
-        "pause",
-        "--no-fencing",
-    ];
-    args.extend_from_slice(extra);
+        &[
+            "--primitive",
+            primitive,
+            "--faults",
+            "pause",
+            "--no-fencing",
+        ],
+        extra,
+    );
     let run = torture(store, &args);
     assert_eq!(run.code, 1, "an unfenced run must fail: {}", run.output);
     assert_eq!(run.report["verdict"], "violation", "{}", run.output);

@@ -61,6 +61,26 @@ pub async fn open(url: &str, parsed: &StoreUrl) -> Result<Measured, CliError> {
     })
 }
 
+/// The hand-written lock: `SET key owner NX PX ttl` (no fence).
+fn lock_command(key: &str, owner: &str) -> redis::Cmd {
+    let mut cmd = redis::cmd("SET");
+    cmd.arg(key)
+        .arg(owner)
+        .arg("NX")
+        .arg("PX")
+        .arg(TTL.as_millis() as u64);
+    cmd
+}
+
+/// What a granted `SET NX` holds: the pair has no fencing token.
+fn held(key: &str, owner: String) -> Held {
+    Held {
+        key: key.to_owned(),
+        owner,
+        token: 0,
+    }
+}
+
 struct RawPair {
     /// One server or a cluster: each call names one key, so a cluster
     /// routes it to that key's primary.
@@ -76,20 +96,11 @@ impl Baseline for RawPair {
     fn try_acquire<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Held>, CliError>> {
         Box::pin(async move {
             let owner = OwnerId::random().to_string();
-            let set: Option<String> = redis::cmd("SET")
-                .arg(key)
-                .arg(&owner)
-                .arg("NX")
-                .arg("PX")
-                .arg(TTL.as_millis() as u64)
+            let set: Option<String> = lock_command(key, &owner)
                 .query_async(&mut self.conn.clone())
                 .await
                 .map_err(baseline_error)?;
-            Ok(set.map(|_| Held {
-                key: key.to_owned(),
-                owner,
-                token: 0,
-            }))
+            Ok(set.map(|_| held(key, owner)))
         })
     }
 
@@ -152,19 +163,10 @@ impl Baseline for BlockingPair {
     fn try_acquire<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Held>, CliError>> {
         Box::pin(async move {
             let owner = OwnerId::random().to_string();
-            let set: Option<String> = redis::cmd("SET")
-                .arg(key)
-                .arg(&owner)
-                .arg("NX")
-                .arg("PX")
-                .arg(TTL.as_millis() as u64)
+            let set: Option<String> = lock_command(key, &owner)
                 .query(&mut *self.conn())
                 .map_err(baseline_error)?;
-            Ok(set.map(|_| Held {
-                key: key.to_owned(),
-                owner,
-                token: 0,
-            }))
+            Ok(set.map(|_| held(key, owner)))
         })
     }
 
