@@ -16,7 +16,8 @@
 //! backoff of up to 250 ms (see docs/performance.md for what a hand-off
 //! costs each way).
 //!
-//! SQLite accepts `?synchronous=full` (default) or `?synchronous=normal`.
+//! SQLite accepts `?synchronous=full` (default) or `?synchronous=normal`,
+//! and `?idle_window=1h` (default; `never`, or `ms`, `s`, `m`, `h`).
 //! PostgreSQL URLs take sqlx's parameters (`sslmode`, `application_name`,
 //! ...), leasehold's `pooler=transaction` (behind PgBouncer in transaction
 //! mode) and `listen_url=postgres://...` (a separate `LISTEN` connection),
@@ -106,7 +107,10 @@ async fn open_sqlite(url: &StoreUrl) -> Result<Arc<dyn Backend>> {
     let path = url.path().expect("an sqlite URL has a path");
     // `Scheme::parse` let only `full` and `normal` through.
     let full = url.option("synchronous") != Some("normal");
-    let options = SqliteOptions::default().with_synchronous_full(full);
+    let mut options = SqliteOptions::default().with_synchronous_full(full);
+    if let Some(window) = url.option("idle_window") {
+        options = options.with_idle_window(crate::scheme::parse_idle_window(window)?);
+    }
     Ok(Arc::new(SqliteBackend::open_with(path, options).await?))
 }
 

@@ -22,6 +22,7 @@
 //! The conformance suite (module `conformance`, feature `conformance`)
 //! checks a store against the contract.
 
+mod idle;
 mod lease;
 mod permit;
 mod record;
@@ -29,6 +30,8 @@ mod request;
 
 pub use crate::kind::KeyKind;
 pub use crate::notify::{Subscription, WakeHub};
+pub use crate::scheme::parse_idle_window;
+pub use idle::{SweepSchedule, DEFAULT_IDLE_WINDOW};
 pub(crate) use lease::renew_attempt_timeout;
 pub use lease::{Acquire, Busy, Lease, LeaseInfo};
 pub use permit::{

@@ -33,6 +33,8 @@ use std::fmt;
 
 pub(crate) mod options;
 
+pub use options::parse_idle_window;
+
 use options::{
     check_redis_option, ETCD_OPTIONS, POSTGRES_DRIVER_OPTIONS, POSTGRES_OPTIONS,
     REDIS_DRIVER_OPTIONS, REDIS_OPTIONS, SQLITE_OPTIONS,
@@ -357,6 +359,7 @@ impl Scheme {
             (Scheme::Sqlite, "synchronous") if !matches!(value, "full" | "normal") => {
                 Err(self.unknown_option(pair))
             }
+            (Scheme::Sqlite, "idle_window") => parse_idle_window(value).map(drop),
             (Scheme::Redis, name) => check_redis_option(name, value),
             _ => Ok(()),
         }
@@ -366,7 +369,9 @@ impl Scheme {
         match self {
             Scheme::Sqlite => Error::invalid(
                 "store url",
-                format!("unknown sqlite option {pair:?}; allowed: synchronous=full|normal"),
+                format!(
+                    "unknown sqlite option {pair:?}; allowed: synchronous=full|normal, idle_window=DURATION|never"
+                ),
             ),
             _ => Error::invalid(
                 "store url",

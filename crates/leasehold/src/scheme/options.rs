@@ -5,10 +5,12 @@
 //! parser's callers. A store's options stay listed whether or not its
 //! feature is on (a URL of a store left out never gets as far as them).
 
+use std::time::Duration;
+
 use crate::error::{Error, Result};
 
-/// SQLite's own option (`synchronous=full|normal`).
-pub(crate) const SQLITE_OPTIONS: &[&str] = &["synchronous"];
+/// SQLite's own options (`synchronous=full|normal`, `idle_window=1h`).
+pub(crate) const SQLITE_OPTIONS: &[&str] = &["synchronous", "idle_window"];
 
 /// PostgreSQL's options that are leasehold's, not sqlx's.
 pub(crate) const POSTGRES_OPTIONS: &[&str] = &[
@@ -78,4 +80,71 @@ pub(crate) fn redis_count<T: std::str::FromStr>(name: &str, value: &str) -> Resu
             format!("{name} must be a whole number of {what}, got {value:?}"),
         )
     })
+}
+
+/// Reads the URL option `idle_window`: a whole number of `ms`, `s`, `m`
+/// or `h`, or `never` (records are kept forever, as before). `None`
+/// means never.
+///
+/// # Errors
+/// [`Error::InvalidInput`] for anything else, or a zero window.
+pub fn parse_idle_window(value: &str) -> Result<Option<Duration>> {
+    if value == "never" {
+        return Ok(None);
+    }
+    let split = value
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(value.len());
+    let (digits, unit) = value.split_at(split);
+    let scale = match unit {
+        "ms" => Some(1),
+        "s" => Some(1_000),
+        "m" => Some(60_000),
+        "h" => Some(3_600_000),
+        _ => None,
+    };
+    let millis = scale
+        .zip(digits.parse::<u64>().ok())
+        .and_then(|(scale, n)| n.checked_mul(scale));
+    match millis {
+        Some(0) => Err(Error::invalid(
+            "idle_window",
+            "must be above zero (use never to keep records forever)",
+        )),
+        Some(ms) => Ok(Some(Duration::from_millis(ms))),
+        None => Err(Error::invalid(
+            "idle_window",
+            format!(
+                "must be a whole number of ms, s, m or h (like 30s or 1h), or never; got {value:?}"
+            ),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_are_read_in_their_units_or_never() {
+        let ok = |v: &str| parse_idle_window(v).unwrap();
+        assert_eq!(ok("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(ok("30s"), Some(Duration::from_secs(30)));
+        assert_eq!(ok("10m"), Some(Duration::from_secs(600)));
+        assert_eq!(ok("2h"), Some(Duration::from_secs(7200)));
+        assert_eq!(ok("never"), None);
+        for bad in [
+            "",
+            "5",
+            "1d",
+            "-1s",
+            "1.5s",
+            "s",
+            "0s",
+            "99999999999999999h",
+        ] {
+            let e = parse_idle_window(bad).unwrap_err().to_string();
+            assert!(e.contains("idle_window"), "{bad:?}: {e}");
+        }
+    }
 }

@@ -60,6 +60,8 @@ impl SqliteBackend {
         let done = release.execute(&self.pool).await.map_err(classify)?;
         if done.rows_affected() == 1 {
             self.wake.wake(key);
+            // A record may have just gone idle: time for a pass, perhaps.
+            self.sweeper.poke(&self.pool);
         }
         Ok(())
     }

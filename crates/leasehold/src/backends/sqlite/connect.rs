@@ -12,6 +12,7 @@ use sqlx::sqlite::{
 
 use super::clock::StoreClock;
 use super::sql::MIGRATION;
+use super::sweep::{self, sweep, Sweeper};
 use super::wake::WakeDir;
 use super::{classify, is_locked, rwlock, semaphore, SqliteBackend, SqliteOptions, STORE};
 use crate::error::{Error, Result};
@@ -39,6 +40,12 @@ impl SqliteBackend {
             return Err(Error::invalid("sqlite path", "must not be empty"));
         }
         check_directory(path)?;
+        if options.idle_window() == Some(Duration::ZERO) {
+            return Err(Error::invalid(
+                "idle_window",
+                "must be above zero (None keeps records forever)",
+            ));
+        }
         let connect = SqliteConnectOptions::from_str("sqlite://")
             .map_err(|e| Error::backend(e).in_store(STORE))?
             .filename(path)
@@ -68,7 +75,23 @@ impl SqliteBackend {
             path: path.to_owned(),
             wake: Arc::new(WakeDir::for_database(path)),
             busy_timeout: options.busy_timeout(),
+            sweeper: Sweeper::new(options.idle_window()),
         })
+    }
+
+    /// Deletes now, in one pass, the records idle longer than `window`
+    /// (what the background sweep does after releases, once per half
+    /// window), raising the fence floor so that the keys that come back
+    /// still get higher tokens. Returns how many records it deleted.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a zero window; [`Error::Unavailable`]
+    /// if the file cannot be written (the records stay; run it again).
+    pub async fn sweep_idle(&self, window: Duration) -> Result<u64> {
+        if window.is_zero() {
+            return Err(Error::invalid("idle window", "must be above zero"));
+        }
+        sweep(&self.pool, window).await
     }
 
     /// The database file.
@@ -125,6 +148,9 @@ async fn connect_and_migrate(
         .connect_with(connect)
         .await?;
     sqlx::query(MIGRATION).execute(&pool).await?;
+    for statement in sweep::MIGRATION {
+        sqlx::query(statement).execute(&pool).await?;
+    }
     super::kind::migrate(&pool).await?;
     semaphore::migrate(&pool).await?;
     rwlock::migrate(&pool).await?;

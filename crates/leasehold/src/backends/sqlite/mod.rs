@@ -17,6 +17,7 @@ mod options;
 mod wake;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::sqlite::SqlitePool;
@@ -34,10 +35,12 @@ use wake::SharedWakeDir;
 const STORE: &str = "sqlite";
 
 // `clock` first, for `now_ms!` (the store's clock in milliseconds since
-// the Unix epoch), which the statements use; then `slots`, for
-// `slot_tables!`.
+// the Unix epoch), which the statements use; then `sweep`, for
+// `first_fence!` (a new record's fence); then `slots`, for `slot_tables!`.
 #[macro_use]
 mod clock;
+#[macro_use]
+mod sweep;
 #[macro_use]
 mod slots;
 mod kind;
@@ -58,6 +61,8 @@ pub struct SqliteBackend {
     wake: SharedWakeDir,
     /// The connection's busy timeout outside acquisitions.
     busy_timeout: Duration,
+    /// When the next pass over idle records is due (see `sweep.rs`).
+    sweeper: Arc<sweep::Sweeper>,
 }
 
 impl Backend for SqliteBackend {

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use crate::backend::DEFAULT_IDLE_WINDOW;
+
 /// How to open an SQLite store.
 ///
 /// ```
@@ -18,6 +20,7 @@ use std::time::Duration;
 pub struct SqliteOptions {
     synchronous_full: bool,
     busy_timeout: Duration,
+    idle_window: Option<Duration>,
 }
 
 impl Default for SqliteOptions {
@@ -25,6 +28,7 @@ impl Default for SqliteOptions {
         SqliteOptions {
             synchronous_full: true,
             busy_timeout: Duration::from_secs(5),
+            idle_window: Some(DEFAULT_IDLE_WINDOW),
         }
     }
 }
@@ -49,6 +53,13 @@ impl SqliteOptions {
         /// ([`AcquireRequest::lock_wait`](crate::backend::AcquireRequest::lock_wait))
         /// and then reports the key busy.
         with_busy_timeout(timeout: Duration) => busy_timeout = timeout;
+
+        /// How long the records of a key nobody holds stay in the file
+        /// (default an hour; `None` keeps them forever, as versions before
+        /// this one did). A later sweep removes them, and a key that comes
+        /// back still gets a token above every one it had (docs/storage.md).
+        /// URL option `?idle_window=30s|10m|1h|never`.
+        with_idle_window(window: Option<Duration>) => idle_window = window;
     }
 
     /// Whether every commit is synced to disk (`synchronous=FULL`).
@@ -59,5 +70,10 @@ impl SqliteOptions {
     /// How long a statement waits for another process's write lock.
     pub fn busy_timeout(&self) -> Duration {
         self.busy_timeout
+    }
+
+    /// How long idle records stay; `None`: forever.
+    pub fn idle_window(&self) -> Option<Duration> {
+        self.idle_window
     }
 }

@@ -1,5 +1,6 @@
 //! What the semaphore's and the reader-writer lock's tables have in common:
-//! a fence per key (never deleted) and a row per slot, with the same
+//! a fence per key (deleted with its last slot by a sweep, see sweep.rs)
+//! and a row per slot, with the same
 //! columns, so the statements over them differ only in the tables' names.
 //! A grant is one `BEGIN IMMEDIATE` transaction: [`begin`], the caller's
 //! own checks, then [`grant`], which takes the fence and the slot and
@@ -94,14 +95,16 @@ macro_rules! slot_tables {
             next_fence: concat!(
                 "INSERT INTO ",
                 $fences,
-                " (key, fence) VALUES (?1, 1) \
-                 ON CONFLICT (key) DO UPDATE SET fence = fence + 1 RETURNING fence"
+                " (key, fence) VALUES (?1, ",
+                first_fence!(),
+                ") ON CONFLICT (key) DO UPDATE SET fence = fence + 1 RETURNING fence"
             ),
             raise_fence: concat!(
                 "INSERT INTO ",
                 $fences,
-                " (key, fence) VALUES (?1, ?2) \
-                 ON CONFLICT (key) DO UPDATE SET fence = max(fence, excluded.fence)"
+                " (key, fence) VALUES (?1, max(?2, ",
+                first_fence!(),
+                ")) ON CONFLICT (key) DO UPDATE SET fence = max(fence, excluded.fence)"
             ),
             count_live: concat!(
                 "SELECT count(*) FROM ",
@@ -138,10 +141,14 @@ macro_rules! slot_tables {
                 now_ms!(),
                 " RETURNING slot, token"
             ),
+            // The row stays, ended now, so the key's idle window counts
+            // from its last release (sweep.rs deletes it later).
             release: concat!(
-                "DELETE FROM ",
+                "UPDATE ",
                 $slots,
-                " WHERE key = ?1 AND slot = ?2 AND owner = ?3 AND token = ?4"
+                " SET expires_at_ms = min(expires_at_ms, ",
+                now_ms!(),
+                ") WHERE key = ?1 AND slot = ?2 AND owner = ?3 AND token = ?4"
             ),
             list: concat!(
                 "SELECT key, slot, owner, holder, token, expires_at_ms - ",

@@ -21,13 +21,16 @@ pub(super) const MIGRATION: &str = "CREATE TABLE IF NOT EXISTS leasehold_locks (
     expires_at_ms INTEGER
 ) WITHOUT ROWID";
 
-/// Grants the lease if the key is new, free or expired, and a mutex
+/// Grants the lease if the key is new (its fence one above every deleted
+/// one, see sweep.rs), free or expired, and a mutex
 /// (`kind IS NULL`: one key is one lock, see `kind.rs`); returns the new
 /// fence. A repeat by the owner that holds it live is the same grant, its
 /// expiry counted from now (the fence stays). Parameters: key, owner,
 /// holder, ttl in ms.
 pub(super) const ACQUIRE: &str = concat!(
-    "INSERT INTO leasehold_locks (key, fence, owner, holder, expires_at_ms) VALUES (?1, 1, ?2, ?3, ",
+    "INSERT INTO leasehold_locks (key, fence, owner, holder, expires_at_ms) VALUES (?1, ",
+    first_fence!(),
+    ", ?2, ?3, ",
     now_ms!(),
     " + ?4) ON CONFLICT (key) DO UPDATE SET fence = CASE WHEN owner = excluded.owner \
      AND expires_at_ms > ",
@@ -39,10 +42,14 @@ pub(super) const ACQUIRE: &str = concat!(
     " OR owner = excluded.owner) RETURNING fence"
 );
 
-/// Frees the key if owner and fence match. Parameters: key, owner, fence.
-pub(super) const RELEASE: &str =
-    "UPDATE leasehold_locks SET owner = NULL, holder = NULL, expires_at_ms = NULL \
-     WHERE key = ?1 AND owner = ?2 AND fence = ?3";
+/// Frees the key if owner and fence match, keeping the time it was freed
+/// in `expires_at_ms` (where the idle window counts from, see sweep.rs).
+/// Parameters: key, owner, fence.
+pub(super) const RELEASE: &str = concat!(
+    "UPDATE leasehold_locks SET owner = NULL, holder = NULL, expires_at_ms = min(expires_at_ms, ",
+    now_ms!(),
+    ") WHERE key = ?1 AND owner = ?2 AND fence = ?3"
+);
 
 /// Why ACQUIRE granted nothing: the key's kind (not NULL: another kind
 /// than a mutex), its holder and time left in ms.
