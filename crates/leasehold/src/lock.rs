@@ -187,16 +187,6 @@ impl Locks {
         }
     }
 
-    /// Opens the store named by `url`: `memory://`, `sqlite://PATH` (see
-    /// [`crate::open`] for the full syntax).
-    ///
-    /// # Errors
-    /// [`Error::InvalidInput`] for a malformed URL or a store that is not
-    /// compiled in; [`Error::Unavailable`] if the store cannot be reached.
-    pub async fn open(url: &str) -> Result<Self> {
-        Ok(Self::from_arc(crate::open::open_backend(url).await?))
-    }
-
     /// Measures lease deadlines on `clock` (tests suspend the machine).
     #[cfg(test)]
     pub(crate) fn with_lease_clock(mut self, clock: crate::time::LeaseClock) -> Self {

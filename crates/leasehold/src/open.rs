@@ -39,7 +39,22 @@ use std::sync::Arc;
 use crate::backend::Backend;
 use crate::backends::memory::MemoryBackend;
 use crate::error::{Error, Result};
+use crate::lock::Locks;
 use crate::scheme::{Scheme, StoreUrl};
+
+// Here rather than in lock.rs: the engine's handle knows no store; opening
+// one by its URL is this floor's job.
+impl Locks {
+    /// Opens the store named by `url`: `memory://`, `sqlite://PATH` (see
+    /// [`crate::open`] for the full syntax).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a malformed URL or a store that is not
+    /// compiled in; [`Error::Unavailable`] if the store cannot be reached.
+    pub async fn open(url: &str) -> Result<Self> {
+        Ok(Self::from_arc(open_backend(url).await?))
+    }
+}
 
 /// Opens the store named by `url`.
 ///

@@ -21,17 +21,9 @@ use crate::backend::{Lease, OwnerId};
 use crate::error::Result;
 
 use super::errors::STORE;
+use super::granted::Granted;
 use super::spares::Spare;
 use super::EtcdBackend;
-
-/// A lease as etcd granted (or last renewed) it.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Granted {
-    pub id: i64,
-    /// The TTL etcd enforces: the asked one rounded up, at least the
-    /// server's minimum.
-    pub ttl: Duration,
-}
 
 /// One grant: its etcd key, owner and token.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

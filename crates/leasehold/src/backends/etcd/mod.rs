@@ -21,6 +21,7 @@
 
 mod connect;
 mod errors;
+mod granted;
 mod keys;
 mod leases;
 mod options;
@@ -298,7 +299,7 @@ impl EtcdBackend {
         &self,
         req: &AcquireRequest,
         etcd_key: &str,
-        fresh: leases::Granted,
+        fresh: granted::Granted,
         promised: Duration,
     ) -> Result<(Acquire, bool)> {
         let key = req.key();
@@ -344,7 +345,7 @@ impl EtcdBackend {
     }
 
     /// Notes that `lease` (at `etcd_key`) is on etcd lease `on`.
-    fn remember(&self, etcd_key: &str, lease: &Lease, on: leases::Granted) {
+    fn remember(&self, etcd_key: &str, lease: &Lease, on: granted::Granted) {
         let grant = leases::GrantId::of(etcd_key, lease);
         self.inner.leases.remember(grant, on.id, on.ttl);
     }

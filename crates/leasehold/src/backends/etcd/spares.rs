@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::leases::Granted;
+use super::granted::Granted;
 use crate::time::LeaseClock;
 
 /// Spares kept at most (per backend, over every ttl); more are revoked.
