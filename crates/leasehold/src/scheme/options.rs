@@ -46,7 +46,8 @@ pub(crate) const POSTGRES_DRIVER_OPTIONS: &[&str] = &[
 
 /// The query options of a `redis://` or `redis+cluster://` URL that are
 /// leasehold's (the rest go to the driver, see [`REDIS_DRIVER_OPTIONS`]).
-pub(crate) const REDIS_OPTIONS: &[&str] = &["prefix", "min_replicas", "max_connections"];
+pub(crate) const REDIS_OPTIONS: &[&str] =
+    &["prefix", "min_replicas", "max_connections", "idle_window"];
 
 /// What redis-rs 1.8 reads from a URL's query: the protocol, and for a
 /// `redis+unix://` socket the database and credentials.
@@ -61,6 +62,7 @@ pub(crate) fn check_redis_option(name: &str, value: &str) -> Result<()> {
     match name {
         "min_replicas" => redis_count::<u32>(name, value).map(drop),
         "max_connections" => redis_count::<usize>(name, value).map(drop),
+        "idle_window" => parse_idle_window(value).map(drop),
         _ => Ok(()),
     }
 }

@@ -11,9 +11,11 @@ if kind then
   return {-1, kind, 0}
 end
 if redis.call('SET', KEYS[1], ARGV[1] .. ':' .. ARGV[3], 'NX', 'PX', ARGV[2]) then
-  -- The fence key has no ttl and is never deleted. INCR's reply passes
-  -- through a Lua double: exact up to 2^53 grants per key.
-  return {redis.call('INCR', KEYS[2]), '', 0}
+  -- The fence outlives the lease by the idle window (idle.lua). Its value
+  -- passes through a Lua double: exact up to 2^53.
+  local token = next_fence(KEYS[2])
+  keep_for(KEYS[2], tonumber(ARGV[2]) + IDLE_MS)
+  return {token, '', 0}
 end
 local current = redis.call('GET', KEYS[1]) or ''
 if string.sub(current, 1, 32) == ARGV[1] then
@@ -21,6 +23,7 @@ if string.sub(current, 1, 32) == ARGV[1] then
   -- core repeating its request): the same grant, its expiry from now. While
   -- the lock key exists the fence is its holder's token (see renew.lua).
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  keep_for(KEYS[2], tonumber(ARGV[2]) + IDLE_MS)
   return {tonumber(redis.call('GET', KEYS[2])), '', 0}
 end
 return {0, string.sub(current, 34), redis.call('PTTL', KEYS[1])}

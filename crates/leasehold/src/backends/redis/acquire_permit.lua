@@ -1,7 +1,7 @@
 -- Grants one permit of a semaphore iff fewer than ARGV[4] of its permits are
 -- live by the server's clock (TIME); takes the lowest free slot below that.
 -- KEYS[1] the permits hash (field: slot; value: expiry ms:owner:token:holder),
--- KEYS[2] the permit fence (no ttl, never deleted), KEYS[3..5] the key's
+-- KEYS[2] the permit fence, KEYS[3..5] the key's
 -- mutex lock, fence and kind (claim_kind.lua, run first); ARGV[1] owner,
 -- ARGV[2] ttl in ms, ARGV[3] holder label, ARGV[4] permits, ARGV[5] 'sem'.
 -- Returns {token, slot, '', 0} when granted, {0, -1, holder, ms left} of the
@@ -31,11 +31,19 @@ for i = 1, #all, 2 do
     redis.call('HDEL', KEYS[1], all[i])
   end
 end
+-- The semaphore's records (slots, fence, kind) outlive its latest
+-- permit by the idle window (idle.lua).
+local function kept()
+  for _, key in ipairs({KEYS[1], KEYS[2], KEYS[5]}) do
+    keep_for(key, tonumber(ARGV[2]) + IDLE_MS)
+  end
+end
 if own_slot then
   -- A repeat by an owner that holds a live permit (a command re-sent after
   -- a lost reply): the same grant, its expiry from now, never a second slot.
   redis.call('HSET', KEYS[1], own_slot,
     string.format('%d:%s:%s:%s', now + tonumber(ARGV[2]), ARGV[1], own_token, ARGV[3]))
+  kept()
   return {tonumber(own_token), tonumber(own_slot), '', 0}
 end
 if live >= permits then
@@ -45,7 +53,8 @@ local slot = 0
 while taken[tostring(slot)] do
   slot = slot + 1
 end
-local token = redis.call('INCR', KEYS[2])
+local token = next_fence(KEYS[2])
 redis.call('HSET', KEYS[1], slot,
   string.format('%d:%s:%d:%s', now + tonumber(ARGV[2]), ARGV[1], token, ARGV[3]))
+kept()
 return {token, slot, '', 0}

@@ -1,8 +1,8 @@
 -- One attempt at a reader-writer lock by the server's clock (TIME); see
 -- docs/rw-lock.md. KEYS[1] the lock's hash (field: a reader's slot, the
 -- writer's slot ARGV[6], or 'mark' for a waiting writer; value: expiry
--- ms:owner:token:holder, token 0 for the mark), KEYS[2] its fence (no ttl,
--- never deleted), KEYS[3..5] the key's mutex lock, fence and kind
+-- ms:owner:token:holder, token 0 for the mark), KEYS[2] its fence,
+-- KEYS[3..5] the key's mutex lock, fence and kind
 -- (claim_kind.lua, run first); ARGV[1] owner, ARGV[2] ttl in ms, ARGV[3]
 -- holder label, ARGV[4] 'r' or 'w', ARGV[5] the mark's life in ms (0: a
 -- writer that does not wait leaves none), ARGV[6] the writer's slot, ARGV[7]
@@ -47,11 +47,19 @@ end
 local function busy()
   return {0, -1, first_holder, (first_exp or now) - now}
 end
+-- The lock's records (slots and mark, fence, kind) outlive its latest
+-- grant or mark by the idle window (idle.lua).
+local function kept(ms)
+  for _, key in ipairs({KEYS[1], KEYS[2], KEYS[5]}) do
+    keep_for(key, ms + IDLE_MS)
+  end
+end
 if own_slot then
   -- A repeat by an owner whose grant on this side is live (a command
   -- re-sent after a lost reply): the same grant, its expiry from now.
   redis.call('HSET', KEYS[1], own_slot,
     string.format('%d:%s:%s:%s', now + tonumber(ARGV[2]), ARGV[1], own_token, ARGV[3]))
+  kept(tonumber(ARGV[2]))
   return {tonumber(own_token), tonumber(own_slot), '', 0}
 end
 if writer or others_mark then
@@ -71,13 +79,15 @@ else
     if tonumber(ARGV[5]) > 0 then
       redis.call('HSET', KEYS[1], 'mark',
         string.format('%d:%s:0:%s', now + tonumber(ARGV[5]), ARGV[1], ARGV[3]))
+      kept(tonumber(ARGV[5]))
     end
     return busy()
   end
   redis.call('HDEL', KEYS[1], 'mark')
   slot = tonumber(writer_slot)
 end
-local token = redis.call('INCR', KEYS[2])
+local token = next_fence(KEYS[2])
 redis.call('HSET', KEYS[1], slot,
   string.format('%d:%s:%d:%s', now + tonumber(ARGV[2]), ARGV[1], token, ARGV[3]))
+kept(tonumber(ARGV[2]))
 return {token, slot, '', 0}

@@ -195,8 +195,9 @@ async fn check_persistence(conn: &mut Connection, server: &str) {
     let (aof, fsync, policy) = (value(&aof), value(&fsync), value(&policy));
     if aof != "yes" {
         tracing::warn!(target: DURABILITY_TARGET, %server, appendonly = %aof,
-            "redis runs without AOF: after a restart the fence \
-            counter can go backwards and a stale holder's writes may be accepted; \
+            "redis runs without AOF: a restart ends every live lease (two \
+            holders at once), and one that reloads an older snapshot brings fence counters \
+            back, so tokens repeat and a stale holder's writes may be accepted; \
             set appendonly yes and appendfsync always");
     } else if fsync != "always" {
         tracing::info!(target: DURABILITY_TARGET, %server, appendfsync = %fsync,

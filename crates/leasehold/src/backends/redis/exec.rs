@@ -74,6 +74,12 @@ impl RedisBackend {
         [ns.lock(key), ns.fence(key), ns.kind(key)]
     }
 
+    /// The last argument of every script that writes (`idle.lua`): the idle
+    /// window in ms, 0 to keep records forever.
+    fn idle_window_ms(&self) -> i64 {
+        self.inner.options.idle_window.map_or(0, duration_to_millis)
+    }
+
     /// Runs `script` on `keys` (keys of one hash tag), confirmed by
     /// `min_replicas` replicas when that option is set.
     pub(super) async fn run_on<T: redis::FromRedisValue>(
@@ -91,6 +97,7 @@ impl RedisBackend {
             for arg in args {
                 call.arg(*arg);
             }
+            call.arg(self.idle_window_ms());
             return call.invoke_async(&mut self.conn()).await.map_err(classify);
         }
         let (answer, confirmed) = self.run_and_wait_on(script, keys, args, replicas).await?;
@@ -130,6 +137,7 @@ impl RedisBackend {
             .arg(keys.len())
             .arg(keys)
             .arg(args)
+            .arg(self.idle_window_ms())
             .cmd("WAIT")
             .arg(replicas)
             .arg(wait_ms);

@@ -4,8 +4,10 @@
 use std::time::Duration;
 
 use super::keys::Namespace;
+use crate::backend::DEFAULT_IDLE_WINDOW;
 use crate::error::{Error, Result};
 use crate::scheme::options::redis_count;
+use crate::scheme::parse_idle_window;
 use crate::scheme::StoreUrl;
 
 /// How to connect and where to keep the records.
@@ -26,6 +28,7 @@ pub struct RedisOptions {
     pub(super) check_persistence: bool,
     pub(super) min_replicas: u32,
     pub(super) max_connections: usize,
+    pub(super) idle_window: Option<Duration>,
 }
 
 impl Default for RedisOptions {
@@ -37,6 +40,7 @@ impl Default for RedisOptions {
             check_persistence: true,
             min_replicas: 0,
             max_connections: 4,
+            idle_window: Some(DEFAULT_IDLE_WINDOW),
         }
     }
 }
@@ -83,11 +87,25 @@ impl RedisOptions {
         /// this bound and then queue for a free one. Not used on a cluster or
         /// on your own connection manager, which multiplex.
         with_max_connections(n: usize) => max_connections = n;
+
+        /// How long a key's records (its fence, and a semaphore's or rw
+        /// lock's slots, fence and kind) stay after its last holder left
+        /// (default an hour; `None` keeps them forever, as versions before
+        /// this one did). Redis deletes them by their ttl; a key that comes
+        /// back starts its fence at the server's clock in microseconds,
+        /// above every token it had (docs/storage.md). URL option
+        /// `?idle_window=30s|10m|1h|never`.
+        with_idle_window(window: Option<Duration>) => idle_window = window;
     }
 
     /// How many command connections a backend may hold at once.
     pub fn max_connections(&self) -> usize {
         self.max_connections
+    }
+
+    /// How long idle records stay; `None`: forever.
+    pub fn idle_window(&self) -> Option<Duration> {
+        self.idle_window
     }
 
     /// How many replicas must confirm every script call.
@@ -131,6 +149,9 @@ impl RedisOptions {
         if let Some(n) = url.option("max_connections") {
             options = options.with_max_connections(redis_count("max_connections", n)?);
         }
+        if let Some(window) = url.option("idle_window") {
+            options = options.with_idle_window(parse_idle_window(window)?);
+        }
         Ok(options)
     }
 
@@ -143,6 +164,12 @@ impl RedisOptions {
             if t.is_zero() {
                 return Err(Error::invalid(what, "must be more than zero"));
             }
+        }
+        if self.idle_window == Some(Duration::ZERO) {
+            return Err(Error::invalid(
+                "idle_window",
+                "must be above zero (None keeps records forever)",
+            ));
         }
         if self.max_connections == 0 {
             return Err(Error::invalid(

@@ -13,6 +13,7 @@ local current = redis.call('GET', KEYS[1])
 if current and string.sub(current, 1, 32) == ARGV[1]
     and redis.call('GET', KEYS[2]) == ARGV[2] then
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  keep_for(KEYS[2], ttl + IDLE_MS)
   return 1
 end
 return 0

@@ -1,6 +1,7 @@
 -- Extends a permit iff slot, owner and token match and it is live by the
 -- server's clock: an expired permit is never revived.
--- KEYS[1] the permits hash, KEYS[2] the permit fence; ARGV[1] owner,
+-- KEYS[1] the permits hash, KEYS[2] the permit fence, KEYS[3] the key's
+-- kind (kept with them for the idle window, idle.lua); ARGV[1] owner,
 -- ARGV[2] token, ARGV[3] ttl in ms, ARGV[4] slot. Returns 1 if renewed.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -14,4 +15,7 @@ if owner ~= ARGV[1] or token ~= ARGV[2] or tonumber(exp) <= now then
 end
 redis.call('HSET', KEYS[1], ARGV[4],
   string.format('%d:%s:%s:%s', now + tonumber(ARGV[3]), owner, token, holder))
+for i = 1, 3 do
+  keep_for(KEYS[i], tonumber(ARGV[3]) + IDLE_MS)
+end
 return 1

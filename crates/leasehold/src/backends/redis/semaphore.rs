@@ -34,13 +34,21 @@ use crate::key::Key;
 static SCRIPTS: LazyLock<[Script; 5]> = LazyLock::new(|| {
     [
         Script::new(concat!(
+            include_str!("idle.lua"),
             include_str!("claim_kind.lua"),
             include_str!("acquire_permit.lua")
         )),
-        Script::new(include_str!("renew_permit.lua")),
-        Script::new(include_str!("release_permit.lua")),
+        Script::new(concat!(
+            include_str!("idle.lua"),
+            include_str!("renew_permit.lua")
+        )),
+        Script::new(concat!(
+            include_str!("idle.lua"),
+            include_str!("release_permit.lua")
+        )),
         Script::new(include_str!("read_permits.lua")),
         Script::new(concat!(
+            include_str!("idle.lua"),
             include_str!("claim_kind.lua"),
             include_str!("acquire_rw.lua")
         )),
@@ -56,6 +64,13 @@ impl RedisBackend {
         } else {
             [self.inner.ns.permits(key), self.inner.ns.permit_fence(key)]
         }
+    }
+
+    /// The keys of the renew and release scripts: the family's hash and
+    /// fence, and the key's kind, which live as long as they do.
+    fn permit_write_keys(&self, key: &Key, rw: bool) -> [String; 3] {
+        let [hash, fence] = self.permit_keys(key, rw);
+        [hash, fence, self.inner.ns.kind(key)]
     }
 
     /// The keys of an acquire script: the family's hash and fence, then
@@ -147,7 +162,7 @@ impl RedisBackend {
         let renewed: i64 = self
             .run_on(
                 &SCRIPTS[1],
-                &self.permit_keys(lease.key(), lease.rw_side().is_some()),
+                &self.permit_write_keys(lease.key(), lease.rw_side().is_some()),
                 &args,
             )
             .await?;
@@ -166,7 +181,7 @@ impl RedisBackend {
         let freed: i64 = self
             .run_on(
                 &SCRIPTS[2],
-                &self.permit_keys(lease.key(), lease.rw_side().is_some()),
+                &self.permit_write_keys(lease.key(), lease.rw_side().is_some()),
                 &args,
             )
             .await?;

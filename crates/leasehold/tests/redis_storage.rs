@@ -1,0 +1,188 @@
+//! Storage bounded by the keys in use on Redis: every key of an idle lock
+//! (the fence, and a semaphore's or reader-writer lock's hash, fence and
+//! kind) carries a ttl of the idle window, and a key that comes back gets a
+//! token above every one it had, also on a keyspace written by the previous
+//! scheme (fence keys with no ttl). Reads `LEASEHOLD_TEST_REDIS`.
+#![cfg(all(feature = "conformance", feature = "redis"))]
+
+#[path = "support/redis.rs"]
+mod redis_fixtures;
+
+use std::time::Duration;
+
+use leasehold::backends::redis::{RedisBackend, RedisOptions};
+use leasehold::conformance::server_url;
+use leasehold::Locks;
+use redis::aio::MultiplexedConnection;
+use redis_fixtures::{exists, random_prefix};
+
+/// A store on the shared server under a fresh prefix with `window`, its
+/// prefix and a raw connection; `None` (skip) without a server.
+async fn store(window: Option<Duration>) -> Option<(Locks, String, MultiplexedConnection)> {
+    let url = server_url("LEASEHOLD_TEST_REDIS")?;
+    let prefix = random_prefix();
+    let backend = RedisBackend::connect_with(
+        &url,
+        RedisOptions::new()
+            .with_prefix(&prefix)
+            .with_idle_window(window),
+    )
+    .await
+    .expect("connect to LEASEHOLD_TEST_REDIS");
+    let conn = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    Some((Locks::new(backend), prefix, conn))
+}
+
+/// Every Redis key a lock on `k` may leave behind.
+fn names(prefix: &str, k: &str) -> Vec<String> {
+    [
+        "lock", "fence", "kind", "permits", "pfence", "rw", "rwfence",
+    ]
+    .iter()
+    .map(|what| format!("{prefix}:{what}:{{{k}}}"))
+    .collect()
+}
+
+async fn left(conn: &mut MultiplexedConnection, prefix: &str, keys: &[String]) -> Vec<String> {
+    let mut left = Vec::new();
+    for k in keys {
+        for name in names(prefix, k) {
+            // EXISTS expires a key whose ttl ran out (SCAN may not yet).
+            if exists(conn, &name).await {
+                left.push(name);
+            }
+        }
+    }
+    left
+}
+
+/// Takes and gives back a mutex, a permit, a reader and a writer on
+/// `k`-based keys; returns those keys and the tokens handed out.
+async fn use_every_kind(locks: &Locks, k: &str) -> (Vec<String>, Vec<u64>) {
+    let keys: Vec<String> = ["mutex", "sem", "rw"]
+        .iter()
+        .map(|kind| format!("{k}-{kind}"))
+        .collect();
+    let mutex = locks.try_acquire(&keys[0]).await.unwrap();
+    let permit = locks
+        .semaphore(&keys[1], 2)
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    let rw = locks.rw_lock(&keys[2]).unwrap();
+    let reader = rw.try_read().await.unwrap();
+    let mut tokens = vec![mutex.token(), permit.token(), reader.token()];
+    for guard in [mutex, permit, reader] {
+        guard.release().await.unwrap();
+    }
+    let writer = rw.try_write().await.unwrap();
+    tokens.push(writer.token());
+    writer.release().await.unwrap();
+    (keys, tokens)
+}
+
+#[tokio::test]
+async fn idle_keys_expire_and_come_back_above_every_token() {
+    let Some((locks, prefix, mut conn)) = store(Some(Duration::from_millis(800))).await else {
+        return;
+    };
+    let mut all_keys = Vec::new();
+    let mut before = Vec::new();
+    for i in 0..20 {
+        let (keys, tokens) = use_every_kind(&locks, &format!("k{i}")).await;
+        all_keys.extend(keys);
+        before.push(tokens);
+    }
+    let held = locks.try_acquire("held").await.unwrap();
+    assert!(!left(&mut conn, &prefix, &all_keys).await.is_empty());
+    // Every key of the idle locks carries a ttl of about the window.
+    let fence = format!("{prefix}:pfence:{{k0-sem}}");
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(&fence)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!((0..=800).contains(&ttl), "{fence}: pttl {ttl}");
+
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(
+        left(&mut conn, &prefix, &all_keys).await,
+        Vec::<String>::new()
+    );
+    // The held lock keeps its records: its lease and fence outlive the window.
+    assert!(exists(&mut conn, &format!("{prefix}:fence:{{held}}")).await);
+
+    for (i, tokens) in before.into_iter().enumerate() {
+        let (_, again) = use_every_kind(&locks, &format!("k{i}")).await;
+        let top = tokens.into_iter().max().unwrap();
+        assert!(
+            again.iter().all(|&t| t > top),
+            "k{i}: {again:?} after {top}"
+        );
+    }
+    held.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_keyspace_of_the_previous_scheme_is_upgraded_in_place() {
+    let Some((locks, prefix, mut conn)) = store(Some(Duration::from_millis(500))).await else {
+        return;
+    };
+    // A fence as the previous version left it: no ttl, at 41.
+    let fence = format!("{prefix}:fence:{{order}}");
+    let _: () = redis::cmd("SET")
+        .arg(&fence)
+        .arg(41)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let guard = locks.try_acquire("order").await.unwrap();
+    assert_eq!(guard.token(), 42, "the old counter goes on");
+    guard.release().await.unwrap();
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(&fence)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(ttl > 0, "the old fence key got a ttl: {ttl}");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(!exists(&mut conn, &fence).await);
+    let guard = locks.try_acquire("order").await.unwrap();
+    assert!(guard.token() > 42, "{}", guard.token());
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn never_keeps_the_fence_forever() {
+    let Some((locks, prefix, mut conn)) = store(None).await else {
+        return;
+    };
+    let guard = locks.try_acquire("job").await.unwrap();
+    guard.release().await.unwrap();
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(format!("{prefix}:fence:{{job}}"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(ttl, -1, "no ttl with idle_window=never");
+}
+
+#[tokio::test]
+async fn bad_windows_are_refused_before_any_io() {
+    let e = RedisBackend::connect_with(
+        "redis://127.0.0.1:1",
+        RedisOptions::new().with_idle_window(Some(Duration::ZERO)),
+    )
+    .await
+    .unwrap_err();
+    assert!(e.to_string().contains("idle_window"), "{e}");
+    let e = Locks::open("redis://127.0.0.1:1?idle_window=1d")
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("idle_window"), "{e}");
+}
