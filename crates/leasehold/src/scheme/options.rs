@@ -19,6 +19,7 @@ pub(crate) const POSTGRES_OPTIONS: &[&str] = &[
     "max_connections",
     "idle_timeout",
     "acquire_timeout",
+    "idle_window",
 ];
 
 /// sqlx's PostgreSQL connection parameters (sqlx-postgres 0.8,

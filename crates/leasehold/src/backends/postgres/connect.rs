@@ -11,6 +11,7 @@ use super::exec::{self, Param};
 use super::listen::{ListenSource, Listener};
 use super::session::{Failed, Session, Statement};
 use super::sql::{quote_table_name, Statements};
+use super::sweep::Sweeper;
 use super::{
     classify, parse_store_url, store_url, Checkout, DataPath, Inner, Pooler, PostgresBackend,
     PostgresOptions, STORE,
@@ -172,6 +173,7 @@ impl PostgresBackend {
                 path: DataPath::Shared { session, pool },
                 sql,
                 pooler: options.pooler,
+                sweeper: Sweeper::new(options.idle_window),
             }),
         })
     }
@@ -200,6 +202,7 @@ impl PostgresBackend {
                 },
                 sql,
                 pooler: options.pooler,
+                sweeper: Sweeper::new(options.idle_window),
             }),
         })
     }
@@ -224,6 +227,12 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// (`pool_size`: of the pool lock statements go to, if they go to one).
 fn validate(options: &PostgresOptions, pool_size: Option<u32>) -> Result<Statements> {
     let sql = Statements::new(&quote_table_name(&options.table)?);
+    if options.idle_window == Some(Duration::ZERO) {
+        return Err(Error::invalid(
+            "idle_window",
+            "must be above zero (None keeps rows forever)",
+        ));
+    }
     if let Some(url) = &options.listen_url {
         store_url::parse_listen_url(url)?;
     } else if let Some(pool_size) =

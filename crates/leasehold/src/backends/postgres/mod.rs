@@ -58,6 +58,7 @@ mod semaphore;
 mod session;
 mod sql;
 mod store_url;
+mod sweep;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -102,6 +103,8 @@ struct Inner {
     path: DataPath,
     sql: Statements,
     pooler: Pooler,
+    /// When the next pass over idle rows is due (see `sweep.rs`).
+    sweeper: sweep::Sweeper,
 }
 
 /// Where the lock statements go, and how waiters hear of releases.
@@ -121,6 +124,22 @@ enum DataPath {
 }
 
 impl PostgresBackend {
+    /// Deletes now, in one pass, the rows of mutex keys idle longer than
+    /// `window` (what the background sweep does after releases, once per
+    /// half window); a key that comes back starts its fence at the server's
+    /// clock, above every token it had (docs/storage.md). Returns how many
+    /// rows it deleted.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput) for a zero
+    /// window; store errors otherwise (the rows stay; run it again).
+    pub async fn sweep_idle(&self, window: std::time::Duration) -> Result<u64> {
+        if window.is_zero() {
+            return Err(crate::Error::invalid("idle window", "must be above zero"));
+        }
+        self.inner.sweep(window).await
+    }
+
     /// The pool, for your own queries (fenced writes, [`check_in`](Self::check_in)).
     /// Made by [`connect`](Self::connect) at the default settings it is a
     /// pool of one connection apart from the lock operations (which share
@@ -380,6 +399,8 @@ impl Backend for PostgresBackend {
                 .map_err(Failed::into_error)?;
             if !freed.is_empty() {
                 self.inner.wake_local(lease.key());
+                // A row may have just gone idle: time for a pass, perhaps.
+                self.inner.poke_sweeper();
             }
             Ok(())
         })

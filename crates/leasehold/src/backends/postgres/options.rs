@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::backend::DEFAULT_IDLE_WINDOW;
+
 use super::names::DEFAULT_TABLE;
 use super::pooler::Pooler;
 #[cfg(doc)]
@@ -28,6 +30,7 @@ pub struct PostgresOptions {
     pub(super) idle_timeout: Duration,
     pub(super) acquire_timeout: Duration,
     pub(super) pooler: Pooler,
+    pub(super) idle_window: Option<Duration>,
 }
 
 /// Data connections of a backend made by `connect`: a lock client issues
@@ -50,6 +53,7 @@ impl std::fmt::Debug for PostgresOptions {
             .field("max_connections", &self.max_connections)
             .field("idle_timeout", &self.idle_timeout)
             .field("acquire_timeout", &self.acquire_timeout)
+            .field("idle_window", &self.idle_window)
             .finish()
     }
 }
@@ -64,6 +68,7 @@ impl Default for PostgresOptions {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             acquire_timeout: Duration::from_secs(5),
             pooler: Pooler::None,
+            idle_window: Some(DEFAULT_IDLE_WINDOW),
         }
     }
 }
@@ -124,6 +129,19 @@ impl PostgresOptions {
         /// `acquire_timeout=5s`). A server that refuses connections (`too many
         /// clients`, down) fails an operation sooner: see [`PostgresBackend`].
         with_acquire_timeout(timeout: Duration) => acquire_timeout = timeout;
+
+        /// How long the rows of a key nobody holds stay (default an hour;
+        /// `None` keeps them forever, as versions before this one did). A
+        /// sweep after releases deletes them; a key that comes back starts
+        /// its fence at the server's clock in microseconds, above every
+        /// token it had (docs/storage.md). URL option
+        /// `?idle_window=30s|10m|1h|never`.
+        with_idle_window(window: Option<Duration>) => idle_window = window;
+    }
+
+    /// How long idle rows stay; `None`: forever.
+    pub fn idle_window(&self) -> Option<Duration> {
+        self.idle_window
     }
 
     /// The configured table name, as given.
@@ -163,6 +181,9 @@ impl PostgresOptions {
                     })?;
                 }
                 Some(("idle_timeout", v)) => self.idle_timeout = url_duration("idle_timeout", v)?,
+                Some(("idle_window", v)) => {
+                    self.idle_window = crate::scheme::parse_idle_window(v)?;
+                }
                 Some(("acquire_timeout", v)) => {
                     self.acquire_timeout = url_duration("acquire_timeout", v)?;
                 }

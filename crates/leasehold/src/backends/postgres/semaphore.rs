@@ -79,7 +79,7 @@ fn claim(table: &str, kind: &str) -> String {
     format!(
         "claim AS ( \
            INSERT INTO {table} AS a (key, fence, kind) \
-           SELECT $1, 0, '{kind}' FROM (SELECT set_config('lock_timeout', $5::text, true)) AS bounded \
+           SELECT $1, {first}, '{kind}' FROM (SELECT set_config('lock_timeout', $5::text, true)) AS bounded \
            ON CONFLICT (key) DO UPDATE SET kind = CASE \
              WHEN a.kind IS NULL AND NOT coalesce({mutex_live}, false) THEN excluded.kind \
              ELSE a.kind END \
@@ -87,6 +87,7 @@ fn claim(table: &str, kind: &str) -> String {
              CASE WHEN {mutex_live} THEN a.holder END AS holder, \
              CASE WHEN {mutex_live} THEN {rem} END AS left_ms)",
         rem = remaining_ms_of("a.expires_at"),
+        first = super::sweep::FIRST_FENCE,
     )
 }
 

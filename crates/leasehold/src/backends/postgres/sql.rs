@@ -7,6 +7,7 @@
 
 use super::names::{CHANNEL, MAX_IDENT_BYTES, PERMITS_TABLE_SUFFIX};
 use super::semaphore::PermitStatements;
+use super::sweep::{self, FIRST_FENCE};
 use crate::error::{Error, Result};
 
 /// Checks `name` as `table` or `schema.table`, each part an unquoted-style
@@ -94,6 +95,8 @@ pub(super) struct Statements {
     pub permits: PermitStatements,
     /// The reader-writer locks' statements (`semaphore.rs`).
     pub rw: PermitStatements,
+    /// One range of a sweep pass over idle rows (`sweep.rs`).
+    pub sweep: String,
 }
 
 impl Statements {
@@ -133,7 +136,7 @@ impl Statements {
             acquire: format!(
                 "WITH granted AS ( \
                    INSERT INTO {table} AS l (key, fence, owner, holder, expires_at) \
-                   SELECT $1, 1, $2, $3, clock_timestamp() + $4 * interval '1 millisecond' \
+                   SELECT $1, {first}, $2, $3, clock_timestamp() + $4 * interval '1 millisecond' \
                    FROM (SELECT set_config('lock_timeout', $5, true)) AS bounded \
                    ON CONFLICT (key) DO UPDATE SET fence = CASE WHEN l.owner = excluded.owner \
                        AND l.expires_at > clock_timestamp() THEN l.fence ELSE l.fence + 1 END, \
@@ -148,7 +151,8 @@ impl Statements {
                  SELECT NULL::bigint, holder, {rem}, kind FROM {table} \
                   WHERE key = $1 AND (owner IS NOT NULL OR kind IS NOT NULL) \
                     AND NOT EXISTS (SELECT FROM granted)",
-                rem = remaining_ms!()
+                rem = remaining_ms!(),
+                first = FIRST_FENCE,
             ),
             // $5 bounds the wait for another transaction's row lock (a
             // `check_in`) like the acquire's: the guard gives a renewal
@@ -164,7 +168,8 @@ impl Statements {
             // sent exactly when (and only if) the release commits.
             release: format!(
                 "WITH freed AS ( \
-                   UPDATE {table} SET owner = NULL, holder = NULL, expires_at = NULL \
+                   UPDATE {table} SET owner = NULL, holder = NULL, \
+                     expires_at = least(expires_at, clock_timestamp()) \
                    WHERE key = $1 AND owner = $2 AND fence = $3 RETURNING key) \
                  SELECT pg_notify('{CHANNEL}', key) FROM freed"
             ),
@@ -200,6 +205,7 @@ impl Statements {
             // this row until the caller's transaction ends.
             permits: PermitStatements::new(table),
             rw: PermitStatements::rw(table),
+            sweep: sweep::range_statement(table),
             check: format!(
                 "SELECT fence FROM {table} WHERE key = $1 AND owner = $2 AND fence = $3 \
                  AND expires_at > clock_timestamp() FOR SHARE"
@@ -211,7 +217,8 @@ impl Statements {
 /// The idempotent migration for `table` (already quoted): one statement.
 fn migration(table: &str) -> String {
     // COLLATE "C": keys compare and sort bytewise, like every other store.
-    // The row of a key is never deleted: its fence must never go backwards.
+    // The row of an idle mutex key is deleted by a sweep (sweep.rs); a new
+    // row's fence starts at the clock, above every fence the key ever had.
     // `kind` (one key is one lock: NULL a mutex, 'rw', 'sem') came later:
     // a table made before it gets the column, every row staying a mutex.
     // The catalog is read first, so an open of an up-to-date table takes

@@ -1,0 +1,131 @@
+//! Idle records go away, and tokens still only grow (docs/storage.md).
+//!
+//! A record is created with the server's clock in microseconds as its
+//! fence ([`FIRST_FENCE`]: the mutex's row, and the anchor of a
+//! semaphore or reader-writer lock); each later grant adds one. A fence grows far slower than the clock (no server
+//! grants one key a million times a second), so it stays below the clock.
+//! A sweep deletes a record only once its key has been idle for the window
+//! **and** its fence is below the clock of a window ago, so a key that
+//! comes back, created at the clock of now, starts above every token it had.
+//!
+//! Unlike SQLite, PostgreSQL runs grants concurrently with the sweep: a
+//! grant whose statement read the clock before a deletion it then follows
+//! (it waited on the deleted row's lock) creates the key with that earlier
+//! reading. It is still above the deleted fence unless the statement was in
+//! flight for longer than the window, which the statements' lock timeouts
+//! and the hour of the default window rule out. The argument also assumes
+//! the server's clock never steps back by more than the window.
+//!
+//! A pass walks the key space in ranges of [`BATCH`] keys of the lease
+//! table, one statement per range, so it never holds more than a range of
+//! row locks. Only mutex rows are deleted so far ([`range_statement`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::exec::Param;
+use super::Inner;
+use crate::backend::{duration_to_millis, SweepSchedule};
+use crate::error::Result;
+
+/// Keys of the lease table per range (and so per statement).
+const BATCH: i64 = 256;
+
+/// A new record's fence: the server's clock in microseconds.
+pub(super) const FIRST_FENCE: &str = "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint";
+
+/// The statement of one range: $1 the key the range starts after, $2 the
+/// window in ms. Returns the rows deleted and the range's last key (NULL
+/// when it ran to the end of the key space).
+///
+/// Only mutex rows go (`kind IS NULL`); the anchors, permits and
+/// reader-writer rows of semaphores and rw locks are kept, as before: their
+/// grants touch two rows (the anchor, then the slots), and deleting both
+/// safely against a concurrent grant needs more than one statement (see
+/// docs/storage.md). A grant or a kind claim that updates a row while the
+/// sweep waits for it makes PostgreSQL re-check the row's own conditions on
+/// its new version (a new expiry, a kind), so a row taken meanwhile stays.
+pub(super) fn range_statement(table: &str) -> String {
+    format!(
+        "WITH r AS (SELECT key FROM {table} WHERE key > $1::text ORDER BY key LIMIT {BATCH}), \
+         b AS (SELECT CASE WHEN count(*) < {BATCH} THEN NULL ELSE max(key) END AS hi FROM r), \
+         c AS (SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint - $2::bigint AS ms), \
+         l AS (DELETE FROM {table} AS t USING b, c \
+           WHERE t.key > $1::text AND (b.hi IS NULL OR t.key <= b.hi) AND t.kind IS NULL \
+             AND t.fence < c.ms * 1000 \
+             AND coalesce(t.expires_at, '-infinity') <= to_timestamp(c.ms / 1000.0) \
+           RETURNING t.key) \
+         SELECT (SELECT count(*) FROM l), (SELECT hi FROM b)"
+    )
+}
+
+/// The sweep state of one store handle (and its clones).
+#[derive(Debug)]
+pub(super) struct Sweeper {
+    schedule: SweepSchedule,
+}
+
+impl Sweeper {
+    pub(super) fn new(window: Option<Duration>) -> Self {
+        Sweeper {
+            schedule: SweepSchedule::new(window),
+        }
+    }
+}
+
+/// Ends the pass when dropped, also when its runtime shuts down mid-pass.
+struct Running(Arc<Inner>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.sweeper.schedule.finish();
+    }
+}
+
+impl Inner {
+    /// Starts a pass in the background if one is due (called after a
+    /// release, the moment a record may have become idle). A pass that
+    /// fails stops; the next due one starts over.
+    pub(super) fn poke_sweeper(self: &Arc<Self>) {
+        let Some(window) = self.sweeper.schedule.window() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if !self.sweeper.schedule.try_start() {
+            return;
+        }
+        let running = Running(Arc::clone(self));
+        runtime.spawn(async move {
+            if let Err(e) = running.0.sweep(window).await {
+                tracing::debug!(error = %e, "leasehold: postgres sweep pass stopped");
+            }
+        });
+    }
+
+    /// One whole pass over the key space; how many records it deleted.
+    pub(super) async fn sweep(&self, window: Duration) -> Result<u64> {
+        let window_ms = duration_to_millis(window);
+        let mut after = String::new();
+        let mut deleted = 0;
+        loop {
+            let row = self
+                .fetch_optional(
+                    &self.sql.sweep,
+                    &[Param::Text(&after), Param::Int(window_ms)],
+                )
+                .await?;
+            let Some(row) = row else { return Ok(deleted) };
+            let (count, end): (i64, Option<String>) = (
+                sqlx::Row::try_get(&row, 0).map_err(super::classify)?,
+                sqlx::Row::try_get(&row, 1).map_err(super::classify)?,
+            );
+            deleted += u64::try_from(count).unwrap_or(0);
+            match end {
+                Some(end) => after = end,
+                None => return Ok(deleted),
+            }
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! Storage bounded by the keys in use on PostgreSQL: the rows of idle
+//! mutex keys go away, and a key that comes back starts its fence at the
+//! server's clock, above every token it had, also on a table written by the
+//! previous scheme. Reads `LEASEHOLD_TEST_POSTGRES`.
+#![cfg(all(feature = "conformance", feature = "postgres"))]
+
+#[path = "support/common.rs"]
+mod common;
+#[path = "support/postgres.rs"]
+mod postgres;
+
+use std::time::Duration;
+
+use common::unique;
+use leasehold::backends::postgres::{PostgresBackend, PostgresOptions};
+use leasehold::sqlx::{self, postgres::PgPool};
+use leasehold::Locks;
+use postgres::{drop_table, pool, url};
+
+async fn rows(pool: &PgPool, table: &str) -> i64 {
+    sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+async fn open(url: &str, table: &str, window: Option<Duration>) -> (PostgresBackend, Locks) {
+    let backend = PostgresBackend::connect_with(
+        url,
+        PostgresOptions::new()
+            .with_table(table)
+            .with_idle_window(window),
+    )
+    .await
+    .expect("connect to the test server");
+    (backend.clone(), Locks::new(backend))
+}
+
+#[tokio::test]
+async fn idle_rows_go_and_the_keys_come_back_above_every_token() {
+    let Some(url) = url() else { return };
+    let table = unique("idle_locks");
+    let (backend, locks) = open(&url, &table, None).await;
+    let mut before = Vec::new();
+    for i in 0..30 {
+        let mut top = 0;
+        for _ in 0..3 {
+            let guard = locks.try_acquire(&format!("order/{i}")).await.unwrap();
+            top = guard.token();
+            guard.release().await.unwrap();
+        }
+        before.push(top);
+    }
+    let held = locks.try_acquire("held").await.unwrap();
+    let permit = locks
+        .semaphore("pool", 2)
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    permit.release().await.unwrap();
+    let pool = pool(&url).await;
+    assert_eq!(rows(&pool, &table).await, 32);
+
+    assert_eq!(
+        backend.sweep_idle(Duration::from_secs(3600)).await.unwrap(),
+        0
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        backend
+            .sweep_idle(Duration::from_millis(200))
+            .await
+            .unwrap(),
+        30
+    );
+    // The held mutex and the semaphore's anchor stay.
+    assert_eq!(rows(&pool, &table).await, 2);
+    assert!(!held.is_lost());
+
+    for (i, top) in before.into_iter().enumerate() {
+        let guard = locks.try_acquire(&format!("order/{i}")).await.unwrap();
+        assert!(
+            guard.token() > top,
+            "order/{i}: {} after {top}",
+            guard.token()
+        );
+        guard.release().await.unwrap();
+    }
+    held.release().await.unwrap();
+    drop_table(&pool, &format!("\"{table}\"")).await;
+    drop_table(&pool, &format!("\"{table}_permits\"")).await;
+    drop_table(&pool, &format!("\"{table}_rw\"")).await;
+}
+
+#[tokio::test]
+async fn a_table_of_the_previous_scheme_is_upgraded_in_place() {
+    let Some(url) = url() else { return };
+    let pool = pool(&url).await;
+    let table = unique("old_idle");
+    // As the previous release left it: a key freed with a NULL expiry at 41.
+    for statement in [
+        format!(
+            "CREATE TABLE \"{table}\" (key TEXT COLLATE \"C\" PRIMARY KEY, fence BIGINT NOT NULL, \
+             owner TEXT, holder TEXT, expires_at TIMESTAMPTZ, kind TEXT)"
+        ),
+        format!("INSERT INTO \"{table}\" VALUES ('order/1', 41, NULL, NULL, NULL, NULL)"),
+    ] {
+        sqlx::query(&statement).execute(&pool).await.unwrap();
+    }
+    let (backend, locks) = open(&url, &table, None).await;
+    let guard = locks.try_acquire("order/1").await.unwrap();
+    assert_eq!(guard.token(), 42, "the old counter goes on");
+    guard.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        backend.sweep_idle(Duration::from_millis(10)).await.unwrap(),
+        1
+    );
+    assert_eq!(rows(&pool, &format!("\"{table}\"")).await, 0);
+    let guard = locks.try_acquire("order/1").await.unwrap();
+    assert!(guard.token() > 42, "{}", guard.token());
+    guard.release().await.unwrap();
+    for t in ["", "_permits", "_rw"] {
+        drop_table(&pool, &format!("\"{table}{t}\"")).await;
+    }
+}
+
+#[tokio::test]
+async fn releases_start_the_sweep_that_empties_the_table() {
+    let Some(url) = url() else { return };
+    let table = unique("swept_locks");
+    let (_backend, locks) = open(&url, &table, Some(Duration::from_millis(300))).await;
+    let mut order_7 = 0;
+    for i in 0..500 {
+        let guard = locks.try_acquire(&format!("order/{i}")).await.unwrap();
+        if i == 7 {
+            order_7 = guard.token();
+        }
+        guard.release().await.unwrap();
+    }
+    let pool = pool(&url).await;
+    let quoted = format!("\"{table}\"");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        locks
+            .try_acquire("tick")
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+        let left = rows(&pool, &quoted).await;
+        if left <= 1 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{left} rows left");
+    }
+    let guard = locks.try_acquire("order/7").await.unwrap();
+    assert!(guard.token() > order_7, "{} after {order_7}", guard.token());
+    guard.release().await.unwrap();
+    for t in ["", "_permits", "_rw"] {
+        drop_table(&pool, &format!("\"{table}{t}\"")).await;
+    }
+}
+
+#[tokio::test]
+async fn bad_windows_are_refused_before_any_io() {
+    let e = PostgresBackend::connect_with(
+        "postgres://nobody@127.0.0.1:1/none",
+        PostgresOptions::new().with_idle_window(Some(Duration::ZERO)),
+    )
+    .await
+    .unwrap_err();
+    assert!(e.to_string().contains("idle_window"), "{e}");
+    let e = Locks::open("postgres://nobody@127.0.0.1:1/none?idle_window=soon")
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("idle_window"), "{e}");
+}
