@@ -265,6 +265,9 @@ mod markdown {
 
     #[doc = include_str!("../../../docs/metrics.md")]
     struct Metrics;
+
+    #[doc = include_str!("../../../docs/storage.md")]
+    struct Storage;
 }
 
 #[cfg(test)]
