@@ -3,8 +3,13 @@
 //!
 //! Its clock is tokio's, so tests on paused time (`start_paused = true`)
 //! drive expiry exactly.
+//!
+//! The records of keys idle past the idle window go away (`sweep.rs`), and
+//! a key that comes back starts above a floor that every deleted record's
+//! fence raised, so its tokens still only grow (docs/storage.md).
 
 mod permits;
+mod sweep;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -14,6 +19,7 @@ use tokio::time::Instant;
 
 use crate::backend::{
     listing, Acquire, AcquireRequest, Backend, BoxFuture, Busy, KeyKind, Lease, LeaseInfo, OwnerId,
+    DEFAULT_IDLE_WINDOW,
 };
 use crate::error::Result;
 use crate::key::Key;
@@ -21,31 +27,61 @@ use crate::notify::{Subscription, WakeHub};
 use permits::PermitTable;
 
 /// In-process lock store (`memory://`). Clones share the same locks.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct MemoryBackend {
-    records: Arc<Mutex<BTreeMap<Key, Record>>>,
+    anchors: Arc<Mutex<Anchors>>,
     hub: WakeHub,
     permits: PermitTable,
+    /// How long the record of a key nobody holds stays; `None`: forever.
+    idle_window: Option<Duration>,
 }
 
-/// One key's record, its anchor; never removed, because the fence lives
-/// here. Its `kind` says what the key is (one key is one lock): a permit
-/// request claims it, under this map's lock, before it touches the permits.
+impl Default for MemoryBackend {
+    fn default() -> Self {
+        MemoryBackend {
+            anchors: Arc::default(),
+            hub: WakeHub::default(),
+            permits: PermitTable::default(),
+            idle_window: Some(DEFAULT_IDLE_WINDOW),
+        }
+    }
+}
+
+/// Every key's record, and what deleting records left behind.
+#[derive(Debug, Default)]
+struct Anchors {
+    records: BTreeMap<Key, Record>,
+    /// At or above the fence of every record the sweep deleted (and of the
+    /// permits it deleted with them): a record created anew starts here.
+    floor: u64,
+    /// The key the sweep's walk stopped after (`None`: at the start).
+    cursor: Option<Key>,
+}
+
+impl Anchors {
+    /// The record of `key`, created at the floor if there is none.
+    fn record(&mut self, key: &Key, now: Instant) -> &mut Record {
+        let floor = self.floor;
+        self.records.entry(key.clone()).or_insert_with(|| Record {
+            fence: floor,
+            holder: None,
+            kind: KeyKind::Mutex,
+            idle_since: now,
+        })
+    }
+}
+
+/// One key's record, its anchor: it holds the fence, so it goes only by
+/// the sweep, which raises the floor to its fence. Its `kind` says what the
+/// key is (one key is one lock): a permit request claims it, under this
+/// map's lock, before it touches the permits.
 #[derive(Debug)]
 struct Record {
     fence: u64,
     holder: Option<Holder>,
     kind: KeyKind,
-}
-
-impl Default for Record {
-    fn default() -> Self {
-        Record {
-            fence: 0,
-            holder: None,
-            kind: KeyKind::Mutex,
-        }
-    }
+    /// When the mutex was last released (or the record created).
+    idle_since: Instant,
 }
 
 #[derive(Debug)]
@@ -60,6 +96,15 @@ impl Record {
         self.holder.as_ref().filter(|h| h.expires_at > now)
     }
 
+    /// Since when nobody has held the mutex, if nobody holds it now.
+    fn idle_since(&self, now: Instant) -> Option<Instant> {
+        match &self.holder {
+            Some(h) if h.expires_at > now => None,
+            Some(h) => Some(h.expires_at.max(self.idle_since)),
+            None => Some(self.idle_since),
+        }
+    }
+
     fn holds(&self, lease: &Lease) -> bool {
         self.fence == lease.token()
             && self
@@ -70,15 +115,40 @@ impl Record {
 }
 
 impl MemoryBackend {
-    /// An empty store.
+    /// An empty store, keeping the records of idle keys for
+    /// [`DEFAULT_IDLE_WINDOW`].
     pub fn new() -> Self {
         MemoryBackend::default()
     }
 
-    fn records(&self) -> std::sync::MutexGuard<'_, BTreeMap<Key, Record>> {
+    /// The same store, keeping the record of a key nobody holds for
+    /// `window` after its last holder left (`None`: for the life of the
+    /// process). Set it before the first use; clones made earlier keep
+    /// theirs. A window of zero is refused by [`crate::Error::InvalidInput`]:
+    /// a key would lose its record between a release and the next grant.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidInput`] for `Some(Duration::ZERO)`.
+    pub fn with_idle_window(mut self, window: Option<Duration>) -> Result<Self> {
+        if window == Some(Duration::ZERO) {
+            return Err(crate::error::Error::invalid(
+                "idle_window",
+                "must be longer than zero (or never)",
+            ));
+        }
+        self.idle_window = window;
+        Ok(self)
+    }
+
+    /// How long the record of an idle key stays (`None`: forever).
+    pub fn idle_window(&self) -> Option<Duration> {
+        self.idle_window
+    }
+
+    fn anchors(&self) -> std::sync::MutexGuard<'_, Anchors> {
         // Every critical section below leaves the map consistent even if it
         // panics halfway, so a poisoned lock is still safe to use.
-        self.records.lock().unwrap_or_else(|p| p.into_inner())
+        self.anchors.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn info(key: &Key, record: &Record, now: Instant) -> Option<LeaseInfo> {
@@ -98,8 +168,8 @@ impl MemoryBackend {
 impl MemoryBackend {
     fn acquire_mutex(&self, req: &AcquireRequest) -> Acquire {
         let now = Instant::now();
-        let mut records = self.records();
-        let record = records.entry(req.key().clone()).or_default();
+        let mut anchors = self.anchors();
+        let record = anchors.record(req.key(), now);
         if record.kind != KeyKind::Mutex {
             return Acquire::OtherKind(record.kind);
         }
@@ -128,8 +198,8 @@ impl MemoryBackend {
         let now = Instant::now();
         // The anchor's lock is held through the permit attempt: the
         // claim and the attempt are one atomic step.
-        let mut records = self.records();
-        let record = records.entry(req.key().clone()).or_default();
+        let mut anchors = self.anchors();
+        let record = anchors.record(req.key(), now);
         let wanted = req.key_kind();
         if record.kind != wanted {
             if record.kind != KeyKind::Mutex {
@@ -151,8 +221,8 @@ impl MemoryBackend {
 
     fn renew_mutex(&self, lease: &Lease, ttl: Duration) -> bool {
         let now = Instant::now();
-        let mut records = self.records();
-        let Some(record) = records.get_mut(lease.key()) else {
+        let mut anchors = self.anchors();
+        let Some(record) = anchors.records.get_mut(lease.key()) else {
             return false;
         };
         if !record.holds(lease) || record.live_holder(now).is_none() {
@@ -166,10 +236,14 @@ impl MemoryBackend {
 
     /// Whether the mutex lease was held (and is now free).
     fn release_mutex(&self, lease: &Lease) -> bool {
-        let mut records = self.records();
-        match records.get_mut(lease.key()) {
+        let now = Instant::now();
+        let mut anchors = self.anchors();
+        match anchors.records.get_mut(lease.key()) {
             Some(record) if record.holds(lease) => {
+                // Idle from now, or from its expiry if that came first.
+                let ended = record.idle_since(now).unwrap_or(now);
                 record.holder = None;
+                record.idle_since = ended;
                 true
             }
             _ => false,
@@ -178,7 +252,8 @@ impl MemoryBackend {
 
     fn list_mutexes(&self, prefix: &str) -> Vec<LeaseInfo> {
         let now = Instant::now();
-        self.records()
+        self.anchors()
+            .records
             .iter()
             .filter(|(k, _)| k.as_str().starts_with(prefix))
             .filter_map(|(k, r)| Self::info(k, r, now))
@@ -214,6 +289,7 @@ impl Backend for MemoryBackend {
             if freed {
                 self.hub.notify(lease.key().as_str());
             }
+            self.sweep_step(Instant::now());
             Ok(())
         })
     }
@@ -222,7 +298,8 @@ impl Backend for MemoryBackend {
         Box::pin(async move {
             let now = Instant::now();
             Ok(self
-                .records()
+                .anchors()
+                .records
                 .get(key)
                 .and_then(|r| Self::info(key, r, now)))
         })
@@ -241,18 +318,19 @@ impl Backend for MemoryBackend {
         Box::pin(async move {
             let now = Instant::now();
             let was_live = {
-                let mut records = self.records();
-                let Some(record) = records.get_mut(key) else {
+                let mut anchors = self.anchors();
+                let Some(record) = anchors.records.get_mut(key) else {
                     return Ok(false);
                 };
                 if record.kind != KeyKind::Mutex {
                     // Every permit, reader and writer of the key.
-                    let was_live = self.permits.force_release(key, record.kind);
-                    drop(records);
+                    let was_live = self.permits.force_release(key, record.kind, now);
+                    drop(anchors);
                     self.hub.notify(key.as_str());
                     return Ok(was_live);
                 }
                 let was_live = record.live_holder(now).is_some();
+                record.idle_since = record.idle_since(now).unwrap_or(now);
                 record.holder = None;
                 record.fence += 1;
                 was_live

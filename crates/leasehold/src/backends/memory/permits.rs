@@ -22,13 +22,16 @@ pub(super) struct PermitTable {
     rw_keys: Arc<Mutex<BTreeMap<Key, Semaphore>>>,
 }
 
-/// One key's permits; never removed, because the fence lives here.
+/// One key's permits. It holds the fence, so it goes only with its anchor,
+/// by the sweep, which raises the store's floor to its fence.
 #[derive(Debug, Default)]
 struct Semaphore {
     fence: u64,
     slots: BTreeMap<u32, Permit>,
     /// For a reader-writer lock: the writer waiting for its readers to go.
     mark: Option<Mark>,
+    /// When the last slot or mark ended (released or expired), if one has.
+    last_end: Option<Instant>,
 }
 
 #[derive(Debug)]
@@ -48,8 +51,28 @@ struct Permit {
 
 impl Semaphore {
     fn forget_expired(&mut self, now: Instant) {
-        self.slots.retain(|_, p| p.expires_at > now);
-        self.mark = self.mark.take().filter(|m| m.expires_at > now);
+        let mut ended = self.last_end;
+        self.slots.retain(|_, p| {
+            let live = p.expires_at > now;
+            if !live {
+                ended = ended.max(Some(p.expires_at));
+            }
+            live
+        });
+        if let Some(m) = self.mark.take() {
+            if m.expires_at > now {
+                self.mark = Some(m);
+            } else {
+                ended = ended.max(Some(m.expires_at));
+            }
+        }
+        self.last_end = ended;
+    }
+
+    /// Whether nothing lives here and nothing has since `cutoff`.
+    fn idle_before(&mut self, cutoff: Instant, now: Instant) -> bool {
+        self.forget_expired(now);
+        self.slots.is_empty() && self.mark.is_none() && self.last_end.is_none_or(|t| t <= cutoff)
     }
 
     /// Busy, naming the live holder whose grant expires first (among
@@ -203,17 +226,44 @@ impl PermitTable {
 
     /// Frees every permit (or reader, writer and writer's marker) of `key`,
     /// a key of kind `kind`, and bumps its fence. Whether one was live.
-    pub(super) fn force_release(&self, key: &Key, kind: KeyKind) -> bool {
-        let now = Instant::now();
-        let side = (kind == KeyKind::ReaderWriter).then_some(RwSide::Write);
-        let mut keys = self.table(side);
+    pub(super) fn force_release(&self, key: &Key, kind: KeyKind, now: Instant) -> bool {
+        let mut keys = self.table(Self::side_of(kind));
         let sem = keys.entry(key.clone()).or_default();
         sem.forget_expired(now);
-        let was_live = !sem.slots.is_empty();
+        let was_live = !sem.slots.is_empty() || sem.mark.is_some();
         sem.slots.clear();
         sem.mark = None;
+        if was_live {
+            sem.last_end = Some(now);
+        }
         sem.fence += 1;
         was_live
+    }
+
+    /// Deletes the permits of `key`, a key of kind `kind`, if nothing has
+    /// lived there since `cutoff`: their fence (0 if there were none), or
+    /// `None` if they are still in use. The sweep calls it under the
+    /// anchors' lock, so no grant of the key runs meanwhile.
+    pub(super) fn take_if_idle(
+        &self,
+        key: &Key,
+        kind: KeyKind,
+        cutoff: Instant,
+        now: Instant,
+    ) -> Option<u64> {
+        let mut keys = self.table(Self::side_of(kind));
+        let Some(sem) = keys.get_mut(key) else {
+            return Some(0);
+        };
+        if !sem.idle_before(cutoff, now) {
+            return None;
+        }
+        keys.remove(key).map(|sem| sem.fence)
+    }
+
+    /// The side whose map holds a key of kind `kind`.
+    fn side_of(kind: KeyKind) -> Option<RwSide> {
+        (kind == KeyKind::ReaderWriter).then_some(RwSide::Write)
     }
 
     fn try_rw(&self, req: &AcquireRequest, side: RwSide, now: Instant) -> Acquire {
@@ -248,7 +298,11 @@ impl PermitTable {
         if sem.held_by(lease).is_none() {
             return false;
         }
-        lease.slot().and_then(|s| sem.slots.remove(&s)).is_some()
+        let freed = lease.slot().and_then(|s| sem.slots.remove(&s)).is_some();
+        if freed {
+            sem.last_end = Some(Instant::now());
+        }
+        freed
     }
 
     /// The live permits, then the live readers and writers (the caller
