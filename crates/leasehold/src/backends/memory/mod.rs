@@ -54,8 +54,10 @@ struct Anchors {
     /// At or above the fence of every record the sweep deleted (and of the
     /// permits it deleted with them): a record created anew starts here.
     floor: u64,
-    /// The key the sweep's walk stopped after (`None`: at the start).
-    cursor: Option<Key>,
+    /// The sweep's walk through the map, if a pass is under way.
+    walk: Option<sweep::Walk>,
+    /// When the last pass began.
+    last_pass: Option<Instant>,
 }
 
 impl Anchors {

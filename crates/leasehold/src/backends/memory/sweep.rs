@@ -7,11 +7,13 @@
 //! a key that comes back takes tokens above every token it had. No clock is
 //! involved in that argument, only in when a record goes.
 //!
-//! Each release walks on by [`STEP`] keys from where the last one stopped,
-//! so a walk costs every release the same few map reads and never holds
-//! the lock for a scan of the whole map; a key idle past the window goes
-//! when the walk comes to it. [`MemoryBackend::sweep_idle`] walks the whole
-//! map at once.
+//! A pass walks the map in steps of [`STEP`] keys, one step per release,
+//! so that no release holds the lock for a scan of the whole map; a pass
+//! starts after a release no sooner than half the window after the last
+//! one began, so a record is gone between one and one and a half windows
+//! after its key went idle, given enough releases to carry the walk (N
+//! keys take N / [`STEP`] of them). [`MemoryBackend::sweep_idle`] walks
+//! the whole map at once.
 
 use std::ops::Bound;
 
@@ -21,20 +23,42 @@ use super::{Anchors, MemoryBackend};
 use crate::backend::KeyKind;
 use crate::key::Key;
 
-/// Keys one release's step of the walk looks at.
-const STEP: usize = 8;
+/// Keys one release's step of a pass looks at.
+const STEP: usize = 64;
+
+/// Where a pass stands: the key its last step stopped after (`None`:
+/// at the start of the map).
+#[derive(Debug)]
+pub(super) struct Walk {
+    after: Option<Key>,
+}
 
 impl MemoryBackend {
-    /// One step of the walk, after a release.
+    /// One step of the pass under way, or of a new one if one is due.
     pub(super) fn sweep_step(&self, now: Instant) {
-        let Some(cutoff) = self.idle_cutoff(now) else {
+        let Some(window) = self.idle_window else {
+            return;
+        };
+        let Some(cutoff) = now.checked_sub(window) else {
             return;
         };
         let mut anchors = self.anchors();
-        let after = anchors.cursor.take();
-        let (idle, last) = self.idle_in(&anchors, after.as_ref(), STEP, cutoff, now);
+        let walk = match anchors.walk.take() {
+            Some(walk) => walk,
+            None if anchors
+                .last_pass
+                .is_some_and(|at| now.duration_since(at) < window / 2) =>
+            {
+                return
+            }
+            None => {
+                anchors.last_pass = Some(now);
+                Walk { after: None }
+            }
+        };
+        let (idle, last) = self.idle_in(&anchors, walk.after.as_ref(), STEP, cutoff, now);
         self.delete(&mut anchors, idle);
-        anchors.cursor = last;
+        anchors.walk = last.map(|after| Walk { after: Some(after) });
     }
 
     /// Deletes the records of every key nobody has held for the idle window
@@ -171,9 +195,9 @@ mod tests {
             "nothing is idle for the window yet"
         );
         tokio::time::advance(WINDOW / 2 + Duration::from_millis(1)).await;
-        // A walk of 401 keys at 8 a release (a step that reaches the end of
-        // the map stops there): 60 releases see every key.
-        for _ in 0..60 {
+        // A pass is due again (half a window after the last began); it
+        // walks 401 keys in 7 releases.
+        for _ in 0..7 {
             cycle(&store, "busy", 0).await;
         }
         assert_eq!(store.record_count(), 1, "only the key in use stays");
