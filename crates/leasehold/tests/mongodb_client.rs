@@ -32,7 +32,12 @@ async fn operator_looking_keys_are_stored_as_plain_strings() {
             .unwrap()
             .expect("one document with the key as its _id");
         assert_eq!(stored.get_str("_id").unwrap(), k.as_str());
-        assert_eq!(stored.get_i64("fence").unwrap() as u64, lease.token());
+        // The token is the document's base (its creation time) plus its fence.
+        let base = stored.get_i64("base").unwrap();
+        assert_eq!(
+            (base + stored.get_i64("fence").unwrap()) as u64,
+            lease.token()
+        );
         b.release(&lease).await.unwrap();
         let kept = b
             .collection()

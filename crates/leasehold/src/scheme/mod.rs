@@ -36,7 +36,7 @@ pub(crate) mod options;
 pub use options::parse_idle_window;
 
 use options::{
-    check_redis_option, ETCD_OPTIONS, POSTGRES_DRIVER_OPTIONS, POSTGRES_OPTIONS,
+    check_redis_option, ETCD_OPTIONS, MONGODB_OPTIONS, POSTGRES_DRIVER_OPTIONS, POSTGRES_OPTIONS,
     REDIS_DRIVER_OPTIONS, REDIS_OPTIONS, SQLITE_OPTIONS,
 };
 
@@ -291,7 +291,8 @@ impl Scheme {
     /// `listen`, which every store takes).
     pub fn own_options(self) -> &'static [&'static str] {
         match self {
-            Scheme::Memory | Scheme::Mongodb => &[],
+            Scheme::Memory => &[],
+            Scheme::Mongodb => MONGODB_OPTIONS,
             Scheme::Sqlite => SQLITE_OPTIONS,
             Scheme::Postgres => POSTGRES_OPTIONS,
             Scheme::Redis => REDIS_OPTIONS,
@@ -359,7 +360,9 @@ impl Scheme {
             (Scheme::Sqlite, "synchronous") if !matches!(value, "full" | "normal") => {
                 Err(self.unknown_option(pair))
             }
-            (Scheme::Sqlite, "idle_window") => parse_idle_window(value).map(drop),
+            (Scheme::Sqlite | Scheme::Postgres | Scheme::Mongodb, "idle_window") => {
+                parse_idle_window(value).map(drop)
+            }
             (Scheme::Redis, name) => check_redis_option(name, value),
             _ => Ok(()),
         }

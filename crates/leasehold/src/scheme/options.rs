@@ -54,6 +54,10 @@ pub(crate) const REDIS_OPTIONS: &[&str] =
 /// `redis+unix://` socket the database and credentials.
 pub(crate) const REDIS_DRIVER_OPTIONS: &[&str] = &["protocol", "db", "user", "pass"];
 
+/// The query options of a `mongodb://` URL that are leasehold's (the rest
+/// go to the driver, which refuses the ones it does not know).
+pub(crate) const MONGODB_OPTIONS: &[&str] = &["idle_window"];
+
 /// The options an etcd URL takes (besides `listen`, which the core reads).
 pub(crate) const ETCD_OPTIONS: &[&str] = &["prefix", "ca_file", "cert_file", "key_file", "domain"];
 

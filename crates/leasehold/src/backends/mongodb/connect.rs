@@ -10,7 +10,9 @@ use mongodb::Database;
 
 use super::clock::ServerClock;
 use super::{helpers, watch, Inner, MongoBackend, MongoOptions};
+use crate::backend::SweepSchedule;
 use crate::error::{Error, Result};
+use crate::scheme::parse_idle_window;
 
 /// Database used when the URL names none.
 pub(super) const DEFAULT_DATABASE: &str = "leasehold";
@@ -60,8 +62,20 @@ impl MongoBackend {
     }
 
     async fn connect_to(url: &str, options: MongoOptions) -> Result<Self> {
+        // leasehold's own URL options out, the driver's kept; a URL the
+        // scheme parser refuses goes to the driver whole, for its message.
+        let (options, url) = match crate::scheme::Scheme::parse(url) {
+            Ok((_, parts)) => {
+                let options = match parts.option("idle_window") {
+                    Some(window) => options.with_idle_window(parse_idle_window(window)?),
+                    None => options,
+                };
+                (options, parts.driver_url().to_owned())
+            }
+            Err(_) => (options, url.to_owned()),
+        };
         options.validate()?;
-        let mut client_options = ClientOptions::parse(url).await.map_err(|e| {
+        let mut client_options = ClientOptions::parse(&url).await.map_err(|e| {
             // The driver's own sentence, not its whole error dump.
             let context = match &*e.kind {
                 mongodb::error::ErrorKind::InvalidArgument { message, .. } => {
@@ -129,6 +143,7 @@ impl MongoBackend {
                 coll,
                 clock,
                 owns_client,
+                sweeper: SweepSchedule::new(options.idle_window()),
                 #[cfg(test)]
                 stale_read: std::sync::Mutex::default(),
             }),

@@ -21,7 +21,7 @@ use mongodb::bson::{doc, Bson, Document};
 use mongodb::options::ReturnDocument;
 
 use super::errors::{is_duplicate_key, STORE};
-use super::record::{as_i64, date, live};
+use super::record::{base_at, date, live, token_in};
 use super::MongoBackend;
 use crate::backend::{Acquire, Busy, KeyKind, RecordDecoder};
 use crate::error::Result;
@@ -51,17 +51,14 @@ pub(super) fn kind_of(d: &Document) -> Result<Option<KeyKind>> {
 
 /// What a claim decided.
 pub(super) enum Claim {
-    /// The key is of the asked kind: go on. The lock document's fence (0 if
-    /// it never had one), which the slots' fence must stay above so the
-    /// key's tokens keep rising across the change of kind.
+    /// The key is of the asked kind: go on. The lock document's token (its
+    /// base plus its fence; the base alone if it never had a fence), which
+    /// the slots' fence must stay above so the key's tokens keep rising
+    /// across the change of kind and across a swept document.
     Ours(i64),
     /// The answer to give instead: busy behind a mutex holder, or the key
     /// is of another kind.
     Refused(Acquire),
-}
-
-fn fence_in(d: &Document) -> i64 {
-    d.get("fence").and_then(as_i64).unwrap_or(0)
 }
 
 impl MongoBackend {
@@ -74,7 +71,7 @@ impl MongoBackend {
         // every grant.
         if let (Some(d), _) = self.record(key).await? {
             if kind_of(&d)? == Some(kind) {
-                return Ok(Claim::Ours(fence_in(&d)));
+                return Ok(Claim::Ours(token_in(&d)?));
             }
         }
         for _ in 0..RACES {
@@ -92,13 +89,20 @@ impl MongoBackend {
             let claimed = self
                 .inner
                 .coll
-                .find_one_and_update(filter, doc! { "$set": { "kind": wanted } })
+                .find_one_and_update(
+                    filter,
+                    doc! {
+                        "$set": { "kind": wanted },
+                        // A key created anew counts from the clock (`sweep.rs`).
+                        "$setOnInsert": { "base": base_at(now) },
+                    },
+                )
                 .upsert(true)
                 .return_document(ReturnDocument::After)
-                .projection(doc! { "fence": 1, "kind": 1 })
+                .projection(doc! { "fence": 1, "base": 1, "kind": 1 })
                 .await;
             match claimed {
-                Ok(Some(d)) => return Ok(Claim::Ours(fence_in(&d))),
+                Ok(Some(d)) => return Ok(Claim::Ours(token_in(&d)?)),
                 // Not matched (the upsert's insert collided), or a
                 // wire-compatible server's "no document" for an applied
                 // upsert: the document says which.
@@ -109,7 +113,7 @@ impl MongoBackend {
             let (found, now) = self.record(key).await?;
             let Some(d) = found else { continue };
             match kind_of(&d)? {
-                Some(k) if k == kind => return Ok(Claim::Ours(fence_in(&d))),
+                Some(k) if k == kind => return Ok(Claim::Ours(token_in(&d)?)),
                 Some(other) => return Ok(Claim::Refused(Acquire::OtherKind(other))),
                 None => {
                     if let Some((holder, remaining)) = live(&d, now) {

@@ -1,19 +1,26 @@
 //! The MongoDB store (`mongodb://`, feature `mongodb`).
 //!
-//! One document per key, `{_id: key, fence, owner, holder, expiresAt, ttlMs}`,
-//! never deleted by leasehold (the fence lives in it). Every operation is one
+//! One document per key, `{_id: key, base, fence, owner, holder, expiresAt,
+//! ttlMs}`, whose token is `base + fence`: the base is the server's clock in
+//! microseconds when the document was created, so that a key whose
+//! document the sweep deleted after it was idle for the idle window comes
+//! back above every token it had (`sweep.rs`). Every operation is one
 //! single-document write, which MongoDB applies atomically:
 //!
 //! - acquire: `findOneAndUpdate({_id, $or: [{owner: null}, {expiresAt <= now}]},
-//!   {$set: {owner, holder, expiresAt}, $inc: {fence: 1}}, {upsert: true})`.
+//!   {$set: {owner, holder, expiresAt}, $inc: {fence: 1}, $setOnInsert: {base}},
+//!   {upsert: true})`.
 //!   When the filter does not match, the upsert's insert collides with the
 //!   existing `_id`: duplicate key (11000) means busy.
-//! - renew, release: `updateOne` filtered on `_id`, owner, fence (and for
-//!   renew, not yet expired); release sets `owner` to null.
+//! - renew, release: `updateOne` filtered on `_id`, owner, token (a query
+//!   `$expr`: base + fence) and for renew, not yet expired; release sets
+//!   `owner` to null and brings `expiresAt` forward to now (since when the
+//!   key is idle).
 //! - force-release: `findOneAndUpdate` that nulls the owner and bumps the fence.
 //!
-//! Only classic update operators are used (no update pipelines, no `$$NOW`),
-//! so this runs on mongod and on wire-compatible servers. "Now" is the
+//! Only classic update operators are used (no update pipelines, no `$$NOW`);
+//! the one query expression is the token's `$expr` (MongoDB 3.6+), so this
+//! runs on mongod and on wire-compatible servers that have `$expr`. "Now" is the
 //! client's estimate of the *server's* clock, with an error bound (see
 //! [`ClockEstimate`]): a holder's `expiresAt` is set from the upper bound of
 //! the estimate, a contender takes over only once `expiresAt` is at or
@@ -36,6 +43,7 @@ mod kind;
 mod options;
 mod record;
 mod semaphore;
+mod sweep;
 mod watch;
 
 use std::sync::Arc;
@@ -59,7 +67,7 @@ use crate::key::Key;
 use crate::notify::Subscription;
 use clock::{ServerClock, ServerNow};
 use errors::{classify, is_duplicate_key, server_code};
-use record::{date, fence_of, freed, info_of, live, token_as_i64};
+use record::{base_at, date, fence_of, freed, holds_token, info_of, live, token_as_i64};
 
 /// Lock store in a MongoDB collection. Clones share the connection pool,
 /// the clock estimate and the change stream.
@@ -78,6 +86,8 @@ struct Inner {
     /// Whether the client is ours (made from a URL) and so ours to shut
     /// down; an application's own client is left to it.
     owns_client: bool,
+    /// When the next sweep of idle lock documents may start.
+    sweeper: crate::backend::SweepSchedule,
     /// Tests: what the next read of a semaphore's document answers
     /// instead of the store, as a snapshot older than the latest write.
     #[cfg(test)]
@@ -88,6 +98,12 @@ impl MongoBackend {
     /// The lease collection, e.g. to read fences or build indexes.
     pub fn collection(&self) -> &Collection<Document> {
         &self.inner.coll
+    }
+
+    /// How long the lock document of an idle mutex key stays (`None`:
+    /// forever); see [`MongoOptions::with_idle_window`].
+    pub fn idle_window(&self) -> Option<Duration> {
+        self.inner.sweeper.window()
     }
 
     /// The measured offset of the server's clock from this client's, and
@@ -189,6 +205,9 @@ impl Backend for MongoBackend {
                     "ttlMs": ttl,
                 },
                 "$inc": { "fence": 1_i64 },
+                // A document created anew counts its tokens from the clock,
+                // above every token of a document the sweep deleted.
+                "$setOnInsert": { "base": base_at(now) },
             };
             let granted = self
                 .inner
@@ -196,7 +215,7 @@ impl Backend for MongoBackend {
                 .find_one_and_update(filter, update)
                 .upsert(true)
                 .return_document(ReturnDocument::After)
-                .projection(doc! { "fence": 1 })
+                .projection(doc! { "fence": 1, "base": 1 })
                 .await;
             match granted {
                 Ok(Some(d)) => Ok(Acquire::Granted(req.granted(fence_of(&d)?))),
@@ -226,8 +245,8 @@ impl Backend for MongoBackend {
             let filter = doc! {
                 "_id": lease.key().as_str(),
                 "owner": lease.owner().to_string(),
-                "fence": token_as_i64(lease)?,
                 "expiresAt": { "$gt": date(now.upper) },
+                "$expr": holds_token(token_as_i64(lease)?),
             };
             // `$max`, not `$set`: the expiry was computed from this
             // client's "now" before sending, and an update held on the way
@@ -252,20 +271,23 @@ impl Backend for MongoBackend {
             if lease.slot().is_some() {
                 return self.release_permit(lease).await;
             }
+            let token = token_as_i64(lease)?;
+            let now = self.now().await?;
             let filter = doc! {
                 "_id": lease.key().as_str(),
                 "owner": lease.owner().to_string(),
-                "fence": token_as_i64(lease)?,
+                "$expr": holds_token(token),
             };
             let done = self
                 .inner
                 .coll
-                .update_one(filter, doc! { "$set": freed() })
+                .update_one(filter, freed(now))
                 .await
                 .map_err(|e| self.fail(e))?;
             if done.modified_count == 1 {
                 // Waiters in this process need not wait for the change stream.
                 self.inner.watcher.wake_local(lease.key().as_str());
+                self.poke_sweeper();
             }
             Ok(())
         })
@@ -310,13 +332,12 @@ impl Backend for MongoBackend {
 
     fn force_release<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool>> {
         Box::pin(async move {
+            let mut update = freed(self.now().await?);
+            update.insert("$inc", doc! { "fence": 1_i64 });
             let before = self
                 .inner
                 .coll
-                .find_one_and_update(
-                    doc! { "_id": key.as_str() },
-                    doc! { "$set": freed(), "$inc": { "fence": 1_i64 } },
-                )
+                .find_one_and_update(doc! { "_id": key.as_str() }, update)
                 .return_document(ReturnDocument::Before)
                 .await
                 .map_err(|e| self.fail(e))?;

@@ -1,8 +1,11 @@
 //! [`MongoOptions`]: where the lease documents live and how writes are
 //! acknowledged.
 
+use std::time::Duration;
+
 use mongodb::options::{Acknowledgment, WriteConcern};
 
+use crate::backend::DEFAULT_IDLE_WINDOW;
 use crate::error::{Error, Result};
 
 /// The collection used when none is configured.
@@ -20,6 +23,7 @@ pub struct MongoOptions {
     collection: String,
     write_concern: WriteConcern,
     clock_skew_ms: i64,
+    idle_window: Option<Duration>,
 }
 
 impl Default for MongoOptions {
@@ -28,12 +32,14 @@ impl Default for MongoOptions {
             collection: DEFAULT_COLLECTION.to_owned(),
             write_concern: WriteConcern::majority(),
             clock_skew_ms: 0,
+            idle_window: Some(DEFAULT_IDLE_WINDOW),
         }
     }
 }
 
 impl MongoOptions {
-    /// Defaults: collection `leasehold_locks`, write concern `majority`.
+    /// Defaults: collection `leasehold_locks`, write concern `majority`,
+    /// lock documents of keys idle for an hour deleted.
     pub fn new() -> Self {
         Self::default()
     }
@@ -54,6 +60,18 @@ impl MongoOptions {
         /// (positive: ahead). For tests showing that the client's own clock
         /// never decides expiry.
         with_simulated_clock_skew_ms(skew_ms: i64) => clock_skew_ms = skew_ms;
+
+        /// How long the lock document of a mutex key nobody holds stays
+        /// (default an hour; `None`: forever, as before). A sweep deletes
+        /// older ones, and a key that comes back takes tokens above every
+        /// token it had (docs/storage.md). URL option
+        /// `?idle_window=30s|10m|1h|never`.
+        with_idle_window(window: Option<Duration>) => idle_window = window;
+    }
+
+    /// How long the document of an idle key stays (`None`: forever).
+    pub fn idle_window(&self) -> Option<Duration> {
+        self.idle_window
     }
 
     /// The collection name.
@@ -77,6 +95,12 @@ impl MongoOptions {
             return Err(Error::invalid(
                 "write concern",
                 "w: 0 is unacknowledged; a lock store must know whether its writes happened",
+            ));
+        }
+        if self.idle_window == Some(Duration::ZERO) {
+            return Err(Error::invalid(
+                "idle_window",
+                "must be above zero (None keeps records forever)",
             ));
         }
         if self.clock_skew_ms.unsigned_abs() > 24 * 3600 * 1000 {

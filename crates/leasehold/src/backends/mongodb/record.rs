@@ -49,10 +49,50 @@ fn decoder(d: &Document) -> Result<RecordDecoder<'_>> {
     }
 }
 
+/// A lock document's token: its `base` plus its `fence`. The base is the
+/// server's clock in microseconds when the document was created (so that
+/// a key whose document was swept comes back above its old tokens; see
+/// `sweep.rs`); the fence counts the grants since. A document of an
+/// earlier version has no base: its fence is its token.
 fn fence_field(d: &Document, record: &RecordDecoder<'_>) -> Result<i64> {
-    d.get("fence")
+    let fence = d
+        .get("fence")
         .and_then(as_i64)
-        .ok_or_else(|| record.corrupt("the fence is missing or not an integer"))
+        .ok_or_else(|| record.corrupt("the fence is missing or not an integer"))?;
+    let base = match d.get("base") {
+        None | Some(Bson::Null) => 0,
+        Some(b) => as_i64(b).ok_or_else(|| record.corrupt("the base is not an integer"))?,
+    };
+    base.checked_add(fence)
+        .filter(|_| base >= 0)
+        .ok_or_else(|| record.corrupt(format!("base {base} and fence {fence} make no token")))
+}
+
+/// The token of an anchor or lock document, 0 for one without a fence
+/// (an anchor a kind claim created).
+pub(super) fn token_in(d: &Document) -> Result<i64> {
+    if d.get("fence").is_none() {
+        let record = decoder(d)?;
+        return Ok(match d.get("base") {
+            None | Some(Bson::Null) => 0,
+            Some(b) => as_i64(b).ok_or_else(|| record.corrupt("the base is not an integer"))?,
+        });
+    }
+    fence_field(d, &decoder(d)?)
+}
+
+/// The base a document created now starts its tokens from: the lower
+/// bound of the server's clock, in microseconds.
+pub(super) fn base_at(now: ServerNow) -> i64 {
+    now.lower.saturating_mul(1000)
+}
+
+/// The filter clause that the document holds the grant of `token`: its
+/// base (none on documents of earlier versions) plus its fence is the
+/// token. A query expression, not an update pipeline: it needs MongoDB
+/// 3.6 or a server with `$expr`.
+pub(super) fn holds_token(token: i64) -> Document {
+    doc! { "$eq": [ { "$add": [ { "$ifNull": [ "$base", 0_i64 ] }, "$fence" ] }, token ] }
 }
 
 /// The fence of a lease document (with its `_id`), checked.
@@ -103,7 +143,12 @@ pub(super) fn date(ms: i64) -> DateTime {
     DateTime::from_millis(ms)
 }
 
-/// The fields of a free lease; the fence stays.
-pub(super) fn freed() -> Document {
-    doc! { "owner": Bson::Null, "holder": Bson::Null, "expiresAt": Bson::Null }
+/// The update that frees a lease at `now`: no owner or holder, and the
+/// expiry brought forward to now (never moved back) so that it says since
+/// when the key is idle (`sweep.rs`); the fence stays.
+pub(super) fn freed(now: ServerNow) -> Document {
+    doc! {
+        "$set": { "owner": Bson::Null, "holder": Bson::Null },
+        "$min": { "expiresAt": date(now.upper) },
+    }
 }

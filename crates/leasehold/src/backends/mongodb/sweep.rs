@@ -1,0 +1,167 @@
+//! Idle lock documents go away, and tokens still only grow
+//! (docs/storage.md).
+//!
+//! A lock document's token is `base + fence`: the base is the server's
+//! clock in microseconds when the document was created ([`base_at`], the
+//! lower bound of the estimate), the fence counts its grants. A fence grows
+//! far slower than the clock (no server grants one key a million times a
+//! second), so a token stays below the clock. A sweep deletes a document
+//! only once its key has been idle for the window **and** its token is
+//! below the clock of a window ago; a key that comes back is created at the
+//! clock of then, above every token it had. MongoDB applies each document's
+//! delete atomically with its filter, so a grant that took the key while
+//! the sweep ran either changed the document first (then it no longer
+//! matches: a live expiry) or finds it gone and creates it anew.
+//!
+//! One more case: a grant whose request read the clock, then reached the
+//! server after the delete. Its base is still above the deleted token
+//! unless the request was in flight for longer than the window, or the
+//! clock estimate was off by that much (its error bound is milliseconds;
+//! the default window an hour). The argument also assumes the server's
+//! clock never steps back by more than the window (after a failover, the
+//! new primary's clock agrees with the old one's).
+//!
+//! A pass walks the lock documents in `_id` order, [`BATCH`] at a time: a
+//! read of the batch's last `_id`, then one `deleteMany` over the range.
+//! Only mutex documents go; a semaphore's or reader-writer lock's
+//! documents (its anchor with a `kind`, and its slots document) stay, as
+//! on PostgreSQL.
+//!
+//! [`base_at`]: super::record::base_at
+
+use std::time::Duration;
+
+use futures_util::TryStreamExt;
+use mongodb::bson::{doc, Bson, Document};
+
+use super::record::date;
+use super::MongoBackend;
+use crate::backend::duration_to_millis;
+use crate::error::Result;
+
+/// Documents per range (and so per `deleteMany`).
+const BATCH: i64 = 256;
+
+/// Where a pass starts: after every permits and reader-writer document
+/// (their `_id`s start with `\u{1}`), below every key (a key has no
+/// control characters).
+const FIRST_AFTER: &str = "\u{2}";
+
+/// The filter of one range's delete: mutex documents in `(after, last]`
+/// (no end if `last` is `None`) idle since `cutoff_ms` with a token below
+/// the clock then.
+fn idle_in_range(after: &str, last: Option<&str>, cutoff_ms: i64) -> Document {
+    let mut id = doc! { "$gt": after };
+    if let Some(last) = last {
+        id.insert("$lte", last);
+    }
+    doc! {
+        "_id": id,
+        "kind": { "$exists": false },
+        "fence": { "$exists": true },
+        "$or": [
+            // Its last lease ended (expired, or released: release keeps
+            // the time in `expiresAt`) a window ago.
+            { "expiresAt": { "$lte": date(cutoff_ms) } },
+            // Freed by an earlier version, which kept no time: idle since
+            // long ago.
+            { "expiresAt": Bson::Null, "owner": Bson::Null },
+        ],
+        "$expr": {
+            "$lt": [
+                { "$add": [ { "$ifNull": [ "$base", 0_i64 ] }, "$fence" ] },
+                cutoff_ms.saturating_mul(1000),
+            ]
+        },
+    }
+}
+
+/// Ends the pass when dropped, also when its runtime shuts down mid-pass.
+struct Running(MongoBackend);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.inner.sweeper.finish();
+    }
+}
+
+impl MongoBackend {
+    /// Starts a pass in the background if one is due (called after a
+    /// release, the moment a document may have become idle). A pass that
+    /// fails stops; the next due one starts over.
+    pub(super) fn poke_sweeper(&self) {
+        let Some(window) = self.inner.sweeper.window() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if !self.inner.sweeper.try_start() {
+            return;
+        }
+        let running = Running(self.clone());
+        runtime.spawn(async move {
+            if let Err(e) = running.0.sweep_idle(window).await {
+                tracing::debug!(error = %e, "leasehold: mongodb sweep pass stopped");
+            }
+        });
+    }
+
+    /// Deletes the lock documents of mutex keys idle for longer than
+    /// `window` (and whose tokens are below the clock of a window ago), a
+    /// range of documents at a time; answers how many went. The store runs
+    /// this in the background after releases, at most once per half
+    /// window; call it for a maintenance job or a test.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidInput`] for a zero `window` (before any I/O);
+    /// store errors otherwise (the documents deleted so far stay deleted).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: each range's delete is one operation.
+    pub async fn sweep_idle(&self, window: Duration) -> Result<u64> {
+        if window.is_zero() {
+            return Err(crate::error::Error::invalid(
+                "idle window",
+                "must be above zero",
+            ));
+        }
+        let mut after = FIRST_AFTER.to_owned();
+        let mut deleted = 0;
+        loop {
+            let ids: Vec<Document> = self
+                .inner
+                .coll
+                .find(doc! { "_id": { "$gt": &after } })
+                .sort(doc! { "_id": 1 })
+                .limit(BATCH)
+                .projection(doc! { "_id": 1 })
+                .await
+                .map_err(|e| self.fail(e))?
+                .try_collect()
+                .await
+                .map_err(|e| self.fail(e))?;
+            let Some(last) = ids.last().and_then(|d| d.get_str("_id").ok()) else {
+                return Ok(deleted);
+            };
+            // Not a full batch: the range runs to the end of the keys.
+            let end = (ids.len() as i64 == BATCH).then_some(last);
+            let cutoff_ms = self
+                .now()
+                .await?
+                .lower
+                .saturating_sub(duration_to_millis(window));
+            let done = self
+                .inner
+                .coll
+                .delete_many(idle_in_range(&after, end, cutoff_ms))
+                .await
+                .map_err(|e| self.fail(e))?;
+            deleted += done.deleted_count;
+            match end {
+                Some(last) => after = last.to_owned(),
+                None => return Ok(deleted),
+            }
+        }
+    }
+}

@@ -1,0 +1,192 @@
+//! Storage bounded by the keys in use on MongoDB: the lock documents of
+//! idle mutex keys go away, and a key that comes back takes tokens from the
+//! server's clock, above every token it had, also in a collection written
+//! by the previous scheme. Against `LEASEHOLD_TEST_MONGODB` (skipped when
+//! unset, unless `LEASEHOLD_REQUIRE_SERVERS=1`).
+#![cfg(all(feature = "conformance", feature = "mongodb"))]
+
+#[path = "support/common.rs"]
+mod common;
+#[path = "support/mongodb.rs"]
+mod mongodb_fixtures;
+
+use std::time::Duration;
+
+use leasehold::backends::mongodb::{MongoBackend, MongoOptions};
+use leasehold::{Backend, Locks};
+use mongodb::bson::{doc, Bson, DateTime};
+use mongodb_fixtures::{backend_with, options, url};
+
+const TTL: Duration = Duration::from_secs(30);
+
+async fn open(url: &str, options: MongoOptions) -> (MongoBackend, Locks) {
+    let backend = backend_with(url, options).await;
+    (backend.clone(), Locks::new(backend))
+}
+
+async fn documents(backend: &MongoBackend) -> u64 {
+    backend.collection().count_documents(doc! {}).await.unwrap()
+}
+
+#[tokio::test]
+async fn idle_documents_go_and_the_keys_come_back_above_every_token() {
+    let Some(url) = url() else { return };
+    let (backend, locks) = open(&url, options().with_idle_window(None)).await;
+    let mut before = Vec::new();
+    for i in 0..30 {
+        let mut top = 0;
+        for _ in 0..3 {
+            let guard = locks.try_acquire(&format!("order/{i}")).await.unwrap();
+            top = guard.token();
+            guard.release().await.unwrap();
+        }
+        before.push(top);
+    }
+    let held = locks.try_acquire("held").await.unwrap();
+    let permit = locks
+        .semaphore("pool", 2)
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    permit.release().await.unwrap();
+    // 30 keys, the held one, the semaphore's anchor and its slots document.
+    assert_eq!(documents(&backend).await, 33);
+
+    assert_eq!(
+        backend.sweep_idle(Duration::from_secs(3600)).await.unwrap(),
+        0
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        backend
+            .sweep_idle(Duration::from_millis(200))
+            .await
+            .unwrap(),
+        30
+    );
+    // The held mutex and the semaphore's documents stay.
+    assert_eq!(documents(&backend).await, 3);
+    assert!(!held.is_lost());
+    assert!(backend.renew(held.lease(), TTL).await.unwrap());
+
+    for (i, top) in before.into_iter().enumerate() {
+        let guard = locks.try_acquire(&format!("order/{i}")).await.unwrap();
+        assert!(
+            guard.token() > top,
+            "order/{i}: {} after {top}",
+            guard.token()
+        );
+        guard.release().await.unwrap();
+    }
+    held.release().await.unwrap();
+    backend.collection().drop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_collection_of_the_previous_scheme_is_upgraded_in_place() {
+    let Some(url) = url() else { return };
+    let (backend, locks) = open(&url, options().with_idle_window(None)).await;
+    // As the previous release left them: a key freed at 41 (no base, no
+    // expiry), and one held at 7 by a process of that release.
+    let in_an_hour = DateTime::from_millis(DateTime::now().timestamp_millis() + 3_600_000);
+    backend
+        .collection()
+        .insert_many([
+            doc! { "_id": "order/1", "fence": 41_i64, "owner": Bson::Null,
+                   "holder": Bson::Null, "expiresAt": Bson::Null },
+            doc! { "_id": "order/2", "fence": 7_i64, "owner": "0123456789abcdef0123456789abcdef", "holder": "old",
+                   "expiresAt": in_an_hour, "ttlMs": 3_600_000_i64 },
+        ])
+        .await
+        .unwrap();
+    let guard = locks.try_acquire("order/1").await.unwrap();
+    assert_eq!(guard.token(), 42, "the old counter goes on");
+    assert!(
+        backend.renew(guard.lease(), TTL).await.unwrap(),
+        "renewed by its token"
+    );
+    guard.release().await.unwrap();
+    let info = locks.inspect("order/2").await.unwrap().expect("still held");
+    assert_eq!(info.token, 7);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        backend.sweep_idle(Duration::from_millis(10)).await.unwrap(),
+        1,
+        "the freed key goes, the held one stays"
+    );
+    let guard = locks.try_acquire("order/1").await.unwrap();
+    assert!(guard.token() > 42, "{}", guard.token());
+    guard.release().await.unwrap();
+    backend.collection().drop().await.unwrap();
+}
+
+#[tokio::test]
+async fn releases_start_the_sweep_that_empties_the_collection() {
+    let Some(url) = url() else { return };
+    let window = Duration::from_millis(300);
+    let (backend, locks) = open(&url, options().with_idle_window(Some(window))).await;
+    let mut order_7 = 0;
+    for i in 0..200 {
+        let guard = locks.try_acquire(&format!("order/{i}")).await.unwrap();
+        if i == 7 {
+            order_7 = guard.token();
+        }
+        guard.release().await.unwrap();
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        locks
+            .try_acquire("tick")
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+        let left = documents(&backend).await;
+        if left <= 1 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{left} documents left"
+        );
+    }
+    let guard = locks.try_acquire("order/7").await.unwrap();
+    assert!(guard.token() > order_7, "{} after {order_7}", guard.token());
+    guard.release().await.unwrap();
+    backend.collection().drop().await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_windows_are_refused_before_any_io() {
+    let e = MongoBackend::connect_with(
+        "mongodb://127.0.0.1:1/none",
+        MongoOptions::new().with_idle_window(Some(Duration::ZERO)),
+    )
+    .await
+    .unwrap_err();
+    assert!(e.to_string().contains("idle_window"), "{e}");
+    for url in [
+        "mongodb://127.0.0.1:1/none?idle_window=soon",
+        "mongodb://127.0.0.1:1/none?idle_window=0s",
+    ] {
+        let e = Locks::open(url).await.unwrap_err();
+        assert!(e.to_string().contains("idle_window"), "{url}: {e}");
+    }
+}
+
+#[tokio::test]
+async fn the_url_sets_the_window() {
+    let Some(url) = url() else { return };
+    let join = if url.contains('?') { '&' } else { '?' };
+    for (option, window) in [("never", None), ("10m", Some(Duration::from_secs(600)))] {
+        let backend = MongoBackend::connect(&format!("{url}{join}idle_window={option}"))
+            .await
+            .expect("idle_window is leasehold's, not the driver's");
+        assert_eq!(backend.idle_window(), window, "{option}");
+    }
+    let backend = MongoBackend::connect(&url).await.unwrap();
+    assert_eq!(backend.idle_window(), Some(Duration::from_secs(3600)));
+}
