@@ -1,7 +1,7 @@
 //! Storage bounded by the keys in use on PostgreSQL: the rows of idle
-//! mutex keys go away, and a key that comes back starts its fence at the
-//! server's clock, above every token it had, also on a table written by the
-//! previous scheme. Reads `LEASEHOLD_TEST_POSTGRES`.
+//! keys (mutexes, and semaphores and rw locks with their anchors) go away,
+//! and a key that comes back starts its fence at the server's clock, above
+//! every token it had, also on tables written by the previous scheme. Reads `LEASEHOLD_TEST_POSTGRES`.
 #![cfg(all(feature = "conformance", feature = "postgres"))]
 
 #[path = "support/common.rs"]
@@ -72,10 +72,11 @@ async fn idle_rows_go_and_the_keys_come_back_above_every_token() {
             .sweep_idle(Duration::from_millis(200))
             .await
             .unwrap(),
-        30
+        31,
+        "30 mutex keys and the semaphore's"
     );
-    // The held mutex and the semaphore's anchor stay.
-    assert_eq!(rows(&pool, &table).await, 2);
+    // The held mutex stays.
+    assert_eq!(rows(&pool, &table).await, 1);
     assert!(!held.is_lost());
 
     for (i, top) in before.into_iter().enumerate() {
@@ -121,6 +122,241 @@ async fn a_table_of_the_previous_scheme_is_upgraded_in_place() {
     let guard = locks.try_acquire("order/1").await.unwrap();
     assert!(guard.token() > 42, "{}", guard.token());
     guard.release().await.unwrap();
+    for t in ["", "_permits", "_rw"] {
+        drop_table(&pool, &format!("\"{table}{t}\"")).await;
+    }
+}
+
+/// The three tables' row counts: leases (and anchors), permits, rw.
+async fn all_rows(pool: &PgPool, table: &str) -> [i64; 3] {
+    let mut counts = [0; 3];
+    for (n, suffix) in counts.iter_mut().zip(["", "_permits", "_rw"]) {
+        *n = rows(pool, &format!("\"{table}{suffix}\"")).await;
+    }
+    counts
+}
+
+#[tokio::test]
+async fn semaphore_and_rw_rows_go_with_their_anchors() {
+    let Some(url) = url() else { return };
+    let table = unique("idle_kinds");
+    let (backend, locks) = open(&url, &table, None).await;
+    let mut before = Vec::new();
+    for i in 0..10 {
+        let semaphore = locks.semaphore(&format!("pool/{i}"), 2).unwrap();
+        let a = semaphore.try_acquire().await.unwrap();
+        let b = semaphore.try_acquire().await.unwrap();
+        let top = a.token().max(b.token());
+        a.release().await.unwrap();
+        b.release().await.unwrap();
+        before.push((format!("pool/{i}"), top));
+        let rw = locks.rw_lock(&format!("doc/{i}")).unwrap();
+        let read = rw.try_read().await.unwrap();
+        read.release().await.unwrap();
+        let write = rw.try_write().await.unwrap();
+        let top = write.token();
+        write.release().await.unwrap();
+        before.push((format!("doc/{i}"), top));
+    }
+    // Live slots keep their keys: a held permit, a held read, and a
+    // semaphore with one permit released and one still held.
+    let live_permit = locks
+        .semaphore("live-sem", 2)
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    let live_read = locks.rw_lock("live-rw").unwrap().try_read().await.unwrap();
+    let half = locks.semaphore("half", 2).unwrap();
+    let half_held = half.try_acquire().await.unwrap();
+    half.try_acquire().await.unwrap().release().await.unwrap();
+    let pool = pool(&url).await;
+    assert_eq!(all_rows(&pool, &table).await, [23, 12, 11]);
+
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        backend
+            .sweep_idle(Duration::from_millis(200))
+            .await
+            .unwrap(),
+        20
+    );
+    assert_eq!(all_rows(&pool, &table).await, [3, 2, 1]);
+    for guard in [&live_permit, &live_read, &half_held] {
+        assert!(!guard.is_lost(), "{}", guard.key());
+    }
+
+    for (key, top) in before {
+        let token = if key.starts_with("pool/") {
+            let permit = locks
+                .semaphore(&key, 2)
+                .unwrap()
+                .try_acquire()
+                .await
+                .unwrap();
+            let token = permit.token();
+            permit.release().await.unwrap();
+            token
+        } else {
+            let write = locks.rw_lock(&key).unwrap().try_write().await.unwrap();
+            let token = write.token();
+            write.release().await.unwrap();
+            token
+        };
+        assert!(token > top, "{key}: {token} after {top}");
+    }
+    for guard in [live_permit, live_read, half_held] {
+        guard.release().await.unwrap();
+    }
+    for t in ["", "_permits", "_rw"] {
+        drop_table(&pool, &format!("\"{table}{t}\"")).await;
+    }
+}
+
+#[tokio::test]
+async fn semaphore_tables_of_the_previous_scheme_are_upgraded_in_place() {
+    let Some(url) = url() else { return };
+    let pool = pool(&url).await;
+    let table = unique("old_kinds");
+    // As the previous release left them: a semaphore key anchored at 41
+    // whose slots row counted to 45, its released slot removed; and a
+    // reader-writer lock at 60.
+    for statement in [
+        format!(
+            "CREATE TABLE \"{table}\" (key TEXT COLLATE \"C\" PRIMARY KEY, fence BIGINT NOT NULL, \
+             owner TEXT, holder TEXT, expires_at TIMESTAMPTZ, kind TEXT)"
+        ),
+        format!(
+            "CREATE TABLE \"{table}_permits\" (key TEXT COLLATE \"C\" PRIMARY KEY, \
+             fence BIGINT NOT NULL, slots JSONB NOT NULL)"
+        ),
+        format!(
+            "CREATE TABLE \"{table}_rw\" (key TEXT COLLATE \"C\" PRIMARY KEY, \
+             fence BIGINT NOT NULL, slots JSONB NOT NULL, mark JSONB)"
+        ),
+        format!(
+            "INSERT INTO \"{table}\" VALUES ('pool/1', 41, NULL, NULL, NULL, 'sem'), \
+             ('doc/1', 50, NULL, NULL, NULL, 'rw')"
+        ),
+        format!("INSERT INTO \"{table}_permits\" VALUES ('pool/1', 45, '{{}}')"),
+        format!("INSERT INTO \"{table}_rw\" VALUES ('doc/1', 60, '{{}}', NULL)"),
+    ] {
+        sqlx::query(&statement).execute(&pool).await.unwrap();
+    }
+    let (backend, locks) = open(&url, &table, None).await;
+    let semaphore = locks.semaphore("pool/1", 2).unwrap();
+    let permit = semaphore.try_acquire().await.unwrap();
+    assert_eq!(permit.token(), 46, "the old counter goes on");
+    permit.release().await.unwrap();
+    let rw = locks.rw_lock("doc/1").unwrap();
+    let write = rw.try_write().await.unwrap();
+    assert_eq!(write.token(), 61, "the old counter goes on");
+    write.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        backend.sweep_idle(Duration::from_millis(10)).await.unwrap(),
+        2
+    );
+    assert_eq!(all_rows(&pool, &table).await, [0, 0, 0]);
+    let permit = semaphore.try_acquire().await.unwrap();
+    assert!(permit.token() > 46, "{}", permit.token());
+    permit.release().await.unwrap();
+    let write = rw.try_write().await.unwrap();
+    assert!(write.token() > 61, "{}", write.token());
+    write.release().await.unwrap();
+    for t in ["", "_permits", "_rw"] {
+        drop_table(&pool, &format!("\"{table}{t}\"")).await;
+    }
+}
+
+/// Sweeps with a window of 1 ms race grants, renewals and releases of a
+/// few semaphore and rw keys: no grant ever exceeds a semaphore's permits
+/// or meets a writer, no key hands out a token twice, and no mutex grant
+/// meets a live slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sweeps_racing_grants_never_break_a_live_slot() {
+    use std::collections::HashSet;
+    use std::sync::atomic::{AtomicI64, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    let Some(url) = url() else { return };
+    let table = unique("racing_kinds");
+    let (backend, locks) = open(&url, &table, None).await;
+    let holders: Arc<Vec<AtomicI64>> = Arc::new((0..4).map(|_| AtomicI64::new(0)).collect());
+    let tokens = Arc::new(Mutex::new(HashSet::new()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sweeper = {
+        let (backend, stop) = (backend.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut deleted = 0;
+            while !stop.load(Ordering::Relaxed) {
+                deleted += backend.sweep_idle(Duration::from_millis(1)).await.unwrap();
+            }
+            deleted
+        })
+    };
+    let mut workers = Vec::new();
+    for w in 0..8_u64 {
+        let (locks, holders, tokens) = (locks.clone(), holders.clone(), tokens.clone());
+        workers.push(tokio::spawn(async move {
+            for round in 0..60_u64 {
+                let k = ((w + round) % 4) as usize;
+                let (key, guard) = if k < 2 {
+                    let key = format!("sem/{k}");
+                    let semaphore = locks.semaphore(&key, 2).unwrap();
+                    (
+                        key,
+                        semaphore.acquire(Duration::from_secs(20)).await.unwrap(),
+                    )
+                } else {
+                    let key = format!("rw/{k}");
+                    let rw = locks.rw_lock(&key).unwrap();
+                    let guard = if round % 3 == 0 {
+                        rw.write(Duration::from_secs(20)).await.unwrap()
+                    } else {
+                        rw.read(Duration::from_secs(20)).await.unwrap()
+                    };
+                    (key, guard)
+                };
+                // A writer counts as the whole lock (100), a reader or a
+                // permit as one.
+                let weight = if k >= 2 && round % 3 == 0 { 100 } else { 1 };
+                let now = holders[k].fetch_add(weight, Ordering::SeqCst) + weight;
+                let limit = if k < 2 {
+                    2
+                } else if weight == 100 {
+                    100
+                } else {
+                    99
+                };
+                assert!(now <= limit, "{key}: {now} at once");
+                assert!(
+                    tokens.lock().unwrap().insert((key.clone(), guard.token())),
+                    "{key}: token {} twice",
+                    guard.token()
+                );
+                // One key is one lock: while a slot is live, the key is
+                // never a mutex's (its anchor was not swept from under it).
+                if let Ok(mutex) = locks.try_acquire(&key).await {
+                    panic!(
+                        "{key}: a mutex grant ({}) beside a live slot",
+                        mutex.token()
+                    );
+                }
+                holders[k].fetch_sub(weight, Ordering::SeqCst);
+                assert!(!guard.is_lost(), "{key}");
+                guard.release().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(3)).await;
+            }
+        }));
+    }
+    for worker in workers {
+        worker.await.unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    let deleted = sweeper.await.unwrap();
+    assert!(deleted > 0, "the sweeps never met an idle key");
+    let pool = pool(&url).await;
     for t in ["", "_permits", "_rw"] {
         drop_table(&pool, &format!("\"{table}{t}\"")).await;
     }

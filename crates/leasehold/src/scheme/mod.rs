@@ -360,7 +360,7 @@ impl Scheme {
             (Scheme::Sqlite, "synchronous") if !matches!(value, "full" | "normal") => {
                 Err(self.unknown_option(pair))
             }
-            (Scheme::Sqlite | Scheme::Postgres | Scheme::Mongodb, "idle_window") => {
+            (Scheme::Sqlite | Scheme::Postgres | Scheme::Mongodb | Scheme::Etcd, "idle_window") => {
                 parse_idle_window(value).map(drop)
             }
             (Scheme::Redis, name) => check_redis_option(name, value),

@@ -59,7 +59,14 @@ pub(crate) const REDIS_DRIVER_OPTIONS: &[&str] = &["protocol", "db", "user", "pa
 pub(crate) const MONGODB_OPTIONS: &[&str] = &["idle_window"];
 
 /// The options an etcd URL takes (besides `listen`, which the core reads).
-pub(crate) const ETCD_OPTIONS: &[&str] = &["prefix", "ca_file", "cert_file", "key_file", "domain"];
+pub(crate) const ETCD_OPTIONS: &[&str] = &[
+    "prefix",
+    "ca_file",
+    "cert_file",
+    "key_file",
+    "domain",
+    "idle_window",
+];
 
 /// Checks the value of the Redis URL option `name` before any I/O (the
 /// prefix is checked with the other options, when the store is opened).

@@ -5,6 +5,7 @@
 use crate::error::{Error, Result};
 use crate::percent::percent_decode_bytes;
 use crate::scheme::options::ETCD_OPTIONS as URL_OPTIONS;
+use crate::scheme::parse_idle_window;
 
 use super::options::EtcdOptions;
 
@@ -69,6 +70,7 @@ pub(super) fn parse(url: &str, base: EtcdOptions) -> Result<Target> {
             "cert_file" => options.with_client_cert(value),
             "key_file" => options.with_client_key(value),
             "domain" => options.with_domain(value),
+            "idle_window" => options.with_idle_window(parse_idle_window(&value)?),
             // The core's (`leasehold::open`), already applied there.
             "listen" => options,
             other => {

@@ -18,7 +18,8 @@
 //! is the exact range of one lock's records. `{prefix}A/{key}` is written
 //! by `announce` only, for watchers. `{prefix}K/{key}` holds the key's
 //! kind (`rw` or `sem`) once it is a reader-writer lock or a semaphore (one
-//! key is one lock): on no lease, written once, never changed back.
+//! key is one lock): on no lease, never changed, deleted by a sweep pass
+//! once the key has no record left (sweep.rs).
 
 use std::time::Duration;
 
@@ -101,6 +102,11 @@ impl Layout {
     /// [`KeyKind::stored`]: crate::backend::KeyKind::stored
     pub fn kind(&self, key: &str) -> String {
         format!("{}K/{key}", self.prefix)
+    }
+
+    /// What every key's kind record starts with (sweep.rs reads them).
+    pub fn kinds(&self) -> String {
+        format!("{}K/", self.prefix)
     }
 
     /// A reader-writer lock's waiting-writer marker.

@@ -27,6 +27,7 @@ mod leases;
 mod options;
 mod slots;
 mod spares;
+mod sweep;
 mod txns;
 mod watch;
 
@@ -68,6 +69,8 @@ struct Inner {
     leases: leases::Known,
     /// Leases granted ahead of the mutex grants that will need them.
     spares: spares::Spares,
+    /// When the next pass over idle kind records is due (sweep.rs).
+    sweeper: sweep::Sweeper,
 }
 
 impl EtcdBackend {
@@ -133,6 +136,7 @@ impl EtcdBackend {
                 watcher,
                 leases: leases::Known::default(),
                 spares: spares::Spares::default(),
+                sweeper: sweep::Sweeper::new(options.idle_window),
             }),
         };
         // The client dials lazily: one read now, so a cluster that is down
@@ -141,6 +145,27 @@ impl EtcdBackend {
         let probe = GetOptions::new().with_count_only().with_serializable();
         backend.get(backend.inner.layout.all(), probe).await?;
         Ok(backend)
+    }
+
+    /// How often kind records are swept: a pass at most every half window
+    /// (`None`: kept forever). See [`EtcdOptions::with_idle_window`].
+    pub fn idle_window(&self) -> Option<Duration> {
+        self.inner.sweeper.window()
+    }
+
+    /// A sweep pass now (what the background passes after releases do):
+    /// deletes the kind record of every key with no grant left and no
+    /// release since the first earlier pass that began at least a window
+    /// ago (none without a window); how many went. See docs/storage.md.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] if the cluster does not answer; a pass that
+    /// fails part way leaves the rest for the next one.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: each deletion is a transaction of its own.
+    pub async fn sweep_idle(&self) -> Result<u64> {
+        self.sweep_kinds().await
     }
 
     /// The etcd client, for an application's own requests on the same
@@ -276,7 +301,17 @@ impl EtcdBackend {
         self.inner
             .leases
             .forget(&leases::GrantId::of(etcd_key, lease));
-        let txn = txns::release(etcd_key, lease.owner(), lease.token())?;
+        let kind = lease.slot().map(|_| {
+            let kind = match lease.rw_side() {
+                Some(_) => crate::kind::KeyKind::ReaderWriter,
+                None => crate::kind::KeyKind::Semaphore,
+            };
+            (
+                self.inner.layout.kind(lease.key().as_str()),
+                kind.stored().unwrap_or_default(),
+            )
+        });
+        let txn = txns::release(etcd_key, lease.owner(), lease.token(), kind)?;
         let resp = self.txn(txn).await?;
         if !resp.succeeded() {
             return Ok(false);
@@ -289,6 +324,10 @@ impl EtcdBackend {
             }
         }
         self.inner.watcher.wake_local(lease.key().as_str());
+        if lease.slot().is_some() {
+            // The key may have no grant left: its kind record may go.
+            self.poke_sweeper();
+        }
         Ok(true)
     }
 

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::backend::DEFAULT_IDLE_WINDOW;
 use crate::error::{Error, Result};
 
 /// The key prefix used when none is configured.
@@ -27,6 +28,7 @@ pub struct EtcdOptions {
     pub(super) cert_file: Option<PathBuf>,
     pub(super) key_file: Option<PathBuf>,
     pub(super) domain: Option<String>,
+    pub(super) idle_window: Option<Duration>,
 }
 
 impl Default for EtcdOptions {
@@ -41,6 +43,7 @@ impl Default for EtcdOptions {
             cert_file: None,
             key_file: None,
             domain: None,
+            idle_window: Some(DEFAULT_IDLE_WINDOW),
         }
     }
 }
@@ -82,6 +85,13 @@ impl EtcdOptions {
         /// The name the members' certificates must carry, when it is not
         /// the host in the URL (URL option `domain`).
         with_domain(domain: impl Into<String>) => domain = Some(domain.into());
+
+        /// How often the kind records of keys with no grant left are
+        /// deleted: a pass after a release, at most one every half window
+        /// (default an hour, so every 30 min; `None` keeps them). Grants and
+        /// fencing tokens need no record to survive (docs/storage.md). URL:
+        /// `?idle_window=30s|10m|1h|never`.
+        with_idle_window(window: Option<Duration>) => idle_window = window;
     }
 
     /// Authenticate as `user` (the URL's `user:password@`).
@@ -122,6 +132,12 @@ impl EtcdOptions {
             if timeout.is_zero() {
                 return Err(Error::invalid(what, "must be longer than zero"));
             }
+        }
+        if self.idle_window == Some(Duration::ZERO) {
+            return Err(Error::invalid(
+                "idle_window",
+                "must be longer than zero (or never)",
+            ));
         }
         if self.cert_file.is_some() != self.key_file.is_some() {
             return Err(Error::invalid(

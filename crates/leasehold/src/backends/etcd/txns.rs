@@ -133,14 +133,24 @@ pub(super) fn repoint(key: &str, record: &Record, value: String, lease: i64) -> 
 }
 
 /// Release: deletes `key` iff it is the grant of `owner` with `token`;
-/// the deleted record comes back (its lease is then revoked).
-pub(super) fn release(key: &str, owner: OwnerId, token: u64) -> Result<Txn> {
+/// the deleted record comes back (its lease is then revoked). A permit's or
+/// reader-writer grant's release also writes its key's kind record again
+/// (`kind`: the record and its unchanged value), so that record's
+/// `mod_revision` says when the key was last released (sweep.rs).
+pub(super) fn release(
+    key: &str,
+    owner: OwnerId,
+    token: u64,
+    kind: Option<(String, &str)>,
+) -> Result<Txn> {
+    let mut ops = vec![TxnOp::delete(
+        key,
+        Some(DeleteOptions::new().with_prev_key()),
+    )];
+    ops.extend(kind.map(|(record, stored)| TxnOp::put(record, stored, None)));
     Ok(Txn::new()
         .when(is_grant_of(key, owner, token)?)
-        .and_then([TxnOp::delete(
-            key,
-            Some(DeleteOptions::new().with_prev_key()),
-        )]))
+        .and_then(ops))
 }
 
 /// Force-release's cleanup of a record whose lease is gone or missing:

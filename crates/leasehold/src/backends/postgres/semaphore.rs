@@ -1,7 +1,7 @@
 //! PostgreSQL's semaphores: one row per semaphore key in `<table>_permits`,
 //! holding the key's permit fence and its slots as a `jsonb` object
 //! (`{"slot": {"o": owner, "h": holder, "t": token, "e": expiry ms}}`),
-//! never deleted (the fence lives there).
+//! deleted with its anchor once idle past the window (sweep.rs).
 //!
 //! Keeping a key's slots in one row is what makes a grant one statement
 //! that is right under concurrency: `INSERT ... ON CONFLICT DO UPDATE`
@@ -55,7 +55,7 @@ pub(super) fn permits_table(table: &str) -> String {
 
 /// `"schema"."table"` (quoted) → `"schema"."table_rw"`: shorter than the
 /// permits table's suffix, so the table name's bound leaves room for it.
-fn rw_table(table: &str) -> String {
+pub(super) fn rw_table(table: &str) -> String {
     beside(table, RW_TABLE_SUFFIX)
 }
 
@@ -309,10 +309,15 @@ impl PermitStatements {
                    AND (slots->$2::text->>'e')::bigint > {NOW}"
             ),
             // $1 key, $2 slot (text), $3 owner, $4 token; notifies in the
-            // same statement, so only a committed release wakes.
+            // same statement, so only a committed release wakes. The slot
+            // stays, ended now (never later than it was): the time the key
+            // went idle, for the sweep (sweep.rs). Every other statement
+            // counts only slots that have not ended, and a grant drops the
+            // ended ones as it rewrites the row.
             release: format!(
                 "WITH freed AS ( \
-                   UPDATE {p} SET slots = slots - $2::text \
+                   UPDATE {p} SET slots = jsonb_set(slots, ARRAY[$2::text, 'e'], \
+                     to_jsonb(least((slots->$2::text->>'e')::bigint, {NOW}))) \
                    WHERE key = $1 AND slots->$2::text->>'o' = $3::text \
                      AND (slots->$2::text->>'t')::bigint = $4::bigint RETURNING key) \
                  SELECT pg_notify('{CHANNEL}', key) FROM freed"

@@ -2,7 +2,8 @@
 //!
 //! A record is created with the server's clock in microseconds as its
 //! fence ([`FIRST_FENCE`]: the mutex's row, and the anchor of a
-//! semaphore or reader-writer lock); each later grant adds one. A fence grows far slower than the clock (no server
+//! semaphore or reader-writer lock, whose slots row counts on from the
+//! anchor's fence); each later grant adds one. A fence grows far slower than the clock (no server
 //! grants one key a million times a second), so it stays below the clock.
 //! A sweep deletes a record only once its key has been idle for the window
 //! **and** its fence is below the clock of a window ago, so a key that
@@ -18,7 +19,8 @@
 //!
 //! A pass walks the key space in ranges of [`BATCH`] keys of the lease
 //! table, one statement per range, so it never holds more than a range of
-//! row locks. Only mutex rows are deleted so far ([`range_statement`]).
+//! row locks ([`range_statement`] has the argument for the semaphores' and
+//! rw locks' two rows per key).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,27 +37,71 @@ const BATCH: i64 = 256;
 pub(super) const FIRST_FENCE: &str = "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint";
 
 /// The statement of one range: $1 the key the range starts after, $2 the
-/// window in ms. Returns the rows deleted and the range's last key (NULL
-/// when it ran to the end of the key space).
+/// window in ms. Returns the keys whose records it deleted and the range's
+/// last key (NULL when it ran to the end of the key space).
 ///
-/// Only mutex rows go (`kind IS NULL`); the anchors, permits and
-/// reader-writer rows of semaphores and rw locks are kept, as before: their
-/// grants touch two rows (the anchor, then the slots), and deleting both
-/// safely against a concurrent grant needs more than one statement (see
-/// docs/storage.md). A grant or a kind claim that updates a row while the
-/// sweep waits for it makes PostgreSQL re-check the row's own conditions on
-/// its new version (a new expiry, a kind), so a row taken meanwhile stays.
+/// A mutex row goes (`l`) when its holder left or expired more than the
+/// window ago and its fence is below the clock of a window ago. A grant or
+/// a kind claim that updates the row while the delete waits for it makes
+/// PostgreSQL re-check the row's own conditions on its new version (a new
+/// expiry, a kind), so a row taken meanwhile stays.
+///
+/// A semaphore's or rw lock's key has two rows, its anchor (here) and its
+/// slots (`<table>_permits` or `<table>_rw`), and both go together or
+/// neither does: a slots row deleted under a kept anchor would restart its
+/// fence at the anchor's, below the tokens it handed out. A grant locks the
+/// anchor first and rewrites it (`claim` in semaphore.rs), then writes the
+/// slots row, in one statement. So the sweep locks the anchors first,
+/// skipping the ones a grant holds (`held`), and keeps only those whose row
+/// is still the version of this statement's snapshot (`k`: same `ctid`): no
+/// grant of those keys committed since the snapshot, so the snapshot's
+/// slots rows are the keys' whole story except for releases and renewals,
+/// which only rewrite a slots row, and which the deletes (`dp`, `dr`) see
+/// by re-checking each row's own conditions on its latest version. A slots
+/// row goes when every slot (and a waiting writer's mark) ended more than
+/// the window ago and its fence is below the clock of a window ago; the
+/// anchor goes with it (`da`), or alone when it has no slots row left.
 pub(super) fn range_statement(table: &str) -> String {
+    let permits = super::semaphore::permits_table(table);
+    let rw = super::semaphore::rw_table(table);
+    let in_range = "t.key > $1::text AND (b.hi IS NULL OR t.key <= b.hi)";
+    let last_end = |x: &str| {
+        format!(
+            "coalesce((SELECT max((s.v->>'e')::bigint) FROM jsonb_each({x}.slots) AS s(k, v)), 0)"
+        )
+    };
     format!(
         "WITH r AS (SELECT key FROM {table} WHERE key > $1::text ORDER BY key LIMIT {BATCH}), \
          b AS (SELECT CASE WHEN count(*) < {BATCH} THEN NULL ELSE max(key) END AS hi FROM r), \
          c AS (SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint - $2::bigint AS ms), \
          l AS (DELETE FROM {table} AS t USING b, c \
-           WHERE t.key > $1::text AND (b.hi IS NULL OR t.key <= b.hi) AND t.kind IS NULL \
+           WHERE {in_range} AND t.kind IS NULL \
              AND t.fence < c.ms * 1000 \
              AND coalesce(t.expires_at, '-infinity') <= to_timestamp(c.ms / 1000.0) \
+           RETURNING t.key), \
+         seen AS (SELECT t.key, t.ctid FROM {table} AS t, b, c \
+           WHERE {in_range} AND t.kind IS NOT NULL AND t.fence < c.ms * 1000), \
+         held AS (SELECT t.key, t.ctid FROM {table} AS t, b, c \
+           WHERE {in_range} AND t.kind IS NOT NULL AND t.fence < c.ms * 1000 \
+           FOR UPDATE OF t SKIP LOCKED), \
+         k AS (SELECT held.key FROM held JOIN seen ON seen.key = held.key AND seen.ctid = held.ctid), \
+         dp AS (DELETE FROM {permits} AS x USING k, c \
+           WHERE x.key = k.key AND x.fence < c.ms * 1000 AND {p_end} <= c.ms \
+             AND NOT EXISTS (SELECT FROM {rw} AS o WHERE o.key = x.key) \
+           RETURNING x.key), \
+         dr AS (DELETE FROM {rw} AS x USING k, c \
+           WHERE x.key = k.key AND x.fence < c.ms * 1000 AND {r_end} <= c.ms \
+             AND coalesce((x.mark->>'e')::bigint, 0) <= c.ms \
+             AND NOT EXISTS (SELECT FROM {permits} AS o WHERE o.key = x.key) \
+           RETURNING x.key), \
+         da AS (DELETE FROM {table} AS t USING k \
+           WHERE t.key = k.key \
+             AND (t.key IN (SELECT key FROM dp) OR NOT EXISTS (SELECT FROM {permits} AS o WHERE o.key = t.key)) \
+             AND (t.key IN (SELECT key FROM dr) OR NOT EXISTS (SELECT FROM {rw} AS o WHERE o.key = t.key)) \
            RETURNING t.key) \
-         SELECT (SELECT count(*) FROM l), (SELECT hi FROM b)"
+         SELECT (SELECT count(*) FROM l) + (SELECT count(*) FROM da), (SELECT hi FROM b)",
+        p_end = last_end("x"),
+        r_end = last_end("x"),
     )
 }
 
