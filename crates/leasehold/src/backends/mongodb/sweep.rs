@@ -22,10 +22,13 @@
 //! new primary's clock agrees with the old one's).
 //!
 //! A pass walks the lock documents in `_id` order, [`BATCH`] at a time: a
-//! read of the batch's last `_id`, then one `deleteMany` over the range.
-//! Only mutex documents go; a semaphore's or reader-writer lock's
-//! documents (its anchor with a `kind`, and its slots document) stay, as
-//! on PostgreSQL.
+//! read of the batch's last `_id`, then a `deleteMany` over the range for
+//! mutex documents and one for semaphore and reader-writer documents (one
+//! document per key, its slots inside: semaphore.rs), each idle past the
+//! window with its tokens below the clock of a window ago. A grant of such
+//! a key is one conditional write on that document too, so the same
+//! argument holds: it lands before the delete (a later `lastEnd`: kept) or
+//! after it (the document is gone: the grant creates it anew at the clock).
 //!
 //! [`base_at`]: super::record::base_at
 
@@ -34,9 +37,12 @@ use std::time::Duration;
 use futures_util::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
 
-use super::record::date;
+use super::errors::STORE;
+use super::record::{date, token_in};
+use super::semaphore::{mark_of, slots_of};
 use super::MongoBackend;
 use crate::backend::duration_to_millis;
+use crate::backend::RecordDecoder;
 use crate::error::Result;
 
 /// Documents per range (and so per `deleteMany`).
@@ -76,6 +82,50 @@ fn idle_in_range(after: &str, last: Option<&str>, cutoff_ms: i64) -> Document {
     }
 }
 
+/// The semaphore and reader-writer documents in `(after, last]` whose
+/// last permit token is below the clock at `cutoff_ms`: the candidates
+/// [`idle_since`] decides on. A document of an earlier version (no
+/// `pfence`: its slots are in a document of their own) stays until a grant
+/// moves it (semaphore.rs).
+fn kinds_in_range(after: &str, last: Option<&str>, cutoff_ms: i64) -> Document {
+    let mut id = doc! { "$gt": after };
+    if let Some(last) = last {
+        id.insert("$lte", last);
+    }
+    doc! {
+        "_id": id,
+        "kind": { "$exists": true },
+        "pfence": { "$lt": cutoff_ms.saturating_mul(1000) },
+    }
+}
+
+/// Whether a semaphore's or rw lock's document has been idle since
+/// `cutoff_ms`: its last release, every slot left in it and a waiting
+/// writer's mark ended by then, and its mutex-era token below the clock
+/// then. (Which slots a document holds is a map of its own, which a
+/// classic query cannot range over; so the pass reads the candidates and
+/// decides here, and the delete is conditioned on the revision read.)
+fn idle_since(d: &Document, cutoff_ms: i64) -> bool {
+    let ended = |field: Option<Result<&mongodb::bson::DateTime, _>>| match field {
+        None => true,
+        Some(Ok(at)) => at.timestamp_millis() <= cutoff_ms,
+        Some(Err(_)) => false,
+    };
+    let record = RecordDecoder::new(STORE, d.get_str("_id").unwrap_or_default());
+    let slots_ended =
+        slots_of(d, &record).is_ok_and(|slots| slots.iter().all(|s| s.expires <= cutoff_ms));
+    let mark_ended = match d.get_document("mark") {
+        Ok(_) => mark_of(d).is_some_and(|(_, _, exp)| exp <= cutoff_ms),
+        Err(_) => d.get("mark").is_none(),
+    };
+    ended(
+        d.contains_key("released")
+            .then(|| d.get_datetime("released")),
+    ) && slots_ended
+        && mark_ended
+        && token_in(d).is_ok_and(|t| t < cutoff_ms.saturating_mul(1000))
+}
+
 /// Ends the pass when dropped, also when its runtime shuts down mid-pass.
 struct Running(MongoBackend);
 
@@ -107,8 +157,42 @@ impl MongoBackend {
         });
     }
 
-    /// Deletes the lock documents of mutex keys idle for longer than
-    /// `window` (and whose tokens are below the clock of a window ago), a
+    /// Deletes the idle semaphore and reader-writer documents of one range:
+    /// each only if it is still the revision read (every grant, renewal,
+    /// release and mark bumps `rev`), so a grant that landed since keeps it.
+    async fn sweep_kinds(&self, after: &str, end: Option<&str>, cutoff_ms: i64) -> Result<u64> {
+        let candidates: Vec<Document> = self
+            .inner
+            .coll
+            .find(kinds_in_range(after, end, cutoff_ms))
+            .await
+            .map_err(|e| self.fail(e))?
+            .try_collect()
+            .await
+            .map_err(|e| self.fail(e))?;
+        let idle: Vec<Document> = candidates
+            .iter()
+            .filter(|d| idle_since(d, cutoff_ms))
+            .map(|d| {
+                let same = |field: &str| d.get(field).cloned().unwrap_or(Bson::Null);
+                doc! { "_id": same("_id"), "rev": same("rev"), "fence": same("fence"),
+                "pfence": same("pfence") }
+            })
+            .collect();
+        if idle.is_empty() {
+            return Ok(0);
+        }
+        let done = self
+            .inner
+            .coll
+            .delete_many(doc! { "$or": idle })
+            .await
+            .map_err(|e| self.fail(e))?;
+        Ok(done.deleted_count)
+    }
+
+    /// Deletes the documents of keys idle for longer than `window` (and
+    /// whose tokens are below the clock of a window ago), a
     /// range of documents at a time; answers how many went. The store runs
     /// this in the background after releases, at most once per half
     /// window; call it for a maintenance job or a test.
@@ -158,6 +242,7 @@ impl MongoBackend {
                 .await
                 .map_err(|e| self.fail(e))?;
             deleted += done.deleted_count;
+            deleted += self.sweep_kinds(&after, end, cutoff_ms).await?;
             match end {
                 Some(last) => after = last.to_owned(),
                 None => return Ok(deleted),
