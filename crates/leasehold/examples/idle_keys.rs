@@ -8,18 +8,23 @@
 //! cargo run --release -p leasehold --all-features --example idle_keys -- 100000 2s
 //! cargo run --release -p leasehold --all-features --example idle_keys -- 100000 1m redis://127.0.0.1:6379
 //! cargo run --release -p leasehold --all-features --example idle_keys -- 100000 1m postgres://postgres@127.0.0.1:5432/test
+//! cargo run --release -p leasehold --all-features --example idle_keys -- 100000 1m mongodb://127.0.0.1:27017 semaphore
 //! ```
 //!
 //! Arguments: the number of keys (default 100000), the idle window
-//! (default 2s; `ms`, `s`, `m` or `h`) and the store: `sqlite://PATH`
+//! (default 2s; `ms`, `s`, `m` or `h`), the store: `sqlite://PATH`
 //! (default: a file in a fresh temporary directory), `postgres://…`,
-//! `redis://…` or `memory://`. On a shared server the run's keys carry a
-//! name of their own (PostgreSQL) or a store prefix of their own (Redis),
-//! and only those are counted.
+//! `redis://…`, `mongodb://…`, `etcd://…` or `memory://`, and the kind of
+//! lock per key: `mutex` (default) or `semaphore` (of 2 permits). On a
+//! shared server the run's keys carry a name of their own (PostgreSQL), a
+//! store prefix of their own (Redis, etcd) or a collection of their own
+//! (MongoDB), and only those are counted.
 
 use std::time::{Duration, Instant};
 
+use leasehold::backends::etcd::{EtcdBackend, EtcdOptions};
 use leasehold::backends::memory::MemoryBackend;
+use leasehold::backends::mongodb::{MongoBackend, MongoOptions};
 use leasehold::Locks;
 
 type BoxError = Box<dyn std::error::Error>;
@@ -30,6 +35,8 @@ enum Records {
     Sqlite(sqlx::SqlitePool, String),
     Postgres(sqlx::PgPool, String),
     Redis(redis::aio::MultiplexedConnection, String),
+    Mongodb(MongoBackend),
+    Etcd(EtcdBackend, String),
 }
 
 impl Records {
@@ -38,6 +45,23 @@ impl Records {
             Records::Memory(store) => i64::try_from(store.record_count())?,
             Records::Sqlite(pool, query) => sqlx::query_scalar(query).fetch_one(&*pool).await?,
             Records::Postgres(pool, query) => sqlx::query_scalar(query).fetch_one(&*pool).await?,
+            Records::Mongodb(store) => i64::try_from(
+                store
+                    .collection()
+                    .count_documents(mongodb::bson::doc! {})
+                    .await?,
+            )?,
+            Records::Etcd(store, prefix) => {
+                let options = etcd_client::GetOptions::new()
+                    .with_prefix()
+                    .with_count_only();
+                store
+                    .client()
+                    .kv_client()
+                    .get(prefix.as_str(), Some(options))
+                    .await?
+                    .count()
+            }
             Records::Redis(conn, pattern) => {
                 let (mut cursor, mut n) = (0_u64, 0);
                 loop {
@@ -100,8 +124,37 @@ async fn open(url: &str, window: Duration) -> Result<(Locks, Records, String), B
             String::new(),
         ));
     }
+    if url.starts_with("mongodb://") {
+        let store = MongoBackend::connect_with(
+            url,
+            MongoOptions::new()
+                .with_collection(run.replace('-', "_"))
+                .with_idle_window(Some(window)),
+        )
+        .await?;
+        return Ok((
+            Locks::new(store.clone()),
+            Records::Mongodb(store),
+            String::new(),
+        ));
+    }
+    if url.starts_with("etcd://") {
+        let prefix = format!("{run}/");
+        let store = EtcdBackend::connect_with(
+            url,
+            EtcdOptions::new()
+                .with_prefix(&prefix)
+                .with_idle_window(Some(window)),
+        )
+        .await?;
+        return Ok((
+            Locks::new(store.clone()),
+            Records::Etcd(store, prefix),
+            String::new(),
+        ));
+    }
     Err(format!(
-        "idle_keys counts records on sqlite://, postgres://, redis:// and memory://, not {url:?}"
+        "idle_keys counts records on sqlite://, postgres://, redis://, mongodb://, etcd:// and memory://, not {url:?}"
     )
     .into())
 }
@@ -123,14 +176,29 @@ async fn main() -> Result<(), BoxError> {
     let url = args
         .next()
         .unwrap_or_else(|| format!("sqlite://{}", dir.path().join("locks.db").to_string_lossy()));
+    let semaphore = match args.next().as_deref() {
+        None | Some("mutex") => false,
+        Some("semaphore") => true,
+        Some(other) => return Err(format!("the kind is mutex or semaphore, not {other:?}").into()),
+    };
     let (locks, mut records, names) = open(&url, window).await?;
     let ttl = Duration::from_secs(30);
     let key = |i: usize| format!("{names}order/{i}");
+    let acquire = |key: String| {
+        let locks = locks.clone();
+        async move {
+            if semaphore {
+                locks.semaphore(&key, 2)?.acquire(ttl).await
+            } else {
+                locks.acquire(&key, ttl).await
+            }
+        }
+    };
 
     let start = Instant::now();
     let mut sample = Vec::new();
     for i in 0..keys {
-        let guard = locks.acquire(&key(i), ttl).await?;
+        let guard = acquire(key(i)).await?;
         if i % (keys / 100).max(1) == 0 {
             sample.push((i, guard.token()));
         }
@@ -149,7 +217,7 @@ async fn main() -> Result<(), BoxError> {
     let idle_from = Instant::now();
     loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        locks.acquire(&tick, ttl).await?.release().await?;
+        acquire(tick.clone()).await?.release().await?;
         let left = records.count().await?;
         if left <= 3 {
             println!(
@@ -165,7 +233,7 @@ async fn main() -> Result<(), BoxError> {
 
     let mut lower = 0;
     for (i, before) in &sample {
-        let guard = locks.acquire(&key(*i), ttl).await?;
+        let guard = acquire(key(*i)).await?;
         if guard.token() <= *before {
             lower += 1;
         }

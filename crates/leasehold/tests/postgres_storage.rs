@@ -374,19 +374,24 @@ async fn releases_start_the_sweep_that_empties_the_table() {
             order_7 = guard.token();
         }
         guard.release().await.unwrap();
+        // Semaphore keys too, whose releases start passes as well.
+        let semaphore = locks.semaphore(&format!("pool/{i}"), 2).unwrap();
+        semaphore
+            .try_acquire()
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
     }
     let pool = pool(&url).await;
     let quoted = format!("\"{table}\"");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        locks
-            .try_acquire("tick")
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
+        // Only a permit's release here: it must start passes too.
+        let tick = locks.semaphore("tick", 1).unwrap();
+        tick.try_acquire().await.unwrap().release().await.unwrap();
         let left = rows(&pool, &quoted).await;
         if left <= 1 {
             break;
