@@ -34,6 +34,8 @@ pub struct MemoryBackend {
     permits: PermitTable,
     /// How long the record of a key nobody holds stays; `None`: forever.
     idle_window: Option<Duration>,
+    /// Whether a release has a sweep step to take, read without the lock.
+    sweep_gate: Arc<sweep::Gate>,
 }
 
 impl Default for MemoryBackend {
@@ -43,6 +45,7 @@ impl Default for MemoryBackend {
             hub: WakeHub::default(),
             permits: PermitTable::default(),
             idle_window: Some(DEFAULT_IDLE_WINDOW),
+            sweep_gate: Arc::default(),
         }
     }
 }
@@ -237,8 +240,7 @@ impl MemoryBackend {
     }
 
     /// Whether the mutex lease was held (and is now free).
-    fn release_mutex(&self, lease: &Lease) -> bool {
-        let now = Instant::now();
+    fn release_mutex(&self, lease: &Lease, now: Instant) -> bool {
         let mut anchors = self.anchors();
         match anchors.records.get_mut(lease.key()) {
             Some(record) if record.holds(lease) => {
@@ -284,14 +286,17 @@ impl Backend for MemoryBackend {
 
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
+            let now = Instant::now();
             let freed = match lease.slot() {
-                None => self.release_mutex(lease),
-                Some(_) => self.permits.release(lease),
+                None => self.release_mutex(lease, now),
+                Some(_) => self.permits.release(lease, now),
             };
             if freed {
                 self.hub.notify(lease.key().as_str());
             }
-            self.sweep_step(Instant::now());
+            if self.sweep_gate.is_open(now) {
+                self.sweep_step(now);
+            }
             Ok(())
         })
     }

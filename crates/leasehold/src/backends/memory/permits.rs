@@ -290,7 +290,7 @@ impl PermitTable {
     }
 
     /// Whether the permit was held (and is now free).
-    pub(super) fn release(&self, lease: &Lease) -> bool {
+    pub(super) fn release(&self, lease: &Lease, now: Instant) -> bool {
         let mut keys = self.table(lease.rw_side());
         let Some(sem) = keys.get_mut(lease.key()) else {
             return false;
@@ -300,7 +300,7 @@ impl PermitTable {
         }
         let freed = lease.slot().and_then(|s| sem.slots.remove(&s)).is_some();
         if freed {
-            sem.last_end = Some(Instant::now());
+            sem.last_end = Some(now);
         }
         freed
     }

@@ -16,6 +16,7 @@
 //! the whole map at once.
 
 use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::time::Instant;
 
@@ -25,6 +26,43 @@ use crate::key::Key;
 
 /// Keys one release's step of a pass looks at.
 const STEP: usize = 64;
+
+/// Whether a release has a step to take: while a pass walks, always; else
+/// once the next pass is due. Read with one atomic load, so the releases
+/// between passes (nearly all of them) never take the anchors' lock for
+/// the sweep.
+#[derive(Debug)]
+pub(super) struct Gate {
+    /// What the times below count from.
+    base: Instant,
+    /// Nanoseconds after `base` from which a release steps (0: at once).
+    open_from: AtomicU64,
+}
+
+impl Default for Gate {
+    fn default() -> Self {
+        Gate {
+            base: Instant::now(),
+            open_from: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Gate {
+    fn nanos(&self, at: Instant) -> u64 {
+        u64::try_from(at.duration_since(self.base).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    pub(super) fn is_open(&self, now: Instant) -> bool {
+        self.nanos(now) >= self.open_from.load(Ordering::Relaxed)
+    }
+
+    /// Opens from `at` on (`None`: at once).
+    fn open_at(&self, at: Option<Instant>) {
+        let from = at.map_or(0, |at| self.nanos(at));
+        self.open_from.store(from, Ordering::Relaxed);
+    }
+}
 
 /// Where a pass stands: the key its last step stopped after (`None`:
 /// at the start of the map).
@@ -49,7 +87,9 @@ impl MemoryBackend {
                 .last_pass
                 .is_some_and(|at| now.duration_since(at) < window / 2) =>
             {
-                return
+                self.sweep_gate
+                    .open_at(anchors.last_pass.map(|at| at + window / 2));
+                return;
             }
             None => {
                 anchors.last_pass = Some(now);
@@ -59,6 +99,12 @@ impl MemoryBackend {
         let (idle, last) = self.idle_in(&anchors, walk.after.as_ref(), STEP, cutoff, now);
         self.delete(&mut anchors, idle);
         anchors.walk = last.map(|after| Walk { after: Some(after) });
+        // Walking: every release steps; done: none until the next pass.
+        let next = match anchors.walk {
+            Some(_) => None,
+            None => anchors.last_pass.map(|at| at + window / 2),
+        };
+        self.sweep_gate.open_at(next);
     }
 
     /// Deletes the records of every key nobody has held for the idle window

@@ -4,24 +4,37 @@
 -- documented there.
 local IDLE_MS = tonumber(table.remove(ARGV))
 
--- Makes `key` live at least `ms` more (never shortens its life, and a key
--- without a ttl, written by an earlier version, gets one). Nothing with an
+-- Writes are what a script costs (each is replicated and logged), so the
+-- ttls below move only when they must, with half a window of slack: in
+-- steady use a key's ttl is written about once per half window, not on
+-- every grant and release.
+
+-- Makes `key` live at least `ms` - IDLE_MS/2 more, setting `ms` when it
+-- does not (never shortens its life; a key without a ttl, written by an
+-- earlier version, gets one). A grant passes the lease plus the window, so
+-- the records outlive the lease by at least half a window. Nothing with an
 -- idle window of 0 (never), or for a key that does not exist.
 local function keep_for(key, ms)
   if IDLE_MS <= 0 then
     return
   end
   local left = redis.call('PTTL', key)
-  if left == -1 or (left >= 0 and left < ms) then
+  if left == -1 or (left >= 0 and left < ms - IDLE_MS / 2) then
     redis.call('PEXPIRE', key, ms)
   end
 end
 
--- Sets `key` to live exactly `ms` more (a release: nothing it guarded
--- needs it longer). Nothing with an idle window of 0 (never).
+-- A release: `key` lives between `ms` and `ms` + IDLE_MS/2 more (nothing
+-- it guarded needs it longer; a key in steady use keeps its records).
+-- Nothing with an idle window of 0 (never), or for a key that does not
+-- exist.
 local function expire_in(key, ms)
-  if IDLE_MS > 0 then
-    redis.call('PEXPIRE', key, ms)
+  if IDLE_MS <= 0 then
+    return
+  end
+  local left = redis.call('PTTL', key)
+  if left == -1 or (left >= 0 and (left < ms or left > ms + IDLE_MS / 2)) then
+    redis.call('PEXPIRE', key, ms + math.floor(IDLE_MS / 2))
   end
 end
 
