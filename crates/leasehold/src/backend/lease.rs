@@ -29,6 +29,15 @@ impl Lease {
     pub fn rw_side(&self) -> Option<RwSide> {
         self.rw
     }
+    /// The kind of lock this lease holds the key as (the twin of
+    /// [`AcquireRequest::key_kind`](super::AcquireRequest::key_kind)).
+    pub fn key_kind(&self) -> KeyKind {
+        match (self.slot, self.rw) {
+            (None, _) => KeyKind::Mutex,
+            (Some(_), Some(_)) => KeyKind::ReaderWriter,
+            (Some(_), None) => KeyKind::Semaphore,
+        }
+    }
     /// The locked key.
     pub fn key(&self) -> &Key {
         &self.key

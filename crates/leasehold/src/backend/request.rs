@@ -302,7 +302,15 @@ mod tests {
     fn each_request_names_the_kind_of_key_it_asks_for() {
         let key = Key::new("k").unwrap();
         let ttl = Duration::from_secs(30);
-        let kind = |req: AcquireRequest| req.key_kind();
+        // The request's kind, and its grant's the same.
+        let kind = |req: AcquireRequest| {
+            let lease = match req.permit_kind() {
+                None => req.granted(1),
+                Some(_) => req.granted_permit(0, 1),
+            };
+            assert_eq!(lease.key_kind(), req.key_kind());
+            req.key_kind()
+        };
         assert_eq!(
             kind(AcquireRequest::new(key.clone(), ttl, "h").unwrap()),
             KeyKind::Mutex

@@ -301,16 +301,11 @@ impl EtcdBackend {
         self.inner
             .leases
             .forget(&leases::GrantId::of(etcd_key, lease));
-        let kind = lease.slot().map(|_| {
-            let kind = match lease.rw_side() {
-                Some(_) => crate::kind::KeyKind::ReaderWriter,
-                None => crate::kind::KeyKind::Semaphore,
-            };
-            (
-                self.inner.layout.kind(lease.key().as_str()),
-                kind.stored().unwrap_or_default(),
-            )
-        });
+        // A permit's or reader-writer grant's kind record (a mutex has none).
+        let kind = lease
+            .key_kind()
+            .stored()
+            .map(|stored| (self.inner.layout.kind(lease.key().as_str()), stored));
         let txn = txns::release(etcd_key, lease.owner(), lease.token(), kind)?;
         let resp = self.txn(txn).await?;
         if !resp.succeeded() {
@@ -324,7 +319,7 @@ impl EtcdBackend {
             }
         }
         self.inner.watcher.wake_local(lease.key().as_str());
-        if lease.slot().is_some() {
+        if lease.key_kind() != KeyKind::Mutex {
             // The key may have no grant left: its kind record may go.
             self.poke_sweeper();
         }

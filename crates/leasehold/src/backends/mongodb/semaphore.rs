@@ -407,14 +407,9 @@ impl MongoBackend {
     /// The filter matching `lease`'s slot while it holds it.
     fn held(lease: &Lease) -> Result<(Document, String)> {
         let slot = format!("slots.{}", lease.slot().unwrap_or(u32::MAX));
-        let kind = if lease.rw_side().is_some() {
-            KeyKind::ReaderWriter
-        } else {
-            KeyKind::Semaphore
-        };
         let filter = doc! {
             "_id": lease.key().as_str(),
-            "kind": kind.stored().unwrap_or_default(),
+            "kind": lease.key_kind().stored().unwrap_or_default(),
             format!("{slot}.owner"): lease.owner().to_string(),
             format!("{slot}.token"): token_as_i64(lease)?,
         };

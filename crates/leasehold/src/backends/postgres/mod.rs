@@ -384,9 +384,10 @@ impl Backend for PostgresBackend {
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
             if lease.slot().is_some() {
-                self.inner.release_permit(lease).await?;
-                // The key may have just gone idle.
-                self.inner.poke_sweeper();
+                if self.inner.release_permit(lease).await? {
+                    // The key may have just gone idle.
+                    self.inner.poke_sweeper();
+                }
                 return Ok(());
             }
             let owner = lease.owner().to_string();

@@ -497,7 +497,8 @@ impl Inner {
         Ok(done.rows_affected() == 1)
     }
 
-    pub(super) async fn release_permit(&self, lease: &Lease) -> Result<()> {
+    /// Whether a slot was freed.
+    pub(super) async fn release_permit(&self, lease: &Lease) -> Result<bool> {
         let owner = lease.owner().to_string();
         let slot = slot_text(lease);
         let params = [
@@ -513,7 +514,7 @@ impl Inner {
         if !freed.is_empty() {
             self.wake_local(lease.key());
         }
-        Ok(())
+        Ok(!freed.is_empty())
     }
 
     /// The live semaphore permits and reader-writer grants under `prefix`,
