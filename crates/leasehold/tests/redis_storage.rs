@@ -1,8 +1,9 @@
 //! Storage bounded by the keys in use on Redis: every key of an idle lock
 //! (the fence, and a semaphore's or reader-writer lock's hash, fence and
-//! kind) carries a ttl of the idle window, and a key that comes back gets a
-//! token above every one it had, also on a keyspace written by the previous
-//! scheme (fence keys with no ttl). Reads `LEASEHOLD_TEST_REDIS`.
+//! kind) outlives its last lease by one to one and a half idle windows, and
+//! a key that comes back gets a token above every one it had, also on a
+//! keyspace written by the previous scheme (fence keys with no ttl). Reads
+//! `LEASEHOLD_TEST_REDIS`.
 #![cfg(all(feature = "conformance", feature = "redis"))]
 
 #[path = "support/redis.rs"]
@@ -12,7 +13,7 @@ use std::time::Duration;
 
 use leasehold::backends::redis::{RedisBackend, RedisOptions};
 use leasehold::conformance::server_url;
-use leasehold::Locks;
+use leasehold::{AcquireOptions, Locks};
 use redis::aio::MultiplexedConnection;
 use redis_fixtures::{exists, random_prefix};
 
@@ -60,27 +61,36 @@ async fn left(conn: &mut MultiplexedConnection, prefix: &str, keys: &[String]) -
     left
 }
 
+/// The leases of these tests: the records outlive a lease by the window,
+/// so a short one keeps the waits short.
+const LEASE: Duration = Duration::from_millis(300);
+
+fn short_lease() -> AcquireOptions {
+    AcquireOptions::new().with_ttl(LEASE)
+}
+
 /// Takes and gives back a mutex, a permit, a reader and a writer on
-/// `k`-based keys; returns those keys and the tokens handed out.
+/// `k`-based keys, each with a [`LEASE`]; returns those keys and the
+/// tokens handed out.
 async fn use_every_kind(locks: &Locks, k: &str) -> (Vec<String>, Vec<u64>) {
     let keys: Vec<String> = ["mutex", "sem", "rw"]
         .iter()
         .map(|kind| format!("{k}-{kind}"))
         .collect();
-    let mutex = locks.try_acquire(&keys[0]).await.unwrap();
+    let mutex = locks.acquire_with(&keys[0], &short_lease()).await.unwrap();
     let permit = locks
         .semaphore(&keys[1], 2)
         .unwrap()
-        .try_acquire()
+        .acquire_with(&short_lease())
         .await
         .unwrap();
     let rw = locks.rw_lock(&keys[2]).unwrap();
-    let reader = rw.try_read().await.unwrap();
+    let reader = rw.read_with(&short_lease()).await.unwrap();
     let mut tokens = vec![mutex.token(), permit.token(), reader.token()];
     for guard in [mutex, permit, reader] {
         guard.release().await.unwrap();
     }
-    let writer = rw.try_write().await.unwrap();
+    let writer = rw.write_with(&short_lease()).await.unwrap();
     tokens.push(writer.token());
     writer.release().await.unwrap();
     (keys, tokens)
@@ -100,17 +110,20 @@ async fn idle_keys_expire_and_come_back_above_every_token() {
     }
     let held = locks.try_acquire("held").await.unwrap();
     assert!(!left(&mut conn, &prefix, &all_keys).await.is_empty());
-    // Every key of the idle locks carries a ttl of one to one and a half
-    // windows (idle.lua).
-    let fence = format!("{prefix}:pfence:{{k0-sem}}");
-    let ttl: i64 = redis::cmd("PTTL")
-        .arg(&fence)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    assert!((0..=1200).contains(&ttl), "{fence}: pttl {ttl}");
+    // Every key of the idle locks outlives its last lease by one to one and
+    // a half windows (idle.lua): released early, a record keeps what is
+    // left of the lease plus at least the window.
+    for name in ["fence:{k0-mutex}", "pfence:{k0-sem}", "kind:{k0-sem}", "rwfence:{k0-rw}"] {
+        let name = format!("{prefix}:{name}");
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(&name)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!((700..=1500).contains(&ttl), "{name}: pttl {ttl}");
+    }
 
-    tokio::time::sleep(Duration::from_millis(1400)).await;
+    tokio::time::sleep(Duration::from_millis(1700)).await;
     assert_eq!(
         left(&mut conn, &prefix, &all_keys).await,
         Vec::<String>::new()
@@ -129,6 +142,33 @@ async fn idle_keys_expire_and_come_back_above_every_token() {
     held.release().await.unwrap();
 }
 
+/// The PTTL of `name` in ms (-2: gone, -1: no ttl).
+async fn pttl(conn: &mut MultiplexedConnection, name: &str) -> i64 {
+    redis::cmd("PTTL").arg(name).query_async(conn).await.unwrap()
+}
+
+#[tokio::test]
+async fn records_outlive_a_longer_next_lease_by_the_window() {
+    let Some((locks, prefix, mut conn)) = store(Some(Duration::from_millis(800))).await else {
+        return;
+    };
+    // A short lease first: the records live about the lease plus one and a
+    // half windows. Then a lease of 3 s, released at once: a release writes
+    // no ttl, so the grant must have stretched every record past its lease
+    // by the window.
+    let long = AcquireOptions::new().with_ttl(Duration::from_secs(3));
+    let sem = locks.semaphore("sem", 2).unwrap();
+    for options in [short_lease(), long] {
+        locks.acquire_with("mutex", &options).await.unwrap().release().await.unwrap();
+        sem.acquire_with(&options).await.unwrap().release().await.unwrap();
+    }
+    for name in ["fence:{mutex}", "pfence:{sem}", "kind:{sem}"] {
+        let name = format!("{prefix}:{name}");
+        let ttl = pttl(&mut conn, &name).await;
+        assert!((3700..=4200).contains(&ttl), "{name}: pttl {ttl}");
+    }
+}
+
 #[tokio::test]
 async fn a_keyspace_of_the_previous_scheme_is_upgraded_in_place() {
     let Some((locks, prefix, mut conn)) = store(Some(Duration::from_millis(500))).await else {
@@ -142,7 +182,7 @@ async fn a_keyspace_of_the_previous_scheme_is_upgraded_in_place() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    let guard = locks.try_acquire("order").await.unwrap();
+    let guard = locks.acquire_with("order", &short_lease()).await.unwrap();
     assert_eq!(guard.token(), 42, "the old counter goes on");
     guard.release().await.unwrap();
     let ttl: i64 = redis::cmd("PTTL")
@@ -151,7 +191,7 @@ async fn a_keyspace_of_the_previous_scheme_is_upgraded_in_place() {
         .await
         .unwrap();
     assert!(ttl > 0, "the old fence key got a ttl: {ttl}");
-    tokio::time::sleep(Duration::from_millis(900)).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
     assert!(!exists(&mut conn, &fence).await);
     let guard = locks.try_acquire("order").await.unwrap();
     assert!(guard.token() > 42, "{}", guard.token());

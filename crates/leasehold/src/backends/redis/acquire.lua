@@ -13,8 +13,7 @@ end
 if redis.call('SET', KEYS[1], ARGV[1] .. ':' .. ARGV[3], 'NX', 'PX', ARGV[2]) then
   -- The fence outlives the lease by the idle window (idle.lua). Its value
   -- passes through a Lua double: exact up to 2^53.
-  local token = next_fence(KEYS[2])
-  keep_for(KEYS[2], tonumber(ARGV[2]) + IDLE_MS)
+  local token = next_fence(KEYS[2], tonumber(ARGV[2]) + IDLE_MS)
   return {token, '', 0}
 end
 local current = redis.call('GET', KEYS[1]) or ''

@@ -33,17 +33,15 @@ for i = 1, #all, 2 do
 end
 -- The semaphore's records (slots, fence, kind) outlive its latest
 -- permit by the idle window (idle.lua).
-local function kept()
-  for _, key in ipairs({KEYS[1], KEYS[2], KEYS[5]}) do
-    keep_for(key, tonumber(ARGV[2]) + IDLE_MS)
-  end
-end
+local ms = tonumber(ARGV[2]) + IDLE_MS
 if own_slot then
   -- A repeat by an owner that holds a live permit (a command re-sent after
   -- a lost reply): the same grant, its expiry from now, never a second slot.
   redis.call('HSET', KEYS[1], own_slot,
     string.format('%d:%s:%s:%s', now + tonumber(ARGV[2]), ARGV[1], own_token, ARGV[3]))
-  kept()
+  for _, key in ipairs({KEYS[1], KEYS[2], KEYS[5]}) do
+    keep_for(key, ms)
+  end
   return {tonumber(own_token), tonumber(own_slot), '', 0}
 end
 if live >= permits then
@@ -53,8 +51,9 @@ local slot = 0
 while taken[tostring(slot)] do
   slot = slot + 1
 end
-local token = next_fence(KEYS[2])
+local token = next_fence(KEYS[2], ms)
 redis.call('HSET', KEYS[1], slot,
   string.format('%d:%s:%d:%s', now + tonumber(ARGV[2]), ARGV[1], token, ARGV[3]))
-kept()
+keep_for(KEYS[1], ms)
+keep_for(KEYS[5], ms)
 return {token, slot, '', 0}

@@ -86,8 +86,9 @@ else
   redis.call('HDEL', KEYS[1], 'mark')
   slot = tonumber(writer_slot)
 end
-local token = next_fence(KEYS[2])
+local token = next_fence(KEYS[2], tonumber(ARGV[2]) + IDLE_MS)
 redis.call('HSET', KEYS[1], slot,
   string.format('%d:%s:%d:%s', now + tonumber(ARGV[2]), ARGV[1], token, ARGV[3]))
-kept(tonumber(ARGV[2]))
+keep_for(KEYS[1], tonumber(ARGV[2]) + IDLE_MS)
+keep_for(KEYS[5], tonumber(ARGV[2]) + IDLE_MS)
 return {token, slot, '', 0}

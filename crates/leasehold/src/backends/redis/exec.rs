@@ -74,8 +74,9 @@ impl RedisBackend {
         [ns.lock(key), ns.fence(key), ns.kind(key)]
     }
 
-    /// The last argument of every script that writes (`idle.lua`): the idle
-    /// window in ms, 0 to keep records forever.
+    /// The last argument of every script: the idle window in ms, 0 to keep
+    /// records forever. Those that grant, renew or force a release take it
+    /// off (`idle.lua`); releases and reads ignore it.
     fn idle_window_ms(&self) -> i64 {
         self.inner.options.idle_window.map_or(0, duration_to_millis)
     }

@@ -65,12 +65,13 @@ pub use options::RedisOptions;
 /// The name errors carry ([`Error::store`]).
 const STORE: &str = "redis";
 
-/// The mutex's scripts. Those that write start with `idle.lua`, which
-/// takes the idle window off the end of their arguments (see exec.rs).
+/// The mutex's scripts. Those that grant, renew or force a release start
+/// with `idle.lua`, which takes the idle window off the end of their
+/// arguments (see exec.rs); the others ignore it.
 const SCRIPTS: [&str; 5] = [
     concat!(include_str!("idle.lua"), include_str!("acquire.lua")),
     concat!(include_str!("idle.lua"), include_str!("renew.lua")),
-    concat!(include_str!("idle.lua"), include_str!("release.lua")),
+    include_str!("release.lua"),
     concat!(include_str!("idle.lua"), include_str!("force_release.lua")),
     include_str!("read.lua"),
 ];

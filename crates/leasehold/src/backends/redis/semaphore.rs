@@ -42,10 +42,7 @@ static SCRIPTS: LazyLock<[Script; 5]> = LazyLock::new(|| {
             include_str!("idle.lua"),
             include_str!("renew_permit.lua")
         )),
-        Script::new(concat!(
-            include_str!("idle.lua"),
-            include_str!("release_permit.lua")
-        )),
+        Script::new(include_str!("release_permit.lua")),
         Script::new(include_str!("read_permits.lua")),
         Script::new(concat!(
             include_str!("idle.lua"),
