@@ -48,17 +48,25 @@ function answerOptions(options) {
   return { hintOf, onError };
 }
 
-/** Checks the options once, when the route is declared, not per request. */
-function routeOptions(locks, options) {
+/**
+ * What each middleware factory checks first: `locks` is a Locks, and
+ * `options` an object (`shape` in the error) with no name outside `names`.
+ */
+function checkDeclaration(what, locks, options, names, shape) {
   if (!(locks instanceof Locks)) throw invalidInput('invalid locks: expected a Locks from Locks.open(url)');
-  if (options === null || typeof options !== 'object') {
-    throw invalidInput('invalid options: expected { key: (req) => string, ttl, wait }');
-  }
+  if (options === null || typeof options !== 'object') throw invalidInput(`invalid options: expected ${shape}`);
   for (const name of Object.keys(options)) {
-    if (!OPTION_NAMES.has(name)) {
-      throw invalidInput(`invalid option ${JSON.stringify(name)}: lockRoute takes key, ttl, wait, retryAfter and onError`);
+    if (!names.has(name)) {
+      const known = [...names];
+      const list = `${known.slice(0, -1).join(', ')} and ${known.at(-1)}`;
+      throw invalidInput(`invalid option ${JSON.stringify(name)}: ${what} takes ${list}`);
     }
   }
+}
+
+/** Checks the options once, when the route is declared, not per request. */
+function routeOptions(locks, options) {
+  checkDeclaration('lockRoute', locks, options, OPTION_NAMES, '{ key: (req) => string, ttl, wait }');
   if (typeof options.key !== 'function') throw invalidInput('invalid key: expected a function (req) => string');
   return { keyOf: options.key, ...routeTiming(options), ...answerOptions(options) };
 }
@@ -158,22 +166,15 @@ async function holdForResponse(req, res, next, { key, field, take, busy, hintOf,
     grant = await take(gone.signal);
   } catch (error) {
     if (gone.signal.aborted) return undefined; // nobody left to answer
-    if (busy && (error.code === 'LEASEHOLD_BUSY' || error.code === 'LEASEHOLD_TIMEOUT')) {
-      let answer;
-      try {
-        answer = busy(error);
-      } catch (hintError) {
-        return next(hintError); // a retryAfter function that threw or returned no duration
-      }
-      return problem.send(res, answer);
-    }
+    const refused = error?.code === 'LEASEHOLD_BUSY' || error?.code === 'LEASEHOLD_TIMEOUT';
     let answer;
     try {
-      answer = problemFor(error, key, hintOf);
+      answer = busy && refused ? busy(error) : problemFor(error, key, hintOf);
     } catch (hintError) {
       return next(hintError); // a retryAfter function that threw or returned no duration
     }
-    if (answer && onError && answer.status !== 409) {
+    // onError hears failures, not a busy key: that is the route working.
+    if (answer && onError && !refused) {
       try {
         onError(error, req);
       } catch {
@@ -231,15 +232,7 @@ function lockRoute(locks, options) {
 
 /** Checks limitConcurrency's options once, when the route is declared. */
 function limitOptions(locks, options) {
-  if (!(locks instanceof Locks)) throw invalidInput('invalid locks: expected a Locks from Locks.open(url)');
-  if (options === null || typeof options !== 'object') {
-    throw invalidInput('invalid options: expected { key, permits, ttl, wait, status }');
-  }
-  for (const name of Object.keys(options)) {
-    if (!LIMIT_OPTION_NAMES.has(name)) {
-      throw invalidInput(`invalid option ${JSON.stringify(name)}: limitConcurrency takes key, permits, ttl, wait, status, retryAfter and onError`);
-    }
-  }
+  checkDeclaration('limitConcurrency', locks, options, LIMIT_OPTION_NAMES, '{ key, permits, ttl, wait, status }');
   const { key, permits } = options;
   if (typeof key !== 'string' && typeof key !== 'function') {
     throw invalidInput('invalid key: expected a string or a function (req) => string');
