@@ -251,24 +251,35 @@ function checkFn(fn) {
   if (typeof fn !== 'function') throw invalidInput('invalid fn: expected a function');
 }
 
+/**
+ * What every handle a Locks object makes has: its key, and a constructor
+ * only Locks calls (`made` tells anyone else how to get one).
+ */
+class KeyHandle {
+  #key;
+
+  constructor(token, key, made) {
+    if (token !== LOCKS_TOKEN) throw new TypeError(`use ${made}`);
+    this.#key = key;
+  }
+
+  /** The key. */
+  get key() {
+    return this.#key;
+  }
+}
+
 /** A semaphore: `permits` holders of `key` at once, across processes. */
-class Semaphore {
+class Semaphore extends KeyHandle {
   #grant;
   #holders;
-  #key;
   #permits;
 
   constructor(token, key, permits, grant, holders) {
-    if (token !== LOCKS_TOKEN) throw new TypeError('use locks.semaphore(key, permits)');
-    this.#key = key;
+    super(token, key, 'locks.semaphore(key, permits)');
     this.#permits = permits;
     this.#grant = grant;
     this.#holders = holders;
-  }
-
-  /** The semaphore's key (apart from the mutex of the same name). */
-  get key() {
-    return this.#key;
   }
 
   /** How many permits this handle counts. */
@@ -292,7 +303,7 @@ class Semaphore {
     [options, fn] = optionsAndFn(options, fn);
     checkFn(fn);
     const lease = await this.acquire(options);
-    return runHolding(lease, this.#key, fn);
+    return runHolding(lease, this.key, fn);
   }
 
   /** The live permits: [{ key, slot, holder, token, expiresInMs }], by slot. */
@@ -306,21 +317,14 @@ class Semaphore {
  * Lease with its own fencing token; a waiting writer turns new readers away,
  * so readers do not starve it.
  */
-class RwLock {
+class RwLock extends KeyHandle {
   #grant;
   #holders;
-  #key;
 
   constructor(token, key, grant, holders) {
-    if (token !== LOCKS_TOKEN) throw new TypeError('use locks.rwLock(key)');
-    this.#key = key;
+    super(token, key, 'locks.rwLock(key)');
     this.#grant = grant;
     this.#holders = holders;
-  }
-
-  /** The lock's key (apart from the mutex and semaphore of the same name). */
-  get key() {
-    return this.#key;
   }
 
   /** Tries once for a shared grant; resolves to a Lease, or null while a writer holds or waits. */
@@ -338,7 +342,7 @@ class RwLock {
   async withRead(options, fn) {
     [options, fn] = optionsAndFn(options, fn);
     checkFn(fn);
-    return runHolding(await this.read(options), this.#key, fn);
+    return runHolding(await this.read(options), this.key, fn);
   }
 
   /** Tries once for the exclusive grant; resolves to a Lease, or null while readers or a writer are there. */
@@ -356,7 +360,7 @@ class RwLock {
   async withWrite(options, fn) {
     [options, fn] = optionsAndFn(options, fn);
     checkFn(fn);
-    return runHolding(await this.write(options), this.#key, fn);
+    return runHolding(await this.write(options), this.key, fn);
   }
 
   /** The live readers and writer: [{ key, slot, holder, token, expiresInMs, side }]. */
@@ -370,21 +374,14 @@ class RwLock {
 }
 
 /** An election on `key`: the holder of its lease is the leader. */
-class Election {
+class Election extends KeyHandle {
   #locks;
-  #key;
   #campaign;
 
   constructor(token, key, nativeLocks, campaign) {
-    if (token !== LOCKS_TOKEN) throw new TypeError('use locks.election(key)');
-    this.#key = key;
+    super(token, key, 'locks.election(key)');
     this.#locks = nativeLocks;
     this.#campaign = campaign;
-  }
-
-  /** The election's key. */
-  get key() {
-    return this.#key;
   }
 
   /**
@@ -398,7 +395,7 @@ class Election {
 
   /** The current leader, { candidate, token }, or null. */
   async leader() {
-    return (await native(() => this.#locks.leader(this.#key))) ?? null;
+    return (await native(() => this.#locks.leader(this.key))) ?? null;
   }
 
   /**
@@ -409,7 +406,7 @@ class Election {
    */
   observe() {
     const nativeLocks = this.#locks;
-    const key = this.#key;
+    const key = this.key;
     let observer;
     let cancelId;
     let done = false;
