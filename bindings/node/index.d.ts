@@ -91,6 +91,17 @@ export declare class Leadership extends Held {
   resign(): Promise<void>;
 }
 
+/**
+ * A `with*` call of a semaphore or reader-writer lock: takes a grant, runs
+ * `fn(grant)`, always releases it; rejects with LEASEHOLD_LOST (`fn`'s own
+ * error as `cause`) if the grant was lost before `fn` settled. The options
+ * may be left out.
+ */
+export interface WithGrant<G> {
+  <T>(fn: (grant: G) => T | Promise<T>): Promise<T>;
+  <T>(options: AcquireOptions | undefined, fn: (grant: G) => T | Promise<T>): Promise<T>;
+}
+
 /** A semaphore: `permits` holders of `key` at once, across processes. */
 export declare class Semaphore {
   private constructor();
@@ -98,8 +109,7 @@ export declare class Semaphore {
   readonly permits: number;
   tryAcquire(options?: TryAcquireOptions): Promise<Lease | null>;
   acquire(options?: AcquireOptions): Promise<Lease>;
-  withPermit<T>(fn: (permit: Lease) => T | Promise<T>): Promise<T>;
-  withPermit<T>(options: AcquireOptions | undefined, fn: (permit: Lease) => T | Promise<T>): Promise<T>;
+  withPermit: WithGrant<Lease>;
   /** The live permits, by slot. */
   holders(): Promise<PermitInfo[]>;
 }
@@ -113,12 +123,10 @@ export declare class RwLock {
   readonly key: string;
   tryRead(options?: TryAcquireOptions): Promise<Lease | null>;
   read(options?: AcquireOptions): Promise<Lease>;
-  withRead<T>(fn: (lease: Lease) => T | Promise<T>): Promise<T>;
-  withRead<T>(options: AcquireOptions | undefined, fn: (lease: Lease) => T | Promise<T>): Promise<T>;
+  withRead: WithGrant<Lease>;
   tryWrite(options?: TryAcquireOptions): Promise<Lease | null>;
   write(options?: AcquireOptions): Promise<Lease>;
-  withWrite<T>(fn: (lease: Lease) => T | Promise<T>): Promise<T>;
-  withWrite<T>(options: AcquireOptions | undefined, fn: (lease: Lease) => T | Promise<T>): Promise<T>;
+  withWrite: WithGrant<Lease>;
   /** The live readers and writer (`side` set on each). */
   holders(): Promise<PermitInfo[]>;
 }

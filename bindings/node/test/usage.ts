@@ -58,11 +58,12 @@ export async function usage(): Promise<bigint> {
   const reader: Lease | null = await table.tryRead({ ttl: '10s' });
   await reader?.release();
   const rows: number = await table.withRead({ wait: '1s' }, async () => 3);
+  const readKey: string = await table.withRead((r) => r.key);
   await table.withWrite({ wait: '5s', maxHold: '1m' }, async (w) => w.token);
   const writer: Lease = await table.write({ wait: '5s' });
   const side: string | null | undefined = (await table.holders())[0]?.side;
   await writer.release();
-  console.log(rows, side, await table.tryWrite(), await table.read());
+  console.log(rows, readKey, side, await table.tryWrite(), await table.read());
   // Elections.
   const election = locks.election('leader');
   const term: Leadership = await election.campaign('node-1', { ttl: '10s', wait: '1m' });
