@@ -2,7 +2,9 @@
 // HTTP helpers of the middleware tests (express.test.js, limit.test.js).
 
 const http = require('node:http');
+const test = require('node:test');
 const { setTimeout: sleep } = require('node:timers/promises');
+const express = require('express');
 
 /** Serves `app` on a free port; resolves to { base, close }. */
 async function serve(app) {
@@ -12,6 +14,27 @@ async function serve(app) {
     base: `http://127.0.0.1:${server.address().port}`,
     close: () => new Promise((resolve) => server.close(resolve)),
   };
+}
+
+/**
+ * Serves an Express app to the tests of the current suite, from its
+ * `before` to its `after`: `routes(app)` adds the routes, and an error
+ * handler behind them records each error's message in `seen` and answers
+ * 500 with it. Returns the server, whose `base` is set once the suite runs.
+ */
+function serveSuite(routes, seen) {
+  const server = {};
+  test.before(async () => {
+    const app = express();
+    routes(app);
+    app.use((error, req, res, _next) => {
+      seen.push({ error: error.message });
+      res.status(500).json({ error: error.message });
+    });
+    Object.assign(server, await serve(app));
+  });
+  test.after(() => server.close());
+  return server;
 }
 
 /** A POST that resolves to { status, headers, body (parsed JSON or text) }. */
@@ -50,4 +73,4 @@ function gate() {
   return { open, opened };
 }
 
-module.exports = { serve, post, postThenDisconnect, eventually, gate };
+module.exports = { serve, serveSuite, post, postThenDisconnect, eventually, gate };

@@ -6,6 +6,7 @@
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
+const test = require('node:test');
 const { Locks } = require('leasehold');
 
 // [name, variable, expiry granularity in ms]: how coarse the store's own
@@ -39,6 +40,11 @@ function stores() {
   return list;
 }
 
+/** The stores behind a server, which a relay (proxy.js) can cut: all but memory and SQLite. */
+function serverStores() {
+  return stores().filter((s) => s.name !== 'memory' && s.name !== 'sqlite');
+}
+
 /**
  * The ttl `store` enforces for a requested `ttlMs`: rounded up to the
  * store's expiry granularity (and at least one step of it), never down.
@@ -69,4 +75,23 @@ async function closePair({ locks, other }) {
   if (other !== locks) await other.close();
 }
 
-module.exports = { stores, uniqueKey, openPair, closePair, enforcedTtlMs };
+/**
+ * A suite per store, titled `${title} ${store.name}`: `body(store, pair)`
+ * declares its tests, which use `pair.locks` and `pair.other` (see
+ * openPair). The handles open before the body's own `before` hooks run
+ * and close after its `after` hooks.
+ */
+function describeEachStore(title, body) {
+  for (const store of stores()) {
+    test.describe(`${title} ${store.name}`, () => {
+      const pair = {};
+      test.before(async () => {
+        Object.assign(pair, await openPair(store));
+      });
+      body(store, pair);
+      test.after(() => closePair(pair));
+    });
+  }
+}
+
+module.exports = { stores, serverStores, uniqueKey, describeEachStore, enforcedTtlMs };
