@@ -12,6 +12,59 @@ async fn store() -> Option<leasehold::conformance::TestStore> {
 
 leasehold::conformance_tests!(store; options, unreachable);
 
+/// Group `sweep` on a backend whose idle window is 1 ms (an etcd pass
+/// deletes what was idle for the backend's window), on a prefix of its own.
+mod sweep {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use leasehold::backends::etcd::{EtcdBackend, EtcdOptions};
+    use leasehold::conformance::{server_url, TestStore};
+
+    async fn store() -> Option<TestStore> {
+        let url = server_url("LEASEHOLD_TEST_ETCD")?;
+        let prefix = format!("sweep-conformance-{:016x}/", rand::random::<u64>());
+        let options = EtcdOptions::new()
+            .with_prefix(&prefix)
+            .with_idle_window(Some(Duration::from_millis(1)));
+        let backend = EtcdBackend::connect_with(&url, options)
+            .await
+            .expect("the etcd test server answers");
+        let (passes, counted) = (backend.clone(), backend.clone());
+        Some(TestStore::new(Arc::new(backend)).with_sweep(
+            move || {
+                let backend = passes.clone();
+                async move { backend.sweep_idle().await }
+            },
+            // Every record of a key names it after a one-letter family
+            // (`{prefix}L/{key}`, `{prefix}S/{key}...`: docs/etcd.md).
+            move |key_prefix| {
+                let (backend, prefix) = (counted.clone(), prefix.clone());
+                async move {
+                    let options = etcd_client::GetOptions::new()
+                        .with_prefix()
+                        .with_keys_only();
+                    let all = backend
+                        .client()
+                        .kv_client()
+                        .get(prefix.as_str(), Some(options))
+                        .await
+                        .expect("etcd answers");
+                    let named = |k: &[u8]| {
+                        let k = String::from_utf8_lossy(k);
+                        k[prefix.len()..]
+                            .split_once('/')
+                            .is_some_and(|(_, rest)| rest.starts_with(&key_prefix))
+                    };
+                    all.kvs().iter().filter(|kv| named(kv.key())).count() as u64
+                }
+            },
+        ))
+    }
+
+    leasehold::conformance_tests!(@group sweep store);
+}
+
 mod polling {
     async fn store() -> Option<leasehold::conformance::TestStore> {
         Some(super::store().await?.polling_only())

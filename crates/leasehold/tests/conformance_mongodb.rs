@@ -7,16 +7,21 @@
 mod mongodb_fixtures;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use leasehold::backends::mongodb::{MongoBackend, MongoOptions};
 use leasehold::conformance::TestStore;
+use mongodb::bson::doc;
 use mongodb::options::WriteConcern;
 use mongodb_fixtures::{backend_with, options, url};
 
 async fn store() -> Option<TestStore> {
     let url = url()?;
     let options = options();
-    let mut store = TestStore::new(Arc::new(backend_with(&url, options.clone()).await))
+    let backend = backend_with(&url, options.clone()).await;
+    // The sweep group's passes and counts go through the backend itself.
+    let sweeper = backend.clone();
+    let mut store = TestStore::new(Arc::new(backend))
         .with_second_client(Arc::new(backend_with(&url, options).await))
         .with_url_at_port(|port| format!("mongodb://127.0.0.1:{port}/"));
     // A closed port that would wait a minute for a server: only a check
@@ -41,10 +46,40 @@ async fn store() -> Option<TestStore> {
             MongoBackend::connect_with(down, options.clone())
         });
     }
-    Some(store.with_bad_option("store url", || MongoBackend::connect("http://localhost")))
+    let passes = sweeper.clone();
+    Some(
+        store
+            .with_bad_option("store url", || MongoBackend::connect("http://localhost"))
+            .with_sweep(
+                move || {
+                    let backend = passes.clone();
+                    async move { backend.sweep_idle(Duration::from_millis(1)).await }
+                },
+                move |prefix| {
+                    let collection = sweeper.collection().clone();
+                    async move {
+                        let pattern = format!("^{}", regex_escape(&prefix));
+                        collection
+                            .count_documents(doc! { "_id": { "$regex": pattern } })
+                            .await
+                            .expect("count documents")
+                    }
+                },
+            ),
+    )
 }
 
-leasehold::conformance_tests!(store; options, unreachable);
+/// `s` matched literally in a regular expression.
+fn regex_escape(s: &str) -> String {
+    s.chars()
+        .flat_map(|c| {
+            let special = "\\^$.|?*+()[]{}".contains(c);
+            special.then_some('\\').into_iter().chain([c])
+        })
+        .collect()
+}
+
+leasehold::conformance_tests!(store; options, unreachable, sweep);
 
 mod polling {
     async fn store() -> Option<leasehold::conformance::TestStore> {

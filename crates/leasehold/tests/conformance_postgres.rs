@@ -30,6 +30,52 @@ async fn store() -> Option<TestStore> {
 
 leasehold::conformance_tests!(store; options, unreachable, blocking);
 
+/// Group `sweep` on a table of its own: its passes (1 ms window) would
+/// otherwise delete the idle rows of every test on the shared table.
+mod sweep {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use leasehold::conformance::TestStore;
+    use leasehold::sqlx;
+
+    use super::postgres;
+
+    const TABLE: &str = "leasehold_sweep_conformance";
+
+    async fn store() -> Option<TestStore> {
+        let url = postgres::url()?;
+        let backend = postgres::on_table(&url, TABLE).await;
+        let pool = postgres::pool(&url).await;
+        let passes = backend.clone();
+        Some(TestStore::new(Arc::new(backend)).with_sweep(
+            move || {
+                let backend = passes.clone();
+                async move { backend.sweep_idle(Duration::from_millis(1)).await }
+            },
+            move |prefix| {
+                let pool = pool.clone();
+                async move {
+                    let mut total = 0;
+                    for suffix in ["", "_permits", "_rw"] {
+                        let n: i64 = sqlx::query_scalar(&format!(
+                            "SELECT count(*) FROM {TABLE}{suffix} WHERE key LIKE $1 || '%'"
+                        ))
+                        .bind(&prefix)
+                        .fetch_one(&pool)
+                        .await
+                        .expect("count rows");
+                        total += n.unsigned_abs();
+                    }
+                    total
+                }
+            },
+        ))
+    }
+
+    leasehold::conformance_tests!(@group sweep store);
+}
+
 mod polling {
     async fn store() -> Option<leasehold::conformance::TestStore> {
         Some(super::store().await?.polling_only())

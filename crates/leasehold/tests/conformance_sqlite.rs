@@ -5,10 +5,13 @@
 #[path = "support/sqlite.rs"]
 mod sqlite;
 
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use leasehold::backends::sqlite::SqliteBackend;
 use leasehold::conformance::{unblock, TestStore};
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePool};
 
 async fn store() -> Option<TestStore> {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -16,6 +19,8 @@ async fn store() -> Option<TestStore> {
     let open =
         |path| async move { Arc::new(SqliteBackend::open(path).await.expect("open sqlite")) };
     let (backend, second) = (open(path.clone()).await, open(path.clone()).await);
+    let passes = backend.clone();
+    let counted = path.clone();
     Some(
         TestStore::new(backend)
             .with_second_client(second)
@@ -28,11 +33,46 @@ async fn store() -> Option<TestStore> {
                     unblock(move || sqlite::commit(writer))
                 }
             })
+            .with_sweep(
+                move || {
+                    let backend = passes.clone();
+                    async move { backend.sweep_idle(Duration::from_millis(1)).await }
+                },
+                move |prefix| records(counted.clone(), prefix),
+            )
             .keeping(dir),
     )
 }
 
-leasehold::conformance_tests!(store; options, blocking);
+/// The rows of every table of the file at `path` whose key starts with
+/// `prefix`.
+async fn records(path: PathBuf, prefix: String) -> u64 {
+    let pool = SqlitePool::connect_with(SqliteConnectOptions::new().filename(&path))
+        .await
+        .expect("open the file");
+    let mut total = 0;
+    for table in [
+        "leasehold_locks",
+        "leasehold_permit_fences",
+        "leasehold_permits",
+        "leasehold_rw_fences",
+        "leasehold_rw_slots",
+        "leasehold_rw_marks",
+    ] {
+        let n: i64 = sqlx::query_scalar(&format!(
+            "SELECT count(*) FROM {table} WHERE substr(key, 1, length(?1)) = ?1"
+        ))
+        .bind(&prefix)
+        .fetch_one(&pool)
+        .await
+        .expect("count rows");
+        total += n.unsigned_abs();
+    }
+    pool.close().await;
+    total
+}
+
+leasehold::conformance_tests!(store; options, blocking, sweep);
 
 mod polling {
     async fn store() -> Option<leasehold::conformance::TestStore> {

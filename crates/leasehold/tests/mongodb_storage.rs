@@ -3,6 +3,9 @@
 //! server's clock, above every token it had, also in a collection written
 //! by the previous scheme. Against `LEASEHOLD_TEST_MONGODB` (skipped when
 //! unset, unless `LEASEHOLD_REQUIRE_SERVERS=1`).
+//! What every sweeping store shares (idle keys of every kind go, passes
+//! never break a live grant) is the conformance group `sweep`
+//! (conformance_mongodb.rs); this file has what is the store's own.
 #![cfg(all(feature = "conformance", feature = "mongodb"))]
 
 #[path = "support/common.rs"]
@@ -10,9 +13,6 @@ mod common;
 #[path = "support/mongodb.rs"]
 mod mongodb_fixtures;
 
-use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leasehold::backends::mongodb::{MongoBackend, MongoOptions};
@@ -196,97 +196,6 @@ async fn the_url_sets_the_window() {
 }
 
 #[tokio::test]
-async fn semaphore_and_rw_documents_go_when_idle() {
-    let Some(url) = url() else { return };
-    let (backend, locks) = open(&url, options().with_idle_window(None)).await;
-    let mut before = Vec::new();
-    for i in 0..10 {
-        let semaphore = locks.semaphore(&format!("pool/{i}"), 2).unwrap();
-        let a = semaphore.try_acquire().await.unwrap();
-        let b = semaphore.try_acquire().await.unwrap();
-        let top = a.token().max(b.token());
-        a.release().await.unwrap();
-        b.release().await.unwrap();
-        before.push((format!("pool/{i}"), top));
-        let rw = locks.rw_lock(&format!("doc/{i}")).unwrap();
-        rw.try_read().await.unwrap().release().await.unwrap();
-        let write = rw.try_write().await.unwrap();
-        before.push((format!("doc/{i}"), write.token()));
-        write.release().await.unwrap();
-    }
-    // A mutex key that becomes a semaphore's keeps rising.
-    let mutex = locks.try_acquire("was-mutex").await.unwrap();
-    let mutex_token = mutex.token();
-    mutex.release().await.unwrap();
-    let permit = locks
-        .semaphore("was-mutex", 1)
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
-    assert!(
-        permit.token() > mutex_token,
-        "{} after {mutex_token}",
-        permit.token()
-    );
-    before.push(("was-mutex".to_owned(), permit.token()));
-    permit.release().await.unwrap();
-    // Live slots keep their keys.
-    let live_permit = locks
-        .semaphore("live-sem", 2)
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
-    let live_read = locks.rw_lock("live-rw").unwrap().try_read().await.unwrap();
-    let half = locks.semaphore("half", 2).unwrap();
-    let half_held = half.try_acquire().await.unwrap();
-    half.try_acquire().await.unwrap().release().await.unwrap();
-    assert_eq!(documents(&backend).await, 24, "one document per key");
-
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(
-        backend
-            .sweep_idle(Duration::from_millis(200))
-            .await
-            .unwrap(),
-        21
-    );
-    assert_eq!(documents(&backend).await, 3);
-    for guard in [&live_permit, &live_read, &half_held] {
-        assert!(!guard.is_lost(), "{}", guard.key());
-        assert!(
-            backend.renew(guard.lease(), TTL).await.unwrap(),
-            "{}",
-            guard.key()
-        );
-    }
-    for (key, top) in before {
-        let token = if key.starts_with("doc/") {
-            let write = locks.rw_lock(&key).unwrap().try_write().await.unwrap();
-            let token = write.token();
-            write.release().await.unwrap();
-            token
-        } else {
-            let permit = locks
-                .semaphore(&key, 2)
-                .unwrap()
-                .try_acquire()
-                .await
-                .unwrap();
-            let token = permit.token();
-            permit.release().await.unwrap();
-            token
-        };
-        assert!(token > top, "{key}: {token} after {top}");
-    }
-    for guard in [live_permit, live_read, half_held] {
-        guard.release().await.unwrap();
-    }
-    backend.collection().drop().await.unwrap();
-}
-
-#[tokio::test]
 async fn semaphores_of_the_previous_layout_move_into_their_key_document() {
     let Some(url) = url() else { return };
     let (backend, locks) = open(&url, options().with_idle_window(None)).await;
@@ -346,72 +255,5 @@ async fn semaphores_of_the_previous_layout_move_into_their_key_document() {
         .unwrap();
     assert!(permit.token() > 46, "{}", permit.token());
     permit.release().await.unwrap();
-    backend.collection().drop().await.unwrap();
-}
-
-/// Sweeps with a window of 1 ms race grants, renewals and releases of a
-/// few semaphore and rw keys: no grant ever exceeds a semaphore's permits,
-/// no key hands out a token twice, and no mutex grant meets a live slot.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn sweeps_racing_grants_never_break_a_live_slot() {
-    let Some(url) = url() else { return };
-    let (backend, locks) = open(&url, options().with_idle_window(None)).await;
-    let holders: Arc<Vec<AtomicI64>> = Arc::new((0..4).map(|_| AtomicI64::new(0)).collect());
-    let tokens = Arc::new(Mutex::new(HashSet::new()));
-    let stop = Arc::new(AtomicBool::new(false));
-    let sweeper = {
-        let (backend, stop) = (backend.clone(), stop.clone());
-        tokio::spawn(async move {
-            let mut deleted = 0;
-            while !stop.load(Ordering::Relaxed) {
-                deleted += backend.sweep_idle(Duration::from_millis(1)).await.unwrap();
-            }
-            deleted
-        })
-    };
-    let mut workers = Vec::new();
-    for w in 0..6_u64 {
-        let (locks, holders, tokens) = (locks.clone(), holders.clone(), tokens.clone());
-        workers.push(tokio::spawn(async move {
-            for round in 0..25_u64 {
-                let k = ((w + round) % 4) as usize;
-                let (key, guard) = if k < 2 {
-                    let key = format!("sem/{k}");
-                    let semaphore = locks.semaphore(&key, 2).unwrap();
-                    (
-                        key,
-                        semaphore.acquire(Duration::from_secs(30)).await.unwrap(),
-                    )
-                } else {
-                    let key = format!("rw/{k}");
-                    let rw = locks.rw_lock(&key).unwrap();
-                    (key, rw.read(Duration::from_secs(30)).await.unwrap())
-                };
-                let now = holders[k].fetch_add(1, Ordering::SeqCst) + 1;
-                assert!(k >= 2 || now <= 2, "{key}: {now} at once");
-                assert!(
-                    tokens.lock().unwrap().insert((key.clone(), guard.token())),
-                    "{key}: token {} twice",
-                    guard.token()
-                );
-                if let Ok(mutex) = locks.try_acquire(&key).await {
-                    panic!(
-                        "{key}: a mutex grant ({}) beside a live slot",
-                        mutex.token()
-                    );
-                }
-                holders[k].fetch_sub(1, Ordering::SeqCst);
-                assert!(!guard.is_lost(), "{key}");
-                guard.release().await.unwrap();
-                tokio::time::sleep(Duration::from_millis(3)).await;
-            }
-        }));
-    }
-    for worker in workers {
-        worker.await.unwrap();
-    }
-    stop.store(true, Ordering::Relaxed);
-    let deleted = sweeper.await.unwrap();
-    assert!(deleted > 0, "the sweeps never met an idle key");
     backend.collection().drop().await.unwrap();
 }

@@ -2,6 +2,9 @@
 //! keys (mutexes, and semaphores and rw locks with their anchors) go away,
 //! and a key that comes back starts its fence at the server's clock, above
 //! every token it had, also on tables written by the previous scheme. Reads `LEASEHOLD_TEST_POSTGRES`.
+//! What every sweeping store shares (idle keys of every kind go, passes
+//! never break a live grant) is the conformance group `sweep`
+//! (conformance_postgres.rs); this file has what is the store's own.
 #![cfg(all(feature = "conformance", feature = "postgres"))]
 
 #[path = "support/common.rs"]
@@ -137,83 +140,6 @@ async fn all_rows(pool: &PgPool, table: &str) -> [i64; 3] {
 }
 
 #[tokio::test]
-async fn semaphore_and_rw_rows_go_with_their_anchors() {
-    let Some(url) = url() else { return };
-    let table = unique("idle_kinds");
-    let (backend, locks) = open(&url, &table, None).await;
-    let mut before = Vec::new();
-    for i in 0..10 {
-        let semaphore = locks.semaphore(&format!("pool/{i}"), 2).unwrap();
-        let a = semaphore.try_acquire().await.unwrap();
-        let b = semaphore.try_acquire().await.unwrap();
-        let top = a.token().max(b.token());
-        a.release().await.unwrap();
-        b.release().await.unwrap();
-        before.push((format!("pool/{i}"), top));
-        let rw = locks.rw_lock(&format!("doc/{i}")).unwrap();
-        let read = rw.try_read().await.unwrap();
-        read.release().await.unwrap();
-        let write = rw.try_write().await.unwrap();
-        let top = write.token();
-        write.release().await.unwrap();
-        before.push((format!("doc/{i}"), top));
-    }
-    // Live slots keep their keys: a held permit, a held read, and a
-    // semaphore with one permit released and one still held.
-    let live_permit = locks
-        .semaphore("live-sem", 2)
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
-    let live_read = locks.rw_lock("live-rw").unwrap().try_read().await.unwrap();
-    let half = locks.semaphore("half", 2).unwrap();
-    let half_held = half.try_acquire().await.unwrap();
-    half.try_acquire().await.unwrap().release().await.unwrap();
-    let pool = pool(&url).await;
-    assert_eq!(all_rows(&pool, &table).await, [23, 12, 11]);
-
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(
-        backend
-            .sweep_idle(Duration::from_millis(200))
-            .await
-            .unwrap(),
-        20
-    );
-    assert_eq!(all_rows(&pool, &table).await, [3, 2, 1]);
-    for guard in [&live_permit, &live_read, &half_held] {
-        assert!(!guard.is_lost(), "{}", guard.key());
-    }
-
-    for (key, top) in before {
-        let token = if key.starts_with("pool/") {
-            let permit = locks
-                .semaphore(&key, 2)
-                .unwrap()
-                .try_acquire()
-                .await
-                .unwrap();
-            let token = permit.token();
-            permit.release().await.unwrap();
-            token
-        } else {
-            let write = locks.rw_lock(&key).unwrap().try_write().await.unwrap();
-            let token = write.token();
-            write.release().await.unwrap();
-            token
-        };
-        assert!(token > top, "{key}: {token} after {top}");
-    }
-    for guard in [live_permit, live_read, half_held] {
-        guard.release().await.unwrap();
-    }
-    for t in ["", "_permits", "_rw"] {
-        drop_table(&pool, &format!("\"{table}{t}\"")).await;
-    }
-}
-
-#[tokio::test]
 async fn semaphore_tables_of_the_previous_scheme_are_upgraded_in_place() {
     let Some(url) = url() else { return };
     let pool = pool(&url).await;
@@ -264,99 +190,6 @@ async fn semaphore_tables_of_the_previous_scheme_are_upgraded_in_place() {
     let write = rw.try_write().await.unwrap();
     assert!(write.token() > 61, "{}", write.token());
     write.release().await.unwrap();
-    for t in ["", "_permits", "_rw"] {
-        drop_table(&pool, &format!("\"{table}{t}\"")).await;
-    }
-}
-
-/// Sweeps with a window of 1 ms race grants, renewals and releases of a
-/// few semaphore and rw keys: no grant ever exceeds a semaphore's permits
-/// or meets a writer, no key hands out a token twice, and no mutex grant
-/// meets a live slot.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn sweeps_racing_grants_never_break_a_live_slot() {
-    use std::collections::HashSet;
-    use std::sync::atomic::{AtomicI64, Ordering};
-    use std::sync::{Arc, Mutex};
-
-    let Some(url) = url() else { return };
-    let table = unique("racing_kinds");
-    let (backend, locks) = open(&url, &table, None).await;
-    let holders: Arc<Vec<AtomicI64>> = Arc::new((0..4).map(|_| AtomicI64::new(0)).collect());
-    let tokens = Arc::new(Mutex::new(HashSet::new()));
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let sweeper = {
-        let (backend, stop) = (backend.clone(), stop.clone());
-        tokio::spawn(async move {
-            let mut deleted = 0;
-            while !stop.load(Ordering::Relaxed) {
-                deleted += backend.sweep_idle(Duration::from_millis(1)).await.unwrap();
-            }
-            deleted
-        })
-    };
-    let mut workers = Vec::new();
-    for w in 0..8_u64 {
-        let (locks, holders, tokens) = (locks.clone(), holders.clone(), tokens.clone());
-        workers.push(tokio::spawn(async move {
-            for round in 0..60_u64 {
-                let k = ((w + round) % 4) as usize;
-                let (key, guard) = if k < 2 {
-                    let key = format!("sem/{k}");
-                    let semaphore = locks.semaphore(&key, 2).unwrap();
-                    (
-                        key,
-                        semaphore.acquire(Duration::from_secs(20)).await.unwrap(),
-                    )
-                } else {
-                    let key = format!("rw/{k}");
-                    let rw = locks.rw_lock(&key).unwrap();
-                    let guard = if round % 3 == 0 {
-                        rw.write(Duration::from_secs(20)).await.unwrap()
-                    } else {
-                        rw.read(Duration::from_secs(20)).await.unwrap()
-                    };
-                    (key, guard)
-                };
-                // A writer counts as the whole lock (100), a reader or a
-                // permit as one.
-                let weight = if k >= 2 && round % 3 == 0 { 100 } else { 1 };
-                let now = holders[k].fetch_add(weight, Ordering::SeqCst) + weight;
-                let limit = if k < 2 {
-                    2
-                } else if weight == 100 {
-                    100
-                } else {
-                    99
-                };
-                assert!(now <= limit, "{key}: {now} at once");
-                assert!(
-                    tokens.lock().unwrap().insert((key.clone(), guard.token())),
-                    "{key}: token {} twice",
-                    guard.token()
-                );
-                // One key is one lock: while a slot is live, the key is
-                // never a mutex's (its anchor was not swept from under it).
-                if let Ok(mutex) = locks.try_acquire(&key).await {
-                    panic!(
-                        "{key}: a mutex grant ({}) beside a live slot",
-                        mutex.token()
-                    );
-                }
-                holders[k].fetch_sub(weight, Ordering::SeqCst);
-                assert!(!guard.is_lost(), "{key}");
-                guard.release().await.unwrap();
-                tokio::time::sleep(Duration::from_millis(3)).await;
-            }
-        }));
-    }
-    for worker in workers {
-        worker.await.unwrap();
-    }
-    stop.store(true, Ordering::Relaxed);
-    let deleted = sweeper.await.unwrap();
-    assert!(deleted > 0, "the sweeps never met an idle key");
-    let pool = pool(&url).await;
     for t in ["", "_permits", "_rw"] {
         drop_table(&pool, &format!("\"{table}{t}\"")).await;
     }

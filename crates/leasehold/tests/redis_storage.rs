@@ -113,7 +113,12 @@ async fn idle_keys_expire_and_come_back_above_every_token() {
     // Every key of the idle locks outlives its last lease by one to one and
     // a half windows (idle.lua): released early, a record keeps what is
     // left of the lease plus at least the window.
-    for name in ["fence:{k0-mutex}", "pfence:{k0-sem}", "kind:{k0-sem}", "rwfence:{k0-rw}"] {
+    for name in [
+        "fence:{k0-mutex}",
+        "pfence:{k0-sem}",
+        "kind:{k0-sem}",
+        "rwfence:{k0-rw}",
+    ] {
         let name = format!("{prefix}:{name}");
         let ttl: i64 = redis::cmd("PTTL")
             .arg(&name)
@@ -144,7 +149,11 @@ async fn idle_keys_expire_and_come_back_above_every_token() {
 
 /// The PTTL of `name` in ms (-2: gone, -1: no ttl).
 async fn pttl(conn: &mut MultiplexedConnection, name: &str) -> i64 {
-    redis::cmd("PTTL").arg(name).query_async(conn).await.unwrap()
+    redis::cmd("PTTL")
+        .arg(name)
+        .query_async(conn)
+        .await
+        .unwrap()
 }
 
 #[tokio::test]
@@ -159,8 +168,19 @@ async fn records_outlive_a_longer_next_lease_by_the_window() {
     let long = AcquireOptions::new().with_ttl(Duration::from_secs(3));
     let sem = locks.semaphore("sem", 2).unwrap();
     for options in [short_lease(), long] {
-        locks.acquire_with("mutex", &options).await.unwrap().release().await.unwrap();
-        sem.acquire_with(&options).await.unwrap().release().await.unwrap();
+        locks
+            .acquire_with("mutex", &options)
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+        sem.acquire_with(&options)
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
     }
     for name in ["fence:{mutex}", "pfence:{sem}", "kind:{sem}"] {
         let name = format!("{prefix}:{name}");

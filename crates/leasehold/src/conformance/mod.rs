@@ -33,7 +33,8 @@
 //! [`Error::Unavailable`](crate::Error::Unavailable), with
 //! [`TestStore::with_url_at_port`]) and `blocking` (a store that makes an
 //! acquisition wait on another transaction bounds that wait by the caller's,
-//! with [`TestStore::with_blocker`]).
+//! with [`TestStore::with_blocker`]) and `sweep` (idle keys' records go at a
+//! pass, never from under a live grant, with [`TestStore::with_sweep`]).
 
 mod bounds;
 mod cross_client;
@@ -45,6 +46,7 @@ mod regrant;
 mod rwlock;
 mod semaphore;
 mod store;
+mod sweep;
 
 use std::time::Duration;
 
@@ -70,6 +72,9 @@ pub use regrant::*;
 pub use rwlock::*;
 pub use semaphore::*;
 pub use store::{unblock, Capabilities, TestStore, Unblock};
+pub use sweep::{
+    sweep_idle_keys_go_and_come_back_above_every_token, sweep_racing_grants_never_break_a_live_slot,
+};
 
 /// Reads the URL of a server for tests from `var`. Returns `None` (and says
 /// so on stderr) when it is unset, unless `LEASEHOLD_REQUIRE_SERVERS=1`, in
@@ -108,7 +113,7 @@ pub fn with_database(url: &str, database: &str) -> String {
 /// Makes one `#[tokio::test]` per conformance property, each calling
 /// `$factory().await` (an `async fn() -> Option<TestStore>`; `None` skips):
 /// the protocol properties, then those of each group named after `;`
-/// (`options`, `unreachable`, `blocking`; see the [module docs](crate::conformance)).
+/// (`options`, `unreachable`, `blocking`, `sweep`; see the [module docs](crate::conformance)).
 #[macro_export]
 macro_rules! conformance_tests {
     (@group options $factory:path) => {
@@ -158,6 +163,12 @@ macro_rules! conformance_tests {
             regrant_writer_repeat_takes_no_second_grant,
             regrant_writer_repeat_after_takeover_is_busy,
             regrant_writer_delivered_twice
+        );
+    };
+    (@group sweep $factory:path) => {
+        $crate::conformance_tests!(@each $factory;
+            sweep_idle_keys_go_and_come_back_above_every_token,
+            sweep_racing_grants_never_break_a_live_slot
         );
     };
     (@group blocking $factory:path) => {

@@ -1,6 +1,6 @@
 //! A backend under test and the hooks its factory registers for the
 //! properties that need more than the backend: another client, bad options,
-//! an unreachable address, a way to block the store.
+//! an unreachable address, a way to block the store, sweep passes.
 
 use std::any::Any;
 use std::future::Future;
@@ -47,6 +47,8 @@ where
 
 type Attempt = Box<dyn Fn() -> BoxFuture<'static, Result<()>> + Send + Sync>;
 type Blocker = Box<dyn Fn(Key) -> BoxFuture<'static, Unblock> + Send + Sync>;
+type Pass = Box<dyn Fn() -> BoxFuture<'static, Result<u64>> + Send + Sync>;
+type Records = Box<dyn Fn(String) -> BoxFuture<'static, u64> + Send + Sync>;
 
 /// A backend under test, with whatever must live as long as it (a temp dir,
 /// a server handle) and the hooks of the properties beyond the protocol.
@@ -59,6 +61,7 @@ pub struct TestStore {
     pub(super) bad_options: Vec<(&'static str, Attempt)>,
     url_at_port: Option<Box<dyn Fn(u16) -> String + Send + Sync>>,
     blocker: Option<Blocker>,
+    sweep: Option<(Pass, Records)>,
     _keep: Vec<Box<dyn Any + Send + Sync>>,
 }
 
@@ -72,6 +75,7 @@ impl TestStore {
             bad_options: Vec::new(),
             url_at_port: None,
             blocker: None,
+            sweep: None,
             _keep: Vec::new(),
         }
     }
@@ -168,6 +172,26 @@ impl TestStore {
         self
     }
 
+    /// Registers the store's sweep (group `sweep`): `pass` runs one pass
+    /// that deletes the records of keys idle for at least 1 ms (answering
+    /// how many), `records` counts the records the store keeps for keys
+    /// that start with a prefix, whatever their kind.
+    pub fn with_sweep<P, R>(
+        mut self,
+        pass: impl Fn() -> P + Send + Sync + 'static,
+        records: impl Fn(String) -> R + Send + Sync + 'static,
+    ) -> Self
+    where
+        P: Future<Output = Result<u64>> + Send + 'static,
+        R: Future<Output = u64> + Send + 'static,
+    {
+        self.sweep = Some((
+            Box::new(move || Box::pin(pass())),
+            Box::new(move |prefix| Box::pin(records(prefix))),
+        ));
+        self
+    }
+
     pub(super) fn locks(&self) -> Locks {
         Locks::from_arc(self.backend.clone()).with_holder_label("conformance")
     }
@@ -190,6 +214,20 @@ impl TestStore {
             .as_ref()
             .expect("group `unreachable` needs TestStore::with_url_at_port");
         url(port)
+    }
+
+    fn sweep_hooks(&self) -> &(Pass, Records) {
+        self.sweep
+            .as_ref()
+            .expect("group `sweep` needs TestStore::with_sweep")
+    }
+
+    pub(super) async fn sweep(&self) -> Result<u64> {
+        (self.sweep_hooks().0)().await
+    }
+
+    pub(super) async fn records(&self, prefix: &str) -> u64 {
+        (self.sweep_hooks().1)(prefix.to_owned()).await
     }
 
     pub(super) async fn block(&self, key: &Key) -> Unblock {
