@@ -12,7 +12,7 @@ const problem = require('./lib/problem');
 // The defaults are the core's: the lease length, and how long a finished
 // response waits for its release before it is sent anyway (the lease then
 // expires after its ttl), the Rust layer's default store timeout.
-const { checkRouteOptions, checkSemaphore, DEFAULT_TTL_MS, RELEASE_BOUND_MS } = require('./lib/binding').load();
+const { checkRouteOptions, DEFAULT_TTL_MS, RELEASE_BOUND_MS } = require('./lib/binding').load();
 
 const OPTION_NAMES = new Set(['key', 'ttl', 'wait', 'retryAfter', 'onError']);
 const LIMIT_OPTION_NAMES = new Set(['key', 'permits', 'ttl', 'wait', 'status', 'retryAfter', 'onError']);
@@ -237,11 +237,9 @@ function limitOptions(locks, options) {
   if (typeof key !== 'string' && typeof key !== 'function') {
     throw invalidInput('invalid key: expected a string or a function (req) => string');
   }
-  if (!Number.isInteger(permits) || permits < 1 || permits > 0xffff_ffff) {
-    throw invalidInput(`invalid permits: expected an integer of at least 1, got ${String(permits)}`);
-  }
-  // A fixed key is checked with the count now; a derived one per request.
-  nativeSync(() => checkSemaphore(typeof key === 'string' ? key : 'k', permits));
+  // The count is checked now, as locks.semaphore checks it, and a fixed
+  // key with it; a derived key is checked per request.
+  locks.semaphore(typeof key === 'string' ? key : 'k', permits);
   const status = options.status ?? 503;
   if (status !== 503 && status !== 429) throw invalidInput(`invalid status: expected 503 or 429, got ${String(status)}`);
   const { ttlMs, waitMs } = routeTiming(options);
