@@ -91,7 +91,7 @@ export declare function limitConcurrency<Req extends IncomingMessage = LockRoute
   options: LimitConcurrencyOptions<Req>,
 ): LockRouteMiddleware<Req>;
 
-/** `type` URIs of the problem documents (those of the Rust layer, and the limiter's). */
+/** `type` URIs of the problem documents: the Rust layer's (`leasehold::http::problem`). */
 export declare const problemTypes: {
   readonly locked: 'tag:leasehold,2025:locked';
   readonly storeUnavailable: 'tag:leasehold,2025:store-unavailable';
@@ -102,7 +102,7 @@ export declare const problemTypes: {
 /** `application/problem+json`. */
 export declare const PROBLEM_CONTENT_TYPE: 'application/problem+json';
 
-/** The body of a 409, 503 or 400 that `lockRoute` answers itself (RFC 9457). */
+/** The body of an answer `lockRoute` or `limitConcurrency` writes itself (RFC 9457). */
 export interface LockRouteProblem {
   type: string;
   title: string;
@@ -110,7 +110,7 @@ export interface LockRouteProblem {
   detail: string;
   /** The lock key (escaped in a 400). */
   key: string;
-  /** 409: the longest the holder's lease can still last; 503: 1000 when worth retrying. */
+  /** 409, and the limiter's 503 or 429: the wait hint (by default the longest the holder's lease, or the first permit, can still last); a store's 503: 1000 when worth retrying. */
   retryAfterMs?: number;
   /** The same as `retryAfterMs`, under the Rust layer's name. */
   retry_after_ms?: number;
