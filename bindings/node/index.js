@@ -215,10 +215,16 @@ function acquireOptions(options, defaultWait, what) {
 }
 
 /**
- * Runs `fn(held)`, always releases. Rejects with LEASEHOLD_LOST (the
- * callback's own error as `cause`) if the lease was lost before `fn` settled.
+ * A with* call: takes a grant with `take(options)`, runs `fn(grant)`,
+ * always releases it. Rejects with LEASEHOLD_LOST (the callback's own
+ * error as `cause`) if the grant was lost before `fn` settled, named in
+ * the error by `what(grant)`. The options may be left out
+ * (`withLock(key, fn)`).
  */
-async function runHolding(held, what, fn) {
+async function withGrant(options, fn, take, what = (held) => held.key) {
+  if (fn === undefined && typeof options === 'function') [options, fn] = [undefined, options];
+  if (typeof fn !== 'function') throw invalidInput('invalid fn: expected a function');
+  const held = await take(options);
   let result;
   let failure;
   let failed = false;
@@ -235,20 +241,11 @@ async function runHolding(held, what, fn) {
   // A release that fails leaves the lease to expire after its ttl.
   await held.release().catch(() => {});
   if (lost) {
-    const error = held.signal.reason ?? lostError(what);
+    const error = held.signal.reason ?? lostError(what(held));
     throw leaseholdError(error.code, error.message, { cause: failed ? failure : undefined });
   }
   if (failed) throw failure;
   return result;
-}
-
-/** `withLock(key, fn)` and the other with* calls may leave their options out. */
-function optionsAndFn(options, fn) {
-  return fn === undefined && typeof options === 'function' ? [undefined, options] : [options, fn];
-}
-
-function checkFn(fn) {
-  if (typeof fn !== 'function') throw invalidInput('invalid fn: expected a function');
 }
 
 /**
@@ -300,10 +297,7 @@ class Semaphore extends KeyHandle {
 
   /** Takes a permit, runs `fn(lease)`, always releases it (as `Locks.withLock`). */
   async withPermit(options, fn) {
-    [options, fn] = optionsAndFn(options, fn);
-    checkFn(fn);
-    const lease = await this.acquire(options);
-    return runHolding(lease, this.key, fn);
+    return withGrant(options, fn, (opts) => this.acquire(opts));
   }
 
   /** The live permits: [{ key, slot, holder, token, expiresInMs }], by slot. */
@@ -340,9 +334,7 @@ class RwLock extends KeyHandle {
 
   /** Takes a shared grant, runs `fn(lease)`, always releases it. */
   async withRead(options, fn) {
-    [options, fn] = optionsAndFn(options, fn);
-    checkFn(fn);
-    return runHolding(await this.read(options), this.key, fn);
+    return withGrant(options, fn, (opts) => this.read(opts));
   }
 
   /** Tries once for the exclusive grant; resolves to a Lease, or null while readers or a writer are there. */
@@ -358,9 +350,7 @@ class RwLock extends KeyHandle {
 
   /** Takes the exclusive grant, runs `fn(lease)`, always releases it. */
   async withWrite(options, fn) {
-    [options, fn] = optionsAndFn(options, fn);
-    checkFn(fn);
-    return runHolding(await this.write(options), this.key, fn);
+    return withGrant(options, fn, (opts) => this.write(opts));
   }
 
   /** The live readers and writer: [{ key, slot, holder, token, expiresInMs, side }]. */
@@ -546,10 +536,7 @@ class Locks {
    * lost before `fn` settled.
    */
   async withLock(key, options, fn) {
-    [options, fn] = optionsAndFn(options, fn);
-    checkFn(fn);
-    const lease = await this.acquire(key, options);
-    return runHolding(lease, key, fn);
+    return withGrant(options, fn, (opts) => this.acquire(key, opts));
   }
 
   /**
@@ -590,10 +577,7 @@ class Locks {
 
   /** Takes every key, runs `fn(multiLease)`, always releases (as `withLock`). */
   async withLocks(keys, options, fn) {
-    [options, fn] = optionsAndFn(options, fn);
-    checkFn(fn);
-    const multi = await this.acquireMany(keys, options);
-    return runHolding(multi, keys.join(', '), fn);
+    return withGrant(options, fn, (opts) => this.acquireMany(keys, opts), () => keys.join(', '));
   }
 
   /** The reader-writer lock `key`. Throws LEASEHOLD_INVALID_INPUT at once for a bad key. */
