@@ -3,7 +3,7 @@
 //! `Txn` delete. Its own keys (`leasehold-bench-raw/`), no expiry check, no
 //! holder label: the least a correct etcd lock does.
 
-use leasehold::backend::BoxFuture;
+use futures_util::future::BoxFuture;
 use leasehold::backends::etcd::EtcdBackend;
 use leasehold::etcd_client::{Client, Compare, CompareOp, Txn, TxnOp};
 use leasehold::{Locks, OwnerId};
@@ -14,11 +14,10 @@ use crate::exit::CliError;
 pub async fn open(url: &str) -> Result<Measured, CliError> {
     let backend = EtcdBackend::connect(url).await?;
     let client = backend.client().clone();
-    Ok(Measured {
-        locks: Locks::new(backend),
-        baselines: vec![Box::new(TwoTxns { client })],
-        handoff_peers: Vec::new(),
-    })
+    Ok(Measured::with_baseline(
+        Locks::new(backend),
+        TwoTxns { client },
+    ))
 }
 
 struct TwoTxns {

@@ -11,11 +11,14 @@ mod redis;
 mod sqlite;
 mod statements;
 
+use std::future::Future;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use leasehold::scheme::Scheme;
 use leasehold::Locks;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use crate::exit::CliError;
 
@@ -88,6 +91,44 @@ pub struct Measured {
     pub handoff_peers: Vec<Box<dyn HandoffPeer>>,
 }
 
+impl Measured {
+    /// leasehold alone: no baseline to compare with.
+    pub fn alone(locks: Locks) -> Measured {
+        Measured {
+            locks,
+            baselines: Vec::new(),
+            handoff_peers: Vec::new(),
+        }
+    }
+
+    /// leasehold and one baseline, without a hand-off peer.
+    pub fn with_baseline(locks: Locks, baseline: impl Baseline + 'static) -> Measured {
+        Measured {
+            baselines: vec![Box::new(baseline)],
+            ..Measured::alone(locks)
+        }
+    }
+}
+
+/// One hand-off, timed the same way for every peer: `waiter` is a task
+/// blocking on the lock the holder has; 15 ms on (time to be queued),
+/// `release` lets go (a future: nothing is sent before it is awaited, after
+/// the clock is read). The sample runs from the release call to the moment
+/// the waiter holds.
+pub async fn timed_handoff<E: std::fmt::Display, T, F: std::fmt::Display>(
+    waiter: JoinHandle<Result<Instant, E>>,
+    release: impl Future<Output = Result<T, F>>,
+) -> Result<Duration, CliError> {
+    tokio::time::sleep(Duration::from_millis(15)).await;
+    let released = Instant::now();
+    release.await.map_err(baseline_error)?;
+    let acquired = waiter
+        .await
+        .map_err(baseline_error)?
+        .map_err(baseline_error)?;
+    Ok(acquired.saturating_duration_since(released))
+}
+
 /// Opens the store and the baselines that exist for it.
 pub async fn open(url: &str) -> Result<(BenchStore, Locks), CliError> {
     let (scheme, parsed) = Scheme::parse(url)?;
@@ -105,11 +146,7 @@ pub async fn open(url: &str) -> Result<(BenchStore, Locks), CliError> {
                     "leasehold: no hand-written baseline for {other}://; reporting leasehold alone"
                 );
             }
-            Measured {
-                locks: Locks::open(url).await?,
-                baselines: Vec::new(),
-                handoff_peers: Vec::new(),
-            }
+            Measured::alone(Locks::open(url).await?)
         }
     };
     let store = BenchStore {

@@ -15,11 +15,10 @@ use crate::exit::CliError;
 pub async fn open(url: &str) -> Result<Measured, CliError> {
     let backend = MongoBackend::connect(url).await?;
     let coll = backend.collection().clone();
-    Ok(Measured {
-        locks: Locks::new(backend),
-        baselines: vec![Box::new(TwoCalls { coll })],
-        handoff_peers: Vec::new(),
-    })
+    Ok(Measured::with_baseline(
+        Locks::new(backend),
+        TwoCalls { coll },
+    ))
 }
 
 struct TwoCalls {

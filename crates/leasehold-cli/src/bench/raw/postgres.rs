@@ -22,7 +22,7 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use super::statements::TwoStatements;
-use super::{baseline_error, Baseline, HandoffPeer, Held, Measured};
+use super::{baseline_error, timed_handoff, Baseline, HandoffPeer, Held, Measured};
 use crate::exit::CliError;
 use crate::sql::SqlDb;
 
@@ -93,11 +93,7 @@ async fn open_pooled(url: &str, direct: Option<&str>) -> Result<Measured, CliErr
             "leasehold: behind a transaction pooler without listen_url there is no direct \
              connection to compare with; reporting leasehold alone"
         );
-        return Ok(Measured {
-            locks: Locks::new(pooled),
-            baselines: Vec::new(),
-            handoff_peers: Vec::new(),
-        });
+        return Ok(Measured::alone(Locks::new(pooled)));
     };
     let direct = PostgresBackend::connect_with(direct, baseline_options()).await?;
     baselines(direct, Some(pooled)).await
@@ -272,18 +268,10 @@ impl HandoffPeer for BlockingAdvisory {
                         .await?;
                     Ok::<_, sqlx::Error>(at)
                 });
-                tokio::time::sleep(Duration::from_millis(15)).await;
-                let released = Instant::now();
-                sqlx::query("SELECT pg_advisory_unlock($1)")
+                let release = sqlx::query("SELECT pg_advisory_unlock($1)")
                     .bind(id)
-                    .execute(&mut *holder)
-                    .await
-                    .map_err(baseline_error)?;
-                let acquired = task
-                    .await
-                    .map_err(baseline_error)?
-                    .map_err(baseline_error)?;
-                out.push(acquired.saturating_duration_since(released));
+                    .execute(&mut *holder);
+                out.push(timed_handoff(task, release).await?);
             }
             Ok(out)
         })

@@ -6,6 +6,8 @@
 //! talk to one, and the blocking floor is one server's.
 
 use std::collections::HashMap;
+use std::convert::Infallible;
+use std::future::Future;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
@@ -16,7 +18,7 @@ use rslock::LockManager;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use super::{baseline_error, Baseline, HandoffPeer, Held, Measured};
+use super::{baseline_error, timed_handoff, Baseline, HandoffPeer, Held, Measured};
 use crate::exit::CliError;
 
 const TTL: Duration = Duration::from_secs(30);
@@ -31,25 +33,21 @@ pub async fn open(url: &str, parsed: &StoreUrl) -> Result<Measured, CliError> {
     let conn = Connection::open(plain, &RedisOptions::default())
         .await
         .map_err(baseline_error)?;
-    let raw_pair: Box<dyn Baseline> = Box::new(RawPair {
+    let raw_pair = RawPair {
         conn,
         unlock: redis::Script::new(UNLOCK),
-    });
+    };
     // rslock runs Redlock over independent single servers: it has no
     // cluster client, so on a cluster the hand-written pair is the baseline.
     if Scheme::names_a_cluster(plain) {
         eprintln!("leasehold: rslock has no Redis Cluster client; its rows are left out");
-        return Ok(Measured {
-            locks,
-            baselines: vec![raw_pair],
-            handoff_peers: Vec::new(),
-        });
+        return Ok(Measured::with_baseline(locks, raw_pair));
     }
     let rslock = LockManager::new(vec![plain]);
     Ok(Measured {
         locks,
         baselines: vec![
-            raw_pair,
+            Box::new(raw_pair),
             Box::new(BlockingPair::open(plain)?),
             Box::new(ManagedLocks::open(plain, parsed).await?),
             Box::new(Rslock {
@@ -61,24 +59,26 @@ pub async fn open(url: &str, parsed: &StoreUrl) -> Result<Measured, CliError> {
     })
 }
 
-/// The hand-written lock: `SET key owner NX PX ttl` (no fence).
-fn lock_command(key: &str, owner: &str) -> redis::Cmd {
+/// The hand-written lock: `SET key owner NX PX ttl` for a fresh owner,
+/// which `send` puts on its connection; held when it was set (the pair has
+/// no fencing token).
+async fn set_nx<F>(key: &str, send: impl FnOnce(redis::Cmd) -> F) -> Result<Option<Held>, CliError>
+where
+    F: Future<Output = redis::RedisResult<Option<String>>>,
+{
+    let owner = OwnerId::random().to_string();
     let mut cmd = redis::cmd("SET");
     cmd.arg(key)
-        .arg(owner)
+        .arg(&owner)
         .arg("NX")
         .arg("PX")
         .arg(TTL.as_millis() as u64);
-    cmd
-}
-
-/// What a granted `SET NX` holds: the pair has no fencing token.
-fn held(key: &str, owner: String) -> Held {
-    Held {
+    let set = send(cmd).await.map_err(baseline_error)?;
+    Ok(set.map(|_| Held {
         key: key.to_owned(),
         owner,
         token: 0,
-    }
+    }))
 }
 
 struct RawPair {
@@ -94,14 +94,9 @@ impl Baseline for RawPair {
     }
 
     fn try_acquire<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Held>, CliError>> {
-        Box::pin(async move {
-            let owner = OwnerId::random().to_string();
-            let set: Option<String> = lock_command(key, &owner)
-                .query_async(&mut self.conn.clone())
-                .await
-                .map_err(baseline_error)?;
-            Ok(set.map(|_| held(key, owner)))
-        })
+        Box::pin(set_nx(key, move |cmd| async move {
+            cmd.query_async(&mut self.conn.clone()).await
+        }))
     }
 
     fn release(&self, held: Held) -> BoxFuture<'_, Result<(), CliError>> {
@@ -161,13 +156,9 @@ impl Baseline for BlockingPair {
     }
 
     fn try_acquire<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Held>, CliError>> {
-        Box::pin(async move {
-            let owner = OwnerId::random().to_string();
-            let set: Option<String> = lock_command(key, &owner)
-                .query(&mut *self.conn())
-                .map_err(baseline_error)?;
-            Ok(set.map(|_| held(key, owner)))
-        })
+        Box::pin(set_nx(key, |cmd| {
+            std::future::ready(cmd.query(&mut *self.conn()))
+        }))
     }
 
     fn release(&self, held: Held) -> BoxFuture<'_, Result<(), CliError>> {
@@ -310,15 +301,15 @@ impl HandoffPeer for RslockHandoff {
                         if let Ok(lock) = manager.lock(k.as_bytes(), TTL).await {
                             let at = Instant::now();
                             manager.unlock(&lock).await;
-                            return at;
+                            return Ok::<_, Infallible>(at);
                         }
                     }
                 });
-                tokio::time::sleep(Duration::from_millis(15)).await;
-                let released = Instant::now();
-                self.manager.unlock(&holder).await;
-                let acquired = waiter.await.map_err(baseline_error)?;
-                out.push(acquired.saturating_duration_since(released));
+                let release = async {
+                    self.manager.unlock(&holder).await;
+                    Ok::<_, Infallible>(())
+                };
+                out.push(timed_handoff(waiter, release).await?);
             }
             Ok(out)
         })

@@ -51,15 +51,14 @@ pub async fn open(url: &str) -> Result<Measured, CliError> {
         .await?
         .ok_or_else(|| CliError::usage("the SQLite baseline needs an sqlite:// URL"))?;
     db.execute(CREATE_TABLE, &[]).await.map_err(driver)?;
-    Ok(Measured {
+    Ok(Measured::with_baseline(
         locks,
-        baselines: vec![Box::new(TwoStatements {
+        TwoStatements {
             name: "two sqlite statements by hand",
             db,
             acquire: ACQUIRE,
             release: RELEASE,
             lock_wait: None,
-        })],
-        handoff_peers: Vec::new(),
-    })
+        },
+    ))
 }
