@@ -80,23 +80,19 @@ pub trait FencedResource: Send {
 impl dyn FencedResource + '_ {
     /// Returns the counter and registers `token` as seen.
     pub async fn read(&mut self, key: &str, token: u64) -> Result<Answer<i64>> {
-        let reply = self
-            .decide(Operation {
-                op: ResourceOp::Read,
-                key,
-                token,
-                value: 0,
-            })
-            .await?;
-        Ok(reply.answer(reply.value))
+        self.read_as(ResourceOp::Read, key, token).await
     }
 
     /// A read-write lock reader's read: returns the counter, compared with
     /// writers' tokens only.
     pub async fn shared_read(&mut self, key: &str, token: u64) -> Result<Answer<i64>> {
+        self.read_as(ResourceOp::SharedRead, key, token).await
+    }
+
+    async fn read_as(&mut self, op: ResourceOp, key: &str, token: u64) -> Result<Answer<i64>> {
         let reply = self
             .decide(Operation {
-                op: ResourceOp::SharedRead,
+                op,
                 key,
                 token,
                 value: 0,
