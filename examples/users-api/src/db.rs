@@ -13,7 +13,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::backend::BoxFuture;
+use futures_util::future::BoxFuture;
 use serde::Serialize;
 
 pub use mongo::MongoUsers;

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use leasehold::backend::BoxFuture;
+use futures_util::future::BoxFuture;
 use leasehold::backends::mongodb::helpers::{client_and_database, run_transaction};
 use leasehold::occ::RetryPolicy;
 use mongodb::bson::{doc, from_document, Document};

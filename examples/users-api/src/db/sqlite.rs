@@ -7,7 +7,7 @@ use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
 
-use leasehold::backend::BoxFuture;
+use futures_util::future::BoxFuture;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 
 use super::{Counter, CreateError, DataError, User, UserStore};
