@@ -6,8 +6,7 @@
 
 mod common;
 
-use std::net::TcpListener;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 
@@ -22,22 +21,13 @@ demo_tests_without_row_lock!(redis_store(), "redis");
 /// Needs no server: the point is that there is none.
 #[test]
 fn a_store_that_is_down_exits_69_quickly_with_one_line() {
-    let port = {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.local_addr().unwrap().port()
-    }; // Closed again: connecting is refused.
-    let store = format!("redis://127.0.0.1:{port}");
+    let store = format!("redis://127.0.0.1:{}", free_port());
     for args in [
         &["run", "k", "--", "true"][..],
         &["run", "k", "--wait", "30s", "--", "true"],
         &["demo"],
     ] {
-        let started = Instant::now();
-        let out = run(leasehold(&store).args(args));
-        let took = started.elapsed();
-        assert_eq!(out.status.code(), Some(69), "{args:?}: {}", stderr(&out));
-        assert!(took < Duration::from_secs(10), "{args:?} took {took:?}");
-        let err = stderr(&out);
+        let err = down_store_stderr(&store, args);
         assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
         assert!(err.contains("refused"), "{args:?}: {err}");
     }
@@ -60,11 +50,7 @@ fn durability_warnings_show_once_without_verbose() {
         return;
     };
     assert!(server.status.success());
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let mut redis = std::process::Command::new("redis-server")
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
         .args(["--save", "", "--appendonly", "no"])

@@ -96,6 +96,34 @@ pub fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `n` distinct local ports nothing listens on: bound together, then closed
+/// again, so connecting is refused.
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<_> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    listeners
+        .iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect()
+}
+
+/// A local port nothing listens on.
+pub fn free_port() -> u16 {
+    free_ports(1)[0]
+}
+
+/// `leasehold ARGS` against a store that is down: it exits 69 within ten
+/// seconds. Returns its stderr.
+pub fn down_store_stderr(store: &str, args: &[&str]) -> String {
+    let started = Instant::now();
+    let out = run(leasehold(store).args(args));
+    let took = started.elapsed();
+    assert_eq!(out.status.code(), Some(69), "{args:?}: {}", stderr(&out));
+    assert!(took < Duration::from_secs(10), "{args:?} took {took:?}");
+    stderr(&out)
+}
+
 /// Polls `check` every 20 ms until it is true or `limit` passes.
 pub fn wait_until(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
@@ -275,16 +303,10 @@ pub fn shared_and_exclusive_runs(store: &str, dir: &Path) {
     let times = dir.join("times.log");
     std::fs::write(&times, "").unwrap();
     let key = unique_key("rw");
-    let script = |side: &str| {
-        format!(
-            "s=$(date +%s%N); sleep 1; echo {side} $s $(date +%s%N) $LEASEHOLD_TOKEN >> {t}",
-            t = times.display()
-        )
-    };
     let spawn = |flag: &str, side: &str| {
         leasehold(store)
             .args(["run", &key, flag, "--wait", "60s", "--ttl", "10s"])
-            .args(["--", "sh", "-c", &script(side)])
+            .args(["--", "sh", "-c", &timed_command(side, &times)])
             .spawn()
             .unwrap()
     };
@@ -313,42 +335,71 @@ pub fn shared_and_exclusive_runs(store: &str, dir: &Path) {
     for mut child in children {
         assert!(child.wait().unwrap().success(), "a run failed");
     }
-    let rows: Vec<(String, u128, u128, u64)> = std::fs::read_to_string(&times)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (
-                f[0].to_owned(),
-                f[1].parse().unwrap(),
-                f[2].parse().unwrap(),
-                f[3].parse().unwrap(),
-            )
-        })
-        .collect();
+    let rows = timed_runs(&times);
     assert_eq!(rows.len(), 5, "every command ran once: {rows:?}");
-    let overlap =
-        |a: &(String, u128, u128, u64), b: &(String, u128, u128, u64)| a.1 < b.2 && b.1 < a.2;
-    let shared: Vec<_> = rows.iter().filter(|r| r.0 == "S").collect();
-    let writer = rows.iter().find(|r| r.0 == "X").unwrap();
-    let late = rows.iter().find(|r| r.0 == "L").unwrap();
+    let shared: Vec<_> = rows.iter().filter(|r| r.side == "S").collect();
+    let writer = rows.iter().find(|r| r.side == "X").unwrap();
+    let late = rows.iter().find(|r| r.side == "L").unwrap();
     for (i, a) in shared.iter().enumerate() {
         for b in &shared[i + 1..] {
-            assert!(overlap(a, b), "shared runs did not overlap: {rows:?}");
+            assert!(a.overlaps(b), "shared runs did not overlap: {rows:?}");
         }
     }
-    for other in rows.iter().filter(|r| r.0 != "X") {
+    for other in rows.iter().filter(|r| r.side != "X") {
         assert!(
-            !overlap(writer, other),
+            !writer.overlaps(other),
             "the exclusive run overlapped {other:?}: {rows:?}"
         );
     }
     assert!(
-        late.1 > writer.2,
+        late.start > writer.end,
         "the late reader ran before the waiting writer: {rows:?}"
     );
-    assert!(shared.iter().all(|r| writer.3 > r.3), "tokens: {rows:?}");
-    assert!(late.3 > writer.3, "tokens: {rows:?}");
+    assert!(
+        shared.iter().all(|r| writer.token > r.token),
+        "tokens: {rows:?}"
+    );
+    assert!(late.token > writer.token, "tokens: {rows:?}");
+}
+
+/// The command of a timed run: it records `SIDE START END TOKEN` (start
+/// and end in nanoseconds) in `times` and holds for 1 s in between.
+fn timed_command(side: &str, times: &Path) -> String {
+    format!(
+        "s=$(date +%s%N); sleep 1; echo {side} $s $(date +%s%N) $LEASEHOLD_TOKEN >> {t}",
+        t = times.display()
+    )
+}
+
+/// A line of a times log that [`timed_command`]s wrote.
+#[derive(Debug)]
+struct TimedRun {
+    side: String,
+    start: u128,
+    end: u128,
+    token: u64,
+}
+
+impl TimedRun {
+    fn overlaps(&self, other: &TimedRun) -> bool {
+        self.start < other.end && other.start < self.end
+    }
+}
+
+fn timed_runs(times: &Path) -> Vec<TimedRun> {
+    std::fs::read_to_string(times)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            TimedRun {
+                side: f[0].to_owned(),
+                start: f[1].parse().unwrap(),
+                end: f[2].parse().unwrap(),
+                token: f[3].parse().unwrap(),
+            }
+        })
+        .collect()
 }
 
 /// Starts `leasehold run KEY --ttl 1s EXTRA -- sh -c ...` whose command
@@ -723,10 +774,7 @@ pub fn plain_run_excludes_shared_runs(store: &str, dir: &Path) {
         let mut cmd = leasehold(store);
         cmd.args(["run", &key, "--wait", "60s", "--ttl", "10s"]);
         cmd.args(flag);
-        cmd.args(["--", "sh", "-c"]).arg(format!(
-            "s=$(date +%s%N); sleep 1; echo {side} $s $(date +%s%N) >> {t}",
-            t = times.display()
-        ));
+        cmd.args(["--", "sh", "-c", &timed_command(side, &times)]);
         cmd.spawn().unwrap()
     };
     let mut children: Vec<Child> = (0..5).map(|_| spawn(Some("--shared"), "S")).collect();
@@ -754,23 +802,12 @@ pub fn plain_run_excludes_shared_runs(store: &str, dir: &Path) {
     for mut child in children {
         assert!(child.wait().unwrap().success(), "a run failed");
     }
-    let rows: Vec<(String, u128, u128)> = std::fs::read_to_string(&times)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (
-                f[0].to_owned(),
-                f[1].parse().unwrap(),
-                f[2].parse().unwrap(),
-            )
-        })
-        .collect();
+    let rows = timed_runs(&times);
     assert_eq!(rows.len(), 6, "every command ran once: {rows:?}");
-    let writer = rows.iter().find(|r| r.0 == "X").unwrap();
-    for reader in rows.iter().filter(|r| r.0 == "S") {
+    let writer = rows.iter().find(|r| r.side == "X").unwrap();
+    for reader in rows.iter().filter(|r| r.side == "S") {
         assert!(
-            !(reader.1 < writer.2 && writer.1 < reader.2),
+            !reader.overlaps(writer),
             "the plain run overlapped a shared run {reader:?}: {rows:?}"
         );
     }
