@@ -6,4 +6,3 @@ mod common;
 mod torture_common;
 
 network_torture_tests!("LEASEHOLD_TEST_MONGODB");
-rw_torture_tests!("LEASEHOLD_TEST_MONGODB");

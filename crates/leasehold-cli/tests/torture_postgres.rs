@@ -9,7 +9,6 @@ use leasehold::conformance::server_url;
 use torture_common::*;
 
 network_torture_tests!("LEASEHOLD_TEST_POSTGRES");
-rw_torture_tests!("LEASEHOLD_TEST_POSTGRES");
 
 #[test]
 fn fenced_in_store_resource_passes_under_kills_and_pauses() {

@@ -8,7 +8,6 @@ use common::{leasehold, run, stderr};
 use leasehold::conformance::server_url;
 
 network_torture_tests!("LEASEHOLD_TEST_REDIS");
-rw_torture_tests!("LEASEHOLD_TEST_REDIS");
 
 #[test]
 fn the_in_store_resource_is_not_offered_on_redis_yet() {

@@ -247,7 +247,8 @@ pub fn unfenced_primitive_run_fails(store: &str, primitive: &str, extra: &[&str]
 /// against the server named by the environment variable `$var` (skipped
 /// without it unless `LEASEHOLD_REQUIRE_SERVERS=1`): a fenced run passes with
 /// kills, pauses and proxy faults all hitting, and an unfenced run is caught
-/// losing updates.
+/// losing updates; so for semaphores and for read-write locks, whose fenced
+/// runs pass with readers overlapping and writers alone.
 #[macro_export]
 macro_rules! network_torture_tests {
     ($var:literal) => {
@@ -296,15 +297,7 @@ macro_rules! network_torture_tests {
             let run = $crate::torture_common::unfenced_primitive_run_fails(&url, "semaphore", &[]);
             assert!(run.n("/lost_increments") > 0, "{}", run.output);
         }
-    };
-}
 
-/// The read-write lock's torture checks, one `#[test]` each, against the
-/// server named by `$var`: a fenced run passes with readers overlapping and
-/// writers alone; an unfenced run is caught accepting stale operations.
-#[macro_export]
-macro_rules! rw_torture_tests {
-    ($var:literal) => {
         #[test]
         fn fenced_rw_run_passes_with_readers_together_and_writers_alone() {
             let Some(url) = leasehold::conformance::server_url($var) else {
