@@ -21,9 +21,15 @@ const store = `sqlite://${dir}/locks.db`;
 const children = [];
 let context, page, base;
 
-/** Starts `leasehold ARGS`; resolves with the child once `ready` matches a stdout line. */
-function start(args, ready) {
-  const child = spawn(bin, ["--store", store, ...args], { stdio: ["ignore", "pipe", "pipe"] });
+/** Where `leasehold dashboard` says it listens. */
+const LISTENING = /on (http:\/\/[0-9.:]+)\//;
+
+/**
+ * Starts `leasehold --store STORE ARGS` (the test's store unless `on` names
+ * another); resolves with the child once `ready` matches a stdout line.
+ */
+function start(args, ready, on = store) {
+  const child = spawn(bin, ["--store", on, ...args], { stdio: ["ignore", "pipe", "pipe"] });
   children.push(child);
   let out = "";
   let err = "";
@@ -48,7 +54,7 @@ const exited = (child) =>
 before(async () => {
   const dash = await start(
     ["dashboard", "--listen", "127.0.0.1:0", "--admin-token", TOKEN, "--poll", "200ms"],
-    /on (http:\/\/[0-9.:]+)\//,
+    LISTENING,
   );
   base = dash.match[1];
   context = await chromium.launchPersistentContext(join(dir, "profile"), {
@@ -149,18 +155,8 @@ test("force-release is refused without the token and works with it", async () =>
 });
 
 test("without --admin-token force-release is off, and the page never shows the store's password", async () => {
-  const url = `sqlite://${dir}/other.db`;
-  const child = spawn(bin, ["--store", url, "dashboard", "--listen", "127.0.0.1:0"], { stdio: ["ignore", "pipe", "pipe"] });
-  children.push(child);
-  const addr = await new Promise((ok, fail) => {
-    let out = "";
-    child.stdout.on("data", (d) => {
-      out += d;
-      const m = out.match(/on (http:\/\/[0-9.:]+)\//);
-      if (m) ok(m[1]);
-    });
-    child.on("exit", (c) => fail(new Error(`exited ${c}`)));
-  });
+  const { child, match } = await start(["dashboard", "--listen", "127.0.0.1:0"], LISTENING, `sqlite://${dir}/other.db`);
+  const addr = match[1];
   const res = await fetch(addr + "/api/release", {
     method: "POST",
     headers: { "content-type": "application/json", "x-admin-token": TOKEN },
@@ -172,17 +168,8 @@ test("without --admin-token force-release is off, and the page never shows the s
   const pg = process.env.LEASEHOLD_TEST_POSTGRES;
   if (pg && /:\/\/[^/]*:[^/@]+@/.test(pg)) {
     const password = decodeURIComponent(pg.match(/:\/\/[^:/]*:([^@/]+)@/)[1]);
-    const d = spawn(bin, ["--store", pg, "dashboard", "--listen", "127.0.0.1:0"], { stdio: ["ignore", "pipe", "pipe"] });
-    children.push(d);
-    const at = await new Promise((ok, fail) => {
-      let out = "";
-      d.stdout.on("data", (x) => {
-        out += x;
-        const m = out.match(/on (http:\/\/[0-9.:]+)\//);
-        if (m) ok(m[1]);
-      });
-      d.on("exit", (c) => fail(new Error(`exited ${c}`)));
-    });
+    const { child: d, match: listening } = await start(["dashboard", "--listen", "127.0.0.1:0"], LISTENING, pg);
+    const at = listening[1];
     const p = await context.newPage();
     await p.goto(at + "/");
     await p.locator("#status", { hasText: "live" }).waitFor({ timeout: 5000 });
