@@ -220,7 +220,7 @@ impl LeaseGuard {
     /// For a grant of a reader-writer lock, its side (a reader's slot is
     /// `0..MAX_PERMITS`, the writer's
     /// [`WRITER_SLOT`](crate::backend::WRITER_SLOT)); `None` otherwise.
-    pub fn rw_side(&self) -> Option<crate::RwSide> {
+    pub fn rw_side(&self) -> Option<crate::backend::RwSide> {
         self.lease.rw_side()
     }
 

@@ -444,7 +444,7 @@ mod tests {
 mod lapsed_set_tests {
     use super::*;
     use crate::backends::memory::MemoryBackend;
-    use crate::LeaseGuard;
+    use crate::guard::LeaseGuard;
 
     /// Our `Locks`, and a guard of another `Locks` on the same store that
     /// holds `b` for 2.2 s without renewal.

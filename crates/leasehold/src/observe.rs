@@ -67,7 +67,7 @@ const MAX_CLASS_BYTES: usize = 64;
 
 /// A lock class named by the caller: 1 to 64 bytes, no control characters
 /// (it becomes a label value in whatever the application exports to).
-fn validate_class(class: &str) -> crate::Result<&str> {
+fn validate_class(class: &str) -> crate::error::Result<&str> {
     if class.is_empty() || class.len() > MAX_CLASS_BYTES {
         return Err(Error::invalid(
             "lock class",
@@ -227,7 +227,7 @@ impl AcquireProbe {
         lock_class: Option<&Arc<str>>,
         primitive: Option<Primitive>,
         waits: bool,
-    ) -> crate::Result<Self> {
+    ) -> crate::error::Result<Self> {
         let class = match lock_class {
             Some(class) => validate_class(class)?,
             None => default_class(request.key().as_str()),
@@ -266,7 +266,7 @@ impl AcquireProbe {
     }
 
     /// The acquisition ended with `result`.
-    pub(crate) fn finish<T>(mut self, result: &crate::Result<T>) {
+    pub(crate) fn finish<T>(mut self, result: &crate::error::Result<T>) {
         let outcome = match result {
             Ok(_) => Outcome::Granted,
             Err(Error::Busy { .. }) => Outcome::Busy,

@@ -88,7 +88,7 @@ async fn locks_validate_before_reaching_the_backend() {
         assert!(locks.force_release(bad).await.is_err());
         assert!(locks.try_acquire(bad).await.is_err());
     }
-    for permits in [0, crate::MAX_PERMITS + 1] {
+    for permits in [0, crate::backend::MAX_PERMITS + 1] {
         assert!(locks.semaphore("k", permits).is_err());
     }
     assert!(locks.semaphore("", 3).is_err());
@@ -103,10 +103,10 @@ async fn locks_validate_before_reaching_the_backend() {
     assert_eq!(*recording.0.lock().unwrap(), Vec::<&str>::new());
     // Both sides of a reader-writer lock go to the one family of store
     // operations, and their leases say which side they hold.
-    for side in [crate::RwSide::Read, crate::RwSide::Write] {
+    for side in [crate::backend::RwSide::Read, crate::backend::RwSide::Write] {
         let guard = match side {
-            crate::RwSide::Read => rw.try_read().await.unwrap(),
-            crate::RwSide::Write => rw.try_write().await.unwrap(),
+            crate::backend::RwSide::Read => rw.try_read().await.unwrap(),
+            crate::backend::RwSide::Write => rw.try_write().await.unwrap(),
         };
         assert_eq!(guard.rw_side(), Some(side));
         guard.release().await.unwrap();

@@ -159,7 +159,7 @@ mod tests {
     #[tokio::test]
     async fn close_reaches_the_store_inside_a_decorator() {
         let store = Arc::new(MarksShutdown::default());
-        let locks = crate::Locks::new(PollingOnly::new(store.clone()));
+        let locks = crate::lock::Locks::new(PollingOnly::new(store.clone()));
         locks.close().await;
         assert!(
             store.shut.load(Ordering::SeqCst),

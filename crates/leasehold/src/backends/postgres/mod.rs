@@ -135,7 +135,10 @@ impl PostgresBackend {
     /// window; store errors otherwise (the rows stay; run it again).
     pub async fn sweep_idle(&self, window: std::time::Duration) -> Result<u64> {
         if window.is_zero() {
-            return Err(crate::Error::invalid("idle window", "must be above zero"));
+            return Err(crate::error::Error::invalid(
+                "idle window",
+                "must be above zero",
+            ));
         }
         self.inner.sweep(window).await
     }

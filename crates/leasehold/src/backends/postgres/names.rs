@@ -16,9 +16,26 @@ pub const CHANNEL: &str = "leasehold_release";
 pub(super) const MAX_IDENT_BYTES: usize = 63;
 
 /// What the semaphores' table appends to the lease table's name (see
-/// `semaphore::permits_table`); the table name's bound leaves room for it.
+/// [`permits_table`]); the table name's bound leaves room for it.
 pub(super) const PERMITS_TABLE_SUFFIX: &str = "_permits";
 
 /// What the reader-writer locks' table appends: shorter than the permits
 /// table's suffix, so the same bound covers it.
 pub(super) const RW_TABLE_SUFFIX: &str = "_rw";
+
+/// `"schema"."table"` (quoted) → `"schema"."table_permits"`.
+pub(super) fn permits_table(table: &str) -> String {
+    beside(table, PERMITS_TABLE_SUFFIX)
+}
+
+/// `"schema"."table"` (quoted) → `"schema"."table_rw"`: shorter than the
+/// permits table's suffix, so the table name's bound leaves room for it.
+pub(super) fn rw_table(table: &str) -> String {
+    beside(table, RW_TABLE_SUFFIX)
+}
+
+/// `"schema"."table"` (quoted) → `"schema"."table<suffix>"`.
+fn beside(table: &str, suffix: &str) -> String {
+    let unquoted_end = table.len() - 1;
+    format!("{}{suffix}\"", &table[..unquoted_end])
+}

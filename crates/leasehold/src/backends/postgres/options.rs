@@ -165,7 +165,7 @@ impl PostgresOptions {
     ///
     /// # Errors
     /// [`Error::InvalidInput`] for a malformed value.
-    pub(super) fn split_url_options(mut self, url: &str) -> crate::Result<(String, Self)> {
+    pub(super) fn split_url_options(mut self, url: &str) -> crate::error::Result<(String, Self)> {
         let Some((base, query)) = url.split_once('?') else {
             return Ok((url.to_owned(), self));
         };
@@ -174,7 +174,7 @@ impl PostgresOptions {
             match pair.split_once('=') {
                 Some(("max_connections", v)) => {
                     self.max_connections = v.parse().map_err(|_| {
-                        crate::Error::invalid(
+                        crate::error::Error::invalid(
                             "max_connections",
                             format!("must be a whole number, got {v:?}"),
                         )
@@ -200,7 +200,7 @@ impl PostgresOptions {
 }
 
 /// A URL option's duration: whole milliseconds (`500ms`) or seconds (`5s`).
-fn url_duration(what: &'static str, value: &str) -> crate::Result<Duration> {
+fn url_duration(what: &'static str, value: &str) -> crate::error::Result<Duration> {
     let parsed = if let Some(ms) = value.strip_suffix("ms") {
         ms.parse().ok().map(Duration::from_millis)
     } else if let Some(s) = value.strip_suffix('s') {
@@ -209,7 +209,7 @@ fn url_duration(what: &'static str, value: &str) -> crate::Result<Duration> {
         None
     };
     parsed.ok_or_else(|| {
-        crate::Error::invalid(
+        crate::error::Error::invalid(
             what,
             format!("must be whole milliseconds or seconds like 500ms or 5s, got {value:?}"),
         )

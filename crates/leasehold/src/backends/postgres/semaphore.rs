@@ -23,7 +23,7 @@ use sqlx::postgres::PgRow;
 use sqlx::Row;
 
 use super::exec::Param;
-use super::names::{CHANNEL, PERMITS_TABLE_SUFFIX, RW_TABLE_SUFFIX};
+use super::names::{permits_table, rw_table, CHANNEL};
 use super::{classify, is_lock_not_available, row_locked, token_as_i64, Failed, Inner, STORE};
 use crate::backend::renew_attempt_timeout;
 use crate::backend::{
@@ -46,23 +46,6 @@ pub(super) struct PermitStatements {
     /// $1 key: frees every slot (and a waiting writer's mark) and bumps
     /// the fence; answers whether a slot was live, and notifies.
     force_release: String,
-}
-
-/// `"schema"."table"` (quoted) → `"schema"."table_permits"`.
-pub(super) fn permits_table(table: &str) -> String {
-    beside(table, PERMITS_TABLE_SUFFIX)
-}
-
-/// `"schema"."table"` (quoted) → `"schema"."table_rw"`: shorter than the
-/// permits table's suffix, so the table name's bound leaves room for it.
-pub(super) fn rw_table(table: &str) -> String {
-    beside(table, RW_TABLE_SUFFIX)
-}
-
-/// `"schema"."table"` (quoted) → `"schema"."table<suffix>"`.
-fn beside(table: &str, suffix: &str) -> String {
-    let unquoted_end = table.len() - 1;
-    format!("{}{suffix}\"", &table[..unquoted_end])
 }
 
 /// The claim of the key's anchor (its row in the lease table `table`) for

@@ -283,7 +283,7 @@ mod tests {
     #[test]
     fn the_longest_table_name_keeps_its_permits_table_distinct() {
         let table = "t".repeat(55);
-        let permits = super::super::semaphore::permits_table(&quote_table_name(&table).unwrap());
+        let permits = super::super::names::permits_table(&quote_table_name(&table).unwrap());
         let unquoted = permits.trim_matches('"');
         assert_eq!(unquoted.len(), MAX_IDENT_BYTES);
         assert_eq!(unquoted, format!("{table}{PERMITS_TABLE_SUFFIX}"));

@@ -62,8 +62,8 @@ pub(super) const FIRST_FENCE: &str = "(extract(epoch FROM clock_timestamp()) * 1
 /// the window ago and its fence is below the clock of a window ago; the
 /// anchor goes with it (`da`), or alone when it has no slots row left.
 pub(super) fn range_statement(table: &str) -> String {
-    let permits = super::semaphore::permits_table(table);
-    let rw = super::semaphore::rw_table(table);
+    let permits = super::names::permits_table(table);
+    let rw = super::names::rw_table(table);
     let in_range = "t.key > $1::text AND (b.hi IS NULL OR t.key <= b.hi)";
     let last_end = |x: &str| {
         format!(

@@ -204,7 +204,7 @@ unsafe extern "C" fn drop_clock(data: *mut c_void) {
 mod tests {
     use super::*;
     use crate::backends::sqlite::SqliteBackend;
-    use crate::Locks;
+    use crate::lock::Locks;
 
     /// A reboot (here: the stored boot id of another boot) ends every lease
     /// of the previous boot, mutex and permit alike: the boot clock started

@@ -198,7 +198,8 @@ fn slot_tables(lease: &Lease) -> &'static slots::SlotTables {
 mod tests {
     use super::busy::BoundedBusy;
     use super::*;
-    use crate::{Error, Locks};
+    use crate::error::Error;
+    use crate::lock::Locks;
 
     #[tokio::test]
     async fn a_missing_directory_is_refused_and_not_created() {
