@@ -11,7 +11,7 @@ use tokio::runtime::Handle;
 use tower::{Layer, Service, ServiceExt};
 
 use super::body::collect;
-use super::{problem, FencingToken, LeaseLayer, Mode};
+use super::{problem, FencingToken, LeaseLayer, LeaseLayerBuilder, Mode};
 use crate::backends::memory::MemoryBackend;
 use crate::lock::Locks;
 use crate::testing::{Fault, Faulty};
@@ -41,14 +41,49 @@ fn counting(
     })
 }
 
-fn layer(locks: &Locks, mode: Mode) -> LeaseLayer<String> {
-    LeaseLayer::builder(locks.clone())
-        .with_ttl(Duration::from_secs(10))
-        .with_mode(mode)
+/// The layer every test builds (10 s ttl, 500 ms store timeout, keys from
+/// `key_of`), with `shape` setting what the test is about.
+fn built(
+    locks: &Locks,
+    shape: impl FnOnce(LeaseLayerBuilder) -> LeaseLayerBuilder,
+) -> LeaseLayer<String> {
+    shape(LeaseLayer::builder(locks.clone()).with_ttl(Duration::from_secs(10)))
         .with_store_timeout(Duration::from_millis(500))
         .with_key(key_of)
         .build()
         .unwrap()
+}
+
+fn layer(locks: &Locks, mode: Mode) -> LeaseLayer<String> {
+    built(locks, |b| b.with_mode(mode))
+}
+
+/// A handler that always fails.
+fn failing(
+) -> impl Service<Req, Response = Response<String>, Error = &'static str, Future = impl Send>
+       + Clone
+       + Send
+       + 'static {
+    tower::service_fn(|_: Req| async { Err::<Response<String>, _>("handler failed") })
+}
+
+/// A handler that never answers, and the signal that it was entered.
+fn stuck() -> (
+    impl Service<Req, Response = Response<String>, Error = Infallible, Future = impl Send>
+        + Clone
+        + Send
+        + 'static,
+    tokio::sync::oneshot::Receiver<()>,
+) {
+    let (entered_tx, entered) = tokio::sync::oneshot::channel::<()>();
+    let entered_tx = Arc::new(std::sync::Mutex::new(Some(entered_tx)));
+    let handler = tower::service_fn(move |_: Req| {
+        if let Some(tx) = entered_tx.lock().unwrap().take() {
+            let _ = tx.send(());
+        }
+        std::future::pending::<Result<Response<String>, Infallible>>()
+    });
+    (handler, entered)
 }
 
 async fn json(response: Response<super::LockBody<String>>) -> serde_json::Value {
@@ -184,9 +219,7 @@ async fn store_failure_and_silence_are_503_problems() {
 #[tokio::test(start_paused = true)]
 async fn handler_error_releases() {
     let locks = Locks::new(MemoryBackend::new()).with_background_runtime(Handle::current());
-    let failing =
-        tower::service_fn(|_: Req| async { Err::<Response<String>, _>("handler failed") });
-    let svc = layer(&locks, Mode::Reject).layer(failing);
+    let svc = layer(&locks, Mode::Reject).layer(failing());
     assert!(svc.oneshot(post("/k/a")).await.is_err());
     assert!(locks.inspect("a").await.unwrap().is_none());
 }
@@ -194,14 +227,7 @@ async fn handler_error_releases() {
 #[tokio::test(start_paused = true)]
 async fn dropped_request_releases() {
     let locks = Locks::new(MemoryBackend::new()).with_background_runtime(Handle::current());
-    let (entered_tx, entered) = tokio::sync::oneshot::channel::<()>();
-    let entered_tx = Arc::new(std::sync::Mutex::new(Some(entered_tx)));
-    let stuck = tower::service_fn(move |_: Req| {
-        if let Some(tx) = entered_tx.lock().unwrap().take() {
-            let _ = tx.send(());
-        }
-        std::future::pending::<Result<Response<String>, Infallible>>()
-    });
+    let (stuck, entered) = stuck();
     let svc = layer(&locks, Mode::Reject).layer(stuck);
     let request = tokio::spawn(svc.oneshot(post("/k/a")));
     entered.await.unwrap();
@@ -219,13 +245,7 @@ async fn dropped_request_releases() {
 // The concurrency limit (`with_permits`): the permit's release paths.
 
 fn limit(locks: &Locks, permits: u32) -> LeaseLayer<String> {
-    LeaseLayer::builder(locks.clone())
-        .with_ttl(Duration::from_secs(10))
-        .with_permits(permits)
-        .with_store_timeout(Duration::from_millis(500))
-        .with_key(key_of)
-        .build()
-        .unwrap()
+    built(locks, |b| b.with_permits(permits))
 }
 
 async fn live_permits(locks: &Locks, key: &str) -> usize {
@@ -332,23 +352,14 @@ async fn the_limit_refuses_with_the_first_permits_remaining_time() {
 #[tokio::test(start_paused = true)]
 async fn the_limit_releases_on_handler_error_and_dropped_request() {
     let locks = Locks::new(MemoryBackend::new()).with_background_runtime(Handle::current());
-    let failing =
-        tower::service_fn(|_: Req| async { Err::<Response<String>, _>("handler failed") });
     assert!(limit(&locks, 1)
-        .layer(failing)
+        .layer(failing())
         .oneshot(post("/k/a"))
         .await
         .is_err());
     assert_eq!(live_permits(&locks, "a").await, 0, "released on error");
 
-    let (entered_tx, entered) = tokio::sync::oneshot::channel::<()>();
-    let entered_tx = Arc::new(std::sync::Mutex::new(Some(entered_tx)));
-    let stuck = tower::service_fn(move |_: Req| {
-        if let Some(tx) = entered_tx.lock().unwrap().take() {
-            let _ = tx.send(());
-        }
-        std::future::pending::<Result<Response<String>, Infallible>>()
-    });
+    let (stuck, entered) = stuck();
     let request = tokio::spawn(limit(&locks, 1).layer(stuck).oneshot(post("/k/a")));
     entered.await.unwrap();
     assert_eq!(live_permits(&locks, "a").await, 1);
