@@ -261,6 +261,22 @@ impl Error {
         }
     }
 
+    /// A driver error of `store` that a store has classified:
+    /// [`Error::Unavailable`] if `transient` (retrying may fix it),
+    /// [`Error::Backend`] otherwise.
+    pub(crate) fn from_store(
+        store: &'static str,
+        transient: bool,
+        source: impl Into<BoxError>,
+    ) -> Self {
+        if transient {
+            Error::unavailable(source)
+        } else {
+            Error::backend(source)
+        }
+        .in_store(store)
+    }
+
     /// This error naming `store` (`"postgres"`, `"redis"`, ...) as the one
     /// it came from, if it is a store error ([`Error::Unavailable`] or
     /// [`Error::Backend`]) that names none yet; other errors are returned

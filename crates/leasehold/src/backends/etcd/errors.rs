@@ -69,12 +69,7 @@ pub(super) fn classify(e: codes::Driver) -> Error {
         }
         _ => false,
     };
-    if transient {
-        Error::unavailable(e)
-    } else {
-        Error::backend(e)
-    }
-    .in_store(STORE)
+    Error::from_store(STORE, transient, e)
 }
 
 /// A request that got no answer within its bound.

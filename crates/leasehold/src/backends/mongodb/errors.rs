@@ -38,10 +38,5 @@ pub(crate) fn classify(e: mongodb::error::Error) -> Error {
     ) || e.contains_label(RETRYABLE_WRITE_ERROR)
         || e.contains_label(TRANSIENT_TRANSACTION_ERROR)
         || server_code(&e).is_some_and(|c| TRANSIENT_CODES.contains(&c));
-    if transient {
-        Error::unavailable(e)
-    } else {
-        Error::backend(e)
-    }
-    .in_store(STORE)
+    Error::from_store(STORE, transient, e)
 }

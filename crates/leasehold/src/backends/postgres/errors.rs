@@ -65,10 +65,6 @@ pub(crate) fn classify(e: sqlx::Error) -> Error {
         Ok(explained) => return Error::backend(explained).in_store(STORE),
         Err(e) => e,
     };
-    if is_transient_pg_error(&e) || matches!(e, sqlx::Error::PoolClosed) {
-        Error::unavailable(e)
-    } else {
-        Error::backend(e)
-    }
-    .in_store(STORE)
+    let transient = is_transient_pg_error(&e) || matches!(e, sqlx::Error::PoolClosed);
+    Error::from_store(STORE, transient, e)
 }

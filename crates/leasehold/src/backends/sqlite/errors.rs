@@ -33,12 +33,7 @@ pub(crate) fn classify(e: sqlx::Error) -> Error {
             .is_some_and(|c| matches!(c & 0xff, 5 | 6 | 14)),
         _ => false,
     };
-    if transient {
-        Error::unavailable(e)
-    } else {
-        Error::backend(e)
-    }
-    .in_store(STORE)
+    Error::from_store(STORE, transient, e)
 }
 
 /// The holder reported when another connection kept the database's write
