@@ -51,14 +51,7 @@ async fn records(path: PathBuf, prefix: String) -> u64 {
         .await
         .expect("open the file");
     let mut total = 0;
-    for table in [
-        "leasehold_locks",
-        "leasehold_permit_fences",
-        "leasehold_permits",
-        "leasehold_rw_fences",
-        "leasehold_rw_slots",
-        "leasehold_rw_marks",
-    ] {
+    for table in sqlite::TABLES {
         let n: i64 = sqlx::query_scalar(&format!(
             "SELECT count(*) FROM {table} WHERE substr(key, 1, length(?1)) = ?1"
         ))

@@ -9,6 +9,9 @@
 //! (conformance_etcd.rs); this file has what is etcd's own.
 #![cfg(all(feature = "conformance", feature = "etcd"))]
 
+#[path = "support/common.rs"]
+mod common;
+
 use std::time::Duration;
 
 use leasehold::backends::etcd::{EtcdBackend, EtcdOptions};
@@ -52,33 +55,15 @@ async fn releases_start_the_passes() {
         return;
     };
     let prefix = prefix("passes");
-    let backend = EtcdBackend::connect_with(
-        &url,
-        EtcdOptions::new()
-            .with_prefix(&prefix)
-            .with_idle_window(Some(Duration::from_millis(200))),
-    )
-    .await
-    .unwrap();
-    let locks = Locks::new(backend.clone());
+    let (backend, locks) = open(&url, &prefix, Some(Duration::from_millis(200))).await;
     for i in 0..20 {
-        let permit = locks
-            .semaphore(&format!("pool/{i}"), 1)
-            .unwrap()
-            .try_acquire()
-            .await
-            .unwrap();
+        let permit = common::permit(&locks, &format!("pool/{i}"), 1).await;
         permit.release().await.unwrap();
     }
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
         tokio::time::sleep(Duration::from_millis(150)).await;
-        let tick = locks
-            .semaphore("tick", 1)
-            .unwrap()
-            .try_acquire()
-            .await
-            .unwrap();
+        let tick = common::permit(&locks, "tick", 1).await;
         tick.release().await.unwrap();
         let left = records(&backend, &prefix).await;
         if left <= 1 {
@@ -98,12 +83,7 @@ async fn without_a_window_kind_records_stay() {
     };
     let prefix = prefix("kept");
     let (backend, locks) = open(&url, &prefix, None).await;
-    let permit = locks
-        .semaphore("pool", 1)
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let permit = common::permit(&locks, "pool", 1).await;
     permit.release().await.unwrap();
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(backend.sweep_idle().await.unwrap(), 0);
@@ -114,15 +94,12 @@ async fn without_a_window_kind_records_stay() {
 
 #[tokio::test]
 async fn bad_windows_are_refused_before_any_io() {
-    let e = EtcdBackend::connect_with(
-        "etcd://127.0.0.1:1",
-        EtcdOptions::new().with_idle_window(Some(Duration::ZERO)),
+    common::assert_bad_windows_refused(
+        EtcdBackend::connect_with(
+            "etcd://127.0.0.1:1",
+            EtcdOptions::new().with_idle_window(Some(Duration::ZERO)),
+        ),
+        &["etcd://127.0.0.1:1?idle_window=soon"],
     )
-    .await
-    .unwrap_err();
-    assert!(e.to_string().contains("idle_window"), "{e}");
-    let e = Locks::open("etcd://127.0.0.1:1?idle_window=soon")
-        .await
-        .unwrap_err();
-    assert!(e.to_string().contains("idle_window"), "{e}");
+    .await;
 }

@@ -15,9 +15,10 @@ mod mongodb_fixtures;
 
 use std::time::Duration;
 
+use common::{assert_bad_windows_refused, assert_order_keys_above, use_order_keys};
 use leasehold::backends::mongodb::{MongoBackend, MongoOptions};
 use leasehold::{Backend, Locks};
-use mongodb::bson::{doc, Bson, DateTime};
+use mongodb::bson::{doc, Bson, DateTime, Document};
 use mongodb_fixtures::{backend_with, options, url};
 
 const TTL: Duration = Duration::from_secs(30);
@@ -25,6 +26,19 @@ const TTL: Duration = Duration::from_secs(30);
 async fn open(url: &str, options: MongoOptions) -> (MongoBackend, Locks) {
     let backend = backend_with(url, options).await;
     (backend.clone(), Locks::new(backend))
+}
+
+/// [`open`] on a collection holding `documents` as the previous release
+/// left them.
+async fn open_seeded(url: &str, documents: Vec<Document>) -> (MongoBackend, Locks) {
+    let (backend, locks) = open(url, options().with_idle_window(None)).await;
+    backend.collection().insert_many(documents).await.unwrap();
+    (backend, locks)
+}
+
+/// An expiry an hour from now, of a lease an earlier process holds.
+fn in_an_hour() -> DateTime {
+    DateTime::from_millis(DateTime::now().timestamp_millis() + 3_600_000)
 }
 
 async fn documents(backend: &MongoBackend) -> u64 {
@@ -35,24 +49,13 @@ async fn documents(backend: &MongoBackend) -> u64 {
 async fn idle_documents_go_and_the_keys_come_back_above_every_token() {
     let Some(url) = url() else { return };
     let (backend, locks) = open(&url, options().with_idle_window(None)).await;
-    let mut before = Vec::new();
-    for i in 0..30 {
-        let mut top = 0;
-        for _ in 0..3 {
-            let guard = locks.try_acquire(&format!("order/{i}")).await.unwrap();
-            top = guard.token();
-            guard.release().await.unwrap();
-        }
-        before.push(top);
-    }
+    let before = use_order_keys(&locks, 30).await;
     let held = locks.try_acquire("held").await.unwrap();
-    let permit = locks
-        .semaphore("pool", 2)
-        .unwrap()
-        .try_acquire()
+    common::permit(&locks, "pool", 2)
+        .await
+        .release()
         .await
         .unwrap();
-    permit.release().await.unwrap();
     // 30 keys, the held one, the semaphore's (slots inside).
     assert_eq!(documents(&backend).await, 32);
 
@@ -74,15 +77,7 @@ async fn idle_documents_go_and_the_keys_come_back_above_every_token() {
     assert!(!held.is_lost());
     assert!(backend.renew(held.lease(), TTL).await.unwrap());
 
-    for (i, top) in before.into_iter().enumerate() {
-        let guard = locks.try_acquire(&format!("order/{i}")).await.unwrap();
-        assert!(
-            guard.token() > top,
-            "order/{i}: {} after {top}",
-            guard.token()
-        );
-        guard.release().await.unwrap();
-    }
+    assert_order_keys_above(&locks, before).await;
     held.release().await.unwrap();
     backend.collection().drop().await.unwrap();
 }
@@ -90,20 +85,18 @@ async fn idle_documents_go_and_the_keys_come_back_above_every_token() {
 #[tokio::test]
 async fn a_collection_of_the_previous_scheme_is_upgraded_in_place() {
     let Some(url) = url() else { return };
-    let (backend, locks) = open(&url, options().with_idle_window(None)).await;
     // As the previous release left them: a key freed at 41 (no base, no
     // expiry), and one held at 7 by a process of that release.
-    let in_an_hour = DateTime::from_millis(DateTime::now().timestamp_millis() + 3_600_000);
-    backend
-        .collection()
-        .insert_many([
+    let (backend, locks) = open_seeded(
+        &url,
+        vec![
             doc! { "_id": "order/1", "fence": 41_i64, "owner": Bson::Null,
                    "holder": Bson::Null, "expiresAt": Bson::Null },
             doc! { "_id": "order/2", "fence": 7_i64, "owner": "0123456789abcdef0123456789abcdef", "holder": "old",
-                   "expiresAt": in_an_hour, "ttlMs": 3_600_000_i64 },
-        ])
-        .await
-        .unwrap();
+                   "expiresAt": in_an_hour(), "ttlMs": 3_600_000_i64 },
+        ],
+    )
+    .await;
     let guard = locks.try_acquire("order/1").await.unwrap();
     assert_eq!(guard.token(), 42, "the old counter goes on");
     assert!(
@@ -165,20 +158,17 @@ async fn releases_start_the_sweep_that_empties_the_collection() {
 
 #[tokio::test]
 async fn bad_windows_are_refused_before_any_io() {
-    let e = MongoBackend::connect_with(
-        "mongodb://127.0.0.1:1/none",
-        MongoOptions::new().with_idle_window(Some(Duration::ZERO)),
+    assert_bad_windows_refused(
+        MongoBackend::connect_with(
+            "mongodb://127.0.0.1:1/none",
+            MongoOptions::new().with_idle_window(Some(Duration::ZERO)),
+        ),
+        &[
+            "mongodb://127.0.0.1:1/none?idle_window=soon",
+            "mongodb://127.0.0.1:1/none?idle_window=0s",
+        ],
     )
-    .await
-    .unwrap_err();
-    assert!(e.to_string().contains("idle_window"), "{e}");
-    for url in [
-        "mongodb://127.0.0.1:1/none?idle_window=soon",
-        "mongodb://127.0.0.1:1/none?idle_window=0s",
-    ] {
-        let e = Locks::open(url).await.unwrap_err();
-        assert!(e.to_string().contains("idle_window"), "{url}: {e}");
-    }
+    .await;
 }
 
 #[tokio::test]
@@ -198,32 +188,25 @@ async fn the_url_sets_the_window() {
 #[tokio::test]
 async fn semaphores_of_the_previous_layout_move_into_their_key_document() {
     let Some(url) = url() else { return };
-    let (backend, locks) = open(&url, options().with_idle_window(None)).await;
-    let in_an_hour = DateTime::from_millis(DateTime::now().timestamp_millis() + 3_600_000);
     // As the previous release left them: kind-only anchors, the slots in
     // documents of their own. pool/1 counted to 45, free; pool/2 has a
     // permit held by a process of that release; doc/1 (rw) counted to 60.
-    backend
-        .collection()
-        .insert_many([
+    let (backend, locks) = open_seeded(
+        &url,
+        vec![
             doc! { "_id": "pool/1", "kind": "sem", "base": 30_i64 },
             doc! { "_id": "\u{1}permits:pool/1", "fence": 45_i64, "releases": 3_i64,
                    "rev": 9_i64, "slots": {} },
             doc! { "_id": "pool/2", "kind": "sem", "base": 30_i64 },
             doc! { "_id": "\u{1}permits:pool/2", "fence": 50_i64, "releases": 0_i64,
                    "rev": 1_i64, "slots": { "0": { "owner": "0123456789abcdef0123456789abcdef",
-                   "holder": "old", "token": 50_i64, "expiresAt": in_an_hour, "ttlMs": 3_600_000_i64 } } },
+                   "holder": "old", "token": 50_i64, "expiresAt": in_an_hour(), "ttlMs": 3_600_000_i64 } } },
             doc! { "_id": "doc/1", "kind": "rw", "base": 30_i64 },
             doc! { "_id": "\u{1}rw:doc/1", "fence": 60_i64, "releases": 0_i64, "rev": 2_i64, "slots": {} },
-        ])
-        .await
-        .unwrap();
-    let permit = locks
-        .semaphore("pool/1", 2)
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+        ],
+    )
+    .await;
+    let permit = common::permit(&locks, "pool/1", 2).await;
     assert_eq!(permit.token(), 46, "the old counter goes on");
     // Held by the earlier process: busy, and nothing moved.
     let busy = locks.semaphore("pool/2", 1).unwrap().try_acquire().await;
@@ -247,12 +230,7 @@ async fn semaphores_of_the_previous_layout_move_into_their_key_document() {
         2
     );
     assert_eq!(documents(&backend).await, 2, "pool/2's documents stay");
-    let permit = locks
-        .semaphore("pool/1", 2)
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let permit = common::permit(&locks, "pool/1", 2).await;
     assert!(permit.token() > 46, "{}", permit.token());
     permit.release().await.unwrap();
     backend.collection().drop().await.unwrap();

@@ -14,7 +14,7 @@ mod postgres;
 
 use std::time::Duration;
 
-use common::unique;
+use common::{assert_bad_windows_refused, assert_order_keys_above, unique, use_order_keys};
 use leasehold::backends::postgres::{PostgresBackend, PostgresOptions};
 use leasehold::sqlx::{self, postgres::PgPool};
 use leasehold::Locks;
@@ -25,6 +25,24 @@ async fn rows(pool: &PgPool, table: &str) -> i64 {
         .fetch_one(pool)
         .await
         .unwrap()
+}
+
+/// The suffixes of a table's three: leases (and anchors), permits, rw.
+const SUFFIXES: [&str; 3] = ["", "_permits", "_rw"];
+
+/// Drops the three tables of `table`.
+async fn drop_tables(pool: &PgPool, table: &str) {
+    for t in SUFFIXES {
+        drop_table(pool, &format!("\"{table}{t}\"")).await;
+    }
+}
+
+/// The lease table `table` as the previous release created it.
+fn old_lease_table(table: &str) -> String {
+    format!(
+        "CREATE TABLE \"{table}\" (key TEXT COLLATE \"C\" PRIMARY KEY, fence BIGINT NOT NULL, \
+         owner TEXT, holder TEXT, expires_at TIMESTAMPTZ, kind TEXT)"
+    )
 }
 
 async fn open(url: &str, table: &str, window: Option<Duration>) -> (PostgresBackend, Locks) {
@@ -44,24 +62,13 @@ async fn idle_rows_go_and_the_keys_come_back_above_every_token() {
     let Some(url) = url() else { return };
     let table = unique("idle_locks");
     let (backend, locks) = open(&url, &table, None).await;
-    let mut before = Vec::new();
-    for i in 0..30 {
-        let mut top = 0;
-        for _ in 0..3 {
-            let guard = locks.try_acquire(&format!("order/{i}")).await.unwrap();
-            top = guard.token();
-            guard.release().await.unwrap();
-        }
-        before.push(top);
-    }
+    let before = use_order_keys(&locks, 30).await;
     let held = locks.try_acquire("held").await.unwrap();
-    let permit = locks
-        .semaphore("pool", 2)
-        .unwrap()
-        .try_acquire()
+    common::permit(&locks, "pool", 2)
+        .await
+        .release()
         .await
         .unwrap();
-    permit.release().await.unwrap();
     let pool = pool(&url).await;
     assert_eq!(rows(&pool, &table).await, 32);
 
@@ -82,19 +89,9 @@ async fn idle_rows_go_and_the_keys_come_back_above_every_token() {
     assert_eq!(rows(&pool, &table).await, 1);
     assert!(!held.is_lost());
 
-    for (i, top) in before.into_iter().enumerate() {
-        let guard = locks.try_acquire(&format!("order/{i}")).await.unwrap();
-        assert!(
-            guard.token() > top,
-            "order/{i}: {} after {top}",
-            guard.token()
-        );
-        guard.release().await.unwrap();
-    }
+    assert_order_keys_above(&locks, before).await;
     held.release().await.unwrap();
-    drop_table(&pool, &format!("\"{table}\"")).await;
-    drop_table(&pool, &format!("\"{table}_permits\"")).await;
-    drop_table(&pool, &format!("\"{table}_rw\"")).await;
+    drop_tables(&pool, &table).await;
 }
 
 #[tokio::test]
@@ -104,10 +101,7 @@ async fn a_table_of_the_previous_scheme_is_upgraded_in_place() {
     let table = unique("old_idle");
     // As the previous release left it: a key freed with a NULL expiry at 41.
     for statement in [
-        format!(
-            "CREATE TABLE \"{table}\" (key TEXT COLLATE \"C\" PRIMARY KEY, fence BIGINT NOT NULL, \
-             owner TEXT, holder TEXT, expires_at TIMESTAMPTZ, kind TEXT)"
-        ),
+        old_lease_table(&table),
         format!("INSERT INTO \"{table}\" VALUES ('order/1', 41, NULL, NULL, NULL, NULL)"),
     ] {
         sqlx::query(&statement).execute(&pool).await.unwrap();
@@ -125,15 +119,13 @@ async fn a_table_of_the_previous_scheme_is_upgraded_in_place() {
     let guard = locks.try_acquire("order/1").await.unwrap();
     assert!(guard.token() > 42, "{}", guard.token());
     guard.release().await.unwrap();
-    for t in ["", "_permits", "_rw"] {
-        drop_table(&pool, &format!("\"{table}{t}\"")).await;
-    }
+    drop_tables(&pool, &table).await;
 }
 
 /// The three tables' row counts: leases (and anchors), permits, rw.
 async fn all_rows(pool: &PgPool, table: &str) -> [i64; 3] {
     let mut counts = [0; 3];
-    for (n, suffix) in counts.iter_mut().zip(["", "_permits", "_rw"]) {
+    for (n, suffix) in counts.iter_mut().zip(SUFFIXES) {
         *n = rows(pool, &format!("\"{table}{suffix}\"")).await;
     }
     counts
@@ -148,10 +140,7 @@ async fn semaphore_tables_of_the_previous_scheme_are_upgraded_in_place() {
     // whose slots row counted to 45, its released slot removed; and a
     // reader-writer lock at 60.
     for statement in [
-        format!(
-            "CREATE TABLE \"{table}\" (key TEXT COLLATE \"C\" PRIMARY KEY, fence BIGINT NOT NULL, \
-             owner TEXT, holder TEXT, expires_at TIMESTAMPTZ, kind TEXT)"
-        ),
+        old_lease_table(&table),
         format!(
             "CREATE TABLE \"{table}_permits\" (key TEXT COLLATE \"C\" PRIMARY KEY, \
              fence BIGINT NOT NULL, slots JSONB NOT NULL)"
@@ -190,9 +179,7 @@ async fn semaphore_tables_of_the_previous_scheme_are_upgraded_in_place() {
     let write = rw.try_write().await.unwrap();
     assert!(write.token() > 61, "{}", write.token());
     write.release().await.unwrap();
-    for t in ["", "_permits", "_rw"] {
-        drop_table(&pool, &format!("\"{table}{t}\"")).await;
-    }
+    drop_tables(&pool, &table).await;
 }
 
 #[tokio::test]
@@ -234,22 +221,17 @@ async fn releases_start_the_sweep_that_empties_the_table() {
     let guard = locks.try_acquire("order/7").await.unwrap();
     assert!(guard.token() > order_7, "{} after {order_7}", guard.token());
     guard.release().await.unwrap();
-    for t in ["", "_permits", "_rw"] {
-        drop_table(&pool, &format!("\"{table}{t}\"")).await;
-    }
+    drop_tables(&pool, &table).await;
 }
 
 #[tokio::test]
 async fn bad_windows_are_refused_before_any_io() {
-    let e = PostgresBackend::connect_with(
-        "postgres://nobody@127.0.0.1:1/none",
-        PostgresOptions::new().with_idle_window(Some(Duration::ZERO)),
+    assert_bad_windows_refused(
+        PostgresBackend::connect_with(
+            "postgres://nobody@127.0.0.1:1/none",
+            PostgresOptions::new().with_idle_window(Some(Duration::ZERO)),
+        ),
+        &["postgres://nobody@127.0.0.1:1/none?idle_window=soon"],
     )
-    .await
-    .unwrap_err();
-    assert!(e.to_string().contains("idle_window"), "{e}");
-    let e = Locks::open("postgres://nobody@127.0.0.1:1/none?idle_window=soon")
-        .await
-        .unwrap_err();
-    assert!(e.to_string().contains("idle_window"), "{e}");
+    .await;
 }

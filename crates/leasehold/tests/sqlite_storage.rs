@@ -3,6 +3,11 @@
 //! across a reopen and on a file written before records were ever deleted.
 #![cfg(feature = "sqlite")]
 
+#[path = "support/common.rs"]
+mod common;
+#[path = "support/sqlite.rs"]
+mod sqlite;
+
 use std::path::Path;
 use std::time::Duration;
 
@@ -13,14 +18,7 @@ use sqlx::sqlite::SqlitePool;
 /// Every record the store keeps, over all its tables.
 async fn records(pool: &SqlitePool) -> i64 {
     let mut total = 0;
-    for table in [
-        "leasehold_locks",
-        "leasehold_permit_fences",
-        "leasehold_permits",
-        "leasehold_rw_fences",
-        "leasehold_rw_slots",
-        "leasehold_rw_marks",
-    ] {
+    for table in sqlite::TABLES {
         let n: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
             .fetch_one(pool)
             .await
@@ -42,12 +40,7 @@ async fn open(path: &Path, window: Option<Duration>) -> (SqliteBackend, Locks) {
 /// `key`-based keys; returns the highest token handed out.
 async fn use_every_kind(locks: &Locks, key: &str) -> u64 {
     let mutex = locks.try_acquire(&format!("{key}/mutex")).await.unwrap();
-    let permit = locks
-        .semaphore(&format!("{key}/sem"), 3)
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let permit = common::permit(locks, &format!("{key}/sem"), 3).await;
     let rw = locks.rw_lock(&format!("{key}/rw")).unwrap();
     let reader = rw.try_read().await.unwrap();
     let tokens = [mutex.token(), permit.token(), reader.token()];
@@ -76,12 +69,7 @@ async fn idle_records_go_and_the_keys_come_back_above_every_token() {
         before.push(top);
     }
     let held = locks.try_acquire("held").await.unwrap();
-    let permit_held = locks
-        .semaphore("sem-held", 2)
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let permit_held = common::permit(&locks, "sem-held", 2).await;
     assert!(records(backend.pool()).await > 40 * 4);
 
     // Inside the window nothing goes.
@@ -165,12 +153,7 @@ async fn a_file_of_the_previous_scheme_is_upgraded_in_place() {
     assert_eq!(records(backend.pool()).await, 0);
     let guard = locks.try_acquire("order/1").await.unwrap();
     assert!(guard.token() > 42, "{}", guard.token());
-    let permit = locks
-        .semaphore("pool", 2)
-        .unwrap()
-        .try_acquire()
-        .await
-        .unwrap();
+    let permit = common::permit(&locks, "pool", 2).await;
     assert!(permit.token() > 42, "{}", permit.token());
 }
 
@@ -218,16 +201,13 @@ async fn releases_start_the_sweep_that_empties_the_file() {
 async fn bad_windows_are_refused_before_the_file_is_touched() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("never.db");
-    let e = SqliteBackend::open_with(
-        &path,
-        SqliteOptions::new().with_idle_window(Some(Duration::ZERO)),
+    common::assert_bad_windows_refused(
+        SqliteBackend::open_with(
+            &path,
+            SqliteOptions::new().with_idle_window(Some(Duration::ZERO)),
+        ),
+        &[&format!("sqlite://{}?idle_window=5", path.display())],
     )
-    .await
-    .unwrap_err();
-    assert!(e.to_string().contains("idle_window"), "{e}");
-    let e = Locks::open(&format!("sqlite://{}?idle_window=5", path.display()))
-        .await
-        .unwrap_err();
-    assert!(e.to_string().contains("idle_window"), "{e}");
+    .await;
     assert!(!path.exists());
 }

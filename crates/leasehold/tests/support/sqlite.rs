@@ -7,6 +7,16 @@ use std::path::Path;
 use leasehold::sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
 use leasehold::sqlx::{self, Connection};
 
+/// Every table the store keeps records in.
+pub const TABLES: [&str; 6] = [
+    "leasehold_locks",
+    "leasehold_permit_fences",
+    "leasehold_permits",
+    "leasehold_rw_fences",
+    "leasehold_rw_slots",
+    "leasehold_rw_marks",
+];
+
 /// Opens another connection with `options` and takes the database's
 /// write lock (`BEGIN IMMEDIATE`); [`commit`] ends the lock.
 pub async fn busy_writer(options: SqliteConnectOptions) -> SqliteConnection {
