@@ -65,6 +65,15 @@ impl SweepSchedule {
         true
     }
 
+    /// Starts a pass (as [`try_start`](Self::try_start)) if the store
+    /// sweeps at all and is called on a runtime to run it on: the window
+    /// and that runtime, `None` if no pass starts now.
+    pub(crate) fn start_due(&self) -> Option<(Duration, tokio::runtime::Handle)> {
+        let window = self.window?;
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        self.try_start().then_some((window, runtime))
+    }
+
     /// Ends the pass [`try_start`](Self::try_start) began.
     pub fn finish(&self) {
         self.running.store(false, Ordering::Release);

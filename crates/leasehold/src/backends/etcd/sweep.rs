@@ -108,12 +108,9 @@ impl EtcdBackend {
     /// Starts a pass in the background if one is due (called after a
     /// release). A pass that fails stops; the next due one starts over.
     pub(super) fn poke_sweeper(&self) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        let Some((_, runtime)) = self.inner.sweeper.schedule.start_due() else {
             return;
         };
-        if !self.inner.sweeper.schedule.try_start() {
-            return;
-        }
         let backend = self.clone();
         let running = Running(Arc::clone(&self.inner));
         runtime.spawn(async move {

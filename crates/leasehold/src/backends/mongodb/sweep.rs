@@ -53,16 +53,22 @@ const BATCH: i64 = 256;
 /// control characters).
 const FIRST_AFTER: &str = "\u{2}";
 
-/// The filter of one range's delete: mutex documents in `(after, last]`
-/// (no end if `last` is `None`) idle since `cutoff_ms` with a token below
-/// the clock then.
-fn idle_in_range(after: &str, last: Option<&str>, cutoff_ms: i64) -> Document {
+/// The `_id` condition of the range `(after, last]` (no end if `last` is
+/// `None`).
+fn id_range(after: &str, last: Option<&str>) -> Document {
     let mut id = doc! { "$gt": after };
     if let Some(last) = last {
         id.insert("$lte", last);
     }
+    id
+}
+
+/// The filter of one range's delete: mutex documents in `(after, last]`
+/// (no end if `last` is `None`) idle since `cutoff_ms` with a token below
+/// the clock then.
+fn idle_in_range(after: &str, last: Option<&str>, cutoff_ms: i64) -> Document {
     doc! {
-        "_id": id,
+        "_id": id_range(after, last),
         "kind": { "$exists": false },
         "fence": { "$exists": true },
         "$or": [
@@ -88,12 +94,8 @@ fn idle_in_range(after: &str, last: Option<&str>, cutoff_ms: i64) -> Document {
 /// `pfence`: its slots are in a document of their own) stays until a grant
 /// moves it (semaphore.rs).
 fn kinds_in_range(after: &str, last: Option<&str>, cutoff_ms: i64) -> Document {
-    let mut id = doc! { "$gt": after };
-    if let Some(last) = last {
-        id.insert("$lte", last);
-    }
     doc! {
-        "_id": id,
+        "_id": id_range(after, last),
         "kind": { "$exists": true },
         "pfence": { "$lt": cutoff_ms.saturating_mul(1000) },
     }
@@ -140,15 +142,9 @@ impl MongoBackend {
     /// release, the moment a document may have become idle). A pass that
     /// fails stops; the next due one starts over.
     pub(super) fn poke_sweeper(&self) {
-        let Some(window) = self.inner.sweeper.window() else {
+        let Some((window, runtime)) = self.inner.sweeper.start_due() else {
             return;
         };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        if !self.inner.sweeper.try_start() {
-            return;
-        }
         let running = Running(self.clone());
         runtime.spawn(async move {
             if let Err(e) = running.0.sweep_idle(window).await {

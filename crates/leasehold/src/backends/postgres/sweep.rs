@@ -133,15 +133,9 @@ impl Inner {
     /// release, the moment a record may have become idle). A pass that
     /// fails stops; the next due one starts over.
     pub(super) fn poke_sweeper(self: &Arc<Self>) {
-        let Some(window) = self.sweeper.schedule.window() else {
+        let Some((window, runtime)) = self.sweeper.schedule.start_due() else {
             return;
         };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        if !self.sweeper.schedule.try_start() {
-            return;
-        }
         let running = Running(Arc::clone(self));
         runtime.spawn(async move {
             if let Err(e) = running.0.sweep(window).await {

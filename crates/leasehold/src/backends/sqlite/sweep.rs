@@ -139,15 +139,9 @@ impl Sweeper {
     /// release, the moment a record may have become idle). A pass that
     /// fails stops; the next due one starts over.
     pub(super) fn poke(self: &Arc<Self>, pool: &SqlitePool) {
-        let Some(window) = self.schedule.window() else {
+        let Some((window, runtime)) = self.schedule.start_due() else {
             return;
         };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        if !self.schedule.try_start() {
-            return;
-        }
         let running = Running(Arc::clone(self));
         let pool = pool.clone();
         runtime.spawn(async move {
