@@ -158,6 +158,20 @@ async fn open(url: &str) -> Locks {
     }
 }
 
+/// Takes and gives back `other0` .. `other4` in turn; their tokens.
+async fn others_tokens(locks: &Locks, opts: &AcquireOptions) -> Vec<u64> {
+    let mut tokens = Vec::new();
+    for i in 0..5 {
+        let g = locks
+            .acquire_with(&format!("other{i}"), opts)
+            .await
+            .unwrap();
+        tokens.push(g.token());
+        g.release().await.unwrap();
+    }
+    tokens
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guard_survives_a_leader_kill_and_tokens_keep_rising() {
     let Some(mut cluster) = start_cluster() else {
@@ -172,15 +186,7 @@ async fn a_guard_survives_a_leader_kill_and_tokens_keep_rising() {
         .with_wait(Duration::from_secs(20));
 
     // Tokens before the leader change, on the guard's key and others.
-    let mut before = Vec::new();
-    for i in 0..5 {
-        let g = locks
-            .acquire_with(&format!("other{i}"), &opts)
-            .await
-            .unwrap();
-        before.push(g.token());
-        g.release().await.unwrap();
-    }
+    let mut before = others_tokens(&locks, &opts).await;
     let guard = locks.acquire_with("held", &opts).await.unwrap();
     before.push(guard.token());
     let highest_before = *before.iter().max().unwrap();
@@ -226,15 +232,7 @@ async fn a_guard_survives_a_leader_kill_and_tokens_keep_rising() {
     }
 
     // Tokens after the leader change are above every earlier one.
-    let mut after = Vec::new();
-    for i in 0..5 {
-        let g = locks
-            .acquire_with(&format!("other{i}"), &opts)
-            .await
-            .unwrap();
-        after.push(g.token());
-        g.release().await.unwrap();
-    }
+    let mut after = others_tokens(&locks, &opts).await;
     if lost_at.is_none() {
         assert!(guard.check().is_ok(), "the guard kept its lock");
         guard.release().await.unwrap();

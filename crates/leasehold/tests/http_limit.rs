@@ -27,12 +27,16 @@ use tower::ServiceExt;
 const PERMITS: u32 = 2;
 const TTL: Duration = Duration::from_secs(10);
 
-/// Two `Locks` on one store, as two processes have; `None` skips the store.
-async fn two_processes(store: &str, dir: &tempfile::TempDir) -> Option<(Locks, Locks)> {
+/// Two `Locks` on one store, as two processes have, a fresh limit key,
+/// and the directory a file store lives in (kept while it is);
+/// `None` skips the store.
+async fn two_processes(store: &str) -> Option<(Locks, Locks, String, tempfile::TempDir)> {
+    let dir = tempfile::tempdir().unwrap();
+    let key = format!("limit:{:016x}", rand::random::<u64>());
     let url = match store {
         "memory" => {
             let shared = MemoryBackend::new();
-            return Some((Locks::new(shared.clone()), Locks::new(shared)));
+            return Some((Locks::new(shared.clone()), Locks::new(shared), key, dir));
         }
         "sqlite" => format!("sqlite://{}", dir.path().join("locks.db").display()),
         "postgres" => server_url("LEASEHOLD_TEST_POSTGRES")?,
@@ -41,7 +45,7 @@ async fn two_processes(store: &str, dir: &tempfile::TempDir) -> Option<(Locks, L
     };
     let a = Locks::open(&url).await.expect("open the store");
     let b = Locks::open(&url).await.expect("open the store again");
-    Some((a, b))
+    Some((a, b, key, dir))
 }
 
 const STORES: [&str; 4] = ["memory", "sqlite", "postgres", "redis"];
@@ -119,11 +123,9 @@ async fn refused(response: axum::response::Response, status: StatusCode, key: &s
 #[tokio::test]
 async fn n_permits_admit_n_requests_across_processes_and_refuse_the_next() {
     for store in STORES {
-        let dir = tempfile::tempdir().unwrap();
-        let Some((a, b)) = two_processes(store, &dir).await else {
+        let Some((a, b, key, _dir)) = two_processes(store).await else {
             continue;
         };
-        let key = format!("limit:{:016x}", rand::random::<u64>());
         for (status, expected) in [
             (
                 LimitStatus::ServiceUnavailable,
@@ -167,11 +169,9 @@ async fn n_permits_admit_n_requests_across_processes_and_refuse_the_next() {
 #[tokio::test]
 async fn a_waiting_request_gets_the_permit_another_process_releases() {
     for store in STORES {
-        let dir = tempfile::tempdir().unwrap();
-        let Some((a, b)) = two_processes(store, &dir).await else {
+        let Some((a, b, key, _dir)) = two_processes(store).await else {
             continue;
         };
-        let key = format!("limit:{:016x}", rand::random::<u64>());
         let status = LimitStatus::ServiceUnavailable;
         let finish_a = Arc::new(Notify::new());
         let finish_b = Arc::new(Notify::new());

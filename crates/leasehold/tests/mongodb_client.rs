@@ -50,6 +50,20 @@ async fn operator_looking_keys_are_stored_as_plain_strings() {
     assert_eq!(b.collection().count_documents(doc! {}).await.unwrap(), 5);
 }
 
+/// `locks.close()` returns (else fails with `returns`) and shuts down the
+/// client: an operation on `key` after it fails, within ten seconds.
+async fn closes_the_client(locks: leasehold::Locks, key: &str, returns: &str) {
+    let bound = Duration::from_secs(10);
+    let after = locks.clone();
+    tokio::time::timeout(bound, locks.close())
+        .await
+        .expect(returns);
+    let result = tokio::time::timeout(bound, after.inspect(key))
+        .await
+        .expect("an operation after close answers");
+    assert!(result.is_err(), "the client is shut down: {result:?}");
+}
+
 /// `Locks::close` returns even with the change stream open, shuts down a
 /// client the store made (later operations fail with an error, never a
 /// panic), and leaves an application's own client working.
@@ -63,14 +77,12 @@ async fn close_shuts_down_only_the_stores_own_client() {
     let waited = locks.acquire("close:k", Duration::from_millis(300)).await;
     assert!(matches!(waited, Err(Error::Timeout { .. })), "{waited:?}");
     held.release().await.unwrap();
-    let after = locks.clone();
-    tokio::time::timeout(bound, locks.close())
-        .await
-        .expect("close returns with the change stream open");
-    let result = tokio::time::timeout(bound, after.inspect("close:k"))
-        .await
-        .expect("an operation after close answers");
-    assert!(result.is_err(), "the client is shut down: {result:?}");
+    closes_the_client(
+        locks,
+        "close:k",
+        "close returns with the change stream open",
+    )
+    .await;
 
     // An application's client, lent to the store, is not shut down.
     let client = mongodb::Client::with_uri_str(&url).await.unwrap();
@@ -92,18 +104,10 @@ async fn close_shuts_down_only_the_stores_own_client() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn close_reaches_the_store_behind_listen_off() {
     let Some(url) = url() else { return };
-    let bound = Duration::from_secs(10);
     let sep = if url.contains('?') { '&' } else { '?' };
     let locks = leasehold::Locks::open(&format!("{url}{sep}listen=off"))
         .await
         .unwrap();
     locks.inspect("close-polling:k").await.unwrap();
-    let after = locks.clone();
-    tokio::time::timeout(bound, locks.close())
-        .await
-        .expect("close returns");
-    let result = tokio::time::timeout(bound, after.inspect("close-polling:k"))
-        .await
-        .expect("an operation after close answers");
-    assert!(result.is_err(), "the client is shut down: {result:?}");
+    closes_the_client(locks, "close-polling:k", "close returns").await;
 }

@@ -177,31 +177,34 @@ fn granted(answer: leasehold::Result<Acquire>) -> Lease {
 const TTL: Duration = Duration::from_millis(2000);
 const GAP: Duration = Duration::from_millis(1200);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_late_renewal_never_shortens_a_mutex_lease() {
-    let Some(url) = url() else { return };
-    let direct = backend_with(&url, options()).await;
-    let (proxy, late) = through_gate(&url, &direct).await;
-    let k = key("late-renewal");
-    let lease = granted(direct.try_acquire(&request(&k, TTL)).await);
+/// Grants `ask()` on a fresh collection and has its renewal arrive late,
+/// after the prompt one (`GAP` later): between the two expiries the key
+/// is still held.
+async fn a_late_renewal_keeps(url: &str, ask: impl Fn() -> AcquireRequest) {
+    let direct = backend_with(url, options()).await;
+    let (proxy, late) = through_gate(url, &direct).await;
+    let lease = granted(direct.try_acquire(&ask()).await);
     let started = tokio::time::Instant::now();
     renew_late_then_deliver(&direct, Arc::new(late), &proxy, &lease, TTL, GAP).await;
     // The late renewal's expiry is about TTL after `started`, the prompt
     // one's GAP later: ask in between.
     tokio::time::sleep_until(started + TTL + Duration::from_millis(300)).await;
-    assert_still_held(&direct, &request(&k, TTL)).await;
+    assert_still_held(&direct, &ask()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_renewal_never_shortens_a_mutex_lease() {
+    let Some(url) = url() else { return };
+    let k = key("late-renewal");
+    a_late_renewal_keeps(&url, || request(&k, TTL)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_renewal_never_shortens_a_permit() {
     let Some(url) = url() else { return };
-    let direct = backend_with(&url, options()).await;
-    let (proxy, late) = through_gate(&url, &direct).await;
     let k = key("late-renewal-permit");
-    let ask = || AcquireRequest::permit(k.clone(), TTL, "test", 1).unwrap();
-    let lease = granted(direct.try_acquire(&ask()).await);
-    let started = tokio::time::Instant::now();
-    renew_late_then_deliver(&direct, Arc::new(late), &proxy, &lease, TTL, GAP).await;
-    tokio::time::sleep_until(started + TTL + Duration::from_millis(300)).await;
-    assert_still_held(&direct, &ask()).await;
+    a_late_renewal_keeps(&url, || {
+        AcquireRequest::permit(k.clone(), TTL, "test", 1).unwrap()
+    })
+    .await;
 }

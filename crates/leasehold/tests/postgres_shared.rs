@@ -13,7 +13,7 @@ use std::time::Duration;
 use leasehold::backend::{Acquire, AcquireRequest};
 use leasehold::backends::postgres::{PostgresBackend, PostgresOptions};
 use leasehold::conformance::server_url;
-use leasehold::{AcquireOptions, Backend, Error, Key, Locks};
+use leasehold::{AcquireOptions, Backend, Error, Key, Lease, Locks};
 use sqlx::{Connection, PgConnection};
 use tokio::time::{sleep, timeout, Instant};
 
@@ -32,6 +32,26 @@ fn tagged(url: &str, app: &str) -> String {
 async fn other_process(url: &str) -> PostgresBackend {
     let options = PostgresOptions::new().with_max_connections(2);
     PostgresBackend::connect_with(url, options).await.unwrap()
+}
+
+/// [`other_process`] holding `key`, and a transaction of its own that
+/// row-locks the lease's record (`check_in`) until it ends.
+async fn held_and_row_locked(
+    url: &str,
+    key: &str,
+) -> (
+    PostgresBackend,
+    Lease,
+    sqlx::Transaction<'static, sqlx::Postgres>,
+) {
+    let holder = other_process(url).await;
+    let req = AcquireRequest::new(Key::new(key).unwrap(), Duration::from_secs(30), "h").unwrap();
+    let Acquire::Granted(lease) = holder.try_acquire(&req).await.unwrap() else {
+        panic!("{key} is free");
+    };
+    let mut tx = holder.pool().begin().await.unwrap();
+    holder.check_in(&mut tx, &lease).await.unwrap();
+    (holder, lease, tx)
 }
 
 async fn pids_of(probe: &mut PgConnection, app: &str) -> Vec<i32> {
@@ -125,15 +145,8 @@ async fn a_row_lock_wait_does_not_hold_up_renewals() {
     let Some(url) = server_url("LEASEHOLD_TEST_POSTGRES") else {
         return;
     };
-    let holder = other_process(&url).await;
     let blocked = unique("shared-row-locked");
-    let req =
-        AcquireRequest::new(Key::new(&blocked).unwrap(), Duration::from_secs(30), "h").unwrap();
-    let Acquire::Granted(lease) = holder.try_acquire(&req).await.unwrap() else {
-        panic!("{blocked} is free");
-    };
-    let mut tx = holder.pool().begin().await.unwrap();
-    holder.check_in(&mut tx, &lease).await.unwrap();
+    let (holder, lease, tx) = held_and_row_locked(&url, &blocked).await;
 
     let locks = Locks::open(&url).await.unwrap();
     // Renewal every 200 ms, each attempt bounded by 100 ms.
@@ -184,17 +197,7 @@ fn the_shared_connection_outlives_the_runtime_that_opened_it() {
     });
     // Another process holds the key, and a transaction of its row-locks the
     // lease's record, so the force-release below waits at the server.
-    let (holder, lease, tx) = other.block_on(async {
-        let holder = other_process(&url).await;
-        let req =
-            AcquireRequest::new(Key::new(&key).unwrap(), Duration::from_secs(30), "h").unwrap();
-        let Acquire::Granted(lease) = holder.try_acquire(&req).await.unwrap() else {
-            panic!("{key} is free");
-        };
-        let mut tx = holder.pool().begin().await.unwrap();
-        holder.check_in(&mut tx, &lease).await.unwrap();
-        (holder, lease, tx)
-    });
+    let (holder, lease, tx) = other.block_on(held_and_row_locked(&url, &key));
     let locks = other.block_on(Locks::open(&url)).unwrap();
     let breaking = {
         let key = key.clone();

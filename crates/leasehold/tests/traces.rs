@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use leasehold::{AcquireOptions, Locks};
+use leasehold::{AcquireOptions, LeaseGuard, Locks};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Subscriber};
@@ -116,12 +116,19 @@ fn labelled(fields: &Fields, class: &str, outcome: &str) -> bool {
         && fields.get("outcome").map(String::as_str) == Some(outcome)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn acquire_renew_and_release_spans_carry_the_labels_and_the_outcome() {
+/// Spans kept from here on; a memory store, and `key` held on it with a
+/// 300 ms lease (renewed at ttl/3).
+async fn held_on_memory(key: &str) -> (Locks, LeaseGuard) {
     kept();
     let locks = Locks::open("memory://").await.unwrap();
     let options = AcquireOptions::new().with_ttl(Duration::from_millis(300));
-    let guard = locks.acquire_with("traced:1", &options).await.unwrap();
+    let guard = locks.acquire_with(key, &options).await.unwrap();
+    (locks, guard)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_renew_and_release_spans_carry_the_labels_and_the_outcome() {
+    let (locks, guard) = held_on_memory("traced:1").await;
     assert!(locks.try_acquire("traced:1").await.is_err());
     tokio::time::sleep(Duration::from_millis(250)).await; // renewals at ttl/3
     guard.release().await.unwrap();
@@ -159,10 +166,7 @@ async fn acquire_renew_and_release_spans_carry_the_labels_and_the_outcome() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_lease_is_an_event_on_the_lease_span() {
-    kept();
-    let locks = Locks::open("memory://").await.unwrap();
-    let options = AcquireOptions::new().with_ttl(Duration::from_millis(300));
-    let guard = locks.acquire_with("broken:1", &options).await.unwrap();
+    let (locks, guard) = held_on_memory("broken:1").await;
     let token = guard.token();
     assert!(locks.force_release("broken:1").await.unwrap());
     tokio::time::timeout(Duration::from_secs(2), guard.lost())
