@@ -116,6 +116,16 @@ impl MongoBackend {
         self.inner.clock.now(&self.inner.db).await
     }
 
+    /// The documents `filter` matches, in `_id` order.
+    async fn find_in_id_order(&self, filter: Document) -> Result<mongodb::Cursor<Document>> {
+        self.inner
+            .coll
+            .find(filter)
+            .sort(doc! { "_id": 1 })
+            .await
+            .map_err(|e| self.fail(e))
+    }
+
     /// Classifies a driver error, and distrusts the clock estimate after a
     /// connection problem (the next operation may reach another server).
     fn fail(&self, e: mongodb::error::Error) -> Error {
@@ -310,13 +320,7 @@ impl Backend for MongoBackend {
                 "owner": { "$type": "string" },
                 "expiresAt": { "$gt": date(now.lower) },
             };
-            let mut cursor = self
-                .inner
-                .coll
-                .find(filter)
-                .sort(doc! { "_id": 1 })
-                .await
-                .map_err(|e| self.fail(e))?;
+            let mut cursor = self.find_in_id_order(filter).await?;
             let mut out = Vec::new();
             while let Some(d) = cursor.try_next().await.map_err(|e| self.fail(e))? {
                 if !d.get_str("_id").is_ok_and(|k| k.starts_with(prefix)) {

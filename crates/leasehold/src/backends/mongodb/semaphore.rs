@@ -522,13 +522,7 @@ impl MongoBackend {
                 doc! { "_id": { "$gte": format!("{earlier_prefix}{prefix}") } },
             ),
         ] {
-            let mut cursor = self
-                .inner
-                .coll
-                .find(filter)
-                .sort(doc! { "_id": 1 })
-                .await
-                .map_err(|e| self.fail(e))?;
+            let mut cursor = self.find_in_id_order(filter).await?;
             while let Some(d) = cursor.try_next().await.map_err(|e| self.fail(e))? {
                 let Some(key) = d
                     .get_str("_id")
