@@ -44,25 +44,14 @@ impl Source for Watch {
             let mut stream = self
                 .client
                 .watch_client()
-                .watch(
-                    all,
-                    Some(
-                        WatchOptions::new()
-                            .with_prefix()
-                            .with_filters([WatchFilterType::NoPut]),
-                    ),
-                )
+                .watch(all, prefix_without(WatchFilterType::NoPut))
                 .await
                 .map_err(retry)?;
             let announces = self.layout.announce("");
             stream
                 .watch(
                     announces.as_str(),
-                    Some(
-                        WatchOptions::new()
-                            .with_prefix()
-                            .with_filters([WatchFilterType::NoDelete]),
-                    ),
+                    prefix_without(WatchFilterType::NoDelete),
                 )
                 .await
                 .map_err(retry)?;
@@ -129,4 +118,9 @@ impl Feed for Releases {
             }
         })
     }
+}
+
+/// Watches every key under the prefix, without the events `filter` drops.
+fn prefix_without(filter: WatchFilterType) -> Option<WatchOptions> {
+    Some(WatchOptions::new().with_prefix().with_filters([filter]))
 }
