@@ -20,6 +20,23 @@ use crate::pending::PendingReleases;
 use crate::renewal::{RenewalScheduler, Ticket};
 use crate::time::{renew_interval, trusted_for, Backoff, LeaseClock};
 
+/// The span of one store call on a held lease (`"release"`, `"renew"`): the
+/// lease's key and token, and the fields the telemetry and the outcome fill
+/// in later.
+macro_rules! lease_call_span {
+    ($name:literal, $lease:expr) => {
+        tracing::debug_span!(
+            $name,
+            key = %$lease.key(),
+            token = $lease.token(),
+            store = tracing::field::Empty,
+            primitive = tracing::field::Empty,
+            lock_class = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        )
+    };
+}
+
 /// A held lease. Renews itself in the background every ttl/3 while it lives.
 ///
 /// # The lost-lease signal
@@ -291,15 +308,7 @@ impl LeaseGuard {
     pub async fn release(mut self) -> Result<()> {
         self.released = true;
         self.stop_renewal();
-        let span = tracing::debug_span!(
-            "release",
-            key = %self.key(),
-            token = self.token(),
-            store = tracing::field::Empty,
-            primitive = tracing::field::Empty,
-            lock_class = tracing::field::Empty,
-            outcome = tracing::field::Empty,
-        );
+        let span = lease_call_span!("release", self);
         self.state.observe(|t| t.label(&span));
         let result = self
             .backend
@@ -405,15 +414,7 @@ async fn renew_until_deadline(
             state.observe(|t| t.lost(Lost::Expired));
             return Err("renewal did not succeed before the lease's deadline");
         }
-        let span = tracing::debug_span!(
-            "renew",
-            key = %lease.key(),
-            token = lease.token(),
-            store = tracing::field::Empty,
-            primitive = tracing::field::Empty,
-            lock_class = tracing::field::Empty,
-            outcome = tracing::field::Empty,
-        );
+        let span = lease_call_span!("renew", lease);
         state.observe(|t| t.label(&span));
         let attempt_deadline = (sent + renew_attempt_timeout(ttl)).min(deadline);
         let answer = tokio::select! {
