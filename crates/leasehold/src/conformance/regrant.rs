@@ -67,6 +67,17 @@ async fn granted(backend: &dyn Backend, req: &AcquireRequest, what: &str) -> Lea
     }
 }
 
+/// Asserts that the live grants of `k` of this kind are `held` (token,
+/// slot) alone; `why` says what that shows.
+async fn holds_only(store: &TestStore, kind: Kind, k: &Key, held: (u64, Option<u32>), why: &str) {
+    let listed = live(store, kind, k).await;
+    assert_eq!(
+        listed.iter().map(|(t, s, _)| (*t, *s)).collect::<Vec<_>>(),
+        [held],
+        "{why}"
+    );
+}
+
 /// The live grants of `k` of this kind, as (token, slot, time left).
 async fn live(store: &TestStore, kind: Kind, k: &Key) -> Vec<(u64, Option<u32>, Duration)> {
     if kind == Kind::Mutex {
@@ -142,12 +153,14 @@ async fn repeat_takes_no_second_slot(store: &TestStore, kind: Kind) {
     for _ in 0..2 {
         granted(store.backend.as_ref(), &req, "a repeat").await;
     }
-    let listed = live(store, kind, &k).await;
-    assert_eq!(
-        listed.iter().map(|(t, s, _)| (*t, *s)).collect::<Vec<_>>(),
-        [(first.token(), first.slot())],
-        "a repeat took no second grant"
-    );
+    holds_only(
+        store,
+        kind,
+        &k,
+        (first.token(), first.slot()),
+        "a repeat took no second grant",
+    )
+    .await;
     let other = kind.request(&k, ttl);
     match kind {
         Kind::Permit(2) => {
@@ -215,12 +228,14 @@ async fn repeat_after_takeover_is_busy(store: &TestStore, kind: Kind) {
         matches!(repeat, Acquire::Busy(_)),
         "an expired grant is not resurrected by a repeat: {repeat:?}"
     );
-    let listed = live(store, rival, &k).await;
-    assert_eq!(
-        listed.iter().map(|(t, s, _)| (*t, *s)).collect::<Vec<_>>(),
-        [(taken.token(), taken.slot())],
-        "the new holder alone holds"
-    );
+    holds_only(
+        store,
+        rival,
+        &k,
+        (taken.token(), taken.slot()),
+        "the new holder alone holds",
+    )
+    .await;
 }
 
 /// Through the core, with every acquisition delivered to the store twice
@@ -245,12 +260,14 @@ async fn delivered_twice(store: &TestStore, kind: Kind) {
         1,
         "one attempt by the core (the store saw it twice)"
     );
-    let listed = live(store, kind, &k).await;
-    assert_eq!(
-        listed.iter().map(|(t, s, _)| (*t, *s)).collect::<Vec<_>>(),
-        [(guard.token(), guard.slot())],
-        "the store holds the caller's grant once"
-    );
+    holds_only(
+        store,
+        kind,
+        &k,
+        (guard.token(), guard.slot()),
+        "the store holds the caller's grant once",
+    )
+    .await;
     if let Kind::Permit(2) = kind {
         let other = kind.request(&k, Duration::from_secs(30));
         granted(store.backend.as_ref(), &other, "the second permit").await;
