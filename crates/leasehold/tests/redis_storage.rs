@@ -131,8 +131,11 @@ async fn idle_keys_expire_and_come_back_above_every_token() {
         left(&mut conn, &prefix, &all_keys).await,
         Vec::<String>::new()
     );
-    // The held lock keeps its records: its lease and fence outlive the window.
-    assert!(exists(&mut conn, &format!("{prefix}:fence:{{held}}")).await);
+    // The held lock stays held, its token in its lock key (its fence lives
+    // one and a half windows from its creation, held or not).
+    assert!(exists(&mut conn, &format!("{prefix}:lock:{{held}}")).await);
+    let info = locks.inspect("held").await.unwrap().expect("held");
+    assert_eq!(info.token, held.token());
 
     for (i, tokens) in before.into_iter().enumerate() {
         let (_, again) = use_every_kind(&locks, &format!("k{i}")).await;
@@ -155,36 +158,88 @@ async fn pttl(conn: &mut MultiplexedConnection, name: &str) -> i64 {
 }
 
 #[tokio::test]
-async fn records_outlive_a_longer_next_lease_by_the_window() {
+async fn slots_and_kind_outlive_a_longer_next_lease_by_the_window() {
     let Some((locks, prefix, mut conn)) = store(Some(Duration::from_millis(800))).await else {
         return;
     };
-    // A short lease first: the records live about the lease plus one and a
-    // half windows. Then a lease of 3 s, released at once: a release writes
-    // no ttl, so the grant must have stretched every record past its lease
-    // by the window.
+    // A short permit first, then one of 3 s, released at once: a release
+    // writes no ttl, so the grant must have kept the slots hash and the kind
+    // past its lease by the window (a mutex key must not take the key while
+    // a permit may live).
     let long = AcquireOptions::new().with_ttl(Duration::from_secs(3));
     let sem = locks.semaphore("sem", 2).unwrap();
     for options in [short_lease(), long] {
-        locks
-            .acquire_with("mutex", &options)
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
-        sem.acquire_with(&options)
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
+        let a = sem.acquire_with(&short_lease()).await.unwrap();
+        let b = sem.acquire_with(&options).await.unwrap();
+        a.release().await.unwrap();
+        b.release().await.unwrap();
     }
-    for name in ["fence:{mutex}", "pfence:{sem}", "kind:{sem}"] {
-        let name = format!("{prefix}:{name}");
-        let ttl = pttl(&mut conn, &name).await;
-        assert!((3700..=4200).contains(&ttl), "{name}: pttl {ttl}");
+    let name = format!("{prefix}:kind:{{sem}}");
+    let ttl = pttl(&mut conn, &name).await;
+    assert!((3700..=4200).contains(&ttl), "{name}: pttl {ttl}");
+}
+
+/// A fence lives one and a half windows from its creation, whatever its key
+/// does: no lease needs it, since a lease carries its token in its own
+/// record. One that expires under a held mutex or permit breaks nothing,
+/// and the next grant starts above every token.
+#[tokio::test]
+async fn a_fence_that_expires_under_a_held_lease_breaks_nothing() {
+    let Some((locks, prefix, mut conn)) = store(Some(Duration::from_millis(200))).await else {
+        return;
+    };
+    let held = AcquireOptions::new().with_ttl(Duration::from_secs(5));
+    let mutex = locks.acquire_with("job", &held).await.unwrap();
+    let sem = locks.semaphore("pool", 2).unwrap();
+    let permit = sem.acquire_with(&held).await.unwrap();
+    let fences = [
+        format!("{prefix}:fence:{{job}}"),
+        format!("{prefix}:pfence:{{pool}}"),
+    ];
+    for fence in &fences {
+        let ttl = pttl(&mut conn, fence).await;
+        assert!((0..=300).contains(&ttl), "{fence}: pttl {ttl}");
     }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for fence in &fences {
+        assert!(!exists(&mut conn, fence).await, "{fence} outlived its ttl");
+    }
+    for guard in [&mutex, &permit] {
+        assert!(
+            locks
+                .backend()
+                .renew(guard.lease(), Duration::from_secs(5))
+                .await
+                .unwrap(),
+            "{}: renewal refused without its fence",
+            guard.key()
+        );
+        assert!(!guard.is_lost(), "{}", guard.key());
+    }
+    let info = locks.inspect("job").await.unwrap().expect("job is held");
+    assert_eq!(
+        info.token,
+        mutex.token(),
+        "inspect reads the token from the lease"
+    );
+    let (mutex_token, permit_token) = (mutex.token(), permit.token());
+    mutex.release().await.unwrap();
+    permit.release().await.unwrap();
+    assert!(locks.inspect("job").await.unwrap().is_none(), "released");
+    let again = locks.try_acquire("job").await.unwrap();
+    assert!(
+        again.token() > mutex_token,
+        "{} after {mutex_token}",
+        again.token()
+    );
+    again.release().await.unwrap();
+    let again = sem.try_acquire().await.unwrap();
+    assert!(
+        again.token() > permit_token,
+        "{} after {permit_token}",
+        again.token()
+    );
+    again.release().await.unwrap();
 }
 
 #[tokio::test]

@@ -113,12 +113,24 @@ async fn renew_never_resurrects_and_refuses_a_zero_ttl() {
 }
 
 #[tokio::test]
-async fn fence_key_equals_the_live_token() {
+async fn the_lock_key_carries_the_live_token() {
     let Some((backend, mut conn, k, first)) = holding("orders:{42}").await else {
         return;
     };
     backend.release(&first).await.unwrap();
     let lease = grant(&backend, &k, Duration::from_secs(30)).await;
+    let value: String = redis::cmd("GET")
+        .arg(backend.lock_key(&k))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // `<owner>:<holder label>#<token>`.
+    assert!(
+        value.starts_with(&format!("{}:", lease.owner()))
+            && value.ends_with(&format!("#{}", lease.token())),
+        "{value}"
+    );
+    // The counter the next grant goes on from.
     let fence: u64 = redis::cmd("GET")
         .arg(backend.fence_key(&k))
         .query_async(&mut conn)
@@ -133,10 +145,10 @@ async fn fence_key_equals_the_live_token() {
 const FENCED_WRITE: &str = r#"
 local holder = redis.call('GET', KEYS[1])
 if not holder or string.sub(holder, 1, 32) ~= ARGV[1]
-    or redis.call('GET', KEYS[2]) ~= ARGV[2] then
+    or string.sub(holder, -(#ARGV[2] + 1)) ~= '#' .. ARGV[2] then
   return 0
 end
-redis.call('HSET', KEYS[3], 'stock', ARGV[3], 'fence', ARGV[2])
+redis.call('HSET', KEYS[2], 'stock', ARGV[3], 'fence', ARGV[2])
 return 1
 "#;
 
@@ -151,7 +163,6 @@ async fn documented_fenced_write_rejects_stale_holders() {
     let write = |lease: &Lease, stock: i64| {
         let mut call = script.prepare_invoke();
         call.key(backend.lock_key(&k))
-            .key(backend.fence_key(&k))
             .key(&data)
             .arg(lease.owner().to_string())
             .arg(lease.token())

@@ -1,5 +1,7 @@
 -- Grants the lease iff the key is a mutex and has no live holder. Expiry is
--- Redis's own (PX), so the server's clock decides.
+-- Redis's own (PX), so the server's clock decides. The lock key's value,
+-- `<owner>:<holder label>#<token>`, carries the lease's token, so renewal
+-- and release check it without the fence (idle.lua).
 -- KEYS[1] lock, KEYS[2] fence, KEYS[3] kind; ARGV[1] owner (32 hex digits),
 -- ARGV[2] ttl in ms, ARGV[3] holder label.
 -- Returns {token, '', 0} when granted (or granted again to the same owner),
@@ -10,19 +12,19 @@ local kind = redis.call('GET', KEYS[3])
 if kind then
   return {-1, kind, 0}
 end
-if redis.call('SET', KEYS[1], ARGV[1] .. ':' .. ARGV[3], 'NX', 'PX', ARGV[2]) then
-  -- The fence outlives the lease by the idle window (idle.lua). Its value
-  -- passes through a Lua double: exact up to 2^53.
-  local token = next_fence(KEYS[2], tonumber(ARGV[2]) + IDLE_MS)
+local current = redis.call('GET', KEYS[1])
+if not current then
+  -- The token passes through a Lua double: exact up to 2^53.
+  local token = next_fence(KEYS[2])
+  redis.call('SET', KEYS[1],
+    string.format('%s:%s#%d', ARGV[1], ARGV[3], token), 'PX', ARGV[2])
   return {token, '', 0}
 end
-local current = redis.call('GET', KEYS[1]) or ''
-if string.sub(current, 1, 32) == ARGV[1] then
+local holder, token = lock_value(current)
+if token and string.sub(current, 1, 32) == ARGV[1] then
   -- A repeat by the holder (a command re-sent after a lost reply, or the
-  -- core repeating its request): the same grant, its expiry from now. While
-  -- the lock key exists the fence is its holder's token (see renew.lua).
+  -- core repeating its request): the same grant, its expiry from now.
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  keep_for(KEYS[2], tonumber(ARGV[2]) + IDLE_MS)
-  return {tonumber(redis.call('GET', KEYS[2])), '', 0}
+  return {tonumber(token), '', 0}
 end
-return {0, string.sub(current, 34), redis.call('PTTL', KEYS[1])}
+return {0, holder, redis.call('PTTL', KEYS[1])}

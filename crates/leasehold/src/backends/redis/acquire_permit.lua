@@ -31,17 +31,16 @@ for i = 1, #all, 2 do
     redis.call('HDEL', KEYS[1], all[i])
   end
 end
--- The semaphore's records (slots, fence, kind) outlive its latest
--- permit by the idle window (idle.lua).
+-- The semaphore's slots and kind outlive its latest permit by the idle
+-- window (idle.lua; its fence keeps the ttl it was created with).
 local ms = tonumber(ARGV[2]) + IDLE_MS
 if own_slot then
   -- A repeat by an owner that holds a live permit (a command re-sent after
   -- a lost reply): the same grant, its expiry from now, never a second slot.
   redis.call('HSET', KEYS[1], own_slot,
     string.format('%d:%s:%s:%s', now + tonumber(ARGV[2]), ARGV[1], own_token, ARGV[3]))
-  for _, key in ipairs({KEYS[1], KEYS[2], KEYS[5]}) do
-    keep_for(key, ms)
-  end
+  keep_for(KEYS[1], ms)
+  keep_for(KEYS[5], ms)
   return {tonumber(own_token), tonumber(own_slot), '', 0}
 end
 if live >= permits then
@@ -51,7 +50,7 @@ local slot = 0
 while taken[tostring(slot)] do
   slot = slot + 1
 end
-local token = next_fence(KEYS[2], ms)
+local token = next_fence(KEYS[2])
 redis.call('HSET', KEYS[1], slot,
   string.format('%d:%s:%d:%s', now + tonumber(ARGV[2]), ARGV[1], token, ARGV[3]))
 keep_for(KEYS[1], ms)

@@ -47,12 +47,11 @@ end
 local function busy()
   return {0, -1, first_holder, (first_exp or now) - now}
 end
--- The lock's records (slots and mark, fence, kind) outlive its latest
+-- The lock's records (slots and mark, kind) outlive its latest
 -- grant or mark by the idle window (idle.lua).
 local function kept(ms)
-  for _, key in ipairs({KEYS[1], KEYS[2], KEYS[5]}) do
-    keep_for(key, ms + IDLE_MS)
-  end
+  keep_for(KEYS[1], ms + IDLE_MS)
+  keep_for(KEYS[5], ms + IDLE_MS)
 end
 if own_slot then
   -- A repeat by an owner whose grant on this side is live (a command
@@ -86,9 +85,8 @@ else
   redis.call('HDEL', KEYS[1], 'mark')
   slot = tonumber(writer_slot)
 end
-local token = next_fence(KEYS[2], tonumber(ARGV[2]) + IDLE_MS)
+local token = next_fence(KEYS[2])
 redis.call('HSET', KEYS[1], slot,
   string.format('%d:%s:%d:%s', now + tonumber(ARGV[2]), ARGV[1], token, ARGV[3]))
-keep_for(KEYS[1], tonumber(ARGV[2]) + IDLE_MS)
-keep_for(KEYS[5], tonumber(ARGV[2]) + IDLE_MS)
+kept(tonumber(ARGV[2]))
 return {token, slot, '', 0}

@@ -17,13 +17,18 @@ do
     local holder = redis.call('GET', KEYS[3])
     if holder then
       -- A live mutex holder: busy, naming it (its release wakes us).
-      return {0, -1, string.sub(holder, 34), redis.call('PTTL', KEYS[3])}
+      return {0, -1, (lock_value(holder)), redis.call('PTTL', KEYS[3])}
     end
     redis.call('SET', KEYS[5], wanted)
     -- Strings, not numbers: fences pass Lua doubles only to compare.
     local fence = redis.call('GET', KEYS[4])
-    if fence and tonumber(fence) > tonumber(redis.call('GET', KEYS[2]) or '0') then
-      redis.call('SET', KEYS[2], fence)
+    local own = redis.call('GET', KEYS[2])
+    if fence and not own and IDLE_MS > 0 then
+      -- Created here: the ttl of a new fence (idle.lua).
+      redis.call('SET', KEYS[2], fence, 'PX', IDLE_MS + math.floor(IDLE_MS / 2))
+    elseif fence and tonumber(fence) > tonumber(own or '0') then
+      -- KEEPTTL: a fence keeps the one ttl it was created with.
+      redis.call('SET', KEYS[2], fence, 'KEEPTTL')
     end
   end
 end

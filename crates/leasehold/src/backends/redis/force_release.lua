@@ -32,7 +32,6 @@ end
 -- names an admin merely typed.
 if redis.call('EXISTS', fence) == 1 then
   redis.call('INCR', fence)
-  keep_for(fence, IDLE_MS)
 end
 if live == 1 then
   -- pcall: a user without pub/sub rights still breaks locks (waiters poll).

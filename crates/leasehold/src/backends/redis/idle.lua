@@ -4,14 +4,20 @@
 -- documented there.
 local IDLE_MS = tonumber(table.remove(ARGV))
 
--- The rule every script keeps: each record of a key lives at least the
--- idle window past the end of every lease, slot or writer mark it records.
--- Grants, renewals and marks keep it (keep_for, next_fence); a release
--- writes no ttl, since what it frees ends no later than its lease did, and
--- the records already outlive that by the window. Writes are what a script
--- costs (each is replicated and logged), so a ttl moves only when it must,
--- with half a window of slack: in steady use a key's ttl is written about
--- once per half window, and a release costs nothing here.
+-- The rule every script keeps: a key's lock, slots hash and kind live at
+-- least the idle window past the end of every lease, slot or writer mark
+-- they record. The lock key's own expiry is its lease (PX); grants,
+-- renewals and marks keep the hash and kind alive (keep_for). A release
+-- writes no ttl, since what it frees ends no later than its lease did.
+-- Writes are what a script costs (each is replicated and logged), so a
+-- ttl moves only when it must, with half a window of slack: in steady use
+-- a key's ttl is written about once per half window.
+--
+-- A fence counter is different: no grant needs it to live, since a lease
+-- carries its token in its own record (the lock key's value, a slot), so
+-- it gets one ttl when created, one and a half windows, and no script
+-- reads or moves it after. When it is gone the next grant starts it again
+-- at the server's clock (next_fence), above every token it handed out.
 
 -- Makes `key` live at least `ms` more (a lease plus IDLE_MS), setting `ms`
 -- + IDLE_MS/2 when it does not (never shortening its life; a key without a
@@ -27,25 +33,38 @@ local function keep_for(key, ms)
   end
 end
 
--- The next value of a fence counter, kept alive `ms` more as keep_for
--- does. A counter that did not exist (never used, or expired after its key
--- was idle for the window) starts at the server's clock in microseconds,
--- its ttl set in the same write: a fence grows by one per grant, far slower
--- than the clock, so it stays below the clock, and a counter that expired
--- an idle window after its last lease stopped below where the clock is now.
--- Kept as a string of digits (a Lua double would print 1.7e+15).
-local function next_fence(key, ms)
+-- The next value of the fence counter `key`. A counter that did not exist
+-- (never used, or expired) starts at the server's clock in microseconds,
+-- its ttl of one and a half windows set by the same write: a fence grows
+-- by one per grant, far slower than the clock, so a counter stays below
+-- the clock, and one that expired stopped below where the clock is now
+-- (docs/storage.md). A counter below 10^15 (the clock of 2001) is one an
+-- earlier version counted from 1 and kept forever: it gets its ttl here.
+local function next_fence(key)
   local fence = redis.call('INCR', key)
-  if fence ~= 1 then
-    keep_for(key, ms)
-    return fence
+  if fence == 1 then
+    local t = redis.call('TIME')
+    local first = t[1] .. string.format('%06d', tonumber(t[2]))
+    if IDLE_MS > 0 then
+      redis.call('SET', key, first, 'PX', IDLE_MS + math.floor(IDLE_MS / 2))
+    else
+      redis.call('SET', key, first)
+    end
+    return tonumber(first)
   end
-  local t = redis.call('TIME')
-  local first = t[1] .. string.format('%06d', tonumber(t[2]))
-  if IDLE_MS > 0 then
-    redis.call('SET', key, first, 'PX', ms + math.floor(IDLE_MS / 2))
-  else
-    redis.call('SET', key, first)
+  if fence < 1e15 and IDLE_MS > 0 and redis.call('PTTL', key) == -1 then
+    redis.call('PEXPIRE', key, IDLE_MS + math.floor(IDLE_MS / 2))
   end
-  return tonumber(first)
+  return fence
+end
+
+-- The holder label and token of a lock key's value, `<owner>:<label>#<token>`;
+-- no token from a value an earlier version wrote (`<owner>:<label>`, its
+-- token in the fence key).
+local function lock_value(value)
+  local label, token = string.match(value, '^%x+:(.*)#(%d+)$')
+  if label then
+    return label, token
+  end
+  return string.sub(value, 34), nil
 end

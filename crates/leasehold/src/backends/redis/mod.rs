@@ -65,14 +65,14 @@ pub use options::RedisOptions;
 /// The name errors carry ([`Error::store`]).
 const STORE: &str = "redis";
 
-/// The mutex's scripts. Those that grant, renew or force a release start
-/// with `idle.lua`, which takes the idle window off the end of their
-/// arguments (see exec.rs); the others ignore it.
+/// The mutex's scripts. The grant starts with `idle.lua`, which takes the
+/// idle window off the end of its arguments (see exec.rs); the others
+/// ignore it.
 const SCRIPTS: [&str; 5] = [
     concat!(include_str!("idle.lua"), include_str!("acquire.lua")),
-    concat!(include_str!("idle.lua"), include_str!("renew.lua")),
+    include_str!("renew.lua"),
     include_str!("release.lua"),
-    concat!(include_str!("idle.lua"), include_str!("force_release.lua")),
+    include_str!("force_release.lua"),
     include_str!("read.lua"),
 ];
 
@@ -123,16 +123,19 @@ impl RedisBackend {
         }
     }
 
-    /// The Redis key holding `key`'s current lease (a string
-    /// `<owner>:<holder label>` with a ttl), for your own Lua scripts.
+    /// The Redis key holding `key`'s current lease, for your own Lua
+    /// scripts: a string `<owner>:<holder label>#<token>` whose ttl is the
+    /// lease's. A script that checks owner and token in it before writing
+    /// (to a key with the same hash tag) writes only while the lease is
+    /// current; see docs/redis.md, "The fenced write on Redis data".
     pub fn lock_key(&self, key: &Key) -> String {
         self.inner.ns.lock(key)
     }
 
-    /// The Redis key holding `key`'s fence counter: while a lease is live
-    /// it equals that lease's token. A Lua script that checks
-    /// `GET fence == token` before writing (to a key with the same hash tag)
-    /// writes only while the lease is current; see the crate docs.
+    /// The Redis key holding `key`'s fence counter, the last token handed
+    /// out. It lives one and a half idle windows from its creation, held or
+    /// not (the next grant starts it again above every token it had), so
+    /// check a lease against [`lock_key`](Self::lock_key), not this.
     pub fn fence_key(&self, key: &Key) -> String {
         self.inner.ns.fence(key)
     }

@@ -90,14 +90,12 @@ impl RedisBackend {
         keys.into_iter()
             .zip(rows)
             .filter_map(|(key, row)| match row {
-                // PTTL -2: gone by now. A lock key without a ttl (-1) or
-                // without a fence was not written by this store.
-                (Some(value), pttl, fence) if pttl != -2 => Some(match (pttl, fence) {
-                    (-1, _) => Err(RecordDecoder::new(STORE, key.as_str())
+                // PTTL -2: gone by now. A lock key without a ttl (-1) was
+                // not written by this store.
+                (Some(value), pttl, fence) if pttl != -2 => Some(match pttl {
+                    -1 => Err(RecordDecoder::new(STORE, key.as_str())
                         .corrupt("the lock key has no expiry")),
-                    (_, None) => Err(RecordDecoder::new(STORE, key.as_str())
-                        .corrupt("a held lock without a fence key")),
-                    (pttl, Some(fence)) => info_of(key, &value, pttl, &fence),
+                    pttl => info_of(key, &value, pttl, fence.as_deref()),
                 }),
                 _ => None,
             })
@@ -105,17 +103,52 @@ impl RedisBackend {
     }
 }
 
-/// A live lease from its lock key's value (`<owner hex>:<holder label>`),
-/// remaining ms and fence text, every field checked.
-fn info_of(key: Key, value: &str, pttl: i64, fence: &str) -> Result<LeaseInfo> {
+/// A live lease from its lock key's value, remaining ms and fence text,
+/// every field checked. The value is `<owner hex>:<holder label>#<token>`;
+/// one an earlier version wrote is `<owner hex>:<holder label>`, its token
+/// the fence's (which then must exist).
+fn info_of(key: Key, value: &str, pttl: i64, fence: Option<&str>) -> Result<LeaseInfo> {
     let record = RecordDecoder::new(STORE, key.as_str());
-    let Some((owner, holder)) = value.split_at_checked(32) else {
+    let Some((owner, rest)) = value.split_at_checked(32) else {
         return Err(record.corrupt(format!("lock value {value:?} has no owner")));
     };
-    let Some(holder) = holder.strip_prefix(':') else {
+    let Some(rest) = rest.strip_prefix(':') else {
         return Err(record.corrupt(format!("lock value {value:?} has no ':' after the owner")));
     };
     record.owner(owner)?;
-    let (token, remaining) = (record.token_text(fence)?, record.remaining(pttl)?);
+    let (holder, token) = match split_token(rest) {
+        Some((holder, token)) => (holder, token),
+        None => match fence {
+            Some(fence) => (rest, fence),
+            None => return Err(record.corrupt("a held lock without a token or a fence key")),
+        },
+    };
+    let (token, remaining) = (record.token_text(token)?, record.remaining(pttl)?);
     Ok(LeaseInfo::mutex(key, holder.to_owned(), token, remaining))
+}
+
+/// `<label>#<digits>` split at its last `#` (the form `acquire.lua`
+/// writes); `None` for a value without that ending.
+fn split_token(rest: &str) -> Option<(&str, &str)> {
+    let (holder, token) = rest.rsplit_once('#')?;
+    (!token.is_empty() && token.bytes().all(|b| b.is_ascii_digit())).then_some((holder, token))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_token;
+
+    #[test]
+    fn the_token_is_the_digits_after_the_last_hash() {
+        assert_eq!(split_token("worker-1#42"), Some(("worker-1", "42")));
+        assert_eq!(
+            split_token("a#b#1700000000000000"),
+            Some(("a#b", "1700000000000000"))
+        );
+        assert_eq!(split_token("#7"), Some(("", "7")));
+        // Values of earlier versions, and what is not a token.
+        for rest in ["worker-1", "worker-1#", "worker#1a", "x#-2", ""] {
+            assert_eq!(split_token(rest), None, "{rest:?}");
+        }
+    }
 }

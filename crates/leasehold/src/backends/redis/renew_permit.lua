@@ -15,7 +15,7 @@ if owner ~= ARGV[1] or token ~= ARGV[2] or tonumber(exp) <= now then
 end
 redis.call('HSET', KEYS[1], ARGV[4],
   string.format('%d:%s:%s:%s', now + tonumber(ARGV[3]), owner, token, holder))
-for i = 1, 3 do
-  keep_for(KEYS[i], tonumber(ARGV[3]) + IDLE_MS)
-end
+-- The slots and the kind outlive the renewed permit by the window.
+keep_for(KEYS[1], tonumber(ARGV[3]) + IDLE_MS)
+keep_for(KEYS[3], tonumber(ARGV[3]) + IDLE_MS)
 return 1
