@@ -51,6 +51,7 @@ mod sweep;
 use std::time::Duration;
 
 use crate::backend::{Acquire, AcquireRequest, Backend, Lease, LeaseInfo, PermitInfo};
+use crate::guard::LeaseGuard;
 use crate::key::Key;
 
 pub use bounds::{a_blocked_store_bounds_waits_and_try_once_calls, a_grant_after_a_block_is_live};
@@ -282,6 +283,33 @@ async fn is_busy(store: &TestStore, key: &Key) -> bool {
             .expect("store answers"),
         Acquire::Busy(_)
     )
+}
+
+/// Starts `waiter` (an acquisition through the core) and has `releaser`
+/// release `holder` 300 ms later. The waiter's guard (`what` says what
+/// getting it shows), which must come within 5 s of the release: a
+/// wake-up, long before the holder's ttl (30 s) would have ended.
+async fn handed_off(
+    waiter: impl std::future::Future<Output = crate::Result<LeaseGuard>> + Send + 'static,
+    releaser: &dyn Backend,
+    holder: &Lease,
+    what: &str,
+) -> LeaseGuard {
+    let waiter = tokio::spawn(async move {
+        let guard = waiter.await;
+        (guard, tokio::time::Instant::now())
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released_at = tokio::time::Instant::now();
+    releaser.release(holder).await.unwrap();
+    let (guard, acquired_at) = waiter.await.unwrap();
+    let guard = guard.expect(what);
+    let handoff = acquired_at - released_at;
+    assert!(
+        handoff < Duration::from_secs(5),
+        "hand-off took {handoff:?}"
+    );
+    guard
 }
 
 #[cfg(test)]
