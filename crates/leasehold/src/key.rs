@@ -72,6 +72,21 @@ fn check_text(what: &'static str, text: &str) -> Result<()> {
     Ok(())
 }
 
+/// Checks a short name that ends up in keys or labels (a store's key
+/// prefix, a lock class): 1 to `max` bytes, no control characters.
+pub(crate) fn check_name(what: &'static str, name: &str, max: usize) -> Result<()> {
+    if name.is_empty() || name.len() > max {
+        return Err(Error::invalid(
+            what,
+            format!("must be 1 to {max} bytes, got {}", name.len()),
+        ));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(Error::invalid(what, "must not contain control characters"));
+    }
+    Ok(())
+}
+
 impl fmt::Debug for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(&self.0, f)

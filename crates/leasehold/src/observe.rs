@@ -68,18 +68,7 @@ const MAX_CLASS_BYTES: usize = 64;
 /// A lock class named by the caller: 1 to 64 bytes, no control characters
 /// (it becomes a label value in whatever the application exports to).
 fn validate_class(class: &str) -> crate::error::Result<&str> {
-    if class.is_empty() || class.len() > MAX_CLASS_BYTES {
-        return Err(Error::invalid(
-            "lock class",
-            format!("must be 1 to {MAX_CLASS_BYTES} bytes, got {}", class.len()),
-        ));
-    }
-    if class.chars().any(char::is_control) {
-        return Err(Error::invalid(
-            "lock class",
-            "must not contain control characters",
-        ));
-    }
+    crate::key::check_name("lock class", class, MAX_CLASS_BYTES)?;
     Ok(class)
 }
 

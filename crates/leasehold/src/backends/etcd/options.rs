@@ -112,19 +112,7 @@ impl EtcdOptions {
 
     /// Checks the options before any I/O.
     pub(super) fn validate(&self) -> Result<()> {
-        let p = &self.prefix;
-        if p.is_empty() || p.len() > 64 {
-            return Err(Error::invalid(
-                "prefix",
-                format!("must be 1 to 64 bytes, got {}", p.len()),
-            ));
-        }
-        if p.chars().any(char::is_control) {
-            return Err(Error::invalid(
-                "prefix",
-                "must not contain control characters",
-            ));
-        }
+        crate::key::check_name("prefix", &self.prefix, 64)?;
         for (what, timeout) in [
             ("connect timeout", self.connect_timeout),
             ("request timeout", self.request_timeout),
