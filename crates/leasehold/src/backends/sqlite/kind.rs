@@ -70,6 +70,23 @@ type AnchorRow = (
     i64,
 );
 
+/// Runs `sql` (NEW_ANCHOR or CONVERT) for key `key` and kind `stored` in
+/// the claim's transaction.
+async fn set_kind(
+    tx: &mut Transaction<'_, Sqlite>,
+    sql: &'static str,
+    key: &str,
+    stored: Option<&'static str>,
+) -> Result<()> {
+    sqlx::query(sql)
+        .bind(key)
+        .bind(stored)
+        .execute(&mut **tx)
+        .await
+        .map_err(classify)?;
+    Ok(())
+}
+
 /// Claims the key's anchor for `req`'s kind, inside the grant's
 /// transaction (`# Contract` of `Backend`): `None` to go on with the
 /// grant; else the answer (busy behind a live mutex holder, or the other
@@ -90,24 +107,14 @@ pub(super) async fn claim(
         .await
         .map_err(classify)?;
     let Some((kind, live, holder, remaining, fence)) = anchor else {
-        sqlx::query(NEW_ANCHOR)
-            .bind(key)
-            .bind(stored)
-            .execute(&mut **tx)
-            .await
-            .map_err(classify)?;
+        set_kind(tx, NEW_ANCHOR, key, stored).await?;
         return Ok(None);
     };
     match decode(req.key(), kind.as_deref())? {
         kind if kind == wanted => Ok(None),
         KeyKind::Mutex if live == Some(true) => Ok(Some(busy(holder, remaining))),
         KeyKind::Mutex => {
-            sqlx::query(CONVERT)
-                .bind(key)
-                .bind(stored)
-                .execute(&mut **tx)
-                .await
-                .map_err(classify)?;
+            set_kind(tx, CONVERT, key, stored).await?;
             sqlx::query(tables.raise_fence)
                 .bind(key)
                 .bind(fence)
