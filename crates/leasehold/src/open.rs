@@ -147,35 +147,42 @@ mod tests {
         open_backend(url).await.unwrap_err().to_string()
     }
 
+    /// Asserts that opening each URL fails with a message containing its
+    /// text.
+    async fn refused_with(cases: &[(&str, &str)]) {
+        for (url, expected) in cases {
+            let message = problem(url).await;
+            assert!(message.contains(expected), "{url}: {message}");
+        }
+    }
+
     #[tokio::test]
     async fn rejects_bad_urls_with_specific_messages() {
-        assert!(problem("locks.db").await.contains("has no scheme"));
-        assert!(problem("ftp://x").await.contains("unknown scheme \"ftp\""));
-        assert!(problem("memory://x").await.contains("takes nothing"));
-        #[cfg(feature = "sqlite")]
-        {
-            assert!(problem("sqlite://").await.contains("needs a file path"));
-            assert!(problem("sqlite:///tmp/x.db?mode=rw")
-                .await
-                .contains("unknown sqlite option"));
-        }
+        refused_with(&[
+            ("locks.db", "has no scheme"),
+            ("ftp://x", "unknown scheme \"ftp\""),
+            ("memory://x", "takes nothing"),
+            #[cfg(feature = "sqlite")]
+            ("sqlite://", "needs a file path"),
+            #[cfg(feature = "sqlite")]
+            ("sqlite:///tmp/x.db?mode=rw", "unknown sqlite option"),
+            #[cfg(feature = "redis")]
+            ("rediss://127.0.0.1", "TLS"),
+            #[cfg(feature = "redis")]
+            (
+                "redis://127.0.0.1?prefix=a{b",
+                "invalid redis key prefix: must not contain braces",
+            ),
+            #[cfg(feature = "redis")]
+            ("redis://127.0.0.1:notaport", "invalid store url"),
+            #[cfg(feature = "redis")]
+            ("redis+cluster://127.0.0.1:7000/3", "only database 0"),
+        ])
+        .await;
         #[cfg(feature = "mongodb")]
         assert!(problem("mongodb://a:b:c:d")
             .await
             .starts_with("invalid store url"));
-        #[cfg(feature = "redis")]
-        {
-            assert!(problem("rediss://127.0.0.1").await.contains("TLS"));
-            assert!(problem("redis://127.0.0.1?prefix=a{b")
-                .await
-                .contains("invalid redis key prefix: must not contain braces"));
-            assert!(problem("redis://127.0.0.1:notaport")
-                .await
-                .contains("invalid store url"));
-            assert!(problem("redis+cluster://127.0.0.1:7000/3")
-                .await
-                .contains("only database 0"));
-        }
     }
 
     #[cfg(feature = "postgres")]
@@ -190,28 +197,27 @@ mod tests {
     /// (nothing listens on port 1).
     #[tokio::test]
     async fn unknown_url_options_are_refused_on_every_store() {
-        assert!(problem("memory://?cache=1")
-            .await
-            .contains("takes no option"));
-        #[cfg(feature = "sqlite")]
-        assert!(problem("sqlite:///tmp/x.db?journal=wal")
-            .await
-            .contains("unknown sqlite option"));
-        #[cfg(feature = "postgres")]
-        assert!(problem("postgres://127.0.0.1:1/db?max_conections=4")
-            .await
-            .contains("unknown postgres option \"max_conections\""));
-        #[cfg(feature = "redis")]
-        {
-            assert!(problem("redis://127.0.0.1:1?prefx=a")
-                .await
-                .contains("unknown redis option \"prefx\""));
-            assert!(
-                problem("redis+cluster://127.0.0.1:1,127.0.0.1:2?min_replica=1")
-                    .await
-                    .contains("unknown redis option \"min_replica\"")
-            );
-        }
+        refused_with(&[
+            ("memory://?cache=1", "takes no option"),
+            #[cfg(feature = "sqlite")]
+            ("sqlite:///tmp/x.db?journal=wal", "unknown sqlite option"),
+            #[cfg(feature = "postgres")]
+            (
+                "postgres://127.0.0.1:1/db?max_conections=4",
+                "unknown postgres option \"max_conections\"",
+            ),
+            #[cfg(feature = "redis")]
+            (
+                "redis://127.0.0.1:1?prefx=a",
+                "unknown redis option \"prefx\"",
+            ),
+            #[cfg(feature = "redis")]
+            (
+                "redis+cluster://127.0.0.1:1,127.0.0.1:2?min_replica=1",
+                "unknown redis option \"min_replica\"",
+            ),
+        ])
+        .await;
         #[cfg(feature = "mongodb")]
         {
             // The MongoDB driver refuses it itself (and names it in lower case).
