@@ -245,13 +245,15 @@ fn request(key: &Key, ttl: Duration) -> AcquireRequest {
     AcquireRequest::new(key.clone(), ttl, "conformance").expect("valid ttl")
 }
 
+/// One attempt straight at the store, which must answer. It sets no wait
+/// deadline, so a writer's attempt leaves no marker (as a try-once call).
+async fn attempt(backend: &dyn Backend, req: &AcquireRequest) -> Acquire {
+    backend.try_acquire(req).await.expect("store answers")
+}
+
 /// Takes `key` on `backend`, which must find it free.
 async fn grant_on(backend: &dyn Backend, key: &Key, ttl: Duration) -> Lease {
-    match backend
-        .try_acquire(&request(key, ttl))
-        .await
-        .expect("store answers")
-    {
+    match attempt(backend, &request(key, ttl)).await {
         Acquire::Granted(lease) => lease,
         b => panic!("expected {key:?} to be free: {b:?}"),
     }
@@ -275,12 +277,9 @@ async fn permits_listed(backend: &dyn Backend, prefix: &str) -> crate::Result<Ve
 }
 
 async fn is_busy(store: &TestStore, key: &Key) -> bool {
+    let req = request(key, Duration::from_secs(10));
     matches!(
-        store
-            .backend
-            .try_acquire(&request(key, Duration::from_secs(10)))
-            .await
-            .expect("store answers"),
+        attempt(store.backend.as_ref(), &req).await,
         Acquire::Busy(_)
     )
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::time::{sleep, Instant};
 
-use super::{key, permits_listed, prefix, TestStore, SHORT};
+use super::{attempt, key, permits_listed, prefix, TestStore, SHORT};
 use crate::backend::{Acquire, AcquireRequest, Backend, Lease, RwSide};
 use crate::key::Key;
 use crate::lock::Locks;
@@ -50,10 +50,6 @@ impl Kind {
             other => (other, other),
         }
     }
-}
-
-async fn attempt(backend: &dyn Backend, req: &AcquireRequest) -> Acquire {
-    backend.try_acquire(req).await.expect("store answers")
 }
 
 async fn granted(backend: &dyn Backend, req: &AcquireRequest, what: &str) -> Lease {

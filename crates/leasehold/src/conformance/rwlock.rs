@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use tokio::time::{sleep, Instant};
 
-use super::{handed_off, key, permits_listed, prefix, TestStore, LONG, ROUND_TRIP_SLACK, SHORT};
+use super::{
+    attempt, handed_off, key, permits_listed, prefix, TestStore, LONG, ROUND_TRIP_SLACK, SHORT,
+};
 use crate::backend::{
     Acquire, AcquireRequest, Backend, Lease, OwnerId, PermitInfo, RwSide, WRITER_SLOT,
 };
@@ -18,17 +20,8 @@ fn rw_request(k: &Key, ttl: Duration, side: RwSide) -> AcquireRequest {
     AcquireRequest::rw(k.clone(), ttl, "conformance", side).expect("valid request")
 }
 
-/// One attempt straight at the store. It sets no wait deadline, so a
-/// writer's attempt here leaves no marker (as a try-once call).
-async fn attempt(backend: &dyn Backend, k: &Key, ttl: Duration, side: RwSide) -> Acquire {
-    backend
-        .try_acquire(&rw_request(k, ttl, side))
-        .await
-        .expect("store answers")
-}
-
 async fn grant(backend: &dyn Backend, k: &Key, ttl: Duration, side: RwSide) -> Lease {
-    match attempt(backend, k, ttl, side).await {
+    match attempt(backend, &rw_request(k, ttl, side)).await {
         Acquire::Granted(lease) => {
             assert_eq!(lease.rw_side(), Some(side));
             lease
@@ -38,7 +31,10 @@ async fn grant(backend: &dyn Backend, k: &Key, ttl: Duration, side: RwSide) -> L
 }
 
 async fn busy(backend: &dyn Backend, k: &Key, side: RwSide) -> bool {
-    matches!(attempt(backend, k, LONG, side).await, Acquire::Busy(_))
+    matches!(
+        attempt(backend, &rw_request(k, LONG, side)).await,
+        Acquire::Busy(_)
+    )
 }
 
 async fn holders(store: &TestStore, k: &Key) -> Vec<PermitInfo> {
@@ -98,7 +94,7 @@ pub async fn rw_writer_excludes_readers_and_writers(store: &TestStore) {
     assert_eq!(w.slot(), Some(WRITER_SLOT));
     for backend in [store.backend.as_ref(), store.second_client()] {
         for side in [RwSide::Read, RwSide::Write] {
-            match attempt(backend, &k, LONG, side).await {
+            match attempt(backend, &rw_request(&k, LONG, side)).await {
                 Acquire::Busy(b) => {
                     assert_eq!(b.holder, "conformance");
                     assert!(b.remaining > Duration::ZERO && b.remaining <= LONG, "{b:?}");

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::sleep;
 
-use super::{handed_off, key, permits_listed, prefix, TestStore, LONG, SHORT};
+use super::{attempt, handed_off, key, permits_listed, prefix, TestStore, LONG, SHORT};
 use crate::backend::{Acquire, AcquireRequest, Backend, Lease, OwnerId, MAX_PERMITS};
 use crate::error::Error;
 use crate::key::Key;
@@ -17,22 +17,18 @@ fn permit_request(k: &Key, ttl: Duration, permits: u32) -> AcquireRequest {
     AcquireRequest::permit(k.clone(), ttl, "conformance", permits).expect("valid request")
 }
 
-async fn attempt(backend: &dyn Backend, k: &Key, ttl: Duration, permits: u32) -> Acquire {
-    backend
-        .try_acquire(&permit_request(k, ttl, permits))
-        .await
-        .expect("store answers")
-}
-
 async fn permit(backend: &dyn Backend, k: &Key, ttl: Duration, permits: u32) -> Lease {
-    match attempt(backend, k, ttl, permits).await {
+    match attempt(backend, &permit_request(k, ttl, permits)).await {
         Acquire::Granted(lease) => lease,
         b => panic!("expected a free permit of {k:?} ({permits}): {b:?}"),
     }
 }
 
 async fn busy(backend: &dyn Backend, k: &Key, permits: u32) -> bool {
-    matches!(attempt(backend, k, LONG, permits).await, Acquire::Busy(_))
+    matches!(
+        attempt(backend, &permit_request(k, LONG, permits)).await,
+        Acquire::Busy(_)
+    )
 }
 
 /// The slots the store reports live for `k`.
@@ -53,7 +49,7 @@ pub async fn semaphore_never_more_than_n_live(store: &TestStore) {
         let backend = clients[i % 2].clone();
         let k = k.clone();
         tasks.push(tokio::spawn(async move {
-            attempt(backend.as_ref(), &k, LONG, 3).await
+            attempt(backend.as_ref(), &permit_request(&k, LONG, 3)).await
         }));
     }
     let mut slots = BTreeSet::new();
@@ -82,7 +78,7 @@ pub async fn semaphore_reaches_n(store: &TestStore) {
         );
     }
     assert_eq!(slots, (0..5).collect());
-    match attempt(store.backend.as_ref(), &k, LONG, 5).await {
+    match attempt(store.backend.as_ref(), &permit_request(&k, LONG, 5)).await {
         Acquire::Busy(b) => {
             assert_eq!(b.holder, "conformance");
             assert!(b.remaining > Duration::ZERO && b.remaining <= LONG, "{b:?}");
