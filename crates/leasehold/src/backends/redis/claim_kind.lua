@@ -2,13 +2,13 @@
 -- acquire_permit.lua and acquire_rw.lua: one script, one atomic step).
 -- KEYS[3] the key's mutex lock, KEYS[4] its mutex fence, KEYS[5] its kind;
 -- KEYS[2] the fence of this family (semaphore or reader-writer lock);
--- the last ARGV the kind asked for ('rw' or 'sem'). The kind key lives as
+-- the ARGV before the idle window the kind asked for ('rw' or 'sem'). The kind key lives as
 -- long as the family's records (keep_for in the acquire scripts).
 -- A key keeps the kind it was first used as; a mutex key that nobody holds
 -- becomes a reader-writer lock or a semaphore on first such use, its mutex
 -- fence carried into this family's fence so the key's tokens keep rising.
 do
-  local wanted = ARGV[#ARGV]
+  local wanted = ARGV[#ARGV - 1]
   local kind = redis.call('GET', KEYS[5])
   if kind and kind ~= wanted then
     return {-1, -1, kind, 0}

@@ -75,8 +75,8 @@ impl RedisBackend {
     }
 
     /// The last argument of every script: the idle window in ms, 0 to keep
-    /// records forever. Those that grant, renew or force a release take it
-    /// off (`idle.lua`); releases and reads ignore it.
+    /// records forever. Those that grant, or renew a permit, read it
+    /// (`idle.lua`); the others ignore it.
     fn idle_window_ms(&self) -> i64 {
         self.inner.options.idle_window.map_or(0, duration_to_millis)
     }

@@ -65,11 +65,15 @@ pub use options::RedisOptions;
 /// The name errors carry ([`Error::store`]).
 const STORE: &str = "redis";
 
-/// The mutex's scripts. The grant starts with `idle.lua`, which takes the
-/// idle window off the end of its arguments (see exec.rs); the others
-/// ignore it.
+/// The mutex's scripts. The grant starts with `idle.lua`, which reads the
+/// idle window at the end of its arguments (see exec.rs), and the grant's
+/// helpers (`fence.lua`); the others ignore the window.
 const SCRIPTS: [&str; 5] = [
-    concat!(include_str!("idle.lua"), include_str!("acquire.lua")),
+    concat!(
+        include_str!("idle.lua"),
+        include_str!("fence.lua"),
+        include_str!("acquire.lua")
+    ),
     include_str!("renew.lua"),
     include_str!("release.lua"),
     include_str!("force_release.lua"),

@@ -35,17 +35,22 @@ static SCRIPTS: LazyLock<[Script; 5]> = LazyLock::new(|| {
     [
         Script::new(concat!(
             include_str!("idle.lua"),
+            include_str!("keep.lua"),
+            include_str!("fence.lua"),
             include_str!("claim_kind.lua"),
             include_str!("acquire_permit.lua")
         )),
         Script::new(concat!(
             include_str!("idle.lua"),
+            include_str!("keep.lua"),
             include_str!("renew_permit.lua")
         )),
         Script::new(include_str!("release_permit.lua")),
         Script::new(include_str!("read_permits.lua")),
         Script::new(concat!(
             include_str!("idle.lua"),
+            include_str!("keep.lua"),
+            include_str!("fence.lua"),
             include_str!("claim_kind.lua"),
             include_str!("acquire_rw.lua")
         )),
