@@ -183,6 +183,8 @@ mod semaphore;
 #[cfg(any(feature = "postgres", feature = "redis"))]
 mod shared;
 mod stats;
+#[cfg(feature = "conformance")]
+mod test_server;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod time;

@@ -54,6 +54,7 @@ use crate::backend::{Acquire, AcquireRequest, Backend, Lease, LeaseInfo, PermitI
 use crate::guard::LeaseGuard;
 use crate::key::Key;
 
+pub use crate::test_server::server_url;
 pub use bounds::{a_blocked_store_bounds_waits_and_try_once_calls, a_grant_after_a_block_is_live};
 pub use cross_client::{
     a_closed_port_is_unavailable, another_clients_release_wakes_a_waiter,
@@ -76,24 +77,6 @@ pub use store::{unblock, Capabilities, TestStore, Unblock};
 pub use sweep::{
     sweep_idle_keys_go_and_come_back_above_every_token, sweep_racing_grants_never_break_a_live_slot,
 };
-
-/// Reads the URL of a server for tests from `var`. Returns `None` (and says
-/// so on stderr) when it is unset, unless `LEASEHOLD_REQUIRE_SERVERS=1`, in
-/// which case a missing server fails the test.
-pub fn server_url(var: &str) -> Option<String> {
-    match std::env::var(var) {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            if std::env::var("LEASEHOLD_REQUIRE_SERVERS").as_deref() == Ok("1") {
-                panic!(
-                    "{var} is not set and LEASEHOLD_REQUIRE_SERVERS=1: this test needs its server"
-                );
-            }
-            eprintln!("skipping: {var} is not set (set it to run this test against a real server)");
-            None
-        }
-    }
-}
 
 /// `url` (`scheme://[credentials@]hosts[/database][?query]`) naming
 /// `database` instead: tests that need a database of their own (and use

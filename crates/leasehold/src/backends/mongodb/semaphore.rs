@@ -564,7 +564,7 @@ mod tests {
     /// renewal left, so it matched and two owners held slot 0.
     #[tokio::test]
     async fn a_grant_never_overwrites_a_permit_renewed_after_its_read() {
-        let Some(url) = crate::conformance::server_url("LEASEHOLD_TEST_MONGODB") else {
+        let Some(url) = crate::test_server::server_url("LEASEHOLD_TEST_MONGODB") else {
             return;
         };
         let collection = format!("stale_read_{:016x}", rand::random::<u64>());
