@@ -6,7 +6,7 @@ mod lease_model;
 
 use std::sync::Arc;
 
-use lease_model::{ops, run, Clock};
+use lease_model::{ops, run, Clock, Tokens};
 use leasehold::backends::memory::MemoryBackend;
 use proptest::prelude::*;
 
@@ -20,6 +20,6 @@ proptest! {
             .start_paused(true)
             .build()
             .unwrap();
-        rt.block_on(run(Arc::new(MemoryBackend::new()), Clock::Paused, "p:", &ops));
+        rt.block_on(run(Arc::new(MemoryBackend::new()), Clock::Paused, Tokens::Next, "p:", &ops));
     }
 }

@@ -6,7 +6,7 @@ mod lease_model;
 
 use std::sync::Arc;
 
-use lease_model::{ops, run, Clock};
+use lease_model::{ops, run, Clock, Tokens};
 use leasehold::backends::redis::{RedisBackend, RedisOptions};
 use leasehold::conformance::server_url;
 use leasehold::Backend;
@@ -28,6 +28,6 @@ fn redis_store_matches_the_model() {
             .unwrap(),
     );
     proptest!(ProptestConfig::with_cases(48), |(ops in ops(Clock::Real))| {
-        rt.block_on(run(backend.clone(), Clock::Real, &format!("case{:016x}:", rand::random::<u64>()), &ops));
+        rt.block_on(run(backend.clone(), Clock::Real, Tokens::Increasing, &format!("case{:016x}:", rand::random::<u64>()), &ops));
     });
 }

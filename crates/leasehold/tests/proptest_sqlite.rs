@@ -12,7 +12,7 @@ mod lease_model;
 
 use std::sync::Arc;
 
-use lease_model::{ops, run, Clock};
+use lease_model::{ops, run, Clock, Tokens};
 use leasehold::backends::sqlite::SqliteBackend;
 use leasehold::Backend;
 use proptest::prelude::*;
@@ -30,6 +30,6 @@ fn sqlite_store_matches_the_model() {
             .unwrap(),
     );
     proptest!(ProptestConfig::with_cases(48), |(ops in ops(Clock::Real))| {
-        rt.block_on(run(backend.clone(), Clock::Real, &format!("case{:016x}:", rand::random::<u64>()), &ops));
+        rt.block_on(run(backend.clone(), Clock::Real, Tokens::Next, &format!("case{:016x}:", rand::random::<u64>()), &ops));
     });
 }

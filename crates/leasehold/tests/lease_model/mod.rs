@@ -4,7 +4,8 @@
 //!
 //! The model is deliberately naive: a map of key -> {fence, holder, expiry}
 //! with its own millisecond clock. A key's first token is taken as the
-//! store gives it; each later grant must be the next.
+//! store gives it; each later grant must be the next, or above the last
+//! where the store's tokens have gaps ([`Tokens`]).
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, HashMap};
@@ -68,6 +69,17 @@ pub enum Clock {
     /// The store reads the host clock: no `Advance`, ttls far longer than a
     /// case runs, remaining ttls compared within a margin.
     Real,
+}
+
+/// What a store promises of a key's successive tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tokens {
+    /// Each grant takes the next token: the store draws one per grant.
+    Next,
+    /// Each grant takes a token above the last: the store may draw one on
+    /// a busy try too (Redis draws it before it tries the key), which the
+    /// protocol allows (tokens need not be contiguous).
+    Increasing,
 }
 
 pub fn ops(clock: Clock) -> impl Strategy<Value = Vec<Op>> {
@@ -135,7 +147,13 @@ impl Model {
 
 /// Applies `ops` to `backend` and to the model; panics on the first
 /// difference. Keys live under `prefix`, so cases can share a store.
-pub async fn run(backend: Arc<dyn Backend>, clock: Clock, prefix: &str, ops: &[Op]) {
+pub async fn run(
+    backend: Arc<dyn Backend>,
+    clock: Clock,
+    tokens: Tokens,
+    prefix: &str,
+    ops: &[Op],
+) {
     let mut m = Model::default();
     let key = |k: usize| Key::new(format!("{prefix}k{k}")).unwrap();
     let locks = Locks::from_arc(backend.clone());
@@ -166,9 +184,12 @@ pub async fn run(backend: Arc<dyn Backend>, clock: Clock, prefix: &str, ops: &[O
                             // docs/storage.md); every later one is the next.
                             assert!(lease.token() > 0, "{ctx}: token");
                             r.fence = lease.token();
-                        } else {
+                        } else if tokens == Tokens::Next {
                             r.fence += 1;
                             assert_eq!(lease.token(), r.fence, "{ctx}: token");
+                        } else {
+                            assert!(lease.token() > r.fence, "{ctx}: token");
+                            r.fence = lease.token();
                         }
                         assert_eq!(lease.owner(), req.owner());
                         r.holder = Some(Holder {

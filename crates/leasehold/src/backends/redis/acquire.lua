@@ -1,7 +1,7 @@
 -- Grants the lease iff the key is a mutex and has no live holder. Expiry is
 -- Redis's own (PX), so the server's clock decides. The lock key's value,
 -- `<owner>:<holder label>#<token>`, carries the lease's token, so renewal
--- and release check it without the fence (idle.lua).
+-- and release check it without the fence (fence.lua).
 -- KEYS[1] lock, KEYS[2] fence, KEYS[3] kind; ARGV[1] owner (32 hex digits),
 -- ARGV[2] ttl in ms, ARGV[3] holder label.
 -- Returns {token, '', 0} when granted (or granted again to the same owner),
@@ -12,19 +12,27 @@ local kind = redis.call('GET', KEYS[3])
 if kind then
   return {-1, kind, 0}
 end
-local current = redis.call('GET', KEYS[1])
-if not current then
-  -- The token passes through a Lua double: exact up to 2^53.
-  local token = next_fence(KEYS[2])
-  redis.call('SET', KEYS[1],
-    string.format('%s:%s#%d', ARGV[1], ARGV[3], token), 'PX', ARGV[2])
+-- The token is drawn before the key is tried, so that a grant is the same
+-- three commands as before tokens moved into the lock key (GET kind, INCR,
+-- SET NX); reading the key first to spare a busy try its token cost a
+-- fourth on every grant (docs/storage.md). A busy try thus leaves a gap in
+-- the key's tokens: a fence only has to grow.
+-- The token passes through a Lua double: exact up to 2^53.
+local token = next_fence(KEYS[2])
+-- Concatenated, with one number formatted: a string.format of three
+-- fields costs about half a Redis command (each field is a sprintf).
+if redis.call('SET', KEYS[1], ARGV[1] .. ':' .. ARGV[3] .. '#' .. string.format('%d', token),
+    'NX', 'PX', ARGV[2]) then
   return {token, '', 0}
 end
-local holder, token = lock_value(current)
-if token and string.sub(current, 1, 32) == ARGV[1] then
+-- The SET found the key, in the same atomic step: never nil here.
+local current = redis.call('GET', KEYS[1]) or ''
+local holder, held = lock_value(current)
+if held and string.sub(current, 1, 32) == ARGV[1] then
   -- A repeat by the holder (a command re-sent after a lost reply, or the
-  -- core repeating its request): the same grant, its expiry from now.
+  -- core repeating its request): the same grant, its token, its expiry
+  -- from now.
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {tonumber(token), '', 0}
+  return {tonumber(held), '', 0}
 end
 return {0, holder, redis.call('PTTL', KEYS[1])}

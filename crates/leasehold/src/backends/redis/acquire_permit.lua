@@ -31,28 +31,26 @@ for i = 1, #all, 2 do
     redis.call('HDEL', KEYS[1], all[i])
   end
 end
+local slot, token = own_slot, own_token
+if not slot then
+  if live >= permits then
+    return {0, -1, first_holder, first_exp - now}
+  end
+  slot = 0
+  while taken[tostring(slot)] do
+    slot = slot + 1
+  end
+  token = next_fence(KEYS[2])
+end
+-- A grant, or a repeat by an owner that holds a live permit (a command
+-- re-sent after a lost reply): the same grant, its expiry from now, never
+-- a second slot. The token passes through a Lua double (exact to 2^53).
+redis.call('HSET', KEYS[1], slot,
+  string.format('%d', now + tonumber(ARGV[2])) .. ':' .. ARGV[1] .. ':'
+    .. string.format('%d', tonumber(token)) .. ':' .. ARGV[3])
 -- The semaphore's slots and kind outlive its latest permit by the idle
 -- window (idle.lua; its fence keeps the ttl it was created with).
 local ms = tonumber(ARGV[2]) + IDLE_MS
-if own_slot then
-  -- A repeat by an owner that holds a live permit (a command re-sent after
-  -- a lost reply): the same grant, its expiry from now, never a second slot.
-  redis.call('HSET', KEYS[1], own_slot,
-    string.format('%d:%s:%s:%s', now + tonumber(ARGV[2]), ARGV[1], own_token, ARGV[3]))
-  keep_for(KEYS[1], ms)
-  keep_for(KEYS[5], ms)
-  return {tonumber(own_token), tonumber(own_slot), '', 0}
-end
-if live >= permits then
-  return {0, -1, first_holder, first_exp - now}
-end
-local slot = 0
-while taken[tostring(slot)] do
-  slot = slot + 1
-end
-local token = next_fence(KEYS[2])
-redis.call('HSET', KEYS[1], slot,
-  string.format('%d:%s:%d:%s', now + tonumber(ARGV[2]), ARGV[1], token, ARGV[3]))
 keep_for(KEYS[1], ms)
 keep_for(KEYS[5], ms)
-return {token, slot, '', 0}
+return {tonumber(token), tonumber(slot), '', 0}

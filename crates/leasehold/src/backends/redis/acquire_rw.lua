@@ -57,7 +57,7 @@ if own_slot then
   -- A repeat by an owner whose grant on this side is live (a command
   -- re-sent after a lost reply): the same grant, its expiry from now.
   redis.call('HSET', KEYS[1], own_slot,
-    string.format('%d:%s:%s:%s', now + tonumber(ARGV[2]), ARGV[1], own_token, ARGV[3]))
+    string.format('%d', now + tonumber(ARGV[2])) .. ':' .. ARGV[1] .. ':' .. own_token .. ':' .. ARGV[3])
   kept(tonumber(ARGV[2]))
   return {tonumber(own_token), tonumber(own_slot), '', 0}
 end
@@ -77,7 +77,7 @@ else
   if readers > 0 then
     if tonumber(ARGV[5]) > 0 then
       redis.call('HSET', KEYS[1], 'mark',
-        string.format('%d:%s:0:%s', now + tonumber(ARGV[5]), ARGV[1], ARGV[3]))
+        string.format('%d', now + tonumber(ARGV[5])) .. ':' .. ARGV[1] .. ':0:' .. ARGV[3])
       kept(tonumber(ARGV[5]))
     end
     return busy()
@@ -87,6 +87,7 @@ else
 end
 local token = next_fence(KEYS[2])
 redis.call('HSET', KEYS[1], slot,
-  string.format('%d:%s:%d:%s', now + tonumber(ARGV[2]), ARGV[1], token, ARGV[3]))
+  string.format('%d', now + tonumber(ARGV[2])) .. ':' .. ARGV[1] .. ':'
+    .. string.format('%d', token) .. ':' .. ARGV[3])
 kept(tonumber(ARGV[2]))
 return {token, slot, '', 0}

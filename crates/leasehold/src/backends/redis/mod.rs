@@ -136,8 +136,8 @@ impl RedisBackend {
         self.inner.ns.lock(key)
     }
 
-    /// The Redis key holding `key`'s fence counter, the last token handed
-    /// out. It lives one and a half idle windows from its creation, held or
+    /// The Redis key holding `key`'s fence counter, the last token drawn
+    /// (a busy try draws one too, so a key's tokens have gaps). It lives one and a half idle windows from its creation, held or
     /// not (the next grant starts it again above every token it had), so
     /// check a lease against [`lock_key`](Self::lock_key), not this.
     pub fn fence_key(&self, key: &Key) -> String {

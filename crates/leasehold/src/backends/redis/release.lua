@@ -1,5 +1,5 @@
 -- Frees the key iff owner and token match (the lock key's value ends in
--- its token, idle.lua), and tells waiters. No other record is read or
+-- its token, fence.lua), and tells waiters. No other record is read or
 -- written: the fence keeps its own ttl.
 -- KEYS[1] lock; ARGV[1] owner, ARGV[2] token, ARGV[3] channel, ARGV[4] the
 -- key as the application named it.

@@ -1,5 +1,5 @@
 -- Extends the lease iff owner and token match (the lock key's value ends
--- in its token, idle.lua). An expired lock key is gone (GET answers nil),
+-- in its token, fence.lua). An expired lock key is gone (GET answers nil),
 -- so a late renewal can never bring it back.
 -- KEYS[1] lock; ARGV[1] owner, ARGV[2] token, ARGV[3] ttl in ms.
 local ttl = tonumber(ARGV[3])

@@ -14,7 +14,7 @@ if owner ~= ARGV[1] or token ~= ARGV[2] or tonumber(exp) <= now then
   return 0
 end
 redis.call('HSET', KEYS[1], ARGV[4],
-  string.format('%d:%s:%s:%s', now + tonumber(ARGV[3]), owner, token, holder))
+  string.format('%d', now + tonumber(ARGV[3])) .. ':' .. owner .. ':' .. token .. ':' .. holder)
 -- The slots and the kind outlive the renewed permit by the window.
 keep_for(KEYS[1], tonumber(ARGV[3]) + IDLE_MS)
 keep_for(KEYS[3], tonumber(ARGV[3]) + IDLE_MS)
