@@ -47,7 +47,7 @@ for s in json.load(sys.stdin):
 wait_for_leader() {
   local _ name
   for _ in $(seq 100); do
-    name="$(leader "${1:-}" || true)"
+    name="$(leader || true)"
     if [ -n "$name" ]; then
       echo "$name"
       return 0
@@ -107,7 +107,8 @@ pinned_holder_member() {
 # the member cut off was a holder's, 3 if no holder was pinned to one (the
 # leader was cut off instead: the nemesis counts that as a miss).
 partition_member() {
-  local seconds=$1 t name aimed=0 uid peer ports mark before during back start
+  local seconds=$1 t name aimed=0 uid peer ports mark before during back began cut healed
+  began=$(date +%s%N)
   t="$(table)"
   name="$(pinned_holder_member)"
   if [ -n "$name" ]; then
@@ -119,7 +120,6 @@ partition_member() {
   peer="$(cat "$dir/$name.peer")"
   ports="$(cat "$dir"/m*.peer | paste -sd, -)"
   mark=$(( (RANDOM << 15 | RANDOM) | 1 ))
-  before="$(leader || true)"
   trap 'nft delete table inet "$t" 2>/dev/null || true' EXIT
   trap 'exit 130' INT TERM
   nft -f - <<NFT
@@ -133,11 +133,15 @@ table inet $t {
   }
 }
 NFT
+  cut=$(date +%s%N)
+  # Who led when the cut was made (a leader cut off still says it leads
+  # for about an election timeout).
+  before="$(leader || true)"
   sleep "$seconds"
   during="$(leader "$name" || true)"
   nft delete table inet "$t"
   trap - EXIT
-  start=$(date +%s%N)
+  healed=$(date +%s%N)
   # Rejoined: the member answers a linearizable read again (it has a
   # leader and has caught up with it).
   back=no
@@ -149,8 +153,11 @@ NFT
     fi
     sleep 0.1
   done
-  echo "partitioned $name (${before:-?} led before, ${during:-nobody} led the other two at the end)" \
-    "for $seconds s; healed; $name back: $back, $((($(date +%s%N) - start) / 1000000)) ms after;" \
+  # One line (torture keeps the last line of the output in the fault's
+  # detail); times in ms from the command's start.
+  echo "partitioned $name (${before:-?} led at the cut, ${during:-nobody} led the other two at the end)" \
+    "from +$(((cut - began) / 1000000)) to +$(((healed - began) / 1000000)) ms;" \
+    "back with a leader: $back, $((($(date +%s%N) - healed) / 1000000)) ms after healing;" \
     "$([ "$aimed" = 1 ] && echo "a holder was pinned to it" || echo "no holder was pinned to a member: cut off the leader")"
   [ "$back" = yes ] || return 1
   [ "$aimed" = 1 ] || return 3
