@@ -120,6 +120,10 @@ partition_member() {
   peer="$(cat "$dir/$name.peer")"
   ports="$(cat "$dir"/m*.peer | paste -sd, -)"
   mark=$(( (RANDOM << 15 | RANDOM) | 1 ))
+  # Who leads just before the cut (etcdctl takes a while to start on a
+  # loaded machine: asked after the cut, the others may have elected a
+  # new leader already).
+  before="$(leader || true)"
   trap 'nft delete table inet "$t" 2>/dev/null || true' EXIT
   trap 'exit 130' INT TERM
   nft -f - <<NFT
@@ -134,9 +138,6 @@ table inet $t {
 }
 NFT
   cut=$(date +%s%N)
-  # Who led when the cut was made (a leader cut off still says it leads
-  # for about an election timeout).
-  before="$(leader || true)"
   sleep "$seconds"
   during="$(leader "$name" || true)"
   nft delete table inet "$t"
@@ -155,7 +156,7 @@ NFT
   done
   # One line (torture keeps the last line of the output in the fault's
   # detail); times in ms from the command's start.
-  echo "partitioned $name (${before:-?} led at the cut, ${during:-nobody} led the other two at the end)" \
+  echo "partitioned $name (${before:-?} led just before the cut, ${during:-nobody} led the other two at the end)" \
     "from +$(((cut - began) / 1000000)) to +$(((healed - began) / 1000000)) ms;" \
     "back with a leader: $back, $((($(date +%s%N) - healed) / 1000000)) ms after healing;" \
     "$([ "$aimed" = 1 ] && echo "a holder was pinned to it" || echo "no holder was pinned to a member: cut off the leader")"
