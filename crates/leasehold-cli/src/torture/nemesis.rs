@@ -27,6 +27,13 @@ use crate::exit::CliError;
 /// space-separated.
 const KEYS_ENV: &str = "LEASEHOLD_TORTURE_KEYS";
 
+/// The variable that hands the restart command the hosts the current
+/// holders talk to: one entry per holder, space-separated, each the
+/// comma-separated hosts of that worker's URL (one host with
+/// `--pin-hosts`), so a command can cut off the member a holder is
+/// pinned to.
+const HOLDER_HOSTS_ENV: &str = "LEASEHOLD_TORTURE_HOLDER_HOSTS";
+
 /// The fault families `--faults` can enable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Family {
@@ -61,6 +68,9 @@ pub struct Nemesis<'a> {
     pub lock: Lock,
     pub proxy: Option<Arc<Control>>,
     pub restart_cmd: Option<String>,
+    /// Workers are pinned to hosts (`--pin-hosts`): a restart waits for a
+    /// long hold of a pinned worker (`renewing_holder_hosts`).
+    pub pinned: bool,
     pub families: Vec<Family>,
     pub rng: StdRng,
     pub ttl: Duration,
@@ -280,8 +290,72 @@ impl Nemesis<'_> {
         })
     }
 
+    /// The hosts of every worker holding a lease now (on any key; no
+    /// random draw, so the seeded schedule is the same with or without
+    /// it). The store may be down: then none.
+    async fn holder_hosts(&self) -> Vec<(u64, String)> {
+        let mut hosts = Vec::new();
+        for key in self.keys {
+            let asked = tokio::time::timeout(self.ttl, self.lock.holders(self.locks, key));
+            let Ok(Ok(holders)) = asked.await else {
+                continue;
+            };
+            for h in holders {
+                if let Some(worker) = parse_pid(&h.label).and_then(|pid| self.fleet.by_pid(pid)) {
+                    hosts.push((h.token, self.fleet.hosts(worker)));
+                }
+            }
+        }
+        hosts
+    }
+
+    /// With workers pinned to hosts: waits (up to 3 leases) for a holder
+    /// pinned to one host that has held for half a lease already, one of
+    /// the holds that outlive a ttl on renewals (most last a few percent
+    /// of it), so that cutting off its host leaves it holding past its
+    /// deadline: whether `lost()` fires in time is then tested. Returns the
+    /// holders' hosts then (that holder's alone), or as they are at the
+    /// end of the wait.
+    async fn renewing_holder_hosts(&self) -> Vec<String> {
+        let deadline = mono_ns() + (self.lease * 3).as_nanos() as u64;
+        let mut seen: Vec<(u64, u64)> = Vec::new();
+        loop {
+            let now_held = self.holder_hosts().await;
+            let now = mono_ns();
+            let long = now_held.iter().find(|(token, hosts)| {
+                !hosts.contains(',')
+                    && seen.iter().any(|(t, since)| {
+                        t == token && now - since >= (self.lease / 2).as_nanos() as u64
+                    })
+            });
+            if let Some((_, hosts)) = long {
+                return vec![hosts.clone()];
+            }
+            if now >= deadline {
+                return now_held.into_iter().map(|(_, h)| h).collect();
+            }
+            seen.retain(|(t, _)| now_held.iter().any(|(token, _)| token == t));
+            for (token, _) in &now_held {
+                if !seen.iter().any(|(t, _)| t == token) {
+                    seen.push((*token, now));
+                }
+            }
+            sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     async fn restart(&mut self) -> Option<Fault> {
         let cmd = self.restart_cmd.clone()?;
+        let holder_hosts = if self.pinned {
+            self.renewing_holder_hosts().await
+        } else {
+            self.holder_hosts()
+                .await
+                .into_iter()
+                .map(|(_, h)| h)
+                .collect()
+        }
+        .join(" ");
         let start = mono_ns();
         let status = tokio::time::timeout(
             Duration::from_secs(60),
@@ -290,15 +364,27 @@ impl Nemesis<'_> {
                 // The run's keys, so a command can aim at the server that
                 // holds them (a cluster's failover of that slot's primary).
                 .env(KEYS_ENV, self.keys.join(" "))
-                // Its output goes to stderr: stdout carries the report
-                // (`--json` must stay one object).
-                .stdout(std::io::stderr())
+                .env(HOLDER_HOSTS_ENV, &holder_hosts)
+                // Its output is copied to stderr: stdout carries the
+                // report (`--json` must stay one object).
+                .stdout(std::process::Stdio::piped())
                 .kill_on_drop(true)
-                .status(),
+                .output(),
         )
         .await;
         let (hit, detail) = match status {
-            Ok(Ok(s)) => (s.success(), format!("{cmd:?}: {s}")),
+            Ok(Ok(out)) => {
+                let said = String::from_utf8_lossy(&out.stdout);
+                eprint!("{said}");
+                // Its last line says what it did (which member it cut off).
+                let last = said.lines().rfind(|l| !l.trim().is_empty());
+                let s = out.status;
+                let detail = match last {
+                    Some(line) => format!("{cmd:?}: {s}: {}", line.trim()),
+                    None => format!("{cmd:?}: {s}"),
+                };
+                (s.success(), detail)
+            }
             Ok(Err(e)) => (false, format!("{cmd:?}: {e}")),
             Err(_) => (false, format!("{cmd:?}: still running after 60 s")),
         };

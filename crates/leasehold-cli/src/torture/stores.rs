@@ -72,6 +72,46 @@ pub fn via(url: &str, endpoint: &Endpoint, proxy: &str) -> String {
     format!("{}{proxy}{}", &url[..a], &url[b..])
 }
 
+/// The hosts of a URL that names several (`etcd://a:1,b:2,c:3/...`), and
+/// the byte range of that list in the URL; `None` for a URL with one host.
+fn host_list(url: &str) -> Option<(Vec<&str>, (usize, usize))> {
+    let (written, rest) = url.split_once("://")?;
+    let authority = &rest[..rest.find(['/', '?']).unwrap_or(rest.len())];
+    let host_at = authority.rfind('@').map_or(0, |i| i + 1);
+    let list = &authority[host_at..];
+    let hosts: Vec<&str> = list.split(',').collect();
+    if hosts.len() < 2 || hosts.iter().any(|h| h.is_empty()) {
+        return None;
+    }
+    let start = written.len() + 3 + host_at;
+    Some((hosts, (start, start + list.len())))
+}
+
+/// The URL each of `workers` workers is given when they are pinned to the
+/// hosts of a several-host `url`: worker `i` gets host `i mod (n + 1)`
+/// alone, and the URL as written (every host) for `i mod (n + 1) = n`. A
+/// worker pinned to a member cut off from the others' majority can only
+/// talk to that member; one with every host moves to another.
+pub fn pinned(url: &str, workers: u32) -> Result<Vec<String>, String> {
+    let Some((hosts, (a, b))) = host_list(url) else {
+        return Err("--pin-hosts needs a store URL that names several hosts".into());
+    };
+    Ok((0..workers as usize)
+        .map(|i| match hosts.get(i % (hosts.len() + 1)) {
+            Some(host) => format!("{}{host}{}", &url[..a], &url[b..]),
+            None => url.to_owned(),
+        })
+        .collect())
+}
+
+/// The hosts a worker's URL names, comma-separated (as written).
+pub fn hosts_of(url: &str) -> String {
+    match host_list(url) {
+        Some((hosts, _)) => hosts.join(","),
+        None => endpoint(url).map(|e| e.upstream).unwrap_or_default(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,5 +145,23 @@ mod tests {
         assert!(endpoint("mongodb://a:1,b:2/x")
             .unwrap_err()
             .contains("several hosts"));
+    }
+
+    #[test]
+    fn pins_workers_to_hosts() {
+        let url = "etcd://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3?prefix=x/";
+        let urls = pinned(url, 5).unwrap();
+        assert_eq!(urls[0], "etcd://127.0.0.1:1?prefix=x/");
+        assert_eq!(urls[1], "etcd://127.0.0.1:2?prefix=x/");
+        assert_eq!(urls[2], "etcd://127.0.0.1:3?prefix=x/");
+        assert_eq!(urls[3], url);
+        assert_eq!(urls[4], "etcd://127.0.0.1:1?prefix=x/");
+        assert_eq!(hosts_of(&urls[1]), "127.0.0.1:2");
+        assert_eq!(hosts_of(url), "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3");
+        assert_eq!(
+            pinned("redis+cluster://u@a:1,b:2", 2).unwrap(),
+            vec!["redis+cluster://u@a:1", "redis+cluster://u@b:2"]
+        );
+        assert!(pinned("etcd://127.0.0.1:1", 3).is_err());
     }
 }
