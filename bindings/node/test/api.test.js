@@ -7,7 +7,7 @@ const test = require('node:test');
 const assert = require('node:assert/strict');
 const { setTimeout: sleep } = require('node:timers/promises');
 const { Locks } = require('leasehold');
-const { stores, uniqueKey, describeEachStore, enforcedTtlMs } = require('./stores');
+const { uniqueKey, describeEachStore, enforcedTtlMs, sqlitePair } = require('./stores');
 const { abortedWithin } = require('./wait');
 
 const unhandled = [];
@@ -223,10 +223,7 @@ describeEachStore('on', (store, pair) => {
 });
 
 test('close() ends pending waits and releases held leases', async () => {
-  const store = stores()[1]; // SQLite: a second handle sees the same store
-  const locks = await Locks.open(store.url);
-  const watcher = await Locks.open(store.url);
-  const key = uniqueKey('close');
+  const { locks, other: watcher, key } = await sqlitePair('close');
   const lease = await locks.tryAcquire(key, { ttl: '30s' });
   const blocker = await watcher.tryAcquire(`${key}:b`, { ttl: '30s' });
   const waiting = locks.acquire(`${key}:b`, { wait: '30s' });

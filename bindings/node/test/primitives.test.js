@@ -7,7 +7,7 @@ const test = require('node:test');
 const assert = require('node:assert/strict');
 const { setTimeout: sleep } = require('node:timers/promises');
 const { Locks, Lease, MultiLease, Leadership } = require('leasehold');
-const { stores, serverStores, uniqueKey, describeEachStore } = require('./stores');
+const { serverStores, uniqueKey, describeEachStore, sqlitePair } = require('./stores');
 const { within, abortedWithin } = require('./wait');
 const { relay } = require('./proxy');
 
@@ -344,10 +344,7 @@ for (const store of serverStores()) {
 }
 
 test('close() ends observers, pending campaigns and permit waits, and releases what is held', async () => {
-  const store = stores()[1]; // SQLite: a second handle sees the same store
-  const locks = await Locks.open(store.url);
-  const watcher = await Locks.open(store.url);
-  const key = uniqueKey('close-primitives');
+  const { locks, other: watcher, key } = await sqlitePair('close-primitives');
   const permit = await locks.semaphore(`${key}:sem`, 1).tryAcquire({ ttl: '30s' });
   const multi = await locks.acquireMany([`${key}:a`, `${key}:b`], { ttl: '30s' });
   const blocker = await watcher.election(`${key}:elect`).campaign('other', { ttl: '30s' });

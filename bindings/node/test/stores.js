@@ -69,6 +69,15 @@ async function openPair(store) {
   return { locks, other };
 }
 
+/**
+ * Two handles on the SQLite store (a second handle sees the same store,
+ * as another process would) and a key of `prefix` no other test uses.
+ */
+async function sqlitePair(prefix) {
+  const { locks, other } = await openPair(stores()[1]);
+  return { locks, other, key: uniqueKey(prefix) };
+}
+
 /** Closes the handles of `openPair`. */
 async function closePair({ locks, other }) {
   await locks.close();
@@ -94,4 +103,4 @@ function describeEachStore(title, body) {
   }
 }
 
-module.exports = { stores, serverStores, uniqueKey, describeEachStore, enforcedTtlMs };
+module.exports = { stores, serverStores, uniqueKey, describeEachStore, enforcedTtlMs, sqlitePair };

@@ -60,20 +60,14 @@ async fn releases_start_the_passes() {
         let permit = common::permit(&locks, &format!("pool/{i}"), 1).await;
         permit.release().await.unwrap();
     }
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        tokio::time::sleep(Duration::from_millis(150)).await;
-        let tick = common::permit(&locks, "tick", 1).await;
-        tick.release().await.unwrap();
-        let left = records(&backend, &prefix).await;
-        if left <= 1 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{left} records left"
-        );
-    }
+    common::wait_until_swept(
+        &locks,
+        common::Tick::Permit,
+        Duration::from_secs(20),
+        "records",
+        || records(&backend, &prefix),
+    )
+    .await;
 }
 
 #[tokio::test]

@@ -15,7 +15,10 @@ mod mongodb_fixtures;
 
 use std::time::Duration;
 
-use common::{assert_bad_windows_refused, assert_order_keys_above, use_order_keys};
+use common::{
+    assert_31_idle_keys_swept, assert_bad_windows_refused, assert_order_7_above,
+    assert_order_keys_above, leave_31_idle_keys, use_order_keys_once, wait_until_swept, Tick,
+};
 use leasehold::backends::mongodb::{MongoBackend, MongoOptions};
 use leasehold::{Backend, Locks};
 use mongodb::bson::{doc, Bson, DateTime, Document};
@@ -23,17 +26,19 @@ use mongodb_fixtures::{backend_with, options, url};
 
 const TTL: Duration = Duration::from_secs(30);
 
-async fn open(url: &str, options: MongoOptions) -> (MongoBackend, Locks) {
-    let backend = backend_with(url, options).await;
-    (backend.clone(), Locks::new(backend))
+/// A backend with `options` on the test server, and a `Locks` on it;
+/// `None` skips.
+async fn open(options: MongoOptions) -> Option<(MongoBackend, Locks)> {
+    let backend = backend_with(&url()?, options).await;
+    Some((backend.clone(), Locks::new(backend)))
 }
 
 /// [`open`] on a collection holding `documents` as the previous release
 /// left them.
-async fn open_seeded(url: &str, documents: Vec<Document>) -> (MongoBackend, Locks) {
-    let (backend, locks) = open(url, options().with_idle_window(None)).await;
+async fn open_seeded(documents: Vec<Document>) -> Option<(MongoBackend, Locks)> {
+    let (backend, locks) = open(options().with_idle_window(None)).await?;
     backend.collection().insert_many(documents).await.unwrap();
-    (backend, locks)
+    Some((backend, locks))
 }
 
 /// An expiry an hour from now, of a lease an earlier process holds.
@@ -47,31 +52,14 @@ async fn documents(backend: &MongoBackend) -> u64 {
 
 #[tokio::test]
 async fn idle_documents_go_and_the_keys_come_back_above_every_token() {
-    let Some(url) = url() else { return };
-    let (backend, locks) = open(&url, options().with_idle_window(None)).await;
-    let before = use_order_keys(&locks, 30).await;
-    let held = locks.try_acquire("held").await.unwrap();
-    common::permit(&locks, "pool", 2)
-        .await
-        .release()
-        .await
-        .unwrap();
+    let Some((backend, locks)) = open(options().with_idle_window(None)).await else {
+        return;
+    };
+    let (before, held) = leave_31_idle_keys(&locks).await;
     // 30 keys, the held one, the semaphore's (slots inside).
     assert_eq!(documents(&backend).await, 32);
 
-    assert_eq!(
-        backend.sweep_idle(Duration::from_secs(3600)).await.unwrap(),
-        0
-    );
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(
-        backend
-            .sweep_idle(Duration::from_millis(200))
-            .await
-            .unwrap(),
-        31,
-        "30 mutex keys and the semaphore's"
-    );
+    assert_31_idle_keys_swept(|window| backend.sweep_idle(window)).await;
     // The held mutex stays.
     assert_eq!(documents(&backend).await, 1);
     assert!(!held.is_lost());
@@ -84,11 +72,9 @@ async fn idle_documents_go_and_the_keys_come_back_above_every_token() {
 
 #[tokio::test]
 async fn a_collection_of_the_previous_scheme_is_upgraded_in_place() {
-    let Some(url) = url() else { return };
     // As the previous release left them: a key freed at 41 (no base, no
     // expiry), and one held at 7 by a process of that release.
-    let (backend, locks) = open_seeded(
-        &url,
+    let Some((backend, locks)) = open_seeded(
         vec![
             doc! { "_id": "order/1", "fence": 41_i64, "owner": Bson::Null,
                    "holder": Bson::Null, "expiresAt": Bson::Null },
@@ -96,7 +82,10 @@ async fn a_collection_of_the_previous_scheme_is_upgraded_in_place() {
                    "expiresAt": in_an_hour(), "ttlMs": 3_600_000_i64 },
         ],
     )
-    .await;
+    .await
+    else {
+        return;
+    };
     let guard = locks.try_acquire("order/1").await.unwrap();
     assert_eq!(guard.token(), 42, "the old counter goes on");
     assert!(
@@ -120,39 +109,20 @@ async fn a_collection_of_the_previous_scheme_is_upgraded_in_place() {
 
 #[tokio::test]
 async fn releases_start_the_sweep_that_empties_the_collection() {
-    let Some(url) = url() else { return };
     let window = Duration::from_millis(300);
-    let (backend, locks) = open(&url, options().with_idle_window(Some(window))).await;
-    let mut order_7 = 0;
-    for i in 0..200 {
-        let guard = locks.try_acquire(&format!("order/{i}")).await.unwrap();
-        if i == 7 {
-            order_7 = guard.token();
-        }
-        guard.release().await.unwrap();
-    }
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        locks
-            .try_acquire("tick")
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
-        let left = documents(&backend).await;
-        if left <= 1 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{left} documents left"
-        );
-    }
-    let guard = locks.try_acquire("order/7").await.unwrap();
-    assert!(guard.token() > order_7, "{} after {order_7}", guard.token());
-    guard.release().await.unwrap();
+    let Some((backend, locks)) = open(options().with_idle_window(Some(window))).await else {
+        return;
+    };
+    let order_7 = use_order_keys_once(&locks, 200).await;
+    wait_until_swept(
+        &locks,
+        Tick::Mutex,
+        Duration::from_secs(30),
+        "documents",
+        || async { i64::try_from(documents(&backend).await).unwrap() },
+    )
+    .await;
+    assert_order_7_above(&locks, order_7).await;
     backend.collection().drop().await.unwrap();
 }
 
@@ -187,12 +157,10 @@ async fn the_url_sets_the_window() {
 
 #[tokio::test]
 async fn semaphores_of_the_previous_layout_move_into_their_key_document() {
-    let Some(url) = url() else { return };
     // As the previous release left them: kind-only anchors, the slots in
     // documents of their own. pool/1 counted to 45, free; pool/2 has a
     // permit held by a process of that release; doc/1 (rw) counted to 60.
-    let (backend, locks) = open_seeded(
-        &url,
+    let Some((backend, locks)) = open_seeded(
         vec![
             doc! { "_id": "pool/1", "kind": "sem", "base": 30_i64 },
             doc! { "_id": "\u{1}permits:pool/1", "fence": 45_i64, "releases": 3_i64,
@@ -205,18 +173,17 @@ async fn semaphores_of_the_previous_layout_move_into_their_key_document() {
             doc! { "_id": "\u{1}rw:doc/1", "fence": 60_i64, "releases": 0_i64, "rev": 2_i64, "slots": {} },
         ],
     )
-    .await;
+    .await
+    else {
+        return;
+    };
     let permit = common::permit(&locks, "pool/1", 2).await;
     assert_eq!(permit.token(), 46, "the old counter goes on");
     // Held by the earlier process: busy, and nothing moved.
-    let busy = locks.semaphore("pool/2", 1).unwrap().try_acquire().await;
+    let pool_2 = locks.semaphore("pool/2", 1).unwrap();
+    let busy = pool_2.try_acquire().await;
     assert!(busy.is_err(), "{busy:?}");
-    let listed = locks
-        .semaphore("pool/2", 1)
-        .unwrap()
-        .holders()
-        .await
-        .unwrap();
+    let listed = pool_2.holders().await.unwrap();
     assert_eq!(listed.len(), 1, "the earlier process's permit is listed");
     let write = locks.rw_lock("doc/1").unwrap().try_write().await.unwrap();
     assert_eq!(write.token(), 61, "the old counter goes on");

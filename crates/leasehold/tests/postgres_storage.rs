@@ -14,7 +14,11 @@ mod postgres;
 
 use std::time::Duration;
 
-use common::{assert_bad_windows_refused, assert_order_keys_above, unique, use_order_keys};
+use common::{
+    assert_31_idle_keys_swept, assert_bad_windows_refused, assert_order_7_above,
+    assert_order_keys_above, leave_31_idle_keys, unique, use_order_keys_once, wait_until_swept,
+    Tick,
+};
 use leasehold::backends::postgres::{PostgresBackend, PostgresOptions};
 use leasehold::sqlx::{self, postgres::PgPool};
 use leasehold::Locks;
@@ -57,34 +61,34 @@ async fn open(url: &str, table: &str, window: Option<Duration>) -> (PostgresBack
     (backend.clone(), Locks::new(backend))
 }
 
+/// On the test server, the tables of the previous release that the
+/// statements of `previous` (given a fresh table name from `prefix`) make:
+/// a pool, the table's name, and the store opened on it with no sweep
+/// after releases. `None` skips.
+async fn open_previous(
+    prefix: &str,
+    previous: impl FnOnce(&str) -> Vec<String>,
+) -> Option<(PgPool, String, PostgresBackend, Locks)> {
+    let url = url()?;
+    let pool = pool(&url).await;
+    let table = unique(prefix);
+    for statement in previous(&table) {
+        sqlx::query(&statement).execute(&pool).await.unwrap();
+    }
+    let (backend, locks) = open(&url, &table, None).await;
+    Some((pool, table, backend, locks))
+}
+
 #[tokio::test]
 async fn idle_rows_go_and_the_keys_come_back_above_every_token() {
     let Some(url) = url() else { return };
     let table = unique("idle_locks");
     let (backend, locks) = open(&url, &table, None).await;
-    let before = use_order_keys(&locks, 30).await;
-    let held = locks.try_acquire("held").await.unwrap();
-    common::permit(&locks, "pool", 2)
-        .await
-        .release()
-        .await
-        .unwrap();
+    let (before, held) = leave_31_idle_keys(&locks).await;
     let pool = pool(&url).await;
     assert_eq!(rows(&pool, &table).await, 32);
 
-    assert_eq!(
-        backend.sweep_idle(Duration::from_secs(3600)).await.unwrap(),
-        0
-    );
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(
-        backend
-            .sweep_idle(Duration::from_millis(200))
-            .await
-            .unwrap(),
-        31,
-        "30 mutex keys and the semaphore's"
-    );
+    assert_31_idle_keys_swept(|window| backend.sweep_idle(window)).await;
     // The held mutex stays.
     assert_eq!(rows(&pool, &table).await, 1);
     assert!(!held.is_lost());
@@ -96,17 +100,17 @@ async fn idle_rows_go_and_the_keys_come_back_above_every_token() {
 
 #[tokio::test]
 async fn a_table_of_the_previous_scheme_is_upgraded_in_place() {
-    let Some(url) = url() else { return };
-    let pool = pool(&url).await;
-    let table = unique("old_idle");
     // As the previous release left it: a key freed with a NULL expiry at 41.
-    for statement in [
-        old_lease_table(&table),
-        format!("INSERT INTO \"{table}\" VALUES ('order/1', 41, NULL, NULL, NULL, NULL)"),
-    ] {
-        sqlx::query(&statement).execute(&pool).await.unwrap();
-    }
-    let (backend, locks) = open(&url, &table, None).await;
+    let Some((pool, table, backend, locks)) = open_previous("old_idle", |table| {
+        vec![
+            old_lease_table(table),
+            format!("INSERT INTO \"{table}\" VALUES ('order/1', 41, NULL, NULL, NULL, NULL)"),
+        ]
+    })
+    .await
+    else {
+        return;
+    };
     let guard = locks.try_acquire("order/1").await.unwrap();
     assert_eq!(guard.token(), 42, "the old counter goes on");
     guard.release().await.unwrap();
@@ -133,32 +137,32 @@ async fn all_rows(pool: &PgPool, table: &str) -> [i64; 3] {
 
 #[tokio::test]
 async fn semaphore_tables_of_the_previous_scheme_are_upgraded_in_place() {
-    let Some(url) = url() else { return };
-    let pool = pool(&url).await;
-    let table = unique("old_kinds");
     // As the previous release left them: a semaphore key anchored at 41
     // whose slots row counted to 45, its released slot removed; and a
     // reader-writer lock at 60.
-    for statement in [
-        old_lease_table(&table),
-        format!(
-            "CREATE TABLE \"{table}_permits\" (key TEXT COLLATE \"C\" PRIMARY KEY, \
-             fence BIGINT NOT NULL, slots JSONB NOT NULL)"
-        ),
-        format!(
-            "CREATE TABLE \"{table}_rw\" (key TEXT COLLATE \"C\" PRIMARY KEY, \
-             fence BIGINT NOT NULL, slots JSONB NOT NULL, mark JSONB)"
-        ),
-        format!(
-            "INSERT INTO \"{table}\" VALUES ('pool/1', 41, NULL, NULL, NULL, 'sem'), \
-             ('doc/1', 50, NULL, NULL, NULL, 'rw')"
-        ),
-        format!("INSERT INTO \"{table}_permits\" VALUES ('pool/1', 45, '{{}}')"),
-        format!("INSERT INTO \"{table}_rw\" VALUES ('doc/1', 60, '{{}}', NULL)"),
-    ] {
-        sqlx::query(&statement).execute(&pool).await.unwrap();
-    }
-    let (backend, locks) = open(&url, &table, None).await;
+    let Some((pool, table, backend, locks)) = open_previous("old_kinds", |table| {
+        vec![
+            old_lease_table(table),
+            format!(
+                "CREATE TABLE \"{table}_permits\" (key TEXT COLLATE \"C\" PRIMARY KEY, \
+                 fence BIGINT NOT NULL, slots JSONB NOT NULL)"
+            ),
+            format!(
+                "CREATE TABLE \"{table}_rw\" (key TEXT COLLATE \"C\" PRIMARY KEY, \
+                 fence BIGINT NOT NULL, slots JSONB NOT NULL, mark JSONB)"
+            ),
+            format!(
+                "INSERT INTO \"{table}\" VALUES ('pool/1', 41, NULL, NULL, NULL, 'sem'), \
+                 ('doc/1', 50, NULL, NULL, NULL, 'rw')"
+            ),
+            format!("INSERT INTO \"{table}_permits\" VALUES ('pool/1', 45, '{{}}')"),
+            format!("INSERT INTO \"{table}_rw\" VALUES ('doc/1', 60, '{{}}', NULL)"),
+        ]
+    })
+    .await
+    else {
+        return;
+    };
     let semaphore = locks.semaphore("pool/1", 2).unwrap();
     let permit = semaphore.try_acquire().await.unwrap();
     assert_eq!(permit.token(), 46, "the old counter goes on");
@@ -187,40 +191,27 @@ async fn releases_start_the_sweep_that_empties_the_table() {
     let Some(url) = url() else { return };
     let table = unique("swept_locks");
     let (_backend, locks) = open(&url, &table, Some(Duration::from_millis(300))).await;
-    let mut order_7 = 0;
+    let order_7 = use_order_keys_once(&locks, 500).await;
+    // Semaphore keys too, whose releases start passes as well.
     for i in 0..500 {
-        let guard = locks.try_acquire(&format!("order/{i}")).await.unwrap();
-        if i == 7 {
-            order_7 = guard.token();
-        }
-        guard.release().await.unwrap();
-        // Semaphore keys too, whose releases start passes as well.
-        let semaphore = locks.semaphore(&format!("pool/{i}"), 2).unwrap();
-        semaphore
-            .try_acquire()
+        common::permit(&locks, &format!("pool/{i}"), 2)
             .await
-            .unwrap()
             .release()
             .await
             .unwrap();
     }
     let pool = pool(&url).await;
     let quoted = format!("\"{table}\"");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        // Only a permit's release here: it must start passes too.
-        let tick = locks.semaphore("tick", 1).unwrap();
-        tick.try_acquire().await.unwrap().release().await.unwrap();
-        let left = rows(&pool, &quoted).await;
-        if left <= 1 {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{left} rows left");
-    }
-    let guard = locks.try_acquire("order/7").await.unwrap();
-    assert!(guard.token() > order_7, "{} after {order_7}", guard.token());
-    guard.release().await.unwrap();
+    // Only a permit's release here: it must start passes too.
+    wait_until_swept(
+        &locks,
+        Tick::Permit,
+        Duration::from_secs(20),
+        "rows",
+        || rows(&pool, &quoted),
+    )
+    .await;
+    assert_order_7_above(&locks, order_7).await;
     drop_tables(&pool, &table).await;
 }
 

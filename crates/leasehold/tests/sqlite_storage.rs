@@ -165,36 +165,21 @@ async fn releases_start_the_sweep_that_empties_the_file() {
         dir.path().join("l.db").display()
     );
     let locks = Locks::open(&url).await.unwrap();
-    let mut order_7 = 0;
-    for i in 0..2000 {
-        let guard = locks.try_acquire(&format!("order/{i}")).await.unwrap();
-        if i == 7 {
-            order_7 = guard.token();
-        }
-        guard.release().await.unwrap();
-    }
+    let order_7 = common::use_order_keys_once(&locks, 2000).await;
     let pool = SqlitePool::connect(&format!("sqlite://{}", dir.path().join("l.db").display()))
         .await
         .unwrap();
     assert!(records(&pool).await > 0, "kept inside the window");
-    // Each release after the window may start a pass; wait (bounded) for
-    // one to have emptied the table.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let guard = locks.try_acquire("tick").await.unwrap();
-        guard.release().await.unwrap();
-        if records(&pool).await <= 1 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{} records left",
-            records(&pool).await
-        );
-    }
-    let guard = locks.try_acquire("order/7").await.unwrap();
-    assert!(guard.token() > order_7, "{} after {order_7}", guard.token());
+    // Wait (bounded) for a pass to have emptied the table.
+    common::wait_until_swept(
+        &locks,
+        common::Tick::Mutex,
+        Duration::from_secs(20),
+        "records",
+        || records(&pool),
+    )
+    .await;
+    common::assert_order_7_above(&locks, order_7).await;
 }
 
 #[tokio::test]

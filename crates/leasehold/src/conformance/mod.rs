@@ -259,12 +259,26 @@ async fn permits_listed(backend: &dyn Backend, prefix: &str) -> crate::Result<Ve
     Ok(all.into_iter().filter_map(LeaseInfo::into_permit).collect())
 }
 
+/// The permits, readers and writers the store lists for `key` itself (not
+/// for the keys it is a prefix of).
+async fn slots_of(store: &TestStore, key: &Key) -> Vec<PermitInfo> {
+    let all = permits_listed(store.backend.as_ref(), key.as_str())
+        .await
+        .unwrap();
+    all.into_iter().filter(|p| &p.key == key).collect()
+}
+
+/// Whether one attempt of `req` finds its key busy.
+async fn busy_for(backend: &dyn Backend, req: &AcquireRequest) -> bool {
+    matches!(attempt(backend, req).await, Acquire::Busy(_))
+}
+
 async fn is_busy(store: &TestStore, key: &Key) -> bool {
-    let req = request(key, Duration::from_secs(10));
-    matches!(
-        attempt(store.backend.as_ref(), &req).await,
-        Acquire::Busy(_)
+    busy_for(
+        store.backend.as_ref(),
+        &request(key, Duration::from_secs(10)),
     )
+    .await
 }
 
 /// Starts `waiter` (an acquisition through the core) and has `releaser`

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::time::{sleep, Instant};
 
-use super::{attempt, key, permits_listed, prefix, TestStore, SHORT};
+use super::{attempt, key, prefix, slots_of, TestStore, SHORT};
 use crate::backend::{Acquire, AcquireRequest, Backend, Lease, RwSide};
 use crate::key::Key;
 use crate::lock::Locks;
@@ -63,13 +63,13 @@ async fn granted(backend: &dyn Backend, req: &AcquireRequest, what: &str) -> Lea
     }
 }
 
-/// Asserts that the live grants of `k` of this kind are `held` (token,
-/// slot) alone; `why` says what that shows.
-async fn holds_only(store: &TestStore, kind: Kind, k: &Key, held: (u64, Option<u32>), why: &str) {
-    let listed = live(store, kind, k).await;
+/// Asserts that the live grants of `held`'s key of this kind are `held`
+/// (its token and slot) alone; `why` says what that shows.
+async fn holds_only(store: &TestStore, kind: Kind, held: &Lease, why: &str) {
+    let listed = live(store, kind, held.key()).await;
     assert_eq!(
         listed.iter().map(|(t, s, _)| (*t, *s)).collect::<Vec<_>>(),
-        [held],
+        [(held.token(), held.slot())],
         "{why}"
     );
 }
@@ -84,11 +84,10 @@ async fn live(store: &TestStore, kind: Kind, k: &Key) -> Vec<(u64, Option<u32>, 
             .collect();
     }
     let rw = matches!(kind, Kind::Read | Kind::Write);
-    let all = permits_listed(store.backend.as_ref(), k.as_str())
+    slots_of(store, k)
         .await
-        .unwrap();
-    all.into_iter()
-        .filter(|p| &p.key == k && p.rw.is_some() == rw)
+        .into_iter()
+        .filter(|p| p.rw.is_some() == rw)
         .map(|p| (p.token, Some(p.slot), p.remaining))
         .collect()
 }
@@ -149,14 +148,7 @@ async fn repeat_takes_no_second_slot(store: &TestStore, kind: Kind) {
     for _ in 0..2 {
         granted(store.backend.as_ref(), &req, "a repeat").await;
     }
-    holds_only(
-        store,
-        kind,
-        &k,
-        (first.token(), first.slot()),
-        "a repeat took no second grant",
-    )
-    .await;
+    holds_only(store, kind, &first, "a repeat took no second grant").await;
     let other = kind.request(&k, ttl);
     match kind {
         Kind::Permit(2) => {
@@ -224,14 +216,7 @@ async fn repeat_after_takeover_is_busy(store: &TestStore, kind: Kind) {
         matches!(repeat, Acquire::Busy(_)),
         "an expired grant is not resurrected by a repeat: {repeat:?}"
     );
-    holds_only(
-        store,
-        rival,
-        &k,
-        (taken.token(), taken.slot()),
-        "the new holder alone holds",
-    )
-    .await;
+    holds_only(store, rival, &taken, "the new holder alone holds").await;
 }
 
 /// Through the core, with every acquisition delivered to the store twice
@@ -259,8 +244,7 @@ async fn delivered_twice(store: &TestStore, kind: Kind) {
     holds_only(
         store,
         kind,
-        &k,
-        (guard.token(), guard.slot()),
+        guard.lease(),
         "the store holds the caller's grant once",
     )
     .await;

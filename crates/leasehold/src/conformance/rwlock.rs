@@ -7,11 +7,10 @@ use std::time::Duration;
 use tokio::time::{sleep, Instant};
 
 use super::{
-    attempt, handed_off, key, permits_listed, prefix, TestStore, LONG, ROUND_TRIP_SLACK, SHORT,
+    attempt, busy_for, handed_off, key, permits_listed, prefix, slots_of, TestStore, LONG,
+    ROUND_TRIP_SLACK, SHORT,
 };
-use crate::backend::{
-    Acquire, AcquireRequest, Backend, Lease, OwnerId, PermitInfo, RwSide, WRITER_SLOT,
-};
+use crate::backend::{Acquire, AcquireRequest, Backend, Lease, OwnerId, RwSide, WRITER_SLOT};
 use crate::error::Error;
 use crate::key::Key;
 use crate::lock::{AcquireOptions, Locks};
@@ -31,17 +30,7 @@ async fn grant(backend: &dyn Backend, k: &Key, ttl: Duration, side: RwSide) -> L
 }
 
 async fn busy(backend: &dyn Backend, k: &Key, side: RwSide) -> bool {
-    matches!(
-        attempt(backend, &rw_request(k, LONG, side)).await,
-        Acquire::Busy(_)
-    )
-}
-
-async fn holders(store: &TestStore, k: &Key) -> Vec<PermitInfo> {
-    let all = permits_listed(store.backend.as_ref(), k.as_str())
-        .await
-        .unwrap();
-    all.into_iter().filter(|p| &p.key == k).collect()
+    busy_for(backend, &rw_request(k, LONG, side)).await
 }
 
 /// Readers from two clients, all at once, share the lock (distinct reader
@@ -74,7 +63,7 @@ pub async fn rw_readers_share(store: &TestStore) {
     tokens.dedup();
     assert_eq!(tokens.len(), 12, "unique tokens");
     assert!(busy(store.backend.as_ref(), &k, RwSide::Write).await);
-    let listed = holders(store, &k).await;
+    let listed = slots_of(store, &k).await;
     assert_eq!(listed.len(), 12, "{listed:?}");
     assert!(listed.iter().all(|p| p.rw == Some(RwSide::Read)));
     // The last reader out lets the writer in.
@@ -103,7 +92,7 @@ pub async fn rw_writer_excludes_readers_and_writers(store: &TestStore) {
             }
         }
     }
-    let listed = holders(store, &k).await;
+    let listed = slots_of(store, &k).await;
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0].rw, Some(RwSide::Write));
     assert_eq!(listed[0].slot, WRITER_SLOT);
@@ -162,7 +151,7 @@ pub async fn rw_owner_checked_renew_release(store: &TestStore) {
             assert!(!backend.renew(forged, LONG).await.unwrap(), "{forged:?}");
             backend.release(forged).await.unwrap();
             assert_eq!(
-                holders(store, &k).await.len(),
+                slots_of(store, &k).await.len(),
                 1,
                 "a forged release freed {forged:?}"
             );
@@ -173,7 +162,7 @@ pub async fn rw_owner_checked_renew_release(store: &TestStore) {
             .with_owner(lease.owner())
             .granted_permit(slot, lease.token());
         backend.release(&as_permit).await.unwrap();
-        assert_eq!(holders(store, &k).await.len(), 1);
+        assert_eq!(slots_of(store, &k).await.len(), 1);
         assert!(backend.renew(&lease, LONG).await.unwrap());
         backend.release(&lease).await.unwrap();
         backend.release(&lease).await.unwrap();
@@ -181,7 +170,7 @@ pub async fn rw_owner_checked_renew_release(store: &TestStore) {
         let short = grant(backend, &k, SHORT, side).await;
         sleep(store.past_expiry(SHORT + Duration::from_millis(150))).await;
         assert!(!backend.renew(&short, LONG).await.unwrap(), "revived");
-        assert!(holders(store, &k).await.is_empty());
+        assert!(slots_of(store, &k).await.is_empty());
     }
 }
 
@@ -238,7 +227,7 @@ pub async fn rw_waiting_writer_is_not_starved(store: &TestStore) {
     // Let the stream run so that readers overlap before the writer comes.
     sleep(READER_HOLD * 2).await;
     assert!(
-        !holders(store, &k).await.is_empty(),
+        !slots_of(store, &k).await.is_empty(),
         "the stream holds the lock"
     );
     let writer = store
@@ -252,7 +241,7 @@ pub async fn rw_waiting_writer_is_not_starved(store: &TestStore) {
         .await;
     let waited = asked.elapsed();
     let guard = guard.expect("the writer gets the lock within its wait");
-    let listed = holders(store, &k).await;
+    let listed = slots_of(store, &k).await;
     assert!(
         listed.iter().all(|p| p.rw == Some(RwSide::Write)),
         "the writer alone: {listed:?}"

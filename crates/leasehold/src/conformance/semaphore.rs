@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use tokio::time::sleep;
 
-use super::{attempt, handed_off, key, permits_listed, prefix, TestStore, LONG, SHORT};
+use super::{
+    attempt, busy_for, handed_off, key, permits_listed, prefix, slots_of, TestStore, LONG, SHORT,
+};
 use crate::backend::{Acquire, AcquireRequest, Backend, Lease, OwnerId, MAX_PERMITS};
 use crate::error::Error;
 use crate::key::Key;
@@ -25,18 +27,12 @@ async fn permit(backend: &dyn Backend, k: &Key, ttl: Duration, permits: u32) -> 
 }
 
 async fn busy(backend: &dyn Backend, k: &Key, permits: u32) -> bool {
-    matches!(
-        attempt(backend, &permit_request(k, LONG, permits)).await,
-        Acquire::Busy(_)
-    )
+    busy_for(backend, &permit_request(k, LONG, permits)).await
 }
 
 /// The slots the store reports live for `k`.
 async fn live_slots(store: &TestStore, k: &Key) -> BTreeSet<u32> {
-    let all = permits_listed(store.backend.as_ref(), k.as_str())
-        .await
-        .unwrap();
-    all.iter().filter(|p| &p.key == k).map(|p| p.slot).collect()
+    slots_of(store, k).await.iter().map(|p| p.slot).collect()
 }
 
 /// Many attempts at once, from two clients, on a semaphore of 3: exactly 3

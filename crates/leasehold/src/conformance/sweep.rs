@@ -24,16 +24,20 @@ enum Use {
     Writer,
 }
 
+/// Gives back the grant `taken` (which `what` says must have come) and
+/// returns its token.
+async fn give_back(taken: crate::Result<LeaseGuard>, what: &str) -> u64 {
+    let guard = taken.expect(what);
+    let token = guard.token();
+    guard.release().await.expect("release");
+    token
+}
+
 /// Takes `key` once as `kind` (a semaphore of 2, an rw lock's writer
 /// after a reader) and gives it back; the highest token handed out.
 async fn use_once(locks: &Locks, key: &str, kind: Use) -> u64 {
     match kind {
-        Use::Mutex => {
-            let guard = locks.try_acquire(key).await.expect("free key");
-            let token = guard.token();
-            guard.release().await.expect("release");
-            token
-        }
+        Use::Mutex => give_back(locks.try_acquire(key).await, "free key").await,
         Use::Permit => {
             let semaphore = locks.semaphore(key, 2).expect("valid semaphore");
             let a = semaphore.try_acquire().await.expect("free permit");
@@ -45,16 +49,8 @@ async fn use_once(locks: &Locks, key: &str, kind: Use) -> u64 {
         }
         Use::Writer => {
             let rw = locks.rw_lock(key).expect("valid rw lock");
-            rw.try_read()
-                .await
-                .expect("free reader")
-                .release()
-                .await
-                .expect("release");
-            let writer = rw.try_write().await.expect("free writer");
-            let token = writer.token();
-            writer.release().await.expect("release");
-            token
+            give_back(rw.try_read().await, "free reader").await;
+            give_back(rw.try_write().await, "free writer").await
         }
     }
 }
@@ -121,12 +117,7 @@ pub async fn sweep_idle_keys_go_and_come_back_above_every_token(store: &TestStor
         .semaphore(&format!("{live}half"), 2)
         .expect("valid semaphore");
     let half_held = half.try_acquire().await.expect("free permit");
-    half.try_acquire()
-        .await
-        .expect("second permit")
-        .release()
-        .await
-        .expect("release");
+    give_back(half.try_acquire().await, "second permit").await;
 
     // Past the shortest window (1 ms) of every store's sweep.
     tokio::time::sleep(Duration::from_millis(20)).await;

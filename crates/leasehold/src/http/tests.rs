@@ -275,9 +275,15 @@ impl http_body::Body for Streamed {
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn the_permit_is_held_while_the_body_streams_and_released_at_its_end() {
-    let locks = Locks::new(MemoryBackend::new()).with_background_runtime(Handle::current());
+/// One request for key `a` through a limit of one permit, to a service
+/// that answers with a [`Streamed`] body; the sender of its frames and
+/// the response (its head only: the body has not been read).
+async fn streamed_response(
+    locks: &Locks,
+) -> (
+    tokio::sync::mpsc::UnboundedSender<bytes::Bytes>,
+    Response<super::body::LockBody<Streamed>>,
+) {
     let (chunks, rx) = tokio::sync::mpsc::unbounded_channel();
     let rx = Arc::new(std::sync::Mutex::new(Some(rx)));
     let streaming = tower::service_fn(move |req: Req| {
@@ -285,8 +291,14 @@ async fn the_permit_is_held_while_the_body_streams_and_released_at_its_end() {
         assert!(req.extensions().get::<FencingToken>().is_some());
         async move { Ok::<_, Infallible>(Response::new(body)) }
     });
-    let svc = limit(&locks, 1).layer(streaming);
-    let response = svc.oneshot(post("/k/a")).await.unwrap();
+    let svc = limit(locks, 1).layer(streaming);
+    (chunks, svc.oneshot(post("/k/a")).await.unwrap())
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_permit_is_held_while_the_body_streams_and_released_at_its_end() {
+    let locks = Locks::new(MemoryBackend::new()).with_background_runtime(Handle::current());
+    let (chunks, response) = streamed_response(&locks).await;
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(live_permits(&locks, "a").await, 1, "held after the head");
     let mut body = response.into_body();
@@ -305,14 +317,7 @@ async fn the_permit_is_held_while_the_body_streams_and_released_at_its_end() {
 #[tokio::test(start_paused = true)]
 async fn a_body_dropped_unfinished_releases_the_permit() {
     let locks = Locks::new(MemoryBackend::new()).with_background_runtime(Handle::current());
-    let (_chunks, rx) = tokio::sync::mpsc::unbounded_channel();
-    let rx = Arc::new(std::sync::Mutex::new(Some(rx)));
-    let streaming = tower::service_fn(move |_: Req| {
-        let body = Streamed(rx.lock().unwrap().take().expect("one request"));
-        async move { Ok::<_, Infallible>(Response::new(body)) }
-    });
-    let svc = limit(&locks, 1).layer(streaming);
-    let response = svc.oneshot(post("/k/a")).await.unwrap();
+    let (_chunks, response) = streamed_response(&locks).await;
     assert_eq!(live_permits(&locks, "a").await, 1);
     drop(response); // the client went away mid-body
     tokio::time::sleep(Duration::from_millis(10)).await;

@@ -80,3 +80,89 @@ pub async fn assert_bad_windows_refused<B: Debug>(
         assert!(e.to_string().contains("idle_window"), "{url}: {e}");
     }
 }
+
+/// Takes and gives back each of `order/0` .. `order/{n - 1}` once; the
+/// token `order/7` got.
+pub async fn use_order_keys_once(locks: &Locks, n: usize) -> u64 {
+    let mut order_7 = 0;
+    for i in 0..n {
+        let guard = locks.try_acquire(&format!("order/{i}")).await.unwrap();
+        if i == 7 {
+            order_7 = guard.token();
+        }
+        guard.release().await.unwrap();
+    }
+    order_7
+}
+
+/// `order/7` taken again gets a token above `order_7`.
+pub async fn assert_order_7_above(locks: &Locks, order_7: u64) {
+    let guard = locks.try_acquire("order/7").await.unwrap();
+    assert!(guard.token() > order_7, "{} after {order_7}", guard.token());
+    guard.release().await.unwrap();
+}
+
+/// What [`wait_until_swept`] takes and gives back between its looks.
+pub enum Tick {
+    /// The mutex `tick`.
+    Mutex,
+    /// A permit of the one-permit semaphore `tick`: a permit's release
+    /// must start passes too.
+    Permit,
+}
+
+/// Each release after the idle window may start a pass: releases `tick`
+/// every 200 ms until `left()` counts at most one record (the tick's own);
+/// fails, naming what is left of `what`, after `limit`.
+pub async fn wait_until_swept<F, Fut>(
+    locks: &Locks,
+    tick: Tick,
+    limit: Duration,
+    what: &str,
+    mut left: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = i64>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let guard = match tick {
+            Tick::Mutex => locks.try_acquire("tick").await.unwrap(),
+            Tick::Permit => permit(locks, "tick", 1).await,
+        };
+        guard.release().await.unwrap();
+        let left = left().await;
+        if left <= 1 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{left} {what} left");
+    }
+}
+
+/// The keys a sweep test leaves idle: `order/0` .. `order/29` as
+/// [`use_order_keys`] (their last tokens returned), a released permit of
+/// the semaphore `pool`; and the mutex `held`, taken and returned held.
+pub async fn leave_31_idle_keys(locks: &Locks) -> (Vec<u64>, LeaseGuard) {
+    let before = use_order_keys(locks, 30).await;
+    let held = locks.try_acquire("held").await.unwrap();
+    permit(locks, "pool", 2).await.release().await.unwrap();
+    (before, held)
+}
+
+/// After [`leave_31_idle_keys`]: a sweep with an hour's window deletes
+/// nothing; 300 ms on, one with a 200 ms window deletes the 31 idle keys'
+/// records (the held mutex's stays).
+pub async fn assert_31_idle_keys_swept<F, Fut>(mut sweep: F)
+where
+    F: FnMut(Duration) -> Fut,
+    Fut: Future<Output = leasehold::Result<u64>>,
+{
+    assert_eq!(sweep(Duration::from_secs(3600)).await.unwrap(), 0);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        sweep(Duration::from_millis(200)).await.unwrap(),
+        31,
+        "30 mutex keys and the semaphore's"
+    );
+}

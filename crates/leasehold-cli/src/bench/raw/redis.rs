@@ -81,6 +81,14 @@ where
     }))
 }
 
+/// The hand-written unlock of `held`: `unlock` (the compare-and-delete)
+/// on its key for its owner, ready to run on either connection.
+fn unlock_of<'s>(unlock: &'s redis::Script, held: &Held) -> redis::ScriptInvocation<'s> {
+    let mut invocation = unlock.prepare_invoke();
+    invocation.key(&held.key).arg(&held.owner);
+    invocation
+}
+
 struct RawPair {
     /// One server or a cluster: each call names one key, so a cluster
     /// routes it to that key's primary.
@@ -101,10 +109,7 @@ impl Baseline for RawPair {
 
     fn release(&self, held: Held) -> BoxFuture<'_, Result<(), CliError>> {
         Box::pin(async move {
-            let _: i64 = self
-                .unlock
-                .key(&held.key)
-                .arg(&held.owner)
+            let _: i64 = unlock_of(&self.unlock, &held)
                 .invoke_async(&mut self.conn.clone())
                 .await
                 .map_err(baseline_error)?;
@@ -163,10 +168,7 @@ impl Baseline for BlockingPair {
 
     fn release(&self, held: Held) -> BoxFuture<'_, Result<(), CliError>> {
         Box::pin(async move {
-            let _: i64 = self
-                .unlock
-                .key(&held.key)
-                .arg(&held.owner)
+            let _: i64 = unlock_of(&self.unlock, &held)
                 .invoke(&mut *self.conn())
                 .map_err(baseline_error)?;
             Ok(())

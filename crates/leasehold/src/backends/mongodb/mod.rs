@@ -138,13 +138,17 @@ impl MongoBackend {
 
     /// The record of `key`, if any, and the store's time after reading it.
     async fn record(&self, key: &Key) -> Result<(Option<Document>, ServerNow)> {
-        let found = self
-            .inner
+        let found = self.find(key).await?;
+        Ok((found, self.now().await?))
+    }
+
+    /// The document of `key`, if any.
+    async fn find(&self, key: &Key) -> Result<Option<Document>> {
+        self.inner
             .coll
             .find_one(doc! { "_id": key.as_str() })
             .await
-            .map_err(|e| self.fail(e))?;
-        Ok((found, self.now().await?))
+            .map_err(|e| self.fail(e))
     }
 
     /// The answer to an attempt that found the key held: if the key is a

@@ -164,12 +164,7 @@ impl MongoBackend {
         let ttl = duration_to_millis(req.ttl());
         for _ in 0..RACES {
             let now = self.now().await?;
-            let found = self
-                .inner
-                .coll
-                .find_one(doc! { "_id": key.as_str() })
-                .await
-                .map_err(|e| self.fail(e))?;
+            let found = self.find(key).await?;
             #[cfg(test)]
             let found = self.take_stale_read().or(found);
             let read = match found {
