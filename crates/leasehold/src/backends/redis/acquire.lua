@@ -1,7 +1,8 @@
 -- Grants the lease iff the key is a mutex and has no live holder. Expiry is
 -- Redis's own (PX), so the server's clock decides. The lock key's value,
--- `<owner>:<holder label>#<token>`, carries the lease's token, so renewal
--- and release check it without the fence (fence.lua).
+-- `<owner>#<token>:<holder label>`, carries the lease's token, so renewal
+-- and release check its prefix, `<owner>#<token>:`, without the fence
+-- (fence.lua).
 -- KEYS[1] lock, KEYS[2] fence, KEYS[3] kind; ARGV[1] owner (32 hex digits),
 -- ARGV[2] ttl in ms, ARGV[3] holder label.
 -- Returns {token, '', 0} when granted (or granted again to the same owner),
@@ -21,7 +22,7 @@ end
 local token = next_fence(KEYS[2])
 -- Concatenated, with one number formatted: a string.format of three
 -- fields costs about half a Redis command (each field is a sprintf).
-if redis.call('SET', KEYS[1], ARGV[1] .. ':' .. ARGV[3] .. '#' .. string.format('%d', token),
+if redis.call('SET', KEYS[1], ARGV[1] .. '#' .. string.format('%d', token) .. ':' .. ARGV[3],
     'NX', 'PX', ARGV[2]) then
   return {token, '', 0}
 end

@@ -26,12 +26,12 @@ local function next_fence(key)
   return fence
 end
 
--- The holder label and token of a lock key's value, `<owner>:<label>#<token>`;
+-- The holder label and token of a lock key's value, `<owner>#<token>:<label>`;
 -- no token from a value an earlier version wrote (`<owner>:<label>`, its
 -- token in the fence key).
 local function lock_value(value)
-  local label, token = string.match(value, '^%x+:(.*)#(%d+)$')
-  if label then
+  local token, label = string.match(value, '^%x+#(%d+):(.*)$')
+  if token then
     return label, token
   end
   return string.sub(value, 34), nil

@@ -128,7 +128,7 @@ impl RedisBackend {
     }
 
     /// The Redis key holding `key`'s current lease, for your own Lua
-    /// scripts: a string `<owner>:<holder label>#<token>` whose ttl is the
+    /// scripts: a string `<owner>#<token>:<holder label>` whose ttl is the
     /// lease's. A script that checks owner and token in it before writing
     /// (to a key with the same hash tag) writes only while the lease is
     /// current; see docs/redis.md, "The fenced write on Redis data".
@@ -192,8 +192,8 @@ impl Backend for RedisBackend {
             if lease.slot().is_some() {
                 return self.renew_permit(lease, ttl).await;
             }
-            let (owner, ttl) = (lease.owner().to_string(), duration_to_millis(ttl));
-            let args: [&str; 3] = [&owner, &lease.token().to_string(), &ttl.to_string()];
+            let ttl = duration_to_millis(ttl);
+            let args: [&str; 2] = [&held_prefix(lease), &ttl.to_string()];
             let renewed: i64 = self
                 .run(&self.inner.scripts.renew, lease.key(), &args)
                 .await?;
@@ -206,10 +206,8 @@ impl Backend for RedisBackend {
             if lease.slot().is_some() {
                 return self.release_permit(lease).await;
             }
-            let (owner, token) = (lease.owner().to_string(), lease.token().to_string());
             let args = [
-                &owner,
-                &token,
+                &held_prefix(lease),
                 &self.inner.ns.channel(),
                 lease.key().as_str(),
             ];
@@ -301,4 +299,10 @@ impl Backend for RedisBackend {
             Ok(true)
         })
     }
+}
+
+/// What a mutex lease's lock key value starts with, `<owner>#<token>:`
+/// (acquire.lua): renewal and release compare this prefix and nothing else.
+fn held_prefix(lease: &Lease) -> String {
+    format!("{}#{}:", lease.owner(), lease.token())
 }

@@ -104,7 +104,7 @@ impl RedisBackend {
 }
 
 /// A live lease from its lock key's value, remaining ms and fence text,
-/// every field checked. The value is `<owner hex>:<holder label>#<token>`;
+/// every field checked. The value is `<owner hex>#<token>:<holder label>`;
 /// one an earlier version wrote is `<owner hex>:<holder label>`, its token
 /// the fence's (which then must exist).
 fn info_of(key: Key, value: &str, pttl: i64, fence: Option<&str>) -> Result<LeaseInfo> {
@@ -112,26 +112,30 @@ fn info_of(key: Key, value: &str, pttl: i64, fence: Option<&str>) -> Result<Leas
     let Some((owner, rest)) = value.split_at_checked(32) else {
         return Err(record.corrupt(format!("lock value {value:?} has no owner")));
     };
-    let Some(rest) = rest.strip_prefix(':') else {
-        return Err(record.corrupt(format!("lock value {value:?} has no ':' after the owner")));
-    };
     record.owner(owner)?;
     let (holder, token) = match split_token(rest) {
-        Some((holder, token)) => (holder, token),
-        None => match fence {
-            Some(fence) => (rest, fence),
-            None => return Err(record.corrupt("a held lock without a token or a fence key")),
+        Some((token, holder)) => (holder, token),
+        None => match (rest.strip_prefix(':'), fence) {
+            (Some(holder), Some(fence)) => (holder, fence),
+            (Some(_), None) => {
+                return Err(record.corrupt("a held lock without a token or a fence key"))
+            }
+            (None, _) => {
+                return Err(record.corrupt(format!(
+                    "lock value {value:?} has neither '#<token>:' nor ':' after the owner"
+                )))
+            }
         },
     };
     let (token, remaining) = (record.token_text(token)?, record.remaining(pttl)?);
     Ok(LeaseInfo::mutex(key, holder.to_owned(), token, remaining))
 }
 
-/// `<label>#<digits>` split at its last `#` (the form `acquire.lua`
-/// writes); `None` for a value without that ending.
+/// `#<digits>:<label>` (what follows the owner in the value `acquire.lua`
+/// writes) as its token digits and label; `None` for anything else.
 fn split_token(rest: &str) -> Option<(&str, &str)> {
-    let (holder, token) = rest.rsplit_once('#')?;
-    (!token.is_empty() && token.bytes().all(|b| b.is_ascii_digit())).then_some((holder, token))
+    let (token, holder) = rest.strip_prefix('#')?.split_once(':')?;
+    (!token.is_empty() && token.bytes().all(|b| b.is_ascii_digit())).then_some((token, holder))
 }
 
 #[cfg(test)]
@@ -139,15 +143,15 @@ mod tests {
     use super::split_token;
 
     #[test]
-    fn the_token_is_the_digits_after_the_last_hash() {
-        assert_eq!(split_token("worker-1#42"), Some(("worker-1", "42")));
+    fn the_token_is_the_digits_between_the_hash_and_the_first_colon() {
+        assert_eq!(split_token("#42:worker-1"), Some(("42", "worker-1")));
         assert_eq!(
-            split_token("a#b#1700000000000000"),
-            Some(("a#b", "1700000000000000"))
+            split_token("#1700000000000000:a:b#3"),
+            Some(("1700000000000000", "a:b#3"))
         );
-        assert_eq!(split_token("#7"), Some(("", "7")));
+        assert_eq!(split_token("#7:"), Some(("7", "")));
         // Values of earlier versions, and what is not a token.
-        for rest in ["worker-1", "worker-1#", "worker#1a", "x#-2", ""] {
+        for rest in [":worker-1", "#:worker", "#1a:worker", "#-2:x", "#12", ""] {
             assert_eq!(split_token(rest), None, "{rest:?}");
         }
     }
