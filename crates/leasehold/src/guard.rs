@@ -149,21 +149,67 @@ pub(crate) fn born_dead(clock: &LeaseClock, lease: &Lease, sent_at: Instant) -> 
     clock.now() >= sent_at + trusted_for(lease.ttl())
 }
 
+/// How the store granted a guard's lease.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Granted {
+    /// For the lease's ttl, by a request sent at this moment.
+    Asked(Instant),
+    /// Handed over to a queued waiter (queue.rs): the store grants it for
+    /// the claim window, counted from this moment at the latest, and the
+    /// guard claims it with a renewal at once.
+    HandedOver {
+        counts_from: Instant,
+        claim_window: Duration,
+    },
+}
+
+impl Granted {
+    /// When the grant counts from, and for how long the store keeps it.
+    fn lasts(self, lease: &Lease) -> (Instant, Duration) {
+        match self {
+            Granted::Asked(sent_at) => (sent_at, lease.ttl()),
+            Granted::HandedOver {
+                counts_from,
+                claim_window,
+            } => (counts_from, claim_window),
+        }
+    }
+
+    /// Whether its `valid_until` has already passed.
+    pub(crate) fn born_dead(self, clock: &LeaseClock, lease: &Lease) -> bool {
+        let (from, lasts) = self.lasts(lease);
+        clock.now() >= from + trusted_for(lasts)
+    }
+}
+
 impl LeaseGuard {
-    /// Wraps a lease granted by a request sent at `sent_at` (on the lease
-    /// clock of `renewals`) and schedules its renewal for its first renewal
-    /// time (or, if `auto_renew` is false, only the lost-lease timer for its
-    /// deadline).
+    /// Wraps a lease granted as `granted` says (on the lease clock of
+    /// `renewals`) and schedules its renewal for its first renewal time (or,
+    /// if `auto_renew` is false, only the lost-lease timer for its
+    /// deadline). A grant handed over is claimed at once, renewal or not.
     pub(crate) fn start(
         backend: Arc<dyn Backend>,
         renewals: &RenewalScheduler,
         lease: Lease,
-        sent_at: Instant,
+        granted: Granted,
         auto_renew: bool,
         hold: LocalHold,
         pending: Arc<PendingReleases>,
     ) -> Self {
-        let valid_until = sent_at + trusted_for(lease.ttl());
+        let (sent_at, lasts) = granted.lasts(&lease);
+        let valid_until = sent_at + trusted_for(lasts);
+        // A grant handed over lasts its claim window at the store until a
+        // renewal gives it the whole ttl: renewed a third into that window,
+        // like any lease a third into its ttl (most holds end before), and
+        // at once if renewal is off, so that it still lasts the ttl asked.
+        let claim_now = matches!(granted, Granted::HandedOver { .. }) && !auto_renew;
+        let first_due = if claim_now {
+            renewals.clock().now()
+        } else if auto_renew {
+            sent_at + renew_interval(lasts)
+        } else {
+            valid_until
+        };
         let state = Arc::new(GuardState {
             lost: CancellationToken::new(),
             clock: renewals.clock().clone(),
@@ -171,11 +217,6 @@ impl LeaseGuard {
             tally: OnceLock::new(),
         });
         let stop_renewal = CancellationToken::new();
-        let first_due = if auto_renew {
-            sent_at + renew_interval(lease.ttl())
-        } else {
-            valid_until
-        };
         let renewal_start = renewals.schedule(
             first_due,
             Box::pin(keep_alive(
@@ -183,8 +224,9 @@ impl LeaseGuard {
                 lease.clone(),
                 state.clone(),
                 stop_renewal.clone(),
-                sent_at,
+                first_due,
                 auto_renew,
+                claim_now,
             )),
         );
         LeaseGuard {
@@ -358,15 +400,19 @@ impl fmt::Debug for LeaseGuard {
     }
 }
 
-/// Renews the lease every ttl/3 and fires the lost signal when the lease can
-/// no longer be relied on. Stops when `stop` is cancelled or the lease is lost.
+/// Renews the lease every ttl/3 from `due` on and fires the lost signal
+/// when the lease can no longer be relied on (with renewal off, only that
+/// signal, after one renewal at once if `claim_now`: a grant handed over
+/// with renewal off still gets its whole ttl). Stops when `stop` is
+/// cancelled or the lease is lost.
 async fn keep_alive(
     backend: Arc<dyn Backend>,
     lease: Lease,
     state: Arc<GuardState>,
     stop: CancellationToken,
-    mut last_sent: Instant,
+    mut due: Instant,
     auto_renew: bool,
+    claim_now: bool,
 ) {
     let ttl = lease.ttl();
     let clock = state.clock.clone();
@@ -374,15 +420,20 @@ async fn keep_alive(
         biased;
         _ = stop.cancelled() => return,
         outcome = async {
+            if claim_now {
+                if let Err(why) = renew_until_deadline(&*backend, &lease, &state).await {
+                    return why;
+                }
+            }
             if !auto_renew {
                 clock.sleep_until(state.valid_until()).await;
                 state.observe(|t| t.lost(Lost::Expired));
                 return "lease ran out (renewal disabled)";
             }
             loop {
-                clock.sleep_until(last_sent + renew_interval(ttl)).await;
+                clock.sleep_until(due).await;
                 match renew_until_deadline(&*backend, &lease, &state).await {
-                    Ok(sent) => last_sent = sent,
+                    Ok(sent) => due = sent + renew_interval(ttl),
                     Err(why) => return why,
                 }
             }

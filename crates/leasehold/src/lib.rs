@@ -171,8 +171,10 @@ mod notify;
 mod observe;
 pub mod occ;
 pub mod open;
+mod owner;
 mod pending;
 mod percent;
+mod queue;
 pub mod redact;
 mod renewal;
 #[cfg(feature = "postgres")]

@@ -16,12 +16,13 @@ use crate::backend::{
     Acquire, AcquireRequest, Backend, BoxFuture, Busy, KeyKind, Lease, LeaseInfo, PermitKind,
 };
 use crate::error::{Error, Result};
-use crate::guard::{born_dead, LeaseGuard};
+use crate::guard::{born_dead, Granted, LeaseGuard};
 use crate::key::{validate_prefix, Key};
 use crate::local::LocalQueues;
 use crate::notify::Subscription;
 use crate::observe::{AcquireProbe, Observer, Primitive};
 use crate::pending::PendingReleases;
+use crate::queue::QueueSeat;
 use crate::renewal::RenewalScheduler;
 use crate::stats::Stats;
 use crate::time::{Backoff, DEFAULT_TTL};
@@ -57,6 +58,8 @@ pub struct AcquireOptions {
     wait: Option<Duration>,
     cancel: Option<CancellationToken>,
     auto_renew: bool,
+    /// Whether a waiter queues at a store that keeps queues (queue.rs).
+    fair: bool,
     /// The `lock_class` label of metrics (observe.rs).
     lock_class: Option<Arc<str>>,
     /// The `primitive` label, when a multi-lock or election takes the lock.
@@ -70,6 +73,7 @@ impl Default for AcquireOptions {
             wait: None,
             cancel: None,
             auto_renew: true,
+            fair: true,
             lock_class: None,
             primitive: None,
         }
@@ -95,6 +99,15 @@ impl AcquireOptions {
         /// Whether the guard renews itself every ttl/3 (default true). Without
         /// renewal the lease simply lasts one ttl and `lost()` fires then.
         with_auto_renew(auto_renew: bool) => auto_renew = auto_renew;
+
+        /// Whether a waiter for a mutex takes its place in the key's queue
+        /// at the store (default true), where the store keeps one
+        /// ([`Backend::queues`]: memory, SQLite): waiters from every
+        /// process get the key first come, first served, and a release
+        /// hands it to the first of them directly. `false`, or a store
+        /// without queues: the waiters of each process line up locally and
+        /// race the other processes at each release (docs/fairness.md).
+        with_fair(fair: bool) => fair = fair;
 
         /// Names the lock's class for the metrics (feature `metrics`, label
         /// `lock_class`): one of a few stable names such as `"invoices"`,
@@ -413,9 +426,23 @@ impl Locks {
             None => request,
         });
         let backstop = deadline.and_then(|d| d.checked_add(STORE_ANSWER_GRACE));
-        // Local waiters for the key queue first; only the front one waits
-        // at the store (see local.rs).
-        let turn = if wait.is_zero() {
+        // A waiter for a mutex queues at a store that keeps queues, in the
+        // order of every process's waiters (queue.rs); elsewhere local
+        // waiters for the key queue first, and only the front one waits at
+        // the store (see local.rs).
+        let mut seat = (!wait.is_zero()
+            && options.fair
+            && request.permit_kind().is_none()
+            && self.backend.queues())
+        .then(|| {
+            QueueSeat::new(
+                self.backend.clone(),
+                &request,
+                self.renewals.background().clone(),
+                self.pending.clone(),
+            )
+        });
+        let turn = if wait.is_zero() || seat.is_some() {
             None
         } else {
             tokio::select! {
@@ -438,6 +465,9 @@ impl Locks {
         loop {
             // On the lease clock, which counts suspended time (time.rs).
             let sent_at = self.renewals.clock().now();
+            if let Some(seat) = seat.as_mut() {
+                request = Arc::new(seat.next_attempt(&request, sent_at));
+            }
             probe.attempt();
             let busy = match self.attempt(&request, backstop, options).await? {
                 Acquire::Granted(lease) if born_dead(self.renewals.clock(), &lease, sent_at) => {
@@ -453,19 +483,17 @@ impl Locks {
                 }
                 Acquire::Granted(lease) => {
                     tracing::debug!(token = lease.token(), "granted");
-                    let hold = self.queues(&request).hold(request.key());
-                    // The next local waiter may go to the store now (local.rs).
-                    drop(turn);
-                    return Ok(LeaseGuard::start(
-                        self.backend.clone(),
-                        &self.renewals,
+                    if let Some(seat) = seat.as_mut() {
+                        seat.settle();
+                    }
+                    return Ok(self.guard(
                         lease,
-                        sent_at,
-                        options.auto_renew,
-                        hold,
-                        self.pending.clone(),
-                    )
-                    .observed(probe.tally()));
+                        Granted::Asked(sent_at),
+                        options,
+                        &request,
+                        turn,
+                        probe,
+                    ));
                 }
                 Acquire::Busy(busy) => busy,
                 Acquire::OtherKind(KeyKind::ReaderWriter) if request.permit_kind().is_none() => {
@@ -475,6 +503,12 @@ impl Locks {
                     // from now on this loop asks for the writer only.
                     tracing::debug!("the key is a reader-writer lock; acquiring its writer");
                     request = Arc::new(request.as_writer());
+                    // A writer does not queue at the store: this request
+                    // never entered the mutex's queue (the kind is checked
+                    // first), so there is nothing to leave.
+                    if let Some(mut seat) = seat.take() {
+                        seat.settle();
+                    }
                     continue;
                 }
                 Acquire::OtherKind(held) => {
@@ -498,15 +532,29 @@ impl Locks {
             if deadline.is_some_and(|d| now >= d) {
                 return Err(self.timeout(&request, started, Some((busy, now))));
             }
+            if let Some(seat) = seat.as_mut() {
+                seat.busy();
+            }
             let Some(w) = waiting.as_mut() else {
                 // Subscribe, then try again at once: a release between the
                 // first attempt and the subscription would otherwise be missed.
-                waiting = Some(Waiting::start(&*self.backend, request.key(), deadline).await?);
+                let mut w = Waiting::start(&*self.backend, request.key(), deadline).await?;
+                if seat.is_some() {
+                    w.subscription.expect_hand_off(request.owner());
+                }
+                waiting = Some(w);
                 continue;
             };
-            // Wake just after the holder's lease ends at the latest.
+            // Wake just after the holder's lease ends at the latest; a
+            // queued waiter renews its entry in time too.
             let until_expiry = busy.remaining + Duration::from_millis(1);
-            let mut wake_at = now + until_expiry.min(w.backoff.next_delay());
+            let next = match seat.as_mut() {
+                // The hand-off wakes it; polling only where it cannot.
+                Some(seat) if w.subscription.is_live() => seat.next_refresh(),
+                Some(seat) => seat.next_refresh().min(w.backoff.next_delay()),
+                None => w.backoff.next_delay(),
+            };
+            let mut wake_at = now + until_expiry.min(next);
             if let Some(d) = deadline {
                 wake_at = wake_at.min(d);
             }
@@ -516,13 +564,59 @@ impl Locks {
                 _ = cancelled(options) => {
                     return Err(Error::Cancelled { key: request.key().to_string() });
                 }
-                _ = w.subscription.notified() => {}
+                _ = w.subscription.notified() => probe.woken(),
                 _ = sleep_until(wake_at) => {}
+            }
+            // A grant handed over to this waiter: its guard needs no
+            // further round trip (queue.rs).
+            if let (Some(seat), Some(grant)) = (seat.as_mut(), w.subscription.hand_off()) {
+                if let Some(counts_from) = seat.counts_from(grant) {
+                    let lease = request.granted(grant.token);
+                    let granted = Granted::HandedOver {
+                        counts_from,
+                        claim_window: request.claim_window(),
+                    };
+                    if !granted.born_dead(self.renewals.clock(), &lease) {
+                        tracing::debug!(token = lease.token(), "handed over");
+                        seat.settle();
+                        probe.handed_over();
+                        return Ok(self.guard(lease, granted, options, &request, turn, probe));
+                    }
+                    // Too old to trust: the next attempt, a repeat, claims
+                    // it if it is still ours.
+                    continue;
+                }
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(self.timeout(&request, started, Some((busy, now))));
             }
         }
+    }
+
+    /// The guard of a grant, counted on this handle's queues, with the
+    /// local turn given up (the next local waiter may go to the store now:
+    /// local.rs).
+    fn guard(
+        &self,
+        lease: Lease,
+        granted: Granted,
+        options: &AcquireOptions,
+        request: &AcquireRequest,
+        turn: Option<crate::local::LocalTurn>,
+        probe: &AcquireProbe,
+    ) -> LeaseGuard {
+        let hold = self.queues(request).hold(request.key());
+        drop(turn);
+        LeaseGuard::start(
+            self.backend.clone(),
+            &self.renewals,
+            lease,
+            granted,
+            options.auto_renew,
+            hold,
+            self.pending.clone(),
+        )
+        .observed(probe.tally())
     }
 
     /// One attempt at the store, raced against the cancel token and the

@@ -4,14 +4,18 @@
 //! Backends differ only in how the news of a release reaches the process
 //! (a direct call, `LISTEN/NOTIFY`, pub/sub, a datagram); from there on every
 //! backend hands it to one `WakeHub`, which fans it out to the waiters of that
-//! key.
+//! key, or, for a key handed over to the head of its queue (issue 31), to
+//! that one waiter only: [`WakeHub::hand_over`] reaches the subscription
+//! that registered the head's owner id ([`Subscription::expect_hand_off`])
+//! and wakes nobody else.
 
-use std::any::Any;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
+
+use crate::owner::OwnerId;
 
 /// A waiter's registration for release notifications of one key.
 ///
@@ -19,8 +23,11 @@ use tokio::sync::watch;
 /// happens between the attempt and the wait is not missed.
 pub struct Subscription {
     rx: Option<watch::Receiver<u64>>,
-    // Dropped after `rx` (field order), so cleanup sees the receiver gone.
-    _cleanup: Option<Box<dyn Any + Send + Sync>>,
+    /// The grant handed over to this waiter's owner id, once one arrives
+    /// (see [`Subscription::expect_hand_off`]).
+    inbox: Option<watch::Receiver<Option<HandOff>>>,
+    // Dropped after the receivers (field order), so cleanup sees them gone.
+    cleanup: Option<Unsubscribe>,
 }
 
 impl Subscription {
@@ -29,7 +36,8 @@ impl Subscription {
     pub fn never() -> Self {
         Subscription {
             rx: None,
-            _cleanup: None,
+            inbox: None,
+            cleanup: None,
         }
     }
 
@@ -38,21 +46,69 @@ impl Subscription {
         self.rx.is_some()
     }
 
+    /// Registers this waiter as `owner`, the owner id of its requests: a
+    /// grant the store hands over to `owner` (the head of the key's queue)
+    /// reaches this subscription alone ([`WakeHub::hand_over`]), and
+    /// [`hand_off`](Self::hand_off) reads its token. Returns whether it
+    /// can arrive at all (not for [`Subscription::never`]). Registering
+    /// again replaces the earlier owner.
+    pub fn expect_hand_off(&mut self, owner: OwnerId) -> bool {
+        let Some(cleanup) = self.cleanup.as_mut() else {
+            return false;
+        };
+        let rx = {
+            let mut keys = cleanup.hub.lock();
+            let Some(waiters) = keys.get_mut(&cleanup.key) else {
+                return false;
+            };
+            if let Some(earlier) = cleanup.owner.replace(owner) {
+                waiters.owners.remove(&earlier);
+            }
+            let (tx, rx) = watch::channel(None);
+            waiters.owners.insert(owner, tx);
+            rx
+        };
+        self.inbox = Some(rx);
+        true
+    }
+
+    /// The grant handed over to this waiter's owner, if one has arrived.
+    pub fn hand_off(&self) -> Option<HandOff> {
+        self.inbox.as_ref().and_then(|rx| *rx.borrow())
+    }
+
     /// Resolves at the next release notification since the last call (or
-    /// since the subscription was made). Pending forever for
-    /// [`Subscription::never`] or once the notifier is gone.
+    /// since the subscription was made), or when a grant is handed over
+    /// to this waiter's owner. Pending forever for [`Subscription::never`]
+    /// or once the notifier is gone.
     ///
     /// # Cancel safety
     /// Cancel safe: a notification that arrives while the future is dropped
     /// is kept for the next call.
     pub async fn notified(&mut self) {
-        match &mut self.rx {
-            Some(rx) => {
-                if rx.changed().await.is_err() {
-                    std::future::pending::<()>().await;
+        let released = async {
+            match &mut self.rx {
+                Some(rx) => {
+                    if rx.changed().await.is_err() {
+                        std::future::pending::<()>().await;
+                    }
                 }
+                None => std::future::pending().await,
             }
-            None => std::future::pending().await,
+        };
+        let handed = async {
+            match &mut self.inbox {
+                Some(rx) => {
+                    if rx.changed().await.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = released => {}
+            () = handed => {}
         }
     }
 }
@@ -61,8 +117,31 @@ impl fmt::Debug for Subscription {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Subscription")
             .field("live", &self.is_live())
+            .field("hand_off", &self.hand_off())
             .finish()
     }
+}
+
+/// One key's waiters in this process.
+struct KeyWaiters {
+    /// Bumped at every release notification: wakes every waiter.
+    released: watch::Sender<u64>,
+    /// The waiters that registered their owner id, each told alone of a
+    /// grant handed over to it.
+    owners: HashMap<OwnerId, watch::Sender<Option<HandOff>>>,
+}
+
+/// A grant the store handed over to the head of a key's queue, as the
+/// waiter learns of it: the grant's fencing token, and the ticket of the
+/// waiter's attempt that last wrote its queue entry before the hand-off
+/// ([`AcquireRequest::queue_ticket`](crate::backend::AcquireRequest::queue_ticket)),
+/// which tells the waiter from when to count the grant's claim window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HandOff {
+    /// The fencing token of the handed-over grant.
+    pub token: u64,
+    /// The ticket its queue entry carried.
+    pub ticket: u32,
 }
 
 /// Per-process fan-out of release notifications to the waiters of each key.
@@ -70,7 +149,7 @@ impl fmt::Debug for Subscription {
 /// Cheap to clone; clones share the same waiters.
 #[derive(Clone, Default)]
 pub struct WakeHub {
-    keys: Arc<Mutex<HashMap<String, watch::Sender<u64>>>>,
+    keys: Arc<Mutex<HashMap<String, KeyWaiters>>>,
 }
 
 impl WakeHub {
@@ -84,15 +163,21 @@ impl WakeHub {
         let rx = {
             let mut keys = self.lock();
             keys.entry(key.to_owned())
-                .or_insert_with(|| watch::channel(0).0)
+                .or_insert_with(|| KeyWaiters {
+                    released: watch::channel(0).0,
+                    owners: HashMap::new(),
+                })
+                .released
                 .subscribe()
         };
         Subscription {
             rx: Some(rx),
-            _cleanup: Some(Box::new(Unsubscribe {
+            inbox: None,
+            cleanup: Some(Unsubscribe {
                 hub: self.clone(),
                 key: key.to_owned(),
-            })),
+                owner: None,
+            }),
         }
     }
 
@@ -100,8 +185,22 @@ impl WakeHub {
     pub fn notify(&self, key: &str) -> bool {
         let keys = self.lock();
         match keys.get(key) {
-            Some(tx) => {
-                tx.send_modify(|generation| *generation = generation.wrapping_add(1));
+            Some(waiters) => {
+                bump(&waiters.released);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Tells the waiter of `key` registered as `owner` (and no other) that
+    /// the store handed the key over to it. Returns whether that waiter is
+    /// in this process.
+    pub fn hand_over(&self, key: &str, owner: OwnerId, grant: HandOff) -> bool {
+        let keys = self.lock();
+        match keys.get(key).and_then(|w| w.owners.get(&owner)) {
+            Some(inbox) => {
+                inbox.send_replace(Some(grant));
                 true
             }
             None => false,
@@ -112,11 +211,12 @@ impl WakeHub {
     ///
     /// For a backend that may have missed notifications (its listening
     /// connection dropped): a spurious wake costs a waiter one retry, a
-    /// missed one costs it a polling interval.
+    /// missed one costs it a polling interval. A queued waiter that missed
+    /// its hand-off finds the grant at that retry (a repeat of its request).
     pub fn notify_all(&self) -> usize {
         let keys = self.lock();
-        for tx in keys.values() {
-            tx.send_modify(|generation| *generation = generation.wrapping_add(1));
+        for waiters in keys.values() {
+            bump(&waiters.released);
         }
         keys.len()
     }
@@ -132,11 +232,15 @@ impl WakeHub {
         self.lock().len()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, watch::Sender<u64>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, KeyWaiters>> {
         // A panic while holding this lock cannot leave the map inconsistent
         // (every update is a single insert or remove), so poison is ignored.
         self.keys.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+fn bump(released: &watch::Sender<u64>) {
+    released.send_modify(|generation| *generation = generation.wrapping_add(1));
 }
 
 impl fmt::Debug for WakeHub {
@@ -147,20 +251,25 @@ impl fmt::Debug for WakeHub {
     }
 }
 
-/// Removes a key's channel when its last waiter goes, so the hub does not
-/// grow with every key ever waited for.
+/// Removes a waiter's owner registration, and its key's entry when its
+/// last waiter goes, so the hub does not grow with every key ever waited
+/// for.
 struct Unsubscribe {
     hub: WakeHub,
     key: String,
+    owner: Option<OwnerId>,
 }
 
 impl Drop for Unsubscribe {
     fn drop(&mut self) {
         let mut keys = self.hub.lock();
-        if keys
-            .get(&self.key)
-            .is_some_and(|tx| tx.receiver_count() == 0)
-        {
+        let Some(waiters) = keys.get_mut(&self.key) else {
+            return;
+        };
+        if let Some(owner) = self.owner {
+            waiters.owners.remove(&owner);
+        }
+        if waiters.released.receiver_count() == 0 && waiters.owners.is_empty() {
             keys.remove(&self.key);
         }
     }
@@ -232,5 +341,46 @@ mod tests {
                 .await
                 .is_err()
         );
+    }
+
+    #[tokio::test]
+    async fn a_hand_over_reaches_its_owner_alone() {
+        let hub = WakeHub::new();
+        let (first, second) = (OwnerId::random(), OwnerId::random());
+        let mut a = hub.subscribe("k");
+        let mut b = hub.subscribe("k");
+        assert!(a.expect_hand_off(first));
+        assert!(b.expect_hand_off(second));
+        let grant = HandOff {
+            token: 7,
+            ticket: 2,
+        };
+        assert!(hub.hand_over("k", first, grant));
+        tokio::time::timeout(Duration::from_secs(1), a.notified())
+            .await
+            .expect("the owner is woken");
+        assert_eq!(a.hand_off(), Some(grant));
+        assert!(
+            tokio::time::timeout(Duration::from_millis(20), b.notified())
+                .await
+                .is_err(),
+            "the other waiter sleeps on"
+        );
+        assert_eq!(b.hand_off(), None);
+        assert!(!hub.hand_over("k", OwnerId::random(), grant), "nobody here");
+        drop(a);
+        assert!(
+            !hub.hand_over("k", first, grant),
+            "its registration left with it"
+        );
+        drop(b);
+        assert!(!hub.is_watched("k"));
+    }
+
+    #[test]
+    fn never_takes_no_hand_off() {
+        let mut s = Subscription::never();
+        assert!(!s.expect_hand_off(OwnerId::random()));
+        assert_eq!(s.hand_off(), None);
     }
 }

@@ -249,6 +249,20 @@ impl AcquireProbe {
         self.attempts.fetch_add(1, Relaxed);
     }
 
+    /// A wait woke on news from the store.
+    pub(crate) fn woken(&self) {
+        self.tally.observer.counters.wakeups.fetch_add(1, Relaxed);
+    }
+
+    /// The grant was handed over by the store (counted as granted at the end).
+    pub(crate) fn handed_over(&self) {
+        self.tally
+            .observer
+            .counters
+            .handed_over
+            .fetch_add(1, Relaxed);
+    }
+
     /// The labels of this acquisition, for the guard of its grant.
     pub(crate) fn tally(&self) -> &Tally {
         &self.tally

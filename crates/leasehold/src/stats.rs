@@ -39,6 +39,15 @@ pub struct Stats {
     pub acquires: AcquireCounts,
     /// Attempts at the store, over all acquisitions (a waiter makes several).
     pub attempts: u64,
+    /// Times a waiter woke on news from the store (a release notification,
+    /// or a grant handed over to it), not on a timer: with queues at the
+    /// store (docs/fairness.md) one per release, else one per waiter of
+    /// the releasing key in each process.
+    pub wakeups: u64,
+    /// Acquisitions granted by a hand-off: the store gave the key to this
+    /// waiter, the head of its queue, at a release (counted in
+    /// `acquires.granted` too).
+    pub handed_over: u64,
     /// Acquisitions waiting right now (with a wait bound, not yet ended).
     pub waiting: u64,
     /// Guards alive right now (a lost guard counts until it is dropped).
@@ -212,6 +221,8 @@ pub(crate) struct Counters {
     pub(crate) cancelled: AtomicU64,
     pub(crate) failed: AtomicU64,
     pub(crate) attempts: AtomicU64,
+    pub(crate) wakeups: AtomicU64,
+    pub(crate) handed_over: AtomicU64,
     pub(crate) waiting: AtomicU64,
     pub(crate) held: AtomicU64,
     pub(crate) renew_ok: AtomicU64,
@@ -237,6 +248,8 @@ impl Counters {
                 failed: get(&self.failed),
             },
             attempts: get(&self.attempts),
+            wakeups: get(&self.wakeups),
+            handed_over: get(&self.handed_over),
             waiting: get(&self.waiting),
             held: get(&self.held),
             renewals: RenewalCounts {

@@ -2,6 +2,7 @@
 //! cheapest thing the store can do, in one run.
 
 mod keys;
+mod order;
 mod plot;
 mod raw;
 mod recorder;
@@ -61,6 +62,9 @@ pub struct BenchArgs {
     /// Run the contended workers as OS processes instead of tasks
     #[arg(long)]
     pub processes: bool,
+    /// With --processes: waiters (tasks) in each worker process
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub tasks_per_process: u32,
     /// Rounds of the uncontended and hand-off scenarios
     #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(10..=1_000_000))]
     pub rounds: u32,
@@ -146,6 +150,7 @@ struct Plan {
     step: Duration,
     workers: usize,
     processes: bool,
+    tasks_per_process: usize,
     cores: usize,
     /// Leases held in the renewal scenario.
     renewal_leases: usize,
@@ -162,6 +167,11 @@ impl Plan {
         }
         if args.duration.is_zero() {
             return Err(CliError::usage("--duration must be more than 0"));
+        }
+        if args.tasks_per_process != 1 && !args.processes {
+            return Err(CliError::usage(
+                "--tasks-per-process needs --processes (without it, --workers are tasks of this process)",
+            ));
         }
         let (rounds, step) = if args.quick {
             (
@@ -181,6 +191,7 @@ impl Plan {
             step,
             workers: args.workers as usize,
             processes: args.processes,
+            tasks_per_process: args.tasks_per_process as usize,
             cores: std::thread::available_parallelism().map_or(2, |n| n.get()),
             // A quick run checks that the scenario works: 100 leases at a
             // 1 s ttl are 300 renewals/s, more than a slow test server
@@ -224,7 +235,9 @@ async fn run_scenario(
         }
         Scenario::Contended => {
             out.contended = Some(if plan.processes {
-                worker::contended_processes(store, url, plan.workers, plan.step).await?
+                let queues = locks.backend().queues();
+                let shape = (plan.workers, plan.tasks_per_process);
+                worker::contended_processes(url, shape, plan.step, queues).await?
             } else {
                 scenarios::contended(store, locks, plan.workers, plan.step).await?
             })
@@ -301,12 +314,17 @@ fn print_table(report: &Report) {
             h.notified.samples
         );
         println!("  {:<34} {:>10} {:>10}", "", "p50 µs", "p99 µs");
-        for (name, l) in [
-            ("one uncontended acquire", &h.acquire),
-            ("woken by the store", &h.notified),
-            ("  same, from release returned", &h.notified_after_release),
-            ("polling only", &h.polling),
-        ] {
+        let rows = [
+            ("one uncontended acquire", Some(&h.acquire)),
+            ("woken by the store", Some(&h.notified)),
+            (
+                "  same, from release returned",
+                Some(&h.notified_after_release),
+            ),
+            ("  racing (fair off)", h.racing.as_ref()),
+            ("polling only", Some(&h.polling)),
+        ];
+        for (name, l) in rows.into_iter().filter_map(|(n, l)| Some((n, l?))) {
             println!("  {:<34} {:>10.1} {:>10.1}", name, l.p50_us, l.p99_us);
         }
         for p in &h.peers {
@@ -319,27 +337,44 @@ fn print_table(report: &Report) {
             h.notified_after_release_p50_per_acquire,
             h.polling_p50_per_notified
         );
+        if let Some(r) = h.racing_p50_per_acquire {
+            println!("  racing hand-off (fair off) = {r:.2}x one acquire");
+        }
     }
     if let Some(c) = &s.contended {
+        let within = match c.processes {
+            Some(p) => format!(" in {p} processes"),
+            None => String::new(),
+        };
         println!(
-            "\ncontended: {} workers on one key for {} ms",
+            "\ncontended: {} workers{within} on one key for {} ms",
             c.workers, c.duration_ms
         );
         println!(
-            "  {:<34} {:>10} {:>8} {:>14}",
-            "", "acq/s", "Jain", "longest wait"
+            "  {:<30} {:>9} {:>7} {:>12} {:>9} {:>9} {:>9}",
+            "", "acq/s", "Jain", "longest wait", "out of order", "/FIFO", "wakes/rel"
         );
         let rows = std::iter::once(("leasehold", &c.leasehold))
+            .chain(c.racing.iter().map(|r| ("leasehold, racing (fair off)", r)))
             .chain(c.raw_loop.iter().map(|r| ("raw loop, no library", r)));
         for (name, t) in rows {
+            let (ooo, fifo, wakes) = match &t.order {
+                Some(o) => (
+                    format!("{:.2}%", o.out_of_order * 100.0),
+                    format!("{:.2}", o.longest_per_fifo),
+                    format!("{:.2}", o.wakeups_per_release),
+                ),
+                None => ("-".into(), "-".into(), "-".into()),
+            };
             println!(
-                "  {:<34} {:>10.0} {:>8.3} {:>11.1} ms",
-                name, t.per_second, t.jain_index, t.longest_wait_ms
+                "  {:<30} {:>9.0} {:>7.3} {:>9.1} ms {:>12} {:>9} {:>9}",
+                name, t.per_second, t.jain_index, t.longest_wait_ms, ooo, fifo, wakes
             );
         }
         if let Some(r) = c.ratio_to_raw {
             println!("  leasehold = {r:.2}x the raw loop's acquisitions/s");
         }
+        println!("  (/FIFO: longest wait over a first-come-first-served wait, the mean time between grants times the other waiters)");
     }
     if let Some(sc) = &s.scale {
         println!("\nscale: workers on distinct keys");

@@ -12,6 +12,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use super::keys::unique_key;
+use super::order::{order, wait_in_turn, Order, WaiterRun};
 use super::raw::BenchStore;
 use super::stats::{jain_index, ratio, Latency};
 use crate::exit::CliError;
@@ -229,6 +230,14 @@ pub struct Handoff {
     pub notified_p50_per_acquire: f64,
     /// notified_after_release p50 / acquire p50.
     pub notified_after_release_p50_per_acquire: f64,
+    /// Woken by the store with `with_fair(false)`: the waiter races for the
+    /// key with an acquire of its own after the wake-up (the path before
+    /// queues); absent where the store keeps no queues (the same path).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub racing: Option<Latency>,
+    /// racing p50 / acquire p50.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub racing_p50_per_acquire: Option<f64>,
     /// polling p50 / notified p50 (target ≥ 10).
     pub polling_p50_per_notified: f64,
 }
@@ -258,8 +267,16 @@ pub async fn handoff(
         acquire.push(t.elapsed());
         guard.release().await?;
     }
-    let (notified, notified_after) = handoff_rounds(&holder, &waiter, rounds).await?;
-    let (polling, _) = handoff_rounds(&holder, &poller, rounds).await?;
+    let queued = AcquireOptions::new().with_wait(Duration::from_secs(30));
+    let racing = queued.clone().with_fair(false);
+    let (notified, notified_after) = handoff_rounds(&holder, &waiter, &queued, rounds).await?;
+    let racing = match waiter.backend().queues() {
+        true => Some(Latency::of(
+            &handoff_rounds(&holder, &waiter, &racing, rounds).await?.0,
+        )),
+        false => None,
+    };
+    let (polling, _) = handoff_rounds(&holder, &poller, &queued, rounds).await?;
     let after = Latency::of(&notified_after);
     let (a, n, p) = (
         Latency::of(&acquire),
@@ -278,6 +295,8 @@ pub async fn handoff(
         samples.push((peer.name(), s));
     }
     Ok(Handoff {
+        racing_p50_per_acquire: racing.as_ref().map(|r| ratio(r.p50_us, a.p50_us)),
+        racing,
         peers,
         notified_p50_per_acquire: ratio(n.p50_us, a.p50_us),
         notified_after_release_p50_per_acquire: ratio(after.p50_us, a.p50_us),
@@ -292,6 +311,7 @@ pub async fn handoff(
 async fn handoff_rounds(
     holder: &Locks,
     waiter: &Locks,
+    wait: &AcquireOptions,
     rounds: usize,
 ) -> Result<(Vec<Duration>, Vec<Duration>), CliError> {
     let key = unique_key("handoff");
@@ -299,9 +319,9 @@ async fn handoff_rounds(
     let mut after_release = Vec::with_capacity(rounds);
     for _ in 0..rounds {
         let guard = holder.try_acquire(&key).await?;
-        let (w, k) = (waiter.clone(), key.clone());
+        let (w, k, wait) = (waiter.clone(), key.clone(), wait.clone());
         let task = tokio::spawn(async move {
-            let g = w.acquire(&k, Duration::from_secs(30)).await?;
+            let g = w.acquire_with(&k, &wait).await?;
             let at = Instant::now();
             g.release().await?;
             Ok::<_, leasehold::Error>(at)
@@ -327,13 +347,30 @@ pub struct Throughput {
     pub per_worker: Vec<u64>,
     pub jain_index: f64,
     pub longest_wait_ms: f64,
+    /// How close the grants came to first come, first served (leasehold's
+    /// rows; the raw loop keeps no order).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub order: Option<Order>,
 }
 
 #[derive(Debug, Serialize)]
 pub struct Contended {
+    /// Waiters in all.
     pub workers: usize,
+    /// OS processes they ran in (each its own connection), if not tasks of
+    /// this one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub processes: Option<usize>,
     pub duration_ms: u128,
+    /// Waiters as they wait by default: queued at the store where it keeps
+    /// queues (docs/fairness.md).
     pub leasehold: Throughput,
+    /// The same waiters with `with_fair(false)`: each process's waiters
+    /// line up locally and race the others at each release (the path
+    /// before queues, and still that of a store without them); absent
+    /// where the store keeps no queues (the two are the same).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub racing: Option<Throughput>,
     /// The same atomic operations in a tight loop with no library around
     /// them (each worker retries at once when busy); absent without a baseline.
     pub raw_loop: Option<Throughput>,
@@ -342,57 +379,94 @@ pub struct Contended {
 }
 
 /// W workers on one key for `duration`: how many acquisitions, how fairly
-/// shared, and the longest any worker waited.
+/// shared, in what order, and the longest any worker waited; queued and
+/// racing where the store keeps queues.
 pub async fn contended(
     store: &BenchStore,
     locks: &Locks,
     workers: usize,
     duration: Duration,
 ) -> Result<Contended, CliError> {
-    let key = unique_key("contended");
-    let deadline = Instant::now() + duration;
-    let tasks: Vec<_> = (0..workers)
-        .map(|_| {
-            let (locks, key) = (locks.clone(), key.clone());
-            tokio::spawn(async move {
-                let mut count = 0u64;
-                let mut longest = Duration::ZERO;
-                while Instant::now() < deadline {
-                    let t = Instant::now();
-                    let opts =
-                        AcquireOptions::new().with_wait(deadline.saturating_duration_since(t));
-                    let guard = match locks.acquire_with(&key, &opts).await {
-                        Ok(g) => g,
-                        // A worker starved until the end still waited.
-                        Err(leasehold::Error::Timeout { .. }) => {
-                            longest = longest.max(t.elapsed());
-                            break;
-                        }
-                        Err(e) => return Err(e),
-                    };
-                    longest = longest.max(t.elapsed());
-                    guard.release().await?;
-                    count += 1;
-                }
-                Ok((count, longest))
-            })
-        })
-        .collect();
-    let leasehold = collect(tasks, duration).await?;
-
+    let leasehold = contended_tasks(locks, workers, duration, true).await?;
+    let racing = match locks.backend().queues() {
+        true => Some(contended_tasks(locks, workers, duration, false).await?),
+        false => None,
+    };
     let raw_loop = match store.baselines.first() {
         None => None,
         Some(_) => Some(raw_contended(store, workers, duration).await?),
     };
     Ok(Contended {
         workers,
+        processes: None,
         duration_ms: duration.as_millis(),
         ratio_to_raw: raw_loop
             .as_ref()
             .map(|r| ratio(leasehold.per_second, r.per_second)),
         leasehold,
+        racing,
         raw_loop,
     })
+}
+
+/// `workers` tasks of this process on one fresh key, queued or racing.
+async fn contended_tasks(
+    locks: &Locks,
+    workers: usize,
+    duration: Duration,
+    fair: bool,
+) -> Result<Throughput, CliError> {
+    let key = unique_key(if fair {
+        "contended"
+    } else {
+        "contended-racing"
+    });
+    let before = locks.stats();
+    let deadline = Instant::now() + duration;
+    let tasks: Vec<_> = (0..workers)
+        .map(|_| {
+            let (locks, key) = (locks.clone(), key.clone());
+            tokio::spawn(async move { wait_in_turn(&locks, &key, deadline, fair).await })
+        })
+        .collect();
+    let mut runs = Vec::with_capacity(workers);
+    for t in tasks {
+        runs.push(
+            t.await
+                .map_err(|e| CliError::new(crate::exit::EX_SOFTWARE, e.to_string()))??,
+        );
+    }
+    let after = locks.stats();
+    Ok(summarize(
+        runs,
+        duration,
+        after.wakeups - before.wakeups,
+        after.handed_over - before.handed_over,
+    ))
+}
+
+/// The throughput and order of the waiters' `runs`, whom the store's news
+/// woke `wakeups` times and handed `handed_over` grants.
+pub fn summarize(
+    runs: Vec<WaiterRun>,
+    duration: Duration,
+    wakeups: u64,
+    handed_over: u64,
+) -> Throughput {
+    let waiters = runs.len();
+    let per_worker = runs.iter().map(|r| r.grants.len() as u64).collect();
+    let longest = Duration::from_micros(runs.iter().map(|r| r.longest_wait_us).max().unwrap_or(0));
+    let grants = runs.into_iter().flat_map(|r| r.grants).collect();
+    let mut t = throughput(per_worker, longest, duration);
+    t.order = Some(order(
+        grants,
+        waiters,
+        duration,
+        longest,
+        wakeups,
+        handed_over,
+    ));
+    t
 }
 
 async fn raw_contended(
@@ -464,6 +538,7 @@ pub fn throughput(per_worker: Vec<u64>, longest: Duration, duration: Duration) -
         jain_index: jain_index(&per_worker),
         per_worker,
         longest_wait_ms: longest.as_secs_f64() * 1e3,
+        order: None,
     }
 }
 

@@ -1,17 +1,18 @@
 //! The contended scenario with OS processes: each worker is a
-//! `leasehold bench-worker` process with its own connection.
+//! `leasehold bench-worker` process with its own connection, running one
+//! or more waiters (tasks) on one `Locks`.
 
 use std::time::Duration;
 
 use clap::Args;
-use leasehold::{AcquireOptions, Locks};
+use leasehold::Locks;
 use serde::{Deserialize, Serialize};
 use tokio::process::Command;
 use tokio::time::Instant;
 
 use super::keys::unique_key;
-use super::raw::BenchStore;
-use super::scenarios::{throughput, Contended};
+use super::order::{wait_in_turn, WaiterRun};
+use super::scenarios::{summarize, Contended, Throughput};
 use crate::exit::{CliError, EX_SOFTWARE};
 use crate::parse_duration;
 
@@ -22,69 +23,107 @@ pub struct BenchWorkerArgs {
     pub key: String,
     #[arg(long, value_parser = parse_duration)]
     pub duration: Duration,
+    /// Waiters (tasks) in this process.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub tasks: u32,
+    /// Wait with `with_fair(false)`: lined up locally, racing the others.
+    #[arg(long)]
+    pub racing: bool,
 }
 
 /// What one worker process prints.
 #[derive(Debug, Serialize, Deserialize)]
 struct WorkerResult {
-    acquisitions: u64,
-    longest_wait_us: u64,
+    runs: Vec<WaiterRun>,
+    /// Wake-ups and hand-offs its `Locks` counted (`Locks::stats`).
+    wakeups: u64,
+    handed_over: u64,
 }
 
 pub async fn bench_worker(store: &str, args: BenchWorkerArgs) -> Result<u8, CliError> {
     let locks = Locks::open(store).await?;
     let deadline = Instant::now() + args.duration;
-    let mut result = WorkerResult {
-        acquisitions: 0,
-        longest_wait_us: 0,
-    };
-    while Instant::now() < deadline {
-        let t = Instant::now();
-        let opts = AcquireOptions::new().with_wait(deadline.saturating_duration_since(t));
-        let guard = match locks.acquire_with(&args.key, &opts).await {
-            Ok(g) => g,
-            Err(leasehold::Error::Timeout { .. }) => {
-                // A worker starved until the end still waited.
-                let waited = t.elapsed().as_micros() as u64;
-                result.longest_wait_us = result.longest_wait_us.max(waited);
-                break;
-            }
-            Err(e) => return Err(e.into()),
-        };
-        result.longest_wait_us = result.longest_wait_us.max(t.elapsed().as_micros() as u64);
-        guard.release().await?;
-        result.acquisitions += 1;
+    let fair = !args.racing;
+    let tasks: Vec<_> = (0..args.tasks)
+        .map(|_| {
+            let (locks, key) = (locks.clone(), args.key.clone());
+            tokio::spawn(async move { wait_in_turn(&locks, &key, deadline, fair).await })
+        })
+        .collect();
+    let mut runs = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        runs.push(
+            t.await
+                .map_err(|e| CliError::new(EX_SOFTWARE, e.to_string()))??,
+        );
     }
+    let stats = locks.stats();
+    let result = WorkerResult {
+        runs,
+        wakeups: stats.wakeups,
+        handed_over: stats.handed_over,
+    };
     println!(
         "{}",
         serde_json::to_string(&result).expect("results serialize")
     );
+    locks.close().await;
     Ok(0)
 }
 
+/// `processes` worker processes of `tasks` waiters each on one key, queued
+/// (and racing too, where the store `queues`).
 pub async fn contended_processes(
-    _store: &BenchStore,
     url: &str,
-    workers: usize,
+    (processes, tasks): (usize, usize),
     duration: Duration,
+    queues: bool,
 ) -> Result<Contended, CliError> {
+    let leasehold = run_processes(url, (processes, tasks), duration, false).await?;
+    let racing = match queues {
+        true => Some(run_processes(url, (processes, tasks), duration, true).await?),
+        false => None,
+    };
+    Ok(Contended {
+        workers: processes * tasks,
+        processes: Some(processes),
+        duration_ms: duration.as_millis(),
+        leasehold,
+        racing,
+        // A raw loop across processes would need a baseline worker per
+        // store; the in-process variant carries the ratio.
+        raw_loop: None,
+        ratio_to_raw: None,
+    })
+}
+
+async fn run_processes(
+    url: &str,
+    (processes, tasks): (usize, usize),
+    duration: Duration,
+    racing: bool,
+) -> Result<Throughput, CliError> {
     let exe = std::env::current_exe()?;
     let key = unique_key("contended-processes");
-    let children: Vec<_> = (0..workers)
+    let children: Vec<_> = (0..processes)
         .map(|_| {
-            Command::new(&exe)
+            let mut command = Command::new(&exe);
+            command
                 // The URL may carry a password: the environment, unlike
                 // argv, is readable by this user only.
                 .env("LEASEHOLD_STORE", url)
                 .args(["bench-worker", "--key", &key])
                 .args(["--duration", &format!("{}ms", duration.as_millis())])
+                .args(["--tasks", &tasks.to_string()])
                 .stdout(std::process::Stdio::piped())
-                .kill_on_drop(true)
-                .spawn()
+                .kill_on_drop(true);
+            if racing {
+                command.arg("--racing");
+            }
+            command.spawn()
         })
         .collect::<Result<_, _>>()?;
-    let mut per_worker = Vec::new();
-    let mut longest = Duration::ZERO;
+    let (mut runs, mut wakeups, mut handed_over) = (Vec::new(), 0, 0);
     for child in children {
         let out = child.wait_with_output().await?;
         if !out.status.success() {
@@ -95,16 +134,9 @@ pub async fn contended_processes(
         }
         let r: WorkerResult = serde_json::from_slice(&out.stdout)
             .map_err(|e| CliError::new(EX_SOFTWARE, format!("bad bench worker output: {e}")))?;
-        per_worker.push(r.acquisitions);
-        longest = longest.max(Duration::from_micros(r.longest_wait_us));
+        runs.extend(r.runs);
+        wakeups += r.wakeups;
+        handed_over += r.handed_over;
     }
-    Ok(Contended {
-        workers,
-        duration_ms: duration.as_millis(),
-        leasehold: throughput(per_worker, longest, duration),
-        // A raw loop across processes would need a baseline worker per
-        // store; the in-process variant carries the ratio.
-        raw_loop: None,
-        ratio_to_raw: None,
-    })
+    Ok(summarize(runs, duration, wakeups, handed_over))
 }

@@ -29,7 +29,7 @@ mod record;
 mod request;
 
 pub use crate::kind::KeyKind;
-pub use crate::notify::{Subscription, WakeHub};
+pub use crate::notify::{HandOff, Subscription, WakeHub};
 pub use crate::scheme::parse_idle_window;
 pub use idle::{SweepSchedule, DEFAULT_IDLE_WINDOW};
 pub(crate) use lease::renew_attempt_timeout;
@@ -41,7 +41,7 @@ pub use record::{
     duration_to_millis, millis_to_duration, token_from_i64, token_to_i64, CorruptRecord,
     RecordDecoder,
 };
-pub use request::{AcquireRequest, OwnerId, PermitKind, TRY_ONCE_LOCK_WAIT};
+pub use request::{AcquireRequest, OwnerId, PermitKind, QUEUE_ENTRY_TTL, TRY_ONCE_LOCK_WAIT};
 
 use std::fmt;
 use std::future::Future;
@@ -118,6 +118,36 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 ///   - `force_release` frees the key whatever its kind: the mutex holder,
 ///     or every permit, reader, writer and waiting writer's marker, and
 ///     bumps the fence that the key's next grant counts from.
+/// - **A queue per key, for a store that says so** ([`queues`](Backend::queues)
+///   answers `true`; today memory and SQLite, mutex requests only). A mutex
+///   request that carries a queue entry ([`AcquireRequest::queue_entry_ttl`])
+///   and finds the key busy enters the key's queue in the same atomic
+///   operation: an entry of its owner, holder label, claim window
+///   ([`AcquireRequest::claim_window`]) and ticket
+///   ([`AcquireRequest::queue_ticket`]), living `queue_entry_ttl` at the
+///   store's clock, after every entry already there; a repeat renews the
+///   entry and its ticket and keeps its place. An entry past its lease is
+///   dead: skipped and removed. Then:
+///   - **a free key goes to the queue's head first.** A mutex attempt (any,
+///     queued or not) that finds the key free while the queue has a live
+///     head other than its own owner *hands the key over*: it grants the
+///     head (the next token, the head's label, an expiry of the head's
+///     claim window from now), removes the head's entry, tells the head
+///     ([`WakeHub::hand_over`], with the token and the entry's ticket) and
+///     answers busy, naming the head; it enters the queue itself if it
+///     queues. A free key with no live entry, or whose head is the
+///     requester, is granted to it, and its entry removed.
+///   - **`release` hands over** in the same atomic operation: a key freed
+///     while its queue has a live head is granted to the head as above and
+///     only the head is told; other waiters are not woken. With no head,
+///     the release wakes the key's subscribers as before.
+///   - **The head claims** the grant with a renewal (or a repeat of its
+///     request, which the store answers as the same grant, extended); a
+///     grant nobody claims lapses at the end of its claim window and the
+///     next attempt hands the key to the next head.
+///   - [`leave_queue`](Backend::leave_queue) removes an owner's entry, and
+///     gives back a grant handed over to that owner if it still holds it
+///     (handing the key to the next head).
 /// - **Waking is optional but preferred.** `subscribe` returns a
 ///   [`Subscription`] that fires after a release of the key (and after an
 ///   `announce` of it); a backend that cannot notify returns
@@ -216,6 +246,26 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     fn announce<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool>> {
         let _ = key;
         Box::pin(async { Ok(false) })
+    }
+
+    /// Whether this store keeps a queue of waiters per key and hands a
+    /// freed key to its head (the `# Contract`'s queue rules). The core
+    /// then lets every waiter of a mutex queue at the store, first come,
+    /// first served across processes; otherwise waiters race for the key
+    /// at each release. Default: `false`.
+    fn queues(&self) -> bool {
+        false
+    }
+
+    /// Takes `owner` out of `key`'s queue, and gives back a grant handed
+    /// over to `owner` that it still holds (the key then goes to the next
+    /// head): for a waiter whose wait ended (timeout, cancel) without
+    /// taking a grant. Owner ids are fresh per acquisition, so no lease of
+    /// anybody else can match. Default: nothing to do (a store without
+    /// queues).
+    fn leave_queue<'a>(&'a self, key: &'a Key, owner: OwnerId) -> BoxFuture<'a, Result<()>> {
+        let _ = (key, owner);
+        Box::pin(async { Ok(()) })
     }
 
     /// Closes the store's connections and stops its background tasks, so

@@ -1,7 +1,6 @@
 //! What a store receives: the validated request for a lease (its key,
 //! owner, holder label, ttl, wait bound and kind) and the owner id.
 
-use std::fmt;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -9,52 +8,8 @@ use tokio::time::Instant;
 use super::{validate_permits, KeyKind, Lease, RwSide, WRITER_MARK_MAX};
 use crate::error::Result;
 use crate::key::Key;
+pub use crate::owner::OwnerId;
 use crate::time::validate_ttl;
-
-/// Who asks for a lease: 128 random bits, fresh for every acquisition.
-///
-/// Renew and release must present it, so nobody else can release your lock.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct OwnerId(u128);
-
-impl OwnerId {
-    /// A fresh random owner id.
-    pub fn random() -> Self {
-        OwnerId(rand::random())
-    }
-
-    /// The id as a number.
-    pub fn as_u128(self) -> u128 {
-        self.0
-    }
-
-    /// Rebuilds an id from its 32-digit lowercase hex form, as stored.
-    pub fn from_hex(hex: &str) -> Option<Self> {
-        (hex.len() == 32)
-            .then(|| u128::from_str_radix(hex, 16).ok())
-            .flatten()
-            .map(OwnerId)
-    }
-}
-
-impl From<u128> for OwnerId {
-    fn from(value: u128) -> Self {
-        OwnerId(value)
-    }
-}
-
-impl fmt::Display for OwnerId {
-    /// 32 lowercase hex digits: the form stores keep.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:032x}", self.0)
-    }
-}
-
-impl fmt::Debug for OwnerId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "OwnerId({self})")
-    }
-}
 
 /// A validated request for a lease, as a backend receives it.
 #[derive(Debug, Clone)]
@@ -68,6 +23,16 @@ pub struct AcquireRequest {
     /// For a permit: which kind (a semaphore's count, or a side of a
     /// reader-writer lock).
     permit: Option<PermitKind>,
+    /// For a waiter in the key's queue: its entry's lease and this
+    /// attempt's ticket; see [`AcquireRequest::queue_entry_ttl`].
+    queue: Option<QueueEntry>,
+}
+
+/// What a queued waiter's attempt asks the store to write into its entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct QueueEntry {
+    ttl: Duration,
+    ticket: u32,
 }
 
 /// What a permit request asks for ([`Backend::try_acquire`](super::Backend::try_acquire)): one
@@ -104,6 +69,13 @@ impl PermitKind {
 /// same key to finish, short enough to answer a try-once call at once.
 pub const TRY_ONCE_LOCK_WAIT: Duration = Duration::from_millis(50);
 
+/// How long a waiter's entry in a key's queue lives unless the waiter
+/// renews it (each of its attempts does, about every third of this): a
+/// waiter that dies, times out or is cancelled leaves the queue within it
+/// at the latest. It also bounds the claim window of a grant handed over
+/// to a waiter ([`AcquireRequest::claim_window`]).
+pub const QUEUE_ENTRY_TTL: Duration = Duration::from_secs(2);
+
 /// Longest holder label, in bytes; longer labels are cut at a char boundary.
 const MAX_HOLDER_BYTES: usize = 256;
 
@@ -124,6 +96,7 @@ impl AcquireRequest {
             ttl: validate_ttl(ttl)?,
             lock_deadline: None,
             permit: None,
+            queue: None,
         })
     }
 
@@ -186,10 +159,12 @@ impl AcquireRequest {
 
     /// This mutex request as the writer of the reader-writer lock of the
     /// same key (same owner, holder, ttl and wait bound): the exclusive
-    /// acquire of a key that is a reader-writer lock is its writer.
+    /// acquire of a key that is a reader-writer lock is its writer. A
+    /// writer does not queue (yet): the queue entry is dropped.
     pub(crate) fn as_writer(&self) -> Self {
         AcquireRequest {
             permit: Some(PermitKind::Write),
+            queue: None,
             ..self.clone()
         }
     }
@@ -230,6 +205,40 @@ impl AcquireRequest {
                 d.saturating_duration_since(Instant::now())
             })
             .max(TRY_ONCE_LOCK_WAIT)
+    }
+
+    /// A waiter's attempt: if it finds the key busy, the store enters
+    /// its owner in the key's queue (or renews its entry, keeping its
+    /// place) for `entry_ttl` at the store's clock, marked with `ticket`
+    /// (the waiter numbers its attempts; a grant handed over to it names
+    /// the ticket its entry carried). Only a mutex request queues today.
+    pub fn with_queue_entry(mut self, entry_ttl: Duration, ticket: u32) -> Self {
+        self.queue = Some(QueueEntry {
+            ttl: entry_ttl,
+            ticket,
+        });
+        self
+    }
+
+    /// The lease of this waiter's queue entry, if it queues (see
+    /// [`with_queue_entry`](Self::with_queue_entry) and the `# Contract`
+    /// of [`Backend`](super::Backend)).
+    pub fn queue_entry_ttl(&self) -> Option<Duration> {
+        self.queue.map(|q| q.ttl)
+    }
+
+    /// The ticket of this attempt, if it queues: stored in the entry and
+    /// sent back with a grant handed over to it.
+    pub fn queue_ticket(&self) -> Option<u32> {
+        self.queue.map(|q| q.ticket)
+    }
+
+    /// How long a grant handed over to this waiter lasts at the store
+    /// unless the waiter claims it (a renewal, or a repeat of its request):
+    /// its queue entry's lease, but never longer than its ttl. A waiter
+    /// that died after its last attempt holds the key up this long at most.
+    pub fn claim_window(&self) -> Duration {
+        self.queue.map_or(self.ttl, |q| q.ttl.min(self.ttl))
     }
 
     /// Reuses `owner` instead of the fresh random one: for retrying an

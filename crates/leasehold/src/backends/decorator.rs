@@ -46,7 +46,7 @@
 use std::fmt::Debug;
 use std::time::Duration;
 
-use crate::backend::{Acquire, AcquireRequest, Backend, BoxFuture, Lease, LeaseInfo};
+use crate::backend::{Acquire, AcquireRequest, Backend, BoxFuture, Lease, LeaseInfo, OwnerId};
 use crate::error::Result;
 use crate::key::Key;
 use crate::notify::Subscription;
@@ -93,6 +93,15 @@ pub trait Decorator: Debug + Send + Sync + 'static {
         self.inner().announce(key)
     }
 
+    /// [`Backend::queues`]; by default `inner`'s.
+    fn queues(&self) -> bool {
+        self.inner().queues()
+    }
+    /// [`Backend::leave_queue`]; by default `inner`'s.
+    fn leave_queue<'a>(&'a self, key: &'a Key, owner: OwnerId) -> BoxFuture<'a, Result<()>> {
+        self.inner().leave_queue(key, owner)
+    }
+
     /// [`Backend::shutdown`]; by default `inner`'s.
     fn shutdown(&self) -> BoxFuture<'_, ()> {
         self.inner().shutdown()
@@ -123,6 +132,13 @@ impl<D: Decorator> Backend for D {
     }
     fn announce<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool>> {
         Decorator::announce(self, key)
+    }
+
+    fn queues(&self) -> bool {
+        Decorator::queues(self)
+    }
+    fn leave_queue<'a>(&'a self, key: &'a Key, owner: OwnerId) -> BoxFuture<'a, Result<()>> {
+        Decorator::leave_queue(self, key, owner)
     }
 
     fn shutdown(&self) -> BoxFuture<'_, ()> {

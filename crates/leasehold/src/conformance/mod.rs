@@ -33,8 +33,11 @@
 //! [`Error::Unavailable`](crate::Error::Unavailable), with
 //! [`TestStore::with_url_at_port`]) and `blocking` (a store that makes an
 //! acquisition wait on another transaction bounds that wait by the caller's,
-//! with [`TestStore::with_blocker`]) and `sweep` (idle keys' records go at a
-//! pass, never from under a live grant, with [`TestStore::with_sweep`]).
+//! with [`TestStore::with_blocker`]), `sweep` (idle keys' records go at a
+//! pass, never from under a live grant, with [`TestStore::with_sweep`]) and
+//! `queue` (a store whose [`queues`](crate::backend::Backend::queues) is
+//! true grants in the order the waiters came, hands a released key to the
+//! head alone, and drops dead waiters; with a second client).
 
 mod bounds;
 mod cross_client;
@@ -42,6 +45,7 @@ mod election;
 mod kinds;
 mod multi;
 mod protocol;
+mod queue;
 mod regrant;
 mod rwlock;
 mod semaphore;
@@ -70,6 +74,7 @@ pub use multi::{
     acquire_many_overlapping_sets_do_not_deadlock,
 };
 pub use protocol::*;
+pub use queue::*;
 pub use regrant::*;
 pub use rwlock::*;
 pub use semaphore::*;
@@ -97,7 +102,7 @@ pub fn with_database(url: &str, database: &str) -> String {
 /// Makes one `#[tokio::test]` per conformance property, each calling
 /// `$factory().await` (an `async fn() -> Option<TestStore>`; `None` skips):
 /// the protocol properties, then those of each group named after `;`
-/// (`options`, `unreachable`, `blocking`, `sweep`; see the [module docs](crate::conformance)).
+/// (`options`, `unreachable`, `blocking`, `sweep`, `queue`; see the [module docs](crate::conformance)).
 #[macro_export]
 macro_rules! conformance_tests {
     (@group options $factory:path) => {
@@ -153,6 +158,16 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@each $factory;
             sweep_idle_keys_go_and_come_back_above_every_token,
             sweep_racing_grants_never_break_a_live_slot
+        );
+    };
+    (@group queue $factory:path) => {
+        $crate::conformance_tests!(@each $factory;
+            queue_waiters_get_the_key_in_the_order_they_came,
+            queue_release_hands_the_key_to_the_head_alone,
+            queue_dead_waiter_leaves_within_its_entry_lease,
+            queue_unclaimed_hand_off_lapses_to_the_next,
+            queue_a_handed_over_guard_lasts_its_ttl,
+            queue_a_waiter_that_gives_up_leaves_the_queue
         );
     };
     (@group blocking $factory:path) => {

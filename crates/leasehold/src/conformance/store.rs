@@ -202,6 +202,13 @@ impl TestStore {
             .expect("the store's factory names a second client (TestStore::with_second_client)")
     }
 
+    /// The second client, shared: for a second `Locks` (another process).
+    pub(super) fn second_client_arc(&self) -> Arc<dyn Backend> {
+        self.second
+            .clone()
+            .expect("the store's factory names a second client (TestStore::with_second_client)")
+    }
+
     pub(super) fn second_client(&self) -> &dyn Backend {
         self.second
             .as_deref()

@@ -11,7 +11,7 @@
 mod permits;
 mod sweep;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,7 +23,7 @@ use crate::backend::{
 };
 use crate::error::Result;
 use crate::key::Key;
-use crate::notify::{Subscription, WakeHub};
+use crate::notify::{HandOff, Subscription, WakeHub};
 use permits::PermitTable;
 
 /// In-process lock store (`memory://`). Clones share the same locks.
@@ -72,6 +72,7 @@ impl Anchors {
             holder: None,
             kind: KeyKind::Mutex,
             idle_since: now,
+            queue: VecDeque::new(),
         })
     }
 }
@@ -87,6 +88,8 @@ struct Record {
     kind: KeyKind,
     /// When the mutex was last released (or the record created).
     idle_since: Instant,
+    /// The mutex's waiters, first come first: the `# Contract`'s queue.
+    queue: VecDeque<Waiter>,
 }
 
 #[derive(Debug)]
@@ -96,18 +99,101 @@ struct Holder {
     expires_at: Instant,
 }
 
+/// A waiter's entry in a key's queue.
+#[derive(Debug)]
+struct Waiter {
+    owner: OwnerId,
+    label: String,
+    claim_window: Duration,
+    ticket: u32,
+    expires_at: Instant,
+}
+
+/// A grant handed over to the head of a queue, to tell it of once the
+/// store's lock is let go.
+struct Handed {
+    key: Key,
+    owner: OwnerId,
+    grant: HandOff,
+    /// What an attempt that handed the key over answers: busy, the head's.
+    busy: Busy,
+}
+
+impl Handed {
+    fn tell(self, hub: &WakeHub) {
+        hub.hand_over(self.key.as_str(), self.owner, self.grant);
+    }
+}
+
 impl Record {
     fn live_holder(&self, now: Instant) -> Option<&Holder> {
         self.holder.as_ref().filter(|h| h.expires_at > now)
     }
 
-    /// Since when nobody has held the mutex, if nobody holds it now.
+    /// Since when nobody has held the mutex, if nobody holds it (or waits
+    /// for it) now.
     fn idle_since(&self, now: Instant) -> Option<Instant> {
+        if self.queue.iter().any(|w| w.expires_at > now) {
+            return None;
+        }
         match &self.holder {
             Some(h) if h.expires_at > now => None,
             Some(h) => Some(h.expires_at.max(self.idle_since)),
             None => Some(self.idle_since),
         }
+    }
+
+    /// Enters `req`'s owner in the queue, or renews its entry in place,
+    /// if the request queues.
+    fn enqueue(&mut self, req: &AcquireRequest, now: Instant) {
+        let (Some(ttl), Some(ticket)) = (req.queue_entry_ttl(), req.queue_ticket()) else {
+            return;
+        };
+        let expires_at = now + ttl;
+        match self.queue.iter_mut().find(|w| w.owner == req.owner()) {
+            Some(entry) => {
+                entry.expires_at = expires_at;
+                entry.ticket = ticket;
+            }
+            None => self.queue.push_back(Waiter {
+                owner: req.owner(),
+                label: req.holder().to_owned(),
+                claim_window: req.claim_window(),
+                ticket,
+                expires_at,
+            }),
+        }
+    }
+
+    /// The live head of the queue, after dropping the dead entries.
+    fn head(&mut self, now: Instant) -> Option<&Waiter> {
+        self.queue.retain(|w| w.expires_at > now);
+        self.queue.front()
+    }
+
+    /// Grants the free key to the queue's live head, if there is one.
+    fn hand_over(&mut self, key: &Key, now: Instant) -> Option<Handed> {
+        self.head(now)?;
+        let head = self.queue.pop_front()?;
+        self.fence += 1;
+        let busy = Busy {
+            holder: head.label.clone(),
+            remaining: head.claim_window,
+        };
+        self.holder = Some(Holder {
+            owner: head.owner,
+            label: head.label,
+            expires_at: now + head.claim_window,
+        });
+        Some(Handed {
+            key: key.clone(),
+            owner: head.owner,
+            grant: HandOff {
+                token: self.fence,
+                ticket: head.ticket,
+            },
+            busy,
+        })
     }
 
     fn holds(&self, lease: &Lease) -> bool {
@@ -180,16 +266,30 @@ impl MemoryBackend {
         }
         if let Some(h) = record.holder.as_mut().filter(|h| h.expires_at > now) {
             if h.owner == req.owner() {
-                // A repeat of the request that holds: the same grant,
-                // its expiry counted from this attempt.
+                // A repeat of the request that holds (or the claim of a
+                // grant handed over to it): the same grant, its expiry
+                // counted from this attempt.
                 h.expires_at = now + req.ttl();
                 return Acquire::Granted(req.granted(record.fence));
             }
-            return Acquire::Busy(Busy {
+            let busy = Busy {
                 holder: h.label.clone(),
                 remaining: h.expires_at - now,
-            });
+            };
+            record.enqueue(req, now);
+            return Acquire::Busy(busy);
         }
+        if record.head(now).is_some_and(|w| w.owner != req.owner()) {
+            // The key is free but others queued first: it goes to them.
+            if let Some(handed) = record.hand_over(req.key(), now) {
+                record.enqueue(req, now);
+                drop(anchors);
+                let busy = handed.busy.clone();
+                handed.tell(&self.hub);
+                return Acquire::Busy(busy);
+            }
+        }
+        record.queue.retain(|w| w.owner != req.owner());
         record.fence += 1;
         record.holder = Some(Holder {
             owner: req.owner(),
@@ -239,8 +339,9 @@ impl MemoryBackend {
         true
     }
 
-    /// Whether the mutex lease was held (and is now free).
-    fn release_mutex(&self, lease: &Lease, now: Instant) -> bool {
+    /// Whether the mutex lease was held, and the grant handed over to the
+    /// head of the key's queue, if any (else the key is free).
+    fn release_mutex(&self, lease: &Lease, now: Instant) -> (bool, Option<Handed>) {
         let mut anchors = self.anchors();
         match anchors.records.get_mut(lease.key()) {
             Some(record) if record.holds(lease) => {
@@ -248,10 +349,31 @@ impl MemoryBackend {
                 let ended = record.idle_since(now).unwrap_or(now);
                 record.holder = None;
                 record.idle_since = ended;
-                true
+                (true, record.hand_over(lease.key(), now))
             }
-            _ => false,
+            _ => (false, None),
         }
+    }
+
+    /// [`Backend::leave_queue`]: the entry goes, and a grant handed over to
+    /// `owner` and not claimed goes to the next head.
+    fn leave(&self, key: &Key, owner: OwnerId) -> Option<Handed> {
+        let now = Instant::now();
+        let mut anchors = self.anchors();
+        let record = anchors.records.get_mut(key)?;
+        record.queue.retain(|w| w.owner != owner);
+        let held = record.live_holder(now).is_some_and(|h| h.owner == owner);
+        if !held {
+            return None;
+        }
+        record.holder = None;
+        record.idle_since = now;
+        let handed = record.hand_over(key, now);
+        if handed.is_none() {
+            drop(anchors);
+            self.hub.notify(key.as_str());
+        }
+        handed
     }
 
     fn list_mutexes(&self, prefix: &str) -> Vec<LeaseInfo> {
@@ -287,12 +409,17 @@ impl Backend for MemoryBackend {
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
             let now = Instant::now();
-            let freed = match lease.slot() {
+            let (freed, handed) = match lease.slot() {
                 None => self.release_mutex(lease, now),
-                Some(_) => self.permits.release(lease, now),
+                Some(_) => (self.permits.release(lease, now), None),
             };
-            if freed {
-                self.hub.notify(lease.key().as_str());
+            match handed {
+                // The head alone is told; nobody else is woken.
+                Some(handed) => handed.tell(&self.hub),
+                None if freed => {
+                    self.hub.notify(lease.key().as_str());
+                }
+                None => {}
             }
             if self.sweep_gate.is_open(now) {
                 self.sweep_step(now);
@@ -355,6 +482,19 @@ impl Backend for MemoryBackend {
         Box::pin(async move {
             self.hub.notify(key.as_str());
             Ok(true)
+        })
+    }
+
+    fn queues(&self) -> bool {
+        true
+    }
+
+    fn leave_queue<'a>(&'a self, key: &'a Key, owner: OwnerId) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            if let Some(handed) = self.leave(key, owner) {
+                handed.tell(&self.hub);
+            }
+            Ok(())
         })
     }
 }

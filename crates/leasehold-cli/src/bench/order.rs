@@ -1,0 +1,147 @@
+//! The contended scenario's waiters, task or process alike: each loops
+//! acquire-release on one key and notes when each acquisition was called
+//! and granted (wall clock, so processes on one host compare), and the
+//! summary says how close the grants came to first come, first served.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use leasehold::{AcquireOptions, Locks};
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+/// One acquisition of a contended run: called and granted, in µs since
+/// the epoch.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct Grant {
+    pub arrived_us: u64,
+    pub granted_us: u64,
+}
+
+/// What one waiter did.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct WaiterRun {
+    pub grants: Vec<Grant>,
+    /// The longest wait, a last one that ran into the deadline included.
+    pub longest_wait_us: u64,
+}
+
+/// How close a run's grants came to the order the waiters came in.
+#[derive(Debug, Clone, Serialize)]
+pub struct Order {
+    /// Grants that went to a waiter while another one that had called
+    /// earlier still waited (and was granted later), out of all grants.
+    pub out_of_order: f64,
+    pub mean_wait_ms: f64,
+    /// What a waiter waits under first come, first served: the mean time
+    /// between two grants times the waiters ahead of it (all others).
+    pub fifo_wait_ms: f64,
+    /// The longest wait divided by `fifo_wait_ms` (target ≤ 1.5).
+    pub longest_per_fifo: f64,
+    /// Waiters woken by news from the store, per release (per grant).
+    pub wakeups_per_release: f64,
+    /// Grants the store handed over to the head of the key's queue.
+    pub handed_over: u64,
+}
+
+fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+/// Acquires and releases `key` until `deadline`, queueing at the store or
+/// not as `fair` says.
+pub async fn wait_in_turn(
+    locks: &Locks,
+    key: &str,
+    deadline: Instant,
+    fair: bool,
+) -> leasehold::Result<WaiterRun> {
+    let mut run = WaiterRun::default();
+    while Instant::now() < deadline {
+        let t = Instant::now();
+        let arrived_us = now_us();
+        let opts = AcquireOptions::new()
+            .with_wait(deadline.saturating_duration_since(t))
+            .with_fair(fair);
+        let guard = match locks.acquire_with(key, &opts).await {
+            Ok(g) => g,
+            Err(leasehold::Error::Timeout { .. }) => {
+                // A waiter starved until the end still waited.
+                run.longest_wait_us = run.longest_wait_us.max(t.elapsed().as_micros() as u64);
+                break;
+            }
+            Err(e) => return Err(e),
+        };
+        run.longest_wait_us = run.longest_wait_us.max(t.elapsed().as_micros() as u64);
+        run.grants.push(Grant {
+            arrived_us,
+            granted_us: now_us(),
+        });
+        guard.release().await?;
+    }
+    Ok(run)
+}
+
+/// Summarizes the grants of `waiters` waiters over a run of `duration`,
+/// in which the store's news woke them `wakeups` times.
+pub fn order(
+    mut grants: Vec<Grant>,
+    waiters: usize,
+    duration: Duration,
+    longest: Duration,
+    wakeups: u64,
+    handed_over: u64,
+) -> Order {
+    grants.sort_by_key(|g| g.granted_us);
+    // A grant is out of order if a later grant went to a waiter that had
+    // called before it: the smallest arrival among the later grants.
+    let mut earliest_later = u64::MAX;
+    let mut out_of_order = 0usize;
+    for g in grants.iter().rev() {
+        if earliest_later < g.arrived_us {
+            out_of_order += 1;
+        }
+        earliest_later = earliest_later.min(g.arrived_us);
+    }
+    let n = grants.len().max(1) as f64;
+    let mean_wait_us = grants
+        .iter()
+        .map(|g| g.granted_us.saturating_sub(g.arrived_us) as f64)
+        .sum::<f64>()
+        / n;
+    let interval_us = duration.as_secs_f64() * 1e6 / n;
+    let fifo_wait_us = interval_us * waiters.saturating_sub(1).max(1) as f64;
+    Order {
+        out_of_order: out_of_order as f64 / n,
+        mean_wait_ms: mean_wait_us / 1e3,
+        fifo_wait_ms: fifo_wait_us / 1e3,
+        longest_per_fifo: longest.as_secs_f64() * 1e6 / fifo_wait_us,
+        wakeups_per_release: wakeups as f64 / n,
+        handed_over,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn g(arrived_us: u64, granted_us: u64) -> Grant {
+        Grant {
+            arrived_us,
+            granted_us,
+        }
+    }
+
+    #[test]
+    fn a_grant_ahead_of_an_earlier_waiter_is_out_of_order() {
+        let fifo = vec![g(0, 10), g(1, 20), g(2, 30)];
+        let o = order(fifo, 3, Duration::from_micros(30), Duration::ZERO, 3, 0);
+        assert_eq!(o.out_of_order, 0.0);
+        assert_eq!(o.wakeups_per_release, 1.0);
+        // The waiter that came at 2 went before the one that came at 1.
+        let jumped = vec![g(0, 10), g(2, 20), g(1, 30)];
+        let o = order(jumped, 3, Duration::from_micros(30), Duration::ZERO, 0, 0);
+        assert!((o.out_of_order - 1.0 / 3.0).abs() < 1e-9);
+    }
+}
