@@ -439,7 +439,6 @@ impl Locks {
                 self.backend.clone(),
                 &request,
                 self.renewals.background().clone(),
-                self.pending.clone(),
             )
         });
         let turn = if wait.is_zero() || seat.is_some() {

@@ -29,7 +29,6 @@ use crate::backend::{AcquireRequest, Backend, OwnerId, QUEUE_ENTRY_TTL};
 use crate::background::Background;
 use crate::key::Key;
 use crate::notify::HandOff;
-use crate::pending::PendingReleases;
 use crate::time::Backoff;
 
 /// A waiter's place in the store's queue of one key, for one acquisition.
@@ -44,7 +43,6 @@ pub(crate) struct QueueSeat {
     key: Key,
     owner: OwnerId,
     background: Background,
-    pending: Arc<PendingReleases>,
     /// When each attempt was sent, on the lease clock, by ticket.
     sent: Vec<Instant>,
     /// The ticket of the last attempt answered busy.
@@ -60,14 +58,12 @@ impl QueueSeat {
         backend: Arc<dyn Backend>,
         request: &AcquireRequest,
         background: Background,
-        pending: Arc<PendingReleases>,
     ) -> Self {
         QueueSeat {
             backend,
             key: request.key().clone(),
             owner: request.owner(),
             background,
-            pending,
             sent: Vec::new(),
             last_busy: None,
             refresh: Backoff::new(QUEUE_ENTRY_TTL / 3, QUEUE_ENTRY_TTL / 3),
@@ -125,11 +121,11 @@ impl Drop for QueueSeat {
         let backend = self.backend.clone();
         let key = self.key.clone();
         let owner = self.owner;
-        // A grant handed over meanwhile is given back by the same call:
-        // the key's next acquisition through this handle waits for it.
-        let pending = self.pending.begin(&key);
+        // A grant handed over meanwhile is given back by the same call.
+        // The key's next acquisition through this handle does not wait
+        // for it (a blocked store would hold that one up too): at worst it
+        // finds the key busy and queues, and the leave hands the key on.
         self.background.spawn(async move {
-            let _pending = pending;
             if let Err(e) = backend.leave_queue(&key, owner).await {
                 tracing::debug!(%key, error = %e, "could not leave the queue; the entry expires by itself");
             }
@@ -149,7 +145,6 @@ mod tests {
             Arc::new(MemoryBackend::new()),
             &request,
             Background::On(tokio::runtime::Handle::current()),
-            Arc::default(),
         );
         (seat, request)
     }

@@ -65,7 +65,7 @@ async fn records(path: PathBuf, prefix: String) -> u64 {
     total
 }
 
-leasehold::conformance_tests!(store; options, blocking, sweep);
+leasehold::conformance_tests!(store; options, blocking, sweep, queue);
 
 mod polling {
     async fn store() -> Option<leasehold::conformance::TestStore> {

@@ -249,6 +249,12 @@ async fn run_with(
         ));
     }
 
+    // A grant handed over by the queue at the store lasts only its claim
+    // window until the guard's first renewal (at once, in the background)
+    // gives it the whole ttl: the command starts once that moved the
+    // schedule, not on a lease that may end before the grace.
+    wait_for_claim(&guard, grace).await;
+
     let mut spawned = match child::spawn(&args.command, &guard, {
         let (term_at, kill_at) = schedule(guard.valid_until(), grace, kill_margin(guard.ttl()));
         let now = Instant::now();
@@ -376,6 +382,16 @@ async fn supervise(
 /// max 96 ms. 250 ms covers the worst sum seen (~155 ms) with room; a
 /// quarter of a short ttl keeps it inside the lease.
 const KILL_MARGIN: Duration = Duration::from_millis(250);
+
+/// Waits while `guard`'s SIGTERM time is already due and its deadline has
+/// not passed: a handed-over grant whose claim (its first renewal) is on
+/// its way. Checked every millisecond; a grant asked for ends this at once.
+async fn wait_for_claim(guard: &MultiGuard, grace: Duration) {
+    let margin = kill_margin(guard.ttl());
+    while schedule(guard.valid_until(), grace, margin).0 <= Instant::now() && !guard.is_lost() {
+        sleep(Duration::from_millis(1)).await;
+    }
+}
 
 fn kill_margin(ttl: Duration) -> Duration {
     KILL_MARGIN.min(ttl / 4)

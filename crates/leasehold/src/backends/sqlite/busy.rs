@@ -7,10 +7,13 @@ use std::time::Duration;
 use sqlx::pool::PoolConnection;
 use sqlx::sqlite::{Sqlite, SqliteConnection, SqlitePool};
 
-use super::sql::{Query, ACQUIRE, BUSY_INFO};
+use super::queue::{queued_attempt, HELD_BY, LEAVE};
+use super::sql::{Query, ACQUIRE, BUSY_INFO, RELEASE};
+use super::wake::{SharedWakeDir, WakeDir};
 use super::{busy, classify, is_locked, write_locked, SqliteBackend, STORE};
 use crate::backend::{
-    duration_to_millis, Acquire, AcquireRequest, BoxFuture, KeyKind, RecordDecoder,
+    duration_to_millis, token_to_i64, Acquire, AcquireRequest, BoxFuture, HandOff, KeyKind, Lease,
+    OwnerId, RecordDecoder, TRY_ONCE_LOCK_WAIT,
 };
 use crate::error::Result;
 use crate::key::Key;
@@ -60,17 +63,91 @@ impl SqliteBackend {
         let done = release.execute(&self.pool).await.map_err(classify)?;
         if done.rows_affected() == 1 {
             self.wake.wake(key);
-            // A record may have just gone idle: time for a pass, perhaps.
             self.sweeper.poke(&self.pool);
         }
         Ok(())
     }
+
+    /// Runs a mutex's `RELEASE`: a key handed over to the head of its
+    /// queue wakes that waiter alone (its entry deleted), a freed key
+    /// every waiter.
+    pub(super) async fn release_mutex(&self, lease: &Lease) -> Result<()> {
+        let owner = lease.owner().to_string();
+        self.release_held(lease.key(), &owner, token_to_i64(lease.token())?)
+            .await
+    }
+
+    /// [`Backend::leave_queue`](crate::backend::Backend::leave_queue): the
+    /// entry goes, then a grant handed over to `owner` that it still holds
+    /// is released (and handed on).
+    pub(super) async fn leave_queue_of(&self, key: &Key, owner: OwnerId) -> Result<()> {
+        let owner = owner.to_string();
+        // Bounded like a try-once attempt: behind another writer's lock
+        // the entry is simply left to end with its lease, instead of
+        // holding a connection of the pool for the whole busy timeout.
+        let mut conn = BoundedBusy::with_timeout(&self.pool, TRY_ONCE_LOCK_WAIT).await?;
+        let left = sqlx::query(LEAVE)
+            .bind(key.as_str())
+            .bind(&owner)
+            .execute(&mut *conn.conn())
+            .await;
+        if let Err(e) = conn.restore(self.busy_timeout).await {
+            tracing::debug!(%key, error = %e, "could not restore the busy timeout; connection closed");
+        }
+        match left {
+            Err(e) if is_locked(&e) => return Ok(()),
+            other => other.map_err(classify)?,
+        };
+        let held: Option<i64> = sqlx::query_scalar(HELD_BY)
+            .bind(key.as_str())
+            .bind(&owner)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(classify)?;
+        match held {
+            Some(fence) => self.release_held(key, &owner, fence).await,
+            None => Ok(()),
+        }
+    }
+
+    /// `RELEASE` of `key`'s grant to `owner` with `fence`.
+    async fn release_held(&self, key: &Key, owner: &str, fence: i64) -> Result<()> {
+        let row: Option<(i64, Option<String>)> = sqlx::query_as(RELEASE)
+            .bind(key.as_str())
+            .bind(owner)
+            .bind(fence)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(classify)?;
+        let Some((fence, head)) = row else {
+            return Ok(());
+        };
+        match head {
+            None => self.wake.wake(key),
+            Some(head) => {
+                let ticket: Option<i64> = sqlx::query_scalar(LEAVE)
+                    .bind(key.as_str())
+                    .bind(&head)
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(classify)?;
+                let record = RecordDecoder::new(STORE, key.as_str());
+                let owner = OwnerId::from_hex(&head)
+                    .ok_or_else(|| record.corrupt("a queue entry's owner is not 32 hex digits"))?;
+                let grant = HandOff {
+                    token: record.token(fence)?,
+                    ticket: ticket
+                        .and_then(|t| u32::try_from(t).ok())
+                        .unwrap_or(u32::MAX),
+                };
+                self.wake.hand_over(key, owner, grant);
+            }
+        }
+        self.sweeper.poke(&self.pool);
+        Ok(())
+    }
 }
 
-/// A pool connection whose busy timeout an acquisition has bounded by its
-/// caller's wait. Dropped before [`restore`](Self::restore) (the acquire
-/// future was cancelled), the connection is closed rather than pooled, so
-/// no later statement runs with the short timeout.
 pub(super) struct BoundedBusy {
     conn: Option<PoolConnection<Sqlite>>,
 }
@@ -89,6 +166,20 @@ impl BoundedBusy {
             // Measured once the connection is ours: queueing for it spent
             // some of the wait already.
             bounded.set(req.lock_wait()).await?;
+            Ok(bounded)
+        })
+    }
+
+    /// A connection whose busy timeout is `timeout`.
+    pub(super) fn with_timeout(
+        pool: &SqlitePool,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<Self>> {
+        Box::pin(async move {
+            let mut bounded = BoundedBusy {
+                conn: Some(pool.acquire().await.map_err(classify)?),
+            };
+            bounded.set(timeout).await?;
             Ok(bounded)
         })
     }
@@ -145,11 +236,16 @@ impl Drop for BoundedBusy {
 pub(super) fn acquire_on<'a>(
     conn: &'a mut SqliteConnection,
     req: &'a AcquireRequest,
+    wake: SharedWakeDir,
 ) -> BoxFuture<'a, Result<Acquire>> {
-    Box::pin(acquire_statements(conn, req))
+    Box::pin(acquire_statements(conn, req, wake))
 }
 
-async fn acquire_statements(conn: &mut SqliteConnection, req: &AcquireRequest) -> Result<Acquire> {
+async fn acquire_statements(
+    conn: &mut SqliteConnection,
+    req: &AcquireRequest,
+    wake: SharedWakeDir,
+) -> Result<Acquire> {
     let granted: Option<i64> = match sqlx::query_scalar(ACQUIRE)
         .bind(req.key().as_str())
         .bind(req.owner().to_string())
@@ -159,17 +255,26 @@ async fn acquire_statements(conn: &mut SqliteConnection, req: &AcquireRequest) -
         .await
     {
         Ok(granted) => granted,
-        // Another connection held the write lock for the whole wait: the
-        // key cannot be taken now, so it is busy.
         Err(e) if is_locked(&e) => return Ok(write_locked()),
         Err(e) => return Err(classify(e)),
     };
     if let Some(fence) = granted {
         let token = RecordDecoder::new(STORE, req.key().as_str()).token(fence)?;
+        // A waiter granted by its own attempt leaves the queue (its first
+        // attempt never entered it).
+        if req.queue_ticket().is_some_and(|ticket| ticket > 0) {
+            sqlx::query(LEAVE)
+                .bind(req.key().as_str())
+                .bind(req.owner().to_string())
+                .execute(&mut *conn)
+                .await
+                .map_err(classify)?;
+        }
         return Ok(Acquire::Granted(req.granted(token)));
     }
-    // Who holds it is for the waiter's schedule only; if the holder
-    // left in between, report zero remaining so it retries at once.
+    if req.queue_entry_ttl().is_some() {
+        return settle_queued(conn, req, &wake).await;
+    }
     let row: Option<(Option<String>, Option<String>, Option<i64>)> = sqlx::query_as(BUSY_INFO)
         .bind(req.key().as_str())
         .fetch_optional(&mut *conn)
@@ -177,7 +282,25 @@ async fn acquire_statements(conn: &mut SqliteConnection, req: &AcquireRequest) -
         .map_err(classify)?;
     let (kind, holder, remaining) = row.unwrap_or_default();
     match super::kind::decode(req.key(), kind.as_deref())? {
+        // Free, but refused: waiters are queued ahead, and the key goes
+        // to the first of them.
+        KeyKind::Mutex if holder.is_none() || remaining.is_some_and(|ms| ms <= 0) => {
+            settle_queued(conn, req, &wake).await
+        }
         KeyKind::Mutex => Ok(busy(holder, remaining)),
         other => Ok(Acquire::OtherKind(other)),
     }
+}
+
+/// [`queued_attempt`], and the head told of a grant handed over to it.
+async fn settle_queued(
+    conn: &mut SqliteConnection,
+    req: &AcquireRequest,
+    wake: &WakeDir,
+) -> Result<Acquire> {
+    let (answer, handed) = queued_attempt(conn, req).await?;
+    if let Some(handed) = handed {
+        handed.tell(wake, req.key());
+    }
+    Ok(answer)
 }

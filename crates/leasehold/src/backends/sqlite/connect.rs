@@ -148,7 +148,7 @@ async fn connect_and_migrate(
         .connect_with(connect)
         .await?;
     sqlx::query(MIGRATION).execute(&pool).await?;
-    for statement in sweep::MIGRATION {
+    for statement in super::queue::MIGRATION.into_iter().chain(sweep::MIGRATION) {
         sqlx::query(statement).execute(&pool).await?;
     }
     super::kind::migrate(&pool).await?;

@@ -24,7 +24,7 @@ use sqlx::sqlite::SqlitePool;
 
 use crate::backend::{
     duration_to_millis, listing, token_to_i64, Acquire, AcquireRequest, Backend, BoxFuture,
-    KeyKind, Lease, LeaseInfo, Subscription,
+    KeyKind, Lease, LeaseInfo, OwnerId, Subscription,
 };
 use crate::error::Result;
 use crate::key::Key;
@@ -43,6 +43,9 @@ mod clock;
 mod sweep;
 #[macro_use]
 mod slots;
+// `queue` before `sql`, for `queued_ahead!` and `queue_head!`.
+#[macro_use]
+mod queue;
 mod kind;
 mod rwlock;
 mod semaphore;
@@ -51,7 +54,7 @@ mod sql;
 use busy::acquire_on;
 pub(crate) use errors::classify;
 use errors::{busy, is_locked, write_locked};
-use sql::{info_from_row, Query, FORCE_RELEASE, INSPECT, LIST, RELEASE, RENEW, WAS_LIVE};
+use sql::{info_from_row, Query, FORCE_RELEASE, INSPECT, LIST, RENEW, WAS_LIVE};
 
 /// Lock store in an SQLite database file.
 #[derive(Debug, Clone)]
@@ -68,7 +71,10 @@ pub struct SqliteBackend {
 impl Backend for SqliteBackend {
     fn try_acquire<'a>(&'a self, req: &'a AcquireRequest) -> BoxFuture<'a, Result<Acquire>> {
         match req.permit_kind().map(|kind| kind.rw_side()) {
-            None => self.bounded_acquire(req, acquire_on),
+            None => {
+                let wake = self.wake.clone();
+                self.bounded_acquire(req, move |conn, req| acquire_on(conn, req, wake))
+            }
             Some(None) => self.bounded_acquire(req, semaphore::acquire_on),
             Some(Some(side)) => {
                 self.bounded_acquire(req, move |conn, req| rwlock::acquire_on(conn, req, side))
@@ -95,11 +101,7 @@ impl Backend for SqliteBackend {
             if lease.slot().is_some() {
                 return self.release_slot(slot_tables(lease), lease).await;
             }
-            let release = sqlx::query(RELEASE)
-                .bind(lease.key().as_str())
-                .bind(lease.owner().to_string())
-                .bind(token_to_i64(lease.token())?);
-            self.run_release(release, lease.key()).await
+            self.release_mutex(lease).await
         })
     }
 
@@ -184,6 +186,14 @@ impl Backend for SqliteBackend {
             Ok(true)
         })
     }
+
+    fn queues(&self) -> bool {
+        true
+    }
+
+    fn leave_queue<'a>(&'a self, key: &'a Key, owner: OwnerId) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.leave_queue_of(key, owner))
+    }
 }
 
 /// A semaphore permit's tables, or an rw lock grant's.
@@ -260,7 +270,7 @@ mod tests {
 
         let acquire = backend.bounded_acquire(&req, |conn, req| {
             FAIL_SET.with(|fail| fail.set(true));
-            acquire_on(conn, req)
+            acquire_on(conn, req, backend.wake.clone())
         });
         let answer = acquire.await;
         FAIL_SET.with(|fail| fail.set(false));

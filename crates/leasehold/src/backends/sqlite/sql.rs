@@ -22,11 +22,12 @@ pub(super) const MIGRATION: &str = "CREATE TABLE IF NOT EXISTS leasehold_locks (
 ) WITHOUT ROWID";
 
 /// Grants the lease if the key is new (its fence one above every deleted
-/// one, see sweep.rs), free or expired, and a mutex
-/// (`kind IS NULL`: one key is one lock, see `kind.rs`); returns the new
-/// fence. A repeat by the owner that holds it live is the same grant, its
-/// expiry counted from now (the fence stays). Parameters: key, owner,
-/// holder, ttl in ms.
+/// one, see sweep.rs), or free or expired with no live waiter queued ahead
+/// of the requester (queue.rs), and a mutex (`kind IS NULL`: one key is
+/// one lock, see `kind.rs`); returns the new fence. A repeat by the owner
+/// that holds it live (or the claim of a grant handed over to it) is the
+/// same grant, its expiry counted from now (the fence stays). Parameters:
+/// key, owner, holder, ttl in ms.
 pub(super) const ACQUIRE: &str = concat!(
     "INSERT INTO leasehold_locks (key, fence, owner, holder, expires_at_ms) VALUES (?1, ",
     first_fence!(),
@@ -37,18 +38,35 @@ pub(super) const ACQUIRE: &str = concat!(
     now_ms!(),
     " THEN fence ELSE fence + 1 END, owner = excluded.owner, \
      holder = excluded.holder, expires_at_ms = excluded.expires_at_ms \
-     WHERE kind IS NULL AND (owner IS NULL OR expires_at_ms <= ",
+     WHERE kind IS NULL AND ((owner = excluded.owner AND expires_at_ms > ",
     now_ms!(),
-    " OR owner = excluded.owner) RETURNING fence"
+    ") OR ((owner IS NULL OR expires_at_ms <= ",
+    now_ms!(),
+    ") AND NOT EXISTS ",
+    queued_ahead!(),
+    ")) RETURNING fence"
 );
 
 /// Frees the key if owner and fence match, keeping the time it was freed
-/// in `expires_at_ms` (where the idle window counts from, see sweep.rs).
+/// in `expires_at_ms` (where the idle window counts from, see sweep.rs);
+/// or, if a live waiter is queued, hands it over to the head in the same
+/// statement (the next fence, the head's label, its claim window: see
+/// queue.rs). Returns the fence and the new owner (NULL: freed).
 /// Parameters: key, owner, fence.
 pub(super) const RELEASE: &str = concat!(
-    "UPDATE leasehold_locks SET owner = NULL, holder = NULL, expires_at_ms = min(expires_at_ms, ",
+    "UPDATE leasehold_locks SET owner = (SELECT q.owner",
+    queue_head!(),
+    "), holder = (SELECT q.holder",
+    queue_head!(),
+    "), fence = fence + EXISTS (SELECT 1",
+    queue_head!(),
+    "), expires_at_ms = coalesce(",
     now_ms!(),
-    ") WHERE key = ?1 AND owner = ?2 AND fence = ?3"
+    " + (SELECT q.claim_ms",
+    queue_head!(),
+    "), min(expires_at_ms, ",
+    now_ms!(),
+    ")) WHERE key = ?1 AND owner = ?2 AND fence = ?3 RETURNING fence, owner"
 );
 
 /// Why ACQUIRE granted nothing: the key's kind (not NULL: another kind

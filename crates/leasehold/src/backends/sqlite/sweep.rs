@@ -71,7 +71,15 @@ macro_rules! idle_before {
 /// tokens came from the fences), then fences with no slot left, then the
 /// anchors whose kind has no record left and the idle mutex rows. Each
 /// returns the fences it deleted (slots and marks none).
-const DELETIONS: [&str; 6] = [
+const DELETIONS: [&str; 7] = [
+    // Dead queue entries (queue.rs): they hold no fence.
+    concat!(
+        "DELETE FROM leasehold_queue WHERE",
+        in_range!(),
+        "AND expires_at_ms <= ",
+        now_ms!(),
+        " RETURNING 0"
+    ),
     concat!(
         "DELETE FROM leasehold_rw_marks WHERE",
         in_range!(),
@@ -112,7 +120,8 @@ const DELETIONS: [&str; 6] = [
         in_range!(),
         "AND coalesce(expires_at_ms, 0) <= ",
         idle_before!(),
-        " AND (kind IS NULL \
+        " AND NOT EXISTS (SELECT 1 FROM leasehold_queue AS q WHERE q.key = l.key) \
+         AND (kind IS NULL \
            OR (kind = 'sem' AND NOT EXISTS (SELECT 1 FROM leasehold_permit_fences AS f WHERE f.key = l.key)) \
            OR (kind = 'rw' AND NOT EXISTS (SELECT 1 FROM leasehold_rw_fences AS f WHERE f.key = l.key))) \
          RETURNING fence"

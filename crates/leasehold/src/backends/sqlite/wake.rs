@@ -37,11 +37,16 @@ use std::time::Duration;
 use tokio::net::UnixDatagram;
 use tokio::task::JoinHandle;
 
+use crate::backend::OwnerId;
 use crate::key::Key;
-use crate::notify::{Subscription, WakeHub};
+use crate::notify::{HandOff, Subscription, WakeHub};
 
-/// Room for a key (256 bytes) with margin.
+/// Room for a key (256 bytes) with margin, and a hand-off's owner, token
+/// and ticket before it.
 const MAX_DATAGRAM: usize = 512;
+/// The first byte of a hand-off's datagram (a key's never is: keys hold
+/// no control characters).
+const HAND_OFF: u8 = 0x01;
 /// The longest socket path the kernel takes: `sun_path` is 108 bytes on
 /// Linux (104 on macOS and the BSDs) including the terminating NUL.
 #[cfg(any(target_os = "linux", target_os = "android"))]
@@ -132,6 +137,25 @@ impl WakeDir {
     /// Tells every waiting process, this one included, that `key` was released.
     pub(super) fn wake(&self, key: &Key) {
         self.hub.notify(key.as_str());
+        self.broadcast(key.as_str().as_bytes());
+    }
+
+    /// Tells the waiter registered as `owner` (in this process or another)
+    /// that `key` was handed over to it; nobody else is woken. The
+    /// datagram is [`HAND_OFF`], then `<owner> <token> <ticket> <key>`.
+    pub(super) fn hand_over(&self, key: &Key, owner: OwnerId, grant: HandOff) {
+        if self.hub.hand_over(key.as_str(), owner, grant) {
+            return;
+        }
+        let mut datagram = vec![HAND_OFF];
+        datagram.extend_from_slice(
+            format!("{owner} {} {} {}", grant.token, grant.ticket, key.as_str()).as_bytes(),
+        );
+        self.broadcast(&datagram);
+    }
+
+    /// Sends `datagram` to every other process's socket.
+    fn broadcast(&self, datagram: &[u8]) {
         let Some(sender) = &self.sender else { return };
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return;
@@ -147,7 +171,7 @@ impl WakeDir {
             if Some(&path) == own.as_ref() {
                 continue;
             }
-            match sender.send_to(key.as_str().as_bytes(), &path) {
+            match sender.send_to(datagram, &path) {
                 Ok(_) => {}
                 // Nobody bound there any more: a crashed process's socket.
                 Err(e)
@@ -159,7 +183,9 @@ impl WakeDir {
                     let _ = std::fs::remove_file(&path);
                 }
                 // A full receive queue: this key's datagram cannot be
-                // queued, so that process gets a wake-all once it has room.
+                // queued, so that process gets a wake-all once it has room
+                // (a head that misses its hand-off finds the grant at its
+                // next attempt, a repeat).
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.wake_all_later(path),
                 Err(e) => {
                     tracing::trace!(path = %path.display(), error = %e, "wake datagram not sent")
@@ -238,6 +264,14 @@ async fn receive_wakes(socket: UnixDatagram, hub: WakeHub) {
             Ok(0) => {
                 hub.notify_all();
             }
+            Ok(n) if buf[0] == HAND_OFF => {
+                if let Some((key, owner, grant)) = std::str::from_utf8(&buf[1..n])
+                    .ok()
+                    .and_then(parse_hand_off)
+                {
+                    hub.hand_over(key, owner, grant);
+                }
+            }
             Ok(n) => {
                 if let Ok(key) = std::str::from_utf8(&buf[..n]) {
                     hub.notify(key);
@@ -249,6 +283,16 @@ async fn receive_wakes(socket: UnixDatagram, hub: WakeHub) {
             }
         }
     }
+}
+
+/// Reads `<owner> <token> <ticket> <key>` (a key may hold spaces: it is
+/// the rest).
+fn parse_hand_off(text: &str) -> Option<(&str, OwnerId, HandOff)> {
+    let mut parts = text.splitn(4, ' ');
+    let owner = OwnerId::from_hex(parts.next()?)?;
+    let token = parts.next()?.parse().ok()?;
+    let ticket = parts.next()?.parse().ok()?;
+    Some((parts.next()?, owner, HandOff { token, ticket }))
 }
 
 /// FNV-1a: a hash that is the same in every build and process, unlike std's.
