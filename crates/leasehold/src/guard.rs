@@ -199,11 +199,11 @@ impl LeaseGuard {
         let (sent_at, lasts) = granted.lasts(&lease);
         let valid_until = sent_at + trusted_for(lasts);
         // A grant handed over lasts its claim window at the store until a
-        // renewal gives it the whole ttl: claimed at once, in the
-        // background, so that the guard soon lasts the ttl asked (a caller
-        // that plans by `valid_until`, as `leasehold run` does, sees it
-        // move within a round trip), renewal on or off.
-        let claim_now = matches!(granted, Granted::HandedOver { .. });
+        // renewal gives it the whole ttl: renewed a third into that window,
+        // like any lease a third into its ttl (most holds end before: a
+        // claim at once would add a store write to every hand-off), and at
+        // once if renewal is off, so that it still lasts the ttl asked.
+        let claim_now = matches!(granted, Granted::HandedOver { .. }) && !auto_renew;
         let first_due = if claim_now {
             renewals.clock().now()
         } else if auto_renew {

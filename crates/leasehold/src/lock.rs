@@ -342,14 +342,19 @@ impl Locks {
     /// holder's remaining ttl, a jittered backoff, the wait bound. The wait
     /// never runs past its bound.
     ///
-    /// Waiters for the same key on this handle (and its clones) queue in
+    /// A waiter for a mutex on a store that keeps queues
+    /// ([`Backend::queues`]) queues at the store, first come, first served
+    /// across processes, and is handed the key at a release (see
+    /// [`AcquireOptions::with_fair`] and docs/fairness.md). Otherwise,
+    /// waiters for the same key on this handle (and its clones) queue in
     /// FIFO order and only the first waits at the store, so a task that
     /// releases and re-acquires in a loop cannot starve its neighbours.
     /// A guard of this process does not hold that queue: the first local
     /// waiter gets the key as soon as the store frees it, even if the guard
     /// still lives (its lease lost). A [`try_acquire`](Self::try_acquire)
     /// (no wait) does not queue and simply asks the store.
-    /// Across processes the store decides, with no fairness guarantee.
+    /// Across processes, without queues at the store, the store decides,
+    /// with no fairness guarantee.
     /// Errors from the store end the wait at once.
     ///
     /// Subscribing to the store's release notifications never delays the

@@ -250,9 +250,10 @@ async fn run_with(
     }
 
     // A grant handed over by the queue at the store lasts only its claim
-    // window until the guard's first renewal (at once, in the background)
-    // gives it the whole ttl: the command starts once that moved the
-    // schedule, not on a lease that may end before the grace.
+    // window (2 s at most) until the guard's first renewal (a third into
+    // it) gives it the whole ttl: when the grace does not fit in that
+    // window, the command starts once the renewal moved the schedule, not
+    // on a lease that may end before the grace.
     wait_for_claim(&guard, grace).await;
 
     let mut spawned = match child::spawn(&args.command, &guard, {
@@ -384,8 +385,8 @@ async fn supervise(
 const KILL_MARGIN: Duration = Duration::from_millis(250);
 
 /// Waits while `guard`'s SIGTERM time is already due and its deadline has
-/// not passed: a handed-over grant whose claim (its first renewal) is on
-/// its way. Checked every millisecond; a grant asked for ends this at once.
+/// not passed: a handed-over grant whose claim (its first renewal) is to
+/// come. Checked every millisecond; a grant asked for ends this at once.
 async fn wait_for_claim(guard: &MultiGuard, grace: Duration) {
     let margin = kill_margin(guard.ttl());
     while schedule(guard.valid_until(), grace, margin).0 <= Instant::now() && !guard.is_lost() {

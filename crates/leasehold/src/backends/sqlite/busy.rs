@@ -112,33 +112,28 @@ impl SqliteBackend {
 
     /// `RELEASE` of `key`'s grant to `owner` with `fence`.
     async fn release_held(&self, key: &Key, owner: &str, fence: i64) -> Result<()> {
-        let row: Option<(i64, Option<String>)> = sqlx::query_as(RELEASE)
+        let row: Option<(i64, Option<String>, Option<i64>)> = sqlx::query_as(RELEASE)
             .bind(key.as_str())
             .bind(owner)
             .bind(fence)
             .fetch_optional(&self.pool)
             .await
             .map_err(classify)?;
-        let Some((fence, head)) = row else {
+        let Some((fence, head, ticket)) = row else {
             return Ok(());
         };
         match head {
             None => self.wake.wake(key),
             Some(head) => {
-                let ticket: Option<i64> = sqlx::query_scalar(LEAVE)
-                    .bind(key.as_str())
-                    .bind(&head)
-                    .fetch_optional(&self.pool)
-                    .await
-                    .map_err(classify)?;
                 let record = RecordDecoder::new(STORE, key.as_str());
                 let owner = OwnerId::from_hex(&head)
                     .ok_or_else(|| record.corrupt("a queue entry's owner is not 32 hex digits"))?;
+                let ticket = ticket.and_then(|t| u32::try_from(t).ok()).ok_or_else(|| {
+                    record.corrupt("a queue entry's ticket is missing or out of range")
+                })?;
                 let grant = HandOff {
                     token: record.token(fence)?,
-                    ticket: ticket
-                        .and_then(|t| u32::try_from(t).ok())
-                        .unwrap_or(u32::MAX),
+                    ticket,
                 };
                 self.wake.hand_over(key, owner, grant);
             }
@@ -260,16 +255,6 @@ async fn acquire_statements(
     };
     if let Some(fence) = granted {
         let token = RecordDecoder::new(STORE, req.key().as_str()).token(fence)?;
-        // A waiter granted by its own attempt leaves the queue (its first
-        // attempt never entered it).
-        if req.queue_ticket().is_some_and(|ticket| ticket > 0) {
-            sqlx::query(LEAVE)
-                .bind(req.key().as_str())
-                .bind(req.owner().to_string())
-                .execute(&mut *conn)
-                .await
-                .map_err(classify)?;
-        }
         return Ok(Acquire::Granted(req.granted(token)));
     }
     if req.queue_entry_ttl().is_some() {

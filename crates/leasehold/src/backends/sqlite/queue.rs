@@ -9,9 +9,8 @@
 //! that queues, or that found the key free behind a queue, runs
 //! [`queued_attempt`]: one `BEGIN IMMEDIATE` transaction that reads the
 //! key, enters or renews the requester's entry, and hands a free key to
-//! the head. The head's entry is deleted by a statement of its own after
-//! the grant (a crash in between leaves an entry of the holder, which its
-//! next attempt or the entry's lease removes).
+//! the head. Whoever is granted the key leaves the queue in the granting
+//! statement itself (a trigger on `leasehold_locks`).
 
 use sqlx::sqlite::SqliteConnection;
 use sqlx::Connection;
@@ -27,7 +26,7 @@ use crate::key::Key;
 
 /// Creates the queue table; safe to run any number of times. `seq` orders
 /// a key's entries (the next is one above the key's highest).
-pub(super) const MIGRATION: [&str; 2] = [
+pub(super) const MIGRATION: [&str; 3] = [
     "CREATE TABLE IF NOT EXISTS leasehold_queue (
     key TEXT NOT NULL,
     owner TEXT NOT NULL,
@@ -39,6 +38,12 @@ pub(super) const MIGRATION: [&str; 2] = [
     PRIMARY KEY (key, owner)
 ) WITHOUT ROWID",
     "CREATE INDEX IF NOT EXISTS leasehold_queue_order ON leasehold_queue (key, seq)",
+    // Whoever is granted the key leaves its queue, in the statement that
+    // grants it (ACQUIRE, RELEASE's hand-over, GRANT_FREE): no second
+    // write transaction per grant.
+    "CREATE TRIGGER IF NOT EXISTS leasehold_queue_granted \
+     AFTER UPDATE OF owner ON leasehold_locks WHEN NEW.owner IS NOT NULL \
+     BEGIN DELETE FROM leasehold_queue WHERE key = NEW.key AND owner = NEW.owner; END",
 ];
 
 /// Whether a live entry of another owner is queued ahead of owner ?2 for
@@ -68,9 +73,8 @@ macro_rules! queue_head {
     };
 }
 
-/// Deletes owner ?2's entry of key ?1; returns its ticket.
-pub(super) const LEAVE: &str =
-    "DELETE FROM leasehold_queue WHERE key = ?1 AND owner = ?2 RETURNING ticket";
+/// Deletes owner ?2's entry of key ?1.
+pub(super) const LEAVE: &str = "DELETE FROM leasehold_queue WHERE key = ?1 AND owner = ?2";
 
 /// The fence of key ?1's live grant to owner ?2.
 pub(super) const HELD_BY: &str = concat!(
@@ -182,7 +186,6 @@ pub(super) async fn queued_attempt(
             .execute(&mut *tx)
             .await
             .map_err(classify)?;
-        leave(&mut tx, key, owner).await?;
         tx.commit().await.map_err(classify)?;
         return Ok((Acquire::Granted(req.granted(record.token(fence)?)), None));
     }
@@ -218,7 +221,6 @@ pub(super) async fn queued_attempt(
             .fetch_one(&mut *tx)
             .await
             .map_err(classify)?;
-        leave(&mut tx, key, to.clone()).await?;
         let token = record.token(fence)?;
         match head {
             Some((_, _, claim_ms, ticket)) if to != owner => {
@@ -255,15 +257,4 @@ pub(super) async fn queued_attempt(
     }
     tx.commit().await.map_err(classify)?;
     Ok((answer, handed))
-}
-
-/// Deletes `owner`'s entry of `key`.
-async fn leave(conn: &mut SqliteConnection, key: &str, owner: String) -> Result<()> {
-    sqlx::query(LEAVE)
-        .bind(key)
-        .bind(owner)
-        .execute(conn)
-        .await
-        .map_err(classify)?;
-    Ok(())
 }

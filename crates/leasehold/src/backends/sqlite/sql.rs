@@ -51,8 +51,9 @@ pub(super) const ACQUIRE: &str = concat!(
 /// in `expires_at_ms` (where the idle window counts from, see sweep.rs);
 /// or, if a live waiter is queued, hands it over to the head in the same
 /// statement (the next fence, the head's label, its claim window: see
-/// queue.rs). Returns the fence and the new owner (NULL: freed).
-/// Parameters: key, owner, fence.
+/// queue.rs). Returns the fence, the new owner (NULL: freed) and the
+/// ticket of the head's entry (read as the row is updated, before the
+/// trigger that deletes the entry runs). Parameters: key, owner, fence.
 pub(super) const RELEASE: &str = concat!(
     "UPDATE leasehold_locks SET owner = (SELECT q.owner",
     queue_head!(),
@@ -66,7 +67,8 @@ pub(super) const RELEASE: &str = concat!(
     queue_head!(),
     "), min(expires_at_ms, ",
     now_ms!(),
-    ")) WHERE key = ?1 AND owner = ?2 AND fence = ?3 RETURNING fence, owner"
+    ")) WHERE key = ?1 AND owner = ?2 AND fence = ?3 RETURNING fence, owner, \
+     (SELECT q.ticket FROM leasehold_queue AS q WHERE q.key = ?1 AND q.owner = leasehold_locks.owner)"
 );
 
 /// Why ACQUIRE granted nothing: the key's kind (not NULL: another kind
