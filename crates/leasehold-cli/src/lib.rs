@@ -99,6 +99,11 @@ pub struct LeaseArgs {
     /// How long to wait for a busy lock (0 = try once)
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
     pub wait: Duration,
+    /// Wait in the key's queue at the store, first come, first served
+    /// across processes, and be handed the key at a release (stores that
+    /// keep queues: memory, SQLite; see docs/fairness.md)
+    #[arg(long)]
+    pub fair: bool,
 }
 
 /// Parses `250ms`, `30s`, `2m`, `1h`, `1m30s`.

@@ -486,9 +486,9 @@ fn a_scrape_of_the_demo_shows_its_wait_and_hold_histograms_matching_its_totals()
     assert!(!text.contains("widget-lease"), "{text}");
 }
 
-/// `leasehold run` processes that start waiting one by one get the key in
-/// the order they started: they queue at the store (docs/fairness.md), and
-/// each release hands the key to the next of them.
+/// `leasehold run --fair` processes that start waiting one by one get the
+/// key in the order they started: they queue at the store
+/// (docs/fairness.md), and each release hands the key to the next of them.
 #[test]
 fn processes_get_the_key_in_the_order_they_came() {
     let dir = tempfile::tempdir().unwrap();
@@ -508,7 +508,7 @@ fn processes_get_the_key_in_the_order_they_came() {
         .map(|i| {
             let child = leasehold(&store)
                 .args([
-                    "run", "k", "--wait", "60s", "--ttl", "30s", "--", "sh", "-c",
+                    "run", "k", "--fair", "--wait", "60s", "--ttl", "30s", "--", "sh", "-c",
                 ])
                 .arg(format!("echo {i} >> {}; sleep 0.05", order.display()))
                 .spawn()

@@ -247,6 +247,9 @@ mod markdown {
     #[doc = include_str!("../../../docs/rw-lock.md")]
     struct RwLock;
 
+    #[doc = include_str!("../../../docs/fairness.md")]
+    struct Fairness;
+
     #[cfg(feature = "postgres")]
     #[doc = include_str!("../../../docs/postgres.md")]
     struct Postgres;

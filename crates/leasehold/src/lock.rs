@@ -73,7 +73,7 @@ impl Default for AcquireOptions {
             wait: None,
             cancel: None,
             auto_renew: true,
-            fair: true,
+            fair: false,
             lock_class: None,
             primitive: None,
         }
@@ -101,12 +101,15 @@ impl AcquireOptions {
         with_auto_renew(auto_renew: bool) => auto_renew = auto_renew;
 
         /// Whether a waiter for a mutex takes its place in the key's queue
-        /// at the store (default true), where the store keeps one
+        /// at the store (default false), where the store keeps one
         /// ([`Backend::queues`]: memory, SQLite): waiters from every
         /// process get the key first come, first served, and a release
-        /// hands it to the first of them directly. `false`, or a store
-        /// without queues: the waiters of each process line up locally and
-        /// race the other processes at each release (docs/fairness.md).
+        /// hands it to the first of them directly, waking it alone. Off,
+        /// or on a store without queues: the waiters of each process line
+        /// up locally and race the other processes at each release, which
+        /// on SQLite today passes more acquisitions per second under
+        /// contention but lets a waiter lose races for its whole wait
+        /// (docs/fairness.md has the measurements).
         with_fair(fair: bool) => fair = fair;
 
         /// Names the lock's class for the metrics (feature `metrics`, label
@@ -342,11 +345,10 @@ impl Locks {
     /// holder's remaining ttl, a jittered backoff, the wait bound. The wait
     /// never runs past its bound.
     ///
-    /// A waiter for a mutex on a store that keeps queues
-    /// ([`Backend::queues`]) queues at the store, first come, first served
-    /// across processes, and is handed the key at a release (see
-    /// [`AcquireOptions::with_fair`] and docs/fairness.md). Otherwise,
-    /// waiters for the same key on this handle (and its clones) queue in
+    /// With [`AcquireOptions::with_fair`] on a store that keeps queues
+    /// ([`Backend::queues`]), a waiter for a mutex queues at the store,
+    /// first come, first served across processes, and is handed the key
+    /// at a release (docs/fairness.md). Otherwise, waiters for the same key on this handle (and its clones) queue in
     /// FIFO order and only the first waits at the store, so a task that
     /// releases and re-acquires in a loop cannot starve its neighbours.
     /// A guard of this process does not hold that queue: the first local

@@ -321,7 +321,7 @@ fn print_table(report: &Report) {
                 "  same, from release returned",
                 Some(&h.notified_after_release),
             ),
-            ("  racing (fair off)", h.racing.as_ref()),
+            ("  handed over (with_fair)", h.fair.as_ref()),
             ("polling only", Some(&h.polling)),
         ];
         for (name, l) in rows.into_iter().filter_map(|(n, l)| Some((n, l?))) {
@@ -337,8 +337,8 @@ fn print_table(report: &Report) {
             h.notified_after_release_p50_per_acquire,
             h.polling_p50_per_notified
         );
-        if let Some(r) = h.racing_p50_per_acquire {
-            println!("  racing hand-off (fair off) = {r:.2}x one acquire");
+        if let Some(r) = h.fair_p50_per_acquire {
+            println!("  handed-over hand-off (with_fair) = {r:.2}x one acquire");
         }
     }
     if let Some(c) = &s.contended {
@@ -355,7 +355,7 @@ fn print_table(report: &Report) {
             "", "acq/s", "Jain", "longest wait", "out of order", "/FIFO", "wakes/rel"
         );
         let rows = std::iter::once(("leasehold", &c.leasehold))
-            .chain(c.racing.iter().map(|r| ("leasehold, racing (fair off)", r)))
+            .chain(c.fair.iter().map(|r| ("leasehold, fair (queued)", r)))
             .chain(c.raw_loop.iter().map(|r| ("raw loop, no library", r)));
         for (name, t) in rows {
             let (ooo, fifo, wakes) = match &t.order {

@@ -230,14 +230,14 @@ pub struct Handoff {
     pub notified_p50_per_acquire: f64,
     /// notified_after_release p50 / acquire p50.
     pub notified_after_release_p50_per_acquire: f64,
-    /// Woken by the store with `with_fair(false)`: the waiter races for the
-    /// key with an acquire of its own after the wake-up (the path before
-    /// queues); absent where the store keeps no queues (the same path).
+    /// With `with_fair(true)`: the waiter queued at the store, and the
+    /// release handed the key to it (no acquire of its own after the
+    /// wake-up); absent where the store keeps no queues.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub racing: Option<Latency>,
-    /// racing p50 / acquire p50.
+    pub fair: Option<Latency>,
+    /// fair p50 / acquire p50 (target ≤ 2).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub racing_p50_per_acquire: Option<f64>,
+    pub fair_p50_per_acquire: Option<f64>,
     /// polling p50 / notified p50 (target ≥ 10).
     pub polling_p50_per_notified: f64,
 }
@@ -267,16 +267,16 @@ pub async fn handoff(
         acquire.push(t.elapsed());
         guard.release().await?;
     }
-    let queued = AcquireOptions::new().with_wait(Duration::from_secs(30));
-    let racing = queued.clone().with_fair(false);
-    let (notified, notified_after) = handoff_rounds(&holder, &waiter, &queued, rounds).await?;
-    let racing = match waiter.backend().queues() {
+    let racing = AcquireOptions::new().with_wait(Duration::from_secs(30));
+    let fair = racing.clone().with_fair(true);
+    let (notified, notified_after) = handoff_rounds(&holder, &waiter, &racing, rounds).await?;
+    let fair = match waiter.backend().queues() {
         true => Some(Latency::of(
-            &handoff_rounds(&holder, &waiter, &racing, rounds).await?.0,
+            &handoff_rounds(&holder, &waiter, &fair, rounds).await?.0,
         )),
         false => None,
     };
-    let (polling, _) = handoff_rounds(&holder, &poller, &queued, rounds).await?;
+    let (polling, _) = handoff_rounds(&holder, &poller, &racing, rounds).await?;
     let after = Latency::of(&notified_after);
     let (a, n, p) = (
         Latency::of(&acquire),
@@ -295,8 +295,8 @@ pub async fn handoff(
         samples.push((peer.name(), s));
     }
     Ok(Handoff {
-        racing_p50_per_acquire: racing.as_ref().map(|r| ratio(r.p50_us, a.p50_us)),
-        racing,
+        fair_p50_per_acquire: fair.as_ref().map(|r| ratio(r.p50_us, a.p50_us)),
+        fair,
         peers,
         notified_p50_per_acquire: ratio(n.p50_us, a.p50_us),
         notified_after_release_p50_per_acquire: ratio(after.p50_us, a.p50_us),
@@ -362,15 +362,14 @@ pub struct Contended {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub processes: Option<usize>,
     pub duration_ms: u128,
-    /// Waiters as they wait by default: queued at the store where it keeps
-    /// queues (docs/fairness.md).
+    /// Waiters as they wait by default: each process's waiters line up
+    /// locally and race the others at each release.
     pub leasehold: Throughput,
-    /// The same waiters with `with_fair(false)`: each process's waiters
-    /// line up locally and race the others at each release (the path
-    /// before queues, and still that of a store without them); absent
-    /// where the store keeps no queues (the two are the same).
+    /// The same waiters with `with_fair(true)`: queued at the store, each
+    /// release handing the key to the first of them (docs/fairness.md);
+    /// absent where the store keeps no queues.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub racing: Option<Throughput>,
+    pub fair: Option<Throughput>,
     /// The same atomic operations in a tight loop with no library around
     /// them (each worker retries at once when busy); absent without a baseline.
     pub raw_loop: Option<Throughput>,
@@ -379,17 +378,17 @@ pub struct Contended {
 }
 
 /// W workers on one key for `duration`: how many acquisitions, how fairly
-/// shared, in what order, and the longest any worker waited; queued and
-/// racing where the store keeps queues.
+/// shared, in what order, and the longest any worker waited; racing, and
+/// queued too where the store keeps queues.
 pub async fn contended(
     store: &BenchStore,
     locks: &Locks,
     workers: usize,
     duration: Duration,
 ) -> Result<Contended, CliError> {
-    let leasehold = contended_tasks(locks, workers, duration, true).await?;
-    let racing = match locks.backend().queues() {
-        true => Some(contended_tasks(locks, workers, duration, false).await?),
+    let leasehold = contended_tasks(locks, workers, duration, false).await?;
+    let fair = match locks.backend().queues() {
+        true => Some(contended_tasks(locks, workers, duration, true).await?),
         false => None,
     };
     let raw_loop = match store.baselines.first() {
@@ -404,7 +403,7 @@ pub async fn contended(
             .as_ref()
             .map(|r| ratio(leasehold.per_second, r.per_second)),
         leasehold,
-        racing,
+        fair,
         raw_loop,
     })
 }
@@ -416,11 +415,7 @@ async fn contended_tasks(
     duration: Duration,
     fair: bool,
 ) -> Result<Throughput, CliError> {
-    let key = unique_key(if fair {
-        "contended"
-    } else {
-        "contended-racing"
-    });
+    let key = unique_key(if fair { "contended-fair" } else { "contended" });
     let before = locks.stats();
     let deadline = Instant::now() + duration;
     let tasks: Vec<_> = (0..workers)

@@ -26,9 +26,9 @@ pub struct BenchWorkerArgs {
     /// Waiters (tasks) in this process.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub tasks: u32,
-    /// Wait with `with_fair(false)`: lined up locally, racing the others.
+    /// Wait with `with_fair(true)`: queued at the store.
     #[arg(long)]
-    pub racing: bool,
+    pub fair: bool,
 }
 
 /// What one worker process prints.
@@ -43,7 +43,7 @@ struct WorkerResult {
 pub async fn bench_worker(store: &str, args: BenchWorkerArgs) -> Result<u8, CliError> {
     let locks = Locks::open(store).await?;
     let deadline = Instant::now() + args.duration;
-    let fair = !args.racing;
+    let fair = args.fair;
     let tasks: Vec<_> = (0..args.tasks)
         .map(|_| {
             let (locks, key) = (locks.clone(), args.key.clone());
@@ -71,8 +71,8 @@ pub async fn bench_worker(store: &str, args: BenchWorkerArgs) -> Result<u8, CliE
     Ok(0)
 }
 
-/// `processes` worker processes of `tasks` waiters each on one key, queued
-/// (and racing too, where the store `queues`).
+/// `processes` worker processes of `tasks` waiters each on one key, racing
+/// (and queued too, where the store `queues`).
 pub async fn contended_processes(
     url: &str,
     (processes, tasks): (usize, usize),
@@ -80,7 +80,7 @@ pub async fn contended_processes(
     queues: bool,
 ) -> Result<Contended, CliError> {
     let leasehold = run_processes(url, (processes, tasks), duration, false).await?;
-    let racing = match queues {
+    let fair = match queues {
         true => Some(run_processes(url, (processes, tasks), duration, true).await?),
         false => None,
     };
@@ -89,7 +89,7 @@ pub async fn contended_processes(
         processes: Some(processes),
         duration_ms: duration.as_millis(),
         leasehold,
-        racing,
+        fair,
         // A raw loop across processes would need a baseline worker per
         // store; the in-process variant carries the ratio.
         raw_loop: None,
@@ -101,7 +101,7 @@ async fn run_processes(
     url: &str,
     (processes, tasks): (usize, usize),
     duration: Duration,
-    racing: bool,
+    fair: bool,
 ) -> Result<Throughput, CliError> {
     let exe = std::env::current_exe()?;
     let key = unique_key("contended-processes");
@@ -117,8 +117,8 @@ async fn run_processes(
                 .args(["--tasks", &tasks.to_string()])
                 .stdout(std::process::Stdio::piped())
                 .kill_on_drop(true);
-            if racing {
-                command.arg("--racing");
+            if fair {
+                command.arg("--fair");
             }
             command.spawn()
         })

@@ -204,6 +204,7 @@ async fn run_with(
     let options = AcquireOptions::new()
         .with_ttl(args.lease.ttl)
         .with_wait(args.lease.wait)
+        .with_fair(args.lease.fair)
         .with_cancel(cancel.clone());
     let acquire = async {
         match (args.permits, args.keys.as_slice()) {

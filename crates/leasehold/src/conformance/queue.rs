@@ -51,7 +51,9 @@ pub async fn queue_waiters_get_the_key_in_the_order_they_came(store: &TestStore)
             let guard = locks
                 .acquire_with(
                     &k,
-                    &AcquireOptions::new().with_wait(Duration::from_secs(30)),
+                    &AcquireOptions::new()
+                        .with_wait(Duration::from_secs(30))
+                        .with_fair(true),
                 )
                 .await
                 .expect("each waiter gets the key");
@@ -161,7 +163,8 @@ pub async fn queue_a_handed_over_guard_lasts_its_ttl(store: &TestStore) {
             AcquireOptions::new()
                 .with_wait(LONG)
                 .with_ttl(ttl)
-                .with_auto_renew(auto_renew),
+                .with_auto_renew(auto_renew)
+                .with_fair(true),
         );
         let waiting = locks.clone();
         let waiter = tokio::spawn(async move { waiting.acquire_with(&k2, &wait).await });
@@ -201,7 +204,10 @@ pub async fn queue_dead_waiter_leaves_within_its_entry_lease(store: &TestStore) 
         Acquire::Busy(_)
     ));
     let locks = Locks::from_arc(store.backend.clone());
-    let (k2, wait) = (k.as_str().to_owned(), AcquireOptions::new().with_wait(LONG));
+    let (k2, wait) = (
+        k.as_str().to_owned(),
+        AcquireOptions::new().with_wait(LONG).with_fair(true),
+    );
     let live = tokio::spawn(async move { locks.acquire_with(&k2, &wait).await });
     sleep(entry_ttl + Duration::from_millis(200)).await;
     let released_at = Instant::now();
@@ -230,7 +236,10 @@ pub async fn queue_unclaimed_hand_off_lapses_to_the_next(store: &TestStore) {
         Acquire::Busy(_)
     ));
     let locks = Locks::from_arc(store.backend.clone());
-    let (k2, wait) = (k.as_str().to_owned(), AcquireOptions::new().with_wait(LONG));
+    let (k2, wait) = (
+        k.as_str().to_owned(),
+        AcquireOptions::new().with_wait(LONG).with_fair(true),
+    );
     let live = tokio::spawn(async move { locks.acquire_with(&k2, &wait).await });
     sleep(STAGGER).await;
     let released_at = Instant::now();
@@ -262,7 +271,9 @@ pub async fn queue_a_waiter_that_gives_up_leaves_the_queue(store: &TestStore) {
     let gave_up = locks
         .acquire_with(
             k.as_str(),
-            &AcquireOptions::new().with_wait(Duration::from_millis(300)),
+            &AcquireOptions::new()
+                .with_wait(Duration::from_millis(300))
+                .with_fair(true),
         )
         .await;
     assert!(gave_up.is_err(), "the holder keeps the key past the wait");
