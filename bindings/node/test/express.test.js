@@ -17,6 +17,7 @@ const { lockRoute, problemTypes } = require('leasehold/express');
 const { serverStores, uniqueKey, describeEachStore } = require('./stores');
 const { relay } = require('./proxy');
 const { serve, serveSuite, post, postThenDisconnect, eventually, gate } = require('./http');
+const { destroyFilesInPlace } = require('./files');
 
 function assertProblem(reply, { status, type, key }) {
   assert.equal(reply.status, status);
@@ -218,7 +219,7 @@ test('lockRoute on sqlite: a destroyed database file gives 503 problem+json, not
   try {
     const key = uniqueKey('sqlite-down');
     assert.equal((await post(`${server.base}/run/${key}`)).status, 200, 'served while the store is whole');
-    for (const file of fs.readdirSync(dir)) fs.writeFileSync(path.join(dir, file), Buffer.alloc(8192, 7));
+    destroyFilesInPlace(dir);
     const reply = await post(`${server.base}/run/${key}`);
     assertProblem(reply, { status: 503, type: problemTypes.storeUnavailable, key });
     assert.equal(reply.headers.get('retry-after'), null);

@@ -13,6 +13,7 @@ const express = require('express');
 const { Locks, LeaseholdError, isLeaseholdError } = require('leasehold');
 const { lockRoute, limitConcurrency } = require('leasehold/express');
 const { serve, post } = require('./http');
+const { destroyFilesInPlace } = require('./files');
 
 async function withLocks(fn) {
   const locks = await Locks.open('memory://');
@@ -133,7 +134,7 @@ test('lockRoute onError hears the store failure it answers with 503, and not a 4
     assert.equal((await post(`${server.base}/run/busy`)).status, 409);
     await held.release();
     assert.deepEqual(heard, [], 'a busy key is not an error');
-    for (const file of fs.readdirSync(dir)) fs.writeFileSync(path.join(dir, file), Buffer.alloc(8192, 7));
+    destroyFilesInPlace(dir);
     assert.equal((await post(`${server.base}/run/down`)).status, 503);
     assert.deepEqual(heard, [['LEASEHOLD_UNAVAILABLE', 'down']]);
   } finally {
