@@ -86,30 +86,24 @@ impl Subscription {
     /// Cancel safe: a notification that arrives while the future is dropped
     /// is kept for the next call.
     pub async fn notified(&mut self) {
-        let released = async {
-            match &mut self.rx {
-                Some(rx) => {
-                    if rx.changed().await.is_err() {
-                        std::future::pending::<()>().await;
-                    }
-                }
-                None => std::future::pending().await,
-            }
-        };
-        let handed = async {
-            match &mut self.inbox {
-                Some(rx) => {
-                    if rx.changed().await.is_err() {
-                        std::future::pending::<()>().await;
-                    }
-                }
-                None => std::future::pending().await,
-            }
-        };
+        let released = next_change(self.rx.as_mut());
+        let handed = next_change(self.inbox.as_mut());
         tokio::select! {
             () = released => {}
             () = handed => {}
         }
+    }
+}
+
+/// The next change of `rx`; pending forever without a channel or once its
+/// sender is gone.
+async fn next_change<T>(rx: Option<&mut watch::Receiver<T>>) {
+    let changed = match rx {
+        Some(rx) => rx.changed().await.is_ok(),
+        None => false,
+    };
+    if !changed {
+        std::future::pending::<()>().await;
     }
 }
 
