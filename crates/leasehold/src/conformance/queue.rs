@@ -203,12 +203,7 @@ pub async fn queue_dead_waiter_leaves_within_its_entry_lease(store: &TestStore) 
         attempt(&*store.backend, &dead).await,
         Acquire::Busy(_)
     ));
-    let locks = Locks::from_arc(store.backend.clone());
-    let (k2, wait) = (
-        k.as_str().to_owned(),
-        AcquireOptions::new().with_wait(LONG).with_fair(true),
-    );
-    let live = tokio::spawn(async move { locks.acquire_with(&k2, &wait).await });
+    let live = fair_waiter(store, &k);
     sleep(entry_ttl + Duration::from_millis(200)).await;
     let released_at = Instant::now();
     store.backend.release(&holder).await.unwrap();
@@ -235,12 +230,7 @@ pub async fn queue_unclaimed_hand_off_lapses_to_the_next(store: &TestStore) {
         attempt(&*store.backend, &dead).await,
         Acquire::Busy(_)
     ));
-    let locks = Locks::from_arc(store.backend.clone());
-    let (k2, wait) = (
-        k.as_str().to_owned(),
-        AcquireOptions::new().with_wait(LONG).with_fair(true),
-    );
-    let live = tokio::spawn(async move { locks.acquire_with(&k2, &wait).await });
+    let live = fair_waiter(store, &k);
     sleep(STAGGER).await;
     let released_at = Instant::now();
     store.backend.release(&holder).await.unwrap();
@@ -304,4 +294,17 @@ pub async fn queue_a_waiter_that_gives_up_leaves_the_queue(store: &TestStore) {
         Acquire::Granted(lease) => store.backend.release(&lease).await.unwrap(),
         other => panic!("leaving gives a handed-over grant back: {other:?}"),
     }
+}
+
+/// An acquisition of `k` through the core, queued at the store, on a task.
+fn fair_waiter(
+    store: &TestStore,
+    k: &crate::Key,
+) -> tokio::task::JoinHandle<crate::Result<crate::LeaseGuard>> {
+    let locks = Locks::from_arc(store.backend.clone());
+    let (k, wait) = (
+        k.as_str().to_owned(),
+        AcquireOptions::new().with_wait(LONG).with_fair(true),
+    );
+    tokio::spawn(async move { locks.acquire_with(&k, &wait).await })
 }
