@@ -28,7 +28,8 @@ use crate::time::Backoff;
 /// What a feed brings.
 #[derive(Debug)]
 pub(crate) enum News {
-    /// This key was released.
+    /// A message of the store's release channel: a released key, or a
+    /// hand-off ([`WakeHub::deliver`] reads both).
     Released(String),
     /// News may have been lost (the source reconnected by itself, a queue
     /// overflowed): every waiter should look again.
@@ -221,8 +222,8 @@ async fn feed(source: Arc<dyn Source>, hub: WakeHub, link: watch::Sender<Link>, 
                 failed = false;
                 loop {
                     match news.next().await {
-                        Some(Ok(News::Released(key))) => {
-                            hub.notify(&key);
+                        Some(Ok(News::Released(message))) => {
+                            hub.deliver(&message);
                         }
                         Some(Ok(News::Gap)) => {
                             let woken = hub.notify_all();

@@ -201,6 +201,24 @@ impl WakeHub {
         }
     }
 
+    /// Acts on one message of a store's release channel (a `NOTIFY`
+    /// payload, a pub/sub message, a datagram): a key alone is a release
+    /// ([`notify`](Self::notify)); a [`hand_off_message`] goes to its head
+    /// alone ([`hand_over`](Self::hand_over)). A garbled hand-off wakes
+    /// nobody: its head finds the grant at its next attempt.
+    pub fn deliver(&self, message: &str) {
+        match message.strip_prefix(HAND_OFF_MARK) {
+            None => {
+                self.notify(message);
+            }
+            Some(rest) => {
+                if let Some((key, owner, grant)) = parse_hand_off(rest) {
+                    self.hand_over(key, owner, grant);
+                }
+            }
+        }
+    }
+
     /// Wakes every waiter of every key; returns how many keys had waiters.
     ///
     /// For a backend that may have missed notifications (its listening
@@ -231,6 +249,31 @@ impl WakeHub {
         // (every update is a single insert or remove), so poison is ignored.
         self.keys.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// The first character of a hand-off message (a key's never is: keys hold
+/// no control characters).
+pub const HAND_OFF_MARK: char = '\u{1}';
+
+/// The message a store sends on its release channel when it hands `key`
+/// over to the head of its queue: [`HAND_OFF_MARK`], then `<owner> <token>
+/// <ticket> <key>` ([`WakeHub::deliver`] reads it). Stores that build it
+/// in their own language (SQL, Lua) write the same text.
+pub fn hand_off_message(key: &str, owner: OwnerId, grant: HandOff) -> String {
+    format!(
+        "{HAND_OFF_MARK}{owner} {} {} {key}",
+        grant.token, grant.ticket
+    )
+}
+
+/// Reads `<owner> <token> <ticket> <key>` (a key may hold spaces: it is
+/// the rest).
+fn parse_hand_off(text: &str) -> Option<(&str, OwnerId, HandOff)> {
+    let mut parts = text.splitn(4, ' ');
+    let owner = OwnerId::from_hex(parts.next()?)?;
+    let token = parts.next()?.parse().ok()?;
+    let ticket = parts.next()?.parse().ok()?;
+    Some((parts.next()?, owner, HandOff { token, ticket }))
 }
 
 fn bump(released: &watch::Sender<u64>) {
@@ -324,6 +367,40 @@ mod tests {
                 .await
                 .expect("woken");
         }
+    }
+
+    /// A release message wakes every waiter of its key; a hand-off message
+    /// reaches its head alone, with its grant; a garbled one wakes nobody.
+    #[tokio::test]
+    async fn delivered_messages_release_or_hand_over() {
+        let hub = WakeHub::new();
+        let (head, other) = (OwnerId::random(), OwnerId::random());
+        let mut first = hub.subscribe("a key");
+        assert!(first.expect_hand_off(head));
+        let mut second = hub.subscribe("a key");
+        assert!(second.expect_hand_off(other));
+        let grant = HandOff {
+            token: 42,
+            ticket: 3,
+        };
+        hub.deliver(&format!("{HAND_OFF_MARK}{head} x 3 a key"));
+        hub.deliver(&format!("{HAND_OFF_MARK}{head} 42 3"));
+        hub.deliver(&hand_off_message("a key", head, grant));
+        tokio::time::timeout(Duration::from_secs(1), first.notified())
+            .await
+            .expect("the head is told");
+        assert_eq!(first.hand_off(), Some(grant));
+        assert_eq!(second.hand_off(), None, "garbled messages reach nobody");
+        assert!(
+            tokio::time::timeout(Duration::from_millis(20), second.notified())
+                .await
+                .is_err(),
+            "only the head is woken"
+        );
+        hub.deliver("a key");
+        tokio::time::timeout(Duration::from_secs(1), second.notified())
+            .await
+            .expect("a release wakes every waiter");
     }
 
     #[tokio::test]

@@ -39,14 +39,11 @@ use tokio::task::JoinHandle;
 
 use crate::backend::OwnerId;
 use crate::key::Key;
-use crate::notify::{HandOff, Subscription, WakeHub};
+use crate::notify::{hand_off_message, HandOff, Subscription, WakeHub};
 
 /// Room for a key (256 bytes) with margin, and a hand-off's owner, token
 /// and ticket before it.
 const MAX_DATAGRAM: usize = 512;
-/// The first byte of a hand-off's datagram (a key's never is: keys hold
-/// no control characters).
-const HAND_OFF: u8 = 0x01;
 /// The longest socket path the kernel takes: `sun_path` is 108 bytes on
 /// Linux (104 on macOS and the BSDs) including the terminating NUL.
 #[cfg(any(target_os = "linux", target_os = "android"))]
@@ -142,16 +139,12 @@ impl WakeDir {
 
     /// Tells the waiter registered as `owner` (in this process or another)
     /// that `key` was handed over to it; nobody else is woken. The
-    /// datagram is [`HAND_OFF`], then `<owner> <token> <ticket> <key>`.
+    /// datagram is [`hand_off_message`].
     pub(super) fn hand_over(&self, key: &Key, owner: OwnerId, grant: HandOff) {
         if self.hub.hand_over(key.as_str(), owner, grant) {
             return;
         }
-        let mut datagram = vec![HAND_OFF];
-        datagram.extend_from_slice(
-            format!("{owner} {} {} {}", grant.token, grant.ticket, key.as_str()).as_bytes(),
-        );
-        self.broadcast(&datagram);
+        self.broadcast(hand_off_message(key.as_str(), owner, grant).as_bytes());
     }
 
     /// Sends `datagram` to every other process's socket.
@@ -264,17 +257,9 @@ async fn receive_wakes(socket: UnixDatagram, hub: WakeHub) {
             Ok(0) => {
                 hub.notify_all();
             }
-            Ok(n) if buf[0] == HAND_OFF => {
-                if let Some((key, owner, grant)) = std::str::from_utf8(&buf[1..n])
-                    .ok()
-                    .and_then(parse_hand_off)
-                {
-                    hub.hand_over(key, owner, grant);
-                }
-            }
             Ok(n) => {
-                if let Ok(key) = std::str::from_utf8(&buf[..n]) {
-                    hub.notify(key);
+                if let Ok(message) = std::str::from_utf8(&buf[..n]) {
+                    hub.deliver(message);
                 }
             }
             Err(e) => {
@@ -283,16 +268,6 @@ async fn receive_wakes(socket: UnixDatagram, hub: WakeHub) {
             }
         }
     }
-}
-
-/// Reads `<owner> <token> <ticket> <key>` (a key may hold spaces: it is
-/// the rest).
-fn parse_hand_off(text: &str) -> Option<(&str, OwnerId, HandOff)> {
-    let mut parts = text.splitn(4, ' ');
-    let owner = OwnerId::from_hex(parts.next()?)?;
-    let token = parts.next()?.parse().ok()?;
-    let ticket = parts.next()?.parse().ok()?;
-    Some((parts.next()?, owner, HandOff { token, ticket }))
 }
 
 /// FNV-1a: a hash that is the same in every build and process, unlike std's.

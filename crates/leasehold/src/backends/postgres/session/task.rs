@@ -232,7 +232,7 @@ impl Task {
             biased;
             notification = open.listener.try_recv() => match notification {
                 Ok(Some(notification)) => {
-                    self.hub.notify(notification.payload());
+                    self.hub.deliver(notification.payload());
                     None
                 }
                 // The connection dropped (sqlx reconnects only when asked).
