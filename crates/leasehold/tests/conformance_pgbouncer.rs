@@ -44,7 +44,7 @@ mod listening {
         store_at(format!("{pooler}?pooler=transaction&listen_url={server}")).await
     }
 
-    leasehold::conformance_tests!(store; blocking);
+    leasehold::conformance_tests!(store; blocking, queue);
 }
 
 mod polling {

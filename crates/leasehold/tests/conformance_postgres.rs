@@ -28,7 +28,7 @@ async fn store() -> Option<TestStore> {
     Some(postgres::with_bad_options(store, down))
 }
 
-leasehold::conformance_tests!(store; options, unreachable, blocking);
+leasehold::conformance_tests!(store; options, unreachable, blocking, queue);
 
 /// Group `sweep` on a table of its own: its passes (1 ms window) would
 /// otherwise delete the idle rows of every test on the shared table.

@@ -126,6 +126,7 @@ async fn old_table_keeps_leases_and_tokens(connect_url: &str, server: &str) {
         table.clone(),
         format!("\"{name}_permits\""),
         format!("\"{name}_rw\""),
+        format!("\"{name}_queue\""),
     ] {
         drop_table(&pool, &t).await;
     }

@@ -164,6 +164,7 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@each $factory;
             queue_waiters_get_the_key_in_the_order_they_came,
             queue_release_hands_the_key_to_the_head_alone,
+            queue_a_free_key_goes_to_the_head_first,
             queue_dead_waiter_leaves_within_its_entry_lease,
             queue_unclaimed_hand_off_lapses_to_the_next,
             queue_a_handed_over_guard_lasts_its_ttl,

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::{sleep, timeout, Instant};
 
-use super::{attempt, grant, key, prefix, request, TestStore, LONG};
+use super::{attempt, grant, key, prefix, request, TestStore, LONG, SHORT};
 use crate::backend::{Acquire, AcquireRequest, QUEUE_ENTRY_TTL};
 use crate::lock::{AcquireOptions, Locks};
 
@@ -145,6 +145,46 @@ pub async fn queue_release_hands_the_key_to_the_head_alone(store: &TestStore) {
         .await
         .expect("then the next waiter is the head");
     assert!(untold.hand_off().is_some());
+}
+
+/// A key freed without a release (its holder's lease ran out) goes to the
+/// head of its queue first: an attempt of anybody else, even one that does
+/// not queue (`try_acquire`), hands it over and answers busy, naming the
+/// head; the head is told and its repeat is the grant.
+pub async fn queue_a_free_key_goes_to_the_head_first(store: &TestStore) {
+    assert_queues(store);
+    let k = key(format!("{}k", prefix()));
+    let holder = grant(store, &k, SHORT).await;
+    // An entry that outlives the test: it needs no renewal.
+    let head = AcquireRequest::new(k.clone(), LONG, "head")
+        .unwrap()
+        .with_queue_entry(LONG, 3);
+    assert!(matches!(
+        attempt(&*store.backend, &head).await,
+        Acquire::Busy(_)
+    ));
+    let mut told = store.backend.subscribe(&k).await.unwrap();
+    assert!(told.expect_hand_off(head.owner()), "the store notifies");
+    sleep(store.past_expiry(SHORT)).await;
+
+    let stranger = request(&k, LONG);
+    match attempt(&*store.backend, &stranger).await {
+        Acquire::Busy(busy) => assert_eq!(busy.holder, "head", "busy, naming the head"),
+        other => panic!("a free key behind a queue is the head's: {other:?}"),
+    }
+    timeout(HANDED_WITHIN, told.notified())
+        .await
+        .expect("the head is told of its grant");
+    let grant = told.hand_off().expect("a hand-off, not a plain wake-up");
+    assert!(grant.token > holder.token(), "the next token");
+    assert_eq!(grant.ticket, 3, "the ticket its entry carried");
+    match attempt(&*store.backend, &head).await {
+        Acquire::Granted(lease) => {
+            assert_eq!(lease.token(), grant.token, "the head's repeat is its grant");
+            store.backend.release(&lease).await.unwrap();
+        }
+        other => panic!("the head's repeat must be granted: {other:?}"),
+    }
 }
 
 /// A guard built from a hand-off is claimed: it outlives its claim window,

@@ -152,6 +152,7 @@ impl PostgresBackend {
                 Statement::new(&sql.migrate, &[]),
                 Statement::new(&sql.permits.migrate, &[]),
                 Statement::new(&sql.rw.migrate, &[]),
+                Statement::new(&sql.queue.migrate, &[]),
             ];
             session
                 .transaction(steps)
@@ -183,6 +184,7 @@ impl PostgresBackend {
             migrate(&pool, options.pooler, &options.table, &sql.migrate).await?;
             migrate(&pool, options.pooler, &options.table, &sql.permits.migrate).await?;
             migrate(&pool, options.pooler, &options.table, &sql.rw.migrate).await?;
+            migrate(&pool, options.pooler, &options.table, &sql.queue.migrate).await?;
         }
         // Data connections never LISTEN behind a transaction pooler: the
         // server connection would keep listening for its next client. A

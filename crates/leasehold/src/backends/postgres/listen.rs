@@ -19,7 +19,8 @@ use crate::backend::BoxFuture;
 use crate::error::BoxError;
 use crate::key::Key;
 use crate::notifier::{Feed, News, Notifier, Refused, Source, Timing};
-use crate::notify::Subscription;
+use crate::notify::{HandOff, Subscription};
+use crate::owner::OwnerId;
 
 /// Where the listening connection comes from.
 #[derive(Clone)]
@@ -85,6 +86,15 @@ impl Listener {
     pub(super) fn wake_local(&self, key: &Key) {
         if let Listener::Listening(notifier) = self {
             notifier.wake_local(key.as_str());
+        }
+    }
+
+    /// Tells this process's waiter of `key` registered as `owner` (if it
+    /// is here) of a grant handed over to it, before the notification
+    /// comes back from the server.
+    pub(super) fn hand_over_local(&self, key: &Key, owner: OwnerId, grant: HandOff) {
+        if let Listener::Listening(notifier) = self {
+            notifier.hand_over_local(key.as_str(), owner, grant);
         }
     }
 

@@ -54,6 +54,7 @@ mod listen;
 mod names;
 mod options;
 mod pooler;
+mod queue;
 mod semaphore;
 mod session;
 mod sql;
@@ -69,7 +70,8 @@ use sqlx::{FromRow, Row};
 use crate::backend::renew_attempt_timeout;
 use crate::backend::{
     duration_to_millis, listing, millis_to_duration, token_to_i64, Acquire, AcquireRequest,
-    Backend, BoxFuture, Busy, KeyKind, Lease, LeaseInfo, RecordDecoder, RwSide, Subscription,
+    Backend, BoxFuture, Busy, HandOff, KeyKind, Lease, LeaseInfo, OwnerId, RecordDecoder, RwSide,
+    Subscription,
 };
 use crate::error::{Error, Result};
 use crate::key::Key;
@@ -167,6 +169,13 @@ impl PostgresBackend {
     /// beside the lease table (`<table>_permits`).
     pub fn permits_migration_sql(&self) -> &str {
         &self.inner.sql.permits.migrate
+    }
+
+    /// The idempotent `CREATE TABLE IF NOT EXISTS` for the queue of waiters'
+    /// table beside the lease table (`<table>_queue`, docs/fairness.md):
+    /// every acquire and release reads it, so every store needs it.
+    pub fn queue_migration_sql(&self) -> &str {
+        &self.inner.sql.queue.migrate
     }
 
     /// The idempotent `CREATE TABLE IF NOT EXISTS` for the reader-writer
@@ -309,6 +318,52 @@ impl Inner {
         }
     }
 
+    /// Tells this process's waiter registered as `owner` (if it is here)
+    /// of `key` handed over to it, before the server's notification.
+    fn hand_over_local(&self, key: &Key, owner: OwnerId, grant: HandOff) {
+        match &self.path {
+            DataPath::Shared { session, .. } => session.hand_over_local(key, owner, grant),
+            DataPath::Pooled { listener, .. } => listener.hand_over_local(key, owner, grant),
+        }
+    }
+
+    /// The release statement for `key`'s grant to `owner` with `fence`:
+    /// frees the key, or hands it to the head of its queue (sql.rs).
+    async fn release_mutex(self: &Arc<Self>, key: &Key, owner: &str, fence: i64) -> Result<()> {
+        let params = [
+            Param::Text(key.as_str()),
+            Param::Text(owner),
+            Param::Int(fence),
+        ];
+        let rows = self
+            .fetch_all(&self.sql.release, &params)
+            .await
+            .map_err(Failed::into_error)?;
+        let Some(row) = rows.first() else {
+            return Ok(());
+        };
+        let head: Option<String> = row.try_get(0).map_err(classify)?;
+        match head {
+            None => {
+                self.wake_local(key);
+                // A row may have just gone idle: time for a pass, perhaps.
+                self.poke_sweeper();
+            }
+            Some(head) => {
+                let record = RecordDecoder::new(STORE, key.as_str());
+                let token = record.token(row.try_get(1).map_err(classify)?)?;
+                let ticket: Option<i64> = row.try_get(2).map_err(classify)?;
+                let head = OwnerId::from_hex(&head)
+                    .ok_or_else(|| record.corrupt("a queue entry's owner is not 32 hex digits"))?;
+                let ticket = ticket
+                    .and_then(|t| u32::try_from(t).ok())
+                    .ok_or_else(|| record.corrupt("a queue entry's ticket is out of range"))?;
+                self.hand_over_local(key, head, HandOff { token, ticket });
+            }
+        }
+        Ok(())
+    }
+
     async fn subscribe(&self, key: &Key) -> Subscription {
         match &self.path {
             DataPath::Shared { session, .. } => session.subscribe(key).await,
@@ -322,6 +377,13 @@ impl Backend for PostgresBackend {
         Box::pin(async move {
             if req.permit_kind().is_some() {
                 return self.inner.acquire_permit(req).await;
+            }
+            // A waiter's later attempts go straight to the queued attempt
+            // (queue.rs), which grants a free key to its head too.
+            if req.queue_ticket().is_some_and(|ticket| ticket > 0) {
+                if let Some(answer) = self.inner.queued_attempt(req).await? {
+                    return Ok(answer);
+                }
             }
             let owner = req.owner().to_string();
             let lock_wait = self.inner.row_lock_wait(req.lock_wait());
@@ -349,10 +411,22 @@ impl Backend for PostgresBackend {
             Ok(match row {
                 Some((Some(fence), _, _, _)) => Acquire::Granted(req.granted(record.token(fence)?)),
                 Some((None, _, _, Some(kind))) => Acquire::OtherKind(decode_kind(&record, &kind)?),
-                Some((None, holder, remaining, None)) => Acquire::Busy(Busy {
-                    holder: holder.unwrap_or_default(),
-                    remaining: millis_to_duration(remaining.unwrap_or(0)),
-                }),
+                Some((None, holder, remaining, None)) => {
+                    // Refused while free: waiters are queued ahead (or the
+                    // key was taken after this statement's snapshot). The
+                    // queued attempt hands it to the head, and enters a
+                    // request that queues.
+                    let free = holder.is_none() || remaining.is_none_or(|ms| ms <= 0);
+                    if free || req.queue_entry_ttl().is_some() {
+                        if let Some(answer) = self.inner.queued_attempt(req).await? {
+                            return Ok(answer);
+                        }
+                    }
+                    Acquire::Busy(Busy {
+                        holder: holder.unwrap_or_default(),
+                        remaining: millis_to_duration(remaining.unwrap_or(0)),
+                    })
+                }
                 // Taken by a transaction that committed after this
                 // statement's snapshot: busy, retry at once.
                 None => Acquire::Busy(Busy {
@@ -394,22 +468,9 @@ impl Backend for PostgresBackend {
                 return Ok(());
             }
             let owner = lease.owner().to_string();
-            let params = [
-                Param::Text(lease.key().as_str()),
-                Param::Text(&owner),
-                Param::Int(token_as_i64(lease)?),
-            ];
-            let freed = self
-                .inner
-                .fetch_all(&self.inner.sql.release, &params)
+            self.inner
+                .release_mutex(lease.key(), &owner, token_as_i64(lease)?)
                 .await
-                .map_err(Failed::into_error)?;
-            if !freed.is_empty() {
-                self.inner.wake_local(lease.key());
-                // A row may have just gone idle: time for a pass, perhaps.
-                self.inner.poke_sweeper();
-            }
-            Ok(())
         })
     }
 
@@ -464,6 +525,14 @@ impl Backend for PostgresBackend {
 
     fn subscribe<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Subscription>> {
         Box::pin(async move { Ok(self.inner.subscribe(key).await) })
+    }
+
+    fn queues(&self) -> bool {
+        true
+    }
+
+    fn leave_queue<'a>(&'a self, key: &'a Key, owner: OwnerId) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.inner.leave_queue(key, owner))
     }
 
     /// `pg_notify` on the channel releases use; this process's observers

@@ -34,6 +34,15 @@ pub(super) fn rw_table(table: &str) -> String {
     beside(table, RW_TABLE_SUFFIX)
 }
 
+/// What the queue of waiters' table appends (issue 31, `queue.rs`):
+/// shorter than the permits table's suffix, so the same bound covers it.
+pub(super) const QUEUE_TABLE_SUFFIX: &str = "_queue";
+
+/// `"schema"."table"` (quoted) → `"schema"."table_queue"`.
+pub(super) fn queue_table(table: &str) -> String {
+    beside(table, QUEUE_TABLE_SUFFIX)
+}
+
 /// `"schema"."table"` (quoted) → `"schema"."table<suffix>"`.
 fn beside(table: &str, suffix: &str) -> String {
     let unquoted_end = table.len() - 1;

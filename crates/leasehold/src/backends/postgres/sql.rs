@@ -5,7 +5,8 @@
 //! comparison, not the start of the transaction), and durations travel as
 //! whole milliseconds.
 
-use super::names::{CHANNEL, MAX_IDENT_BYTES, PERMITS_TABLE_SUFFIX};
+use super::names::{queue_table, CHANNEL, MAX_IDENT_BYTES, PERMITS_TABLE_SUFFIX};
+use super::queue::{self, QueueStatements};
 use super::semaphore::PermitStatements;
 use super::sweep::{self, FIRST_FENCE};
 use crate::error::{Error, Result};
@@ -95,6 +96,8 @@ pub(super) struct Statements {
     pub permits: PermitStatements,
     /// The reader-writer locks' statements (`semaphore.rs`).
     pub rw: PermitStatements,
+    /// The queue of waiters' statements (`queue.rs`).
+    pub queue: QueueStatements,
     /// One range of a sweep pass over idle rows (`sweep.rs`).
     pub sweep: String,
 }
@@ -103,6 +106,7 @@ impl Statements {
     /// `table` must come from [`quote_table_name`].
     pub(super) fn new(table: &str) -> Self {
         let live = "owner IS NOT NULL AND expires_at > clock_timestamp()";
+        let queue = queue_table(table);
         Statements {
             migrate: migration(table),
             // One key is one lock: the row is the key's anchor, and a row
@@ -142,17 +146,21 @@ impl Statements {
                        AND l.expires_at > clock_timestamp() THEN l.fence ELSE l.fence + 1 END, \
                      owner = excluded.owner, holder = excluded.holder, \
                      expires_at = clock_timestamp() + $4 * interval '1 millisecond' \
-                   WHERE l.kind IS NULL AND (l.owner IS NULL OR l.expires_at <= clock_timestamp() \
-                     OR l.owner = excluded.owner) \
-                   RETURNING l.fence) \
+                   WHERE l.kind IS NULL AND ((l.owner = excluded.owner \
+                       AND l.expires_at > clock_timestamp()) \
+                     OR ((l.owner IS NULL OR l.expires_at <= clock_timestamp()) \
+                       AND {none_ahead})) \
+                   RETURNING l.fence), \
+                 left_queue AS (DELETE FROM {queue} \
+                   WHERE key = $1 AND owner = $2 AND EXISTS (SELECT FROM granted)) \
                  SELECT fence, NULL::text AS holder, NULL::bigint AS remaining_ms, \
                    NULL::text AS kind FROM granted \
                  UNION ALL \
                  SELECT NULL::bigint, holder, {rem}, kind FROM {table} \
-                  WHERE key = $1 AND (owner IS NOT NULL OR kind IS NOT NULL) \
-                    AND NOT EXISTS (SELECT FROM granted)",
+                  WHERE key = $1 AND NOT EXISTS (SELECT FROM granted)",
                 rem = remaining_ms!(),
                 first = FIRST_FENCE,
+                none_ahead = queue::none_queued_ahead(&queue),
             ),
             // $5 bounds the wait for another transaction's row lock (a
             // `check_in`) like the acquire's: the guard gives a renewal
@@ -165,13 +173,30 @@ impl Statements {
                  WHERE key = $1 AND owner = $2 AND fence = $3 AND expires_at > clock_timestamp()"
             ),
             // The notification is queued in the same statement, so it is
-            // sent exactly when (and only if) the release commits.
+            // sent exactly when (and only if) the release commits. With a
+            // live head in the key's queue (queue.rs) the key is handed
+            // to it instead of freed: the next fence, the head's label,
+            // its claim window; its entry goes, and only it is told.
+            // Returns the new owner (NULL: freed), the fence and the
+            // head's ticket.
             release: format!(
-                "WITH freed AS ( \
-                   UPDATE {table} SET owner = NULL, holder = NULL, \
-                     expires_at = least(expires_at, clock_timestamp()) \
-                   WHERE key = $1 AND owner = $2 AND fence = $3 RETURNING key) \
-                 SELECT pg_notify('{CHANNEL}', key) FROM freed"
+                "WITH {head}, \
+                 freed AS ( \
+                   UPDATE {table} SET owner = (SELECT owner FROM head), \
+                     holder = (SELECT holder FROM head), \
+                     fence = fence + (SELECT count(*) FROM head), \
+                     expires_at = coalesce(clock_timestamp() \
+                       + (SELECT claim_ms FROM head) * interval '1 millisecond', \
+                       least(expires_at, clock_timestamp())) \
+                   WHERE key = $1 AND owner = $2 AND fence = $3 \
+                   RETURNING key, owner, fence, (SELECT ticket FROM head) AS ticket), \
+                 left_queue AS (DELETE FROM {queue} AS q USING freed AS f \
+                   WHERE q.key = $1 AND q.owner = f.owner) \
+                 SELECT f.owner, f.fence, f.ticket, pg_notify('{CHANNEL}', \
+                   CASE WHEN f.owner IS NULL THEN f.key ELSE {payload} END)::text \
+                 FROM freed AS f",
+                head = queue::head_cte(&queue),
+                payload = queue::hand_off_payload("f"),
             ),
             inspect: format!(
                 "SELECT key, owner, holder, fence, {rem} FROM {table} WHERE key = $1 AND {live}",
@@ -205,6 +230,7 @@ impl Statements {
             // this row until the caller's transaction ends.
             permits: PermitStatements::new(table),
             rw: PermitStatements::rw(table),
+            queue: QueueStatements::new(table),
             sweep: sweep::range_statement(table),
             check: format!(
                 "SELECT fence FROM {table} WHERE key = $1 AND owner = $2 AND fence = $3 \

@@ -41,7 +41,9 @@ pub(super) const FIRST_FENCE: &str = "(extract(epoch FROM clock_timestamp()) * 1
 /// last key (NULL when it ran to the end of the key space).
 ///
 /// A mutex row goes (`l`) when its holder left or expired more than the
-/// window ago and its fence is below the clock of a window ago. A grant or
+/// window ago, its fence is below the clock of a window ago, and no live
+/// waiter is queued for it (queue.rs); the range's dead queue entries go
+/// too (`dq`). A grant or
 /// a kind claim that updates the row while the delete waits for it makes
 /// PostgreSQL re-check the row's own conditions on its new version (a new
 /// expiry, a kind), so a row taken meanwhile stays.
@@ -64,6 +66,7 @@ pub(super) const FIRST_FENCE: &str = "(extract(epoch FROM clock_timestamp()) * 1
 pub(super) fn range_statement(table: &str) -> String {
     let permits = super::names::permits_table(table);
     let rw = super::names::rw_table(table);
+    let queue = super::names::queue_table(table);
     let in_range = "t.key > $1::text AND (b.hi IS NULL OR t.key <= b.hi)";
     let last_end = |x: &str| {
         format!(
@@ -78,7 +81,12 @@ pub(super) fn range_statement(table: &str) -> String {
            WHERE {in_range} AND t.kind IS NULL \
              AND t.fence < c.ms * 1000 \
              AND coalesce(t.expires_at, '-infinity') <= to_timestamp(c.ms / 1000.0) \
+             AND NOT EXISTS (SELECT FROM {queue} AS q \
+               WHERE q.key = t.key AND q.expires_at > clock_timestamp()) \
            RETURNING t.key), \
+         dq AS (DELETE FROM {queue} AS q USING b \
+           WHERE q.key > $1::text AND (b.hi IS NULL OR q.key <= b.hi) \
+             AND q.expires_at <= clock_timestamp()), \
          seen AS (SELECT t.key, t.ctid FROM {table} AS t, b, c \
            WHERE {in_range} AND t.kind IS NOT NULL AND t.fence < c.ms * 1000), \
          held AS (SELECT t.key, t.ctid FROM {table} AS t, b, c \

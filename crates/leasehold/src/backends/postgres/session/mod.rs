@@ -48,7 +48,8 @@ use super::names::CHANNEL;
 use super::pooler::Pooler;
 use crate::error::Error;
 use crate::key::Key;
-use crate::notify::{Subscription, WakeHub};
+use crate::notify::{HandOff, Subscription, WakeHub};
+use crate::owner::OwnerId;
 use crate::time::Backoff;
 
 mod task;
@@ -253,6 +254,13 @@ impl Session {
     /// notification to come back from the server.
     pub(super) fn wake_local(&self, key: &Key) {
         self.hub.notify(key.as_str());
+    }
+
+    /// Tells this process's waiter of `key` registered as `owner` (if it
+    /// is here) of a grant handed over to it, without waiting for the
+    /// notification to come back from the server.
+    pub(super) fn hand_over_local(&self, key: &Key, owner: OwnerId, grant: HandOff) {
+        self.hub.hand_over(key.as_str(), owner, grant);
     }
 
     /// Registers a waiter for `key`: live once `LISTEN` is in place, so no
