@@ -1,6 +1,8 @@
 //! The PostgreSQL store (`postgres://`, `postgresql://`; feature `postgres`).
 //!
-//! One lease table, one row per key, never deleted (the fence lives in it).
+//! One lease table, one row per key (the fence lives in it; deleted once
+//! idle, see `sweep.rs`), and beside it the permits', rw locks' and fair
+//! waiters' tables (`semaphore.rs`, `queue.rs`).
 //! Session advisory locks are not used: they pin a connection per held lock
 //! and break behind PgBouncer in transaction mode. Every operation is one
 //! statement, so the store needs no session state and works through any
@@ -8,7 +10,8 @@
 //! Needs PostgreSQL 11 or later.
 //!
 //! **Migration.** On connect the backend runs [`PostgresBackend::migration_sql`]
-//! (`CREATE TABLE IF NOT EXISTS ...`, serialized by a transaction-scoped
+//! (and the tables beside it: [`PostgresBackend::queue_migration_sql`] and
+//! the others; `CREATE TABLE IF NOT EXISTS ...`, serialized by a transaction-scoped
 //! advisory lock so concurrent first starts do not race). Turn it off with
 //! [`PostgresOptions::with_migrate`] and run that SQL yourself if the
 //! application's role may not create tables.
