@@ -48,6 +48,16 @@ export interface AcquireOptions {
 
 export type TryAcquireOptions = Omit<AcquireOptions, 'wait'>;
 
+export interface LockOptions extends AcquireOptions {
+  /**
+   * Wait in the key's queue at the store, first come first served across
+   * processes, and be handed the key by the release (default false). On a
+   * store that keeps queues (memory, SQLite, PostgreSQL); elsewhere the
+   * wait races as without it. See docs/fairness.md.
+   */
+  fair?: boolean;
+}
+
 /** What every grant has: its loss signal, isLost/check, release, dispose. */
 declare abstract class Held implements AsyncDisposable {
   /** Aborted, with a LEASEHOLD_LOST error as reason, when the lease is lost. */
@@ -154,15 +164,15 @@ export declare class Locks {
    */
   static open(url: string, options?: OpenOptions): Promise<Locks>;
   tryAcquire(key: string, options?: TryAcquireOptions): Promise<Lease | null>;
-  acquire(key: string, options?: AcquireOptions): Promise<Lease>;
+  acquire(key: string, options?: LockOptions): Promise<Lease>;
   withLock<T>(key: string, fn: (lease: Lease) => T | Promise<T>): Promise<T>;
-  withLock<T>(key: string, options: AcquireOptions | undefined, fn: (lease: Lease) => T | Promise<T>): Promise<T>;
+  withLock<T>(key: string, options: LockOptions | undefined, fn: (lease: Lease) => T | Promise<T>): Promise<T>;
   /** Throws LEASEHOLD_INVALID_INPUT at once for a bad key or `permits` outside 1 to 1024. */
   semaphore(key: string, permits: number): Semaphore;
-  acquireMany(keys: string[], options?: AcquireOptions): Promise<MultiLease>;
+  acquireMany(keys: string[], options?: LockOptions): Promise<MultiLease>;
   tryAcquireMany(keys: string[], options?: TryAcquireOptions): Promise<MultiLease | null>;
   withLocks<T>(keys: string[], fn: (locks: MultiLease) => T | Promise<T>): Promise<T>;
-  withLocks<T>(keys: string[], options: AcquireOptions | undefined, fn: (locks: MultiLease) => T | Promise<T>): Promise<T>;
+  withLocks<T>(keys: string[], options: LockOptions | undefined, fn: (locks: MultiLease) => T | Promise<T>): Promise<T>;
   /** Throws LEASEHOLD_INVALID_INPUT at once for a bad key. */
   rwLock(key: string): RwLock;
   /** Throws LEASEHOLD_INVALID_INPUT at once for a bad key. */

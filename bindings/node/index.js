@@ -186,6 +186,8 @@ class Leadership extends Held {
 
 const ACQUIRE_OPTIONS = ['ttl', 'wait', 'maxHold', 'signal'];
 const TRY_OPTIONS = ['ttl', 'maxHold', 'signal'];
+/** A mutex wait (acquire, acquireMany and their with* forms) may queue at the store. */
+const LOCK_OPTIONS = [...ACQUIRE_OPTIONS, 'fair'];
 
 /**
  * Rejects option names `allowed` does not hold: a misspelt `tll` would
@@ -203,10 +205,14 @@ function checkKnown(opts, allowed, what) {
  * The parsed common options of every acquire; `defaultWait` 0 is a try
  * (tryAcquire, tryRead, ...), which never waits and so takes no `wait`.
  */
-function acquireOptions(options, defaultWait, what) {
+function acquireOptions(options, defaultWait, what, allowed = ACQUIRE_OPTIONS) {
   const opts = checkOptions(options);
-  checkKnown(opts, defaultWait === 0 ? TRY_OPTIONS : ACQUIRE_OPTIONS, what);
+  checkKnown(opts, defaultWait === 0 ? TRY_OPTIONS : allowed, what);
+  if (opts.fair !== undefined && typeof opts.fair !== 'boolean') {
+    throw invalidInput(`invalid fair: expected true or false, got ${typeof opts.fair}`);
+  }
   return {
+    fair: opts.fair === true,
     ttlMs: toMillis(opts.ttl ?? DEFAULT_TTL_MS, 'ttl'),
     waitMs: toMillis(opts.wait ?? defaultWait, 'wait', { allowInfinity: true }),
     maxHoldMs: opts.maxHold === undefined ? undefined : toMillis(opts.maxHold, 'maxHold'),
@@ -480,12 +486,12 @@ class Locks {
   /** Waits up to `wait` (default: no bound) for the key; rejects with LEASEHOLD_TIMEOUT. */
   async acquire(key, options) {
     checkKey(key);
-    const opts = acquireOptions(options, Infinity, 'acquire');
+    const opts = acquireOptions(options, Infinity, 'acquire', LOCK_OPTIONS);
     return this.#acquire(key, opts, opts.waitMs);
   }
 
   #acquire(key, opts, waitMs) {
-    return this.#grant(opts, 'mutex', [key], (cancelId) => this.#native.acquire(key, opts.ttlMs, waitMs, cancelId), Lease);
+    return this.#grant(opts, 'mutex', [key], (cancelId) => this.#native.acquire(key, opts.ttlMs, waitMs, cancelId, opts.fair), Lease);
   }
 
   /**
@@ -561,7 +567,7 @@ class Locks {
    */
   async acquireMany(keys, options) {
     checkKeys(keys);
-    const opts = acquireOptions(options, Infinity, 'acquireMany');
+    const opts = acquireOptions(options, Infinity, 'acquireMany', LOCK_OPTIONS);
     return this.#acquireMany(keys, opts, opts.waitMs);
   }
 
@@ -572,7 +578,7 @@ class Locks {
   }
 
   #acquireMany(keys, opts, waitMs) {
-    return this.#grant(opts, 'multi', keys, (cancelId) => this.#native.acquireMany(keys, opts.ttlMs, waitMs, cancelId), MultiLease);
+    return this.#grant(opts, 'multi', keys, (cancelId) => this.#native.acquireMany(keys, opts.ttlMs, waitMs, cancelId, opts.fair), MultiLease);
   }
 
   /** Takes every key, runs `fn(multiLease)`, always releases (as `withLock`). */

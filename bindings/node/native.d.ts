@@ -57,9 +57,10 @@ export declare class NativeLocks {
   cancel(id: number): void
   /**
    * Acquires `key`: tries once when `wait_ms` is 0, else waits up to
-   * `wait_ms` (infinity: no bound).
+   * `wait_ms` (infinity: no bound); `fair` waits in the key's queue at
+   * the store (`AcquireOptions::with_fair`).
    */
-  acquire(key: string, ttlMs: number, waitMs: number, cancelId?: number | undefined | null): NativeLease | Promise<NativeLease>
+  acquire(key: string, ttlMs: number, waitMs: number, cancelId?: number | undefined | null, fair?: boolean | undefined | null): NativeLease | Promise<NativeLease>
   /**
    * Takes a permit of the semaphore `key` of `permits` permits, as
    * [`acquire`](Self::acquire) waits.
@@ -77,9 +78,9 @@ export declare class NativeLocks {
   rwHolders(key: string): Promise<Array<PermitInfo>>
   /**
    * Takes every key of `keys` or none, as [`acquire`](Self::acquire)
-   * waits (one wait bound for the whole set).
+   * waits (one wait bound for the whole set; `fair` queues at each key).
    */
-  acquireMany(keys: Array<string>, ttlMs: number, waitMs: number, cancelId?: number | undefined | null): NativeLease | Promise<NativeLease>
+  acquireMany(keys: Array<string>, ttlMs: number, waitMs: number, cancelId?: number | undefined | null, fair?: boolean | undefined | null): NativeLease | Promise<NativeLease>
   /**
    * Campaigns as `candidate` in the election `key` until elected, as
    * [`acquire`](Self::acquire) waits.

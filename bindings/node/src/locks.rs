@@ -240,7 +240,8 @@ impl NativeLocks {
     }
 
     /// Acquires `key`: tries once when `wait_ms` is 0, else waits up to
-    /// `wait_ms` (infinity: no bound).
+    /// `wait_ms` (infinity: no bound); `fair` waits in the key's queue at
+    /// the store (`AcquireOptions::with_fair`).
     #[napi(ts_return_type = "NativeLease | Promise<NativeLease>")]
     pub fn acquire<'env>(
         &self,
@@ -249,9 +250,13 @@ impl NativeLocks {
         ttl_ms: f64,
         wait_ms: f64,
         cancel_id: Option<u32>,
+        fair: Option<bool>,
     ) -> napi::Result<Settled<'env, NativeLease>> {
         let locks = self.shared.locks.clone();
-        let call = |options| async move { locks.acquire_with(&key, &options).await };
+        let fair = fair.unwrap_or(false);
+        let call = move |options: AcquireOptions| async move {
+            locks.acquire_with(&key, &options.with_fair(fair)).await
+        };
         self.take(env, ttl_ms, wait_ms, cancel_id, call, Held::One)
     }
 
@@ -315,7 +320,7 @@ impl NativeLocks {
     }
 
     /// Takes every key of `keys` or none, as [`acquire`](Self::acquire)
-    /// waits (one wait bound for the whole set).
+    /// waits (one wait bound for the whole set; `fair` queues at each key).
     #[napi(ts_return_type = "NativeLease | Promise<NativeLease>")]
     pub fn acquire_many<'env>(
         &self,
@@ -324,9 +329,13 @@ impl NativeLocks {
         ttl_ms: f64,
         wait_ms: f64,
         cancel_id: Option<u32>,
+        fair: Option<bool>,
     ) -> napi::Result<Settled<'env, NativeLease>> {
         let locks = self.shared.locks.clone();
-        let call = |options| async move { locks.acquire_many(&keys, &options).await };
+        let fair = fair.unwrap_or(false);
+        let call = move |options: AcquireOptions| async move {
+            locks.acquire_many(&keys, &options.with_fair(fair)).await
+        };
         self.take(env, ttl_ms, wait_ms, cancel_id, call, Held::Many)
     }
 

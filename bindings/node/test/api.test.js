@@ -10,6 +10,9 @@ const { Locks } = require('leasehold');
 const { uniqueKey, describeEachStore, enforcedTtlMs, sqlitePair } = require('./stores');
 const { abortedWithin } = require('./wait');
 
+// The stores whose waiters with `fair: true` queue at the store (docs/fairness.md).
+const QUEUEING_STORES = new Set(['memory', 'sqlite', 'postgres']);
+
 const unhandled = [];
 
 process.on('unhandledRejection', (e) => unhandled.push(e));
@@ -27,6 +30,48 @@ describeEachStore('on', (store, pair) => {
     const next = await pair.other.tryAcquire(key, { ttl: 1000 });
     assert.ok(next.token > lease.token, 'tokens strictly increase per key');
     await next.release();
+  });
+
+  test('fair waiters from two handles get the key in the order they came', async () => {
+    const key = uniqueKey('fair');
+    const holder = await pair.locks.acquire(key, { ttl: '30s', wait: 0 });
+    const order = [];
+    const waiters = [];
+    for (let i = 0; i < 4; i += 1) {
+      const locks = i % 2 === 0 ? pair.locks : pair.other;
+      waiters.push(
+        locks.acquire(key, { ttl: '30s', wait: '20s', fair: true }).then(async (lease) => {
+          order.push(i);
+          await sleep(10);
+          await lease.release();
+        }),
+      );
+      // Each waiter's first attempt reaches the store before the next starts.
+      await sleep(150);
+    }
+    await holder.release();
+    await Promise.all(waiters);
+    if (QUEUEING_STORES.has(store.name)) assert.deepEqual(order, [0, 1, 2, 3]);
+    else assert.equal(order.length, 4, 'a store without queues races, and every waiter gets the key');
+  });
+
+  test('fair is true or false, and only a mutex wait takes it', async () => {
+    const key = uniqueKey('fair-input');
+    await assert.rejects(pair.locks.acquire(key, { fair: 'yes' }), {
+      code: 'LEASEHOLD_INVALID_INPUT',
+      message: /invalid fair: expected true or false, got string/,
+    });
+    await assert.rejects(pair.locks.tryAcquire(key, { fair: true }), {
+      code: 'LEASEHOLD_INVALID_INPUT',
+      message: /unknown option "fair" for tryAcquire/,
+    });
+    await assert.rejects(pair.locks.semaphore(key, 2).acquire({ fair: true }), {
+      code: 'LEASEHOLD_INVALID_INPUT',
+      message: /unknown option "fair"/,
+    });
+    const many = await pair.locks.acquireMany([key, `${key}-2`], { fair: true, wait: '5s' });
+    await many.release();
+    assert.equal(await pair.locks.withLock(key, { fair: true }, () => 'done'), 'done');
   });
 
   test('acquire waits and is woken by the release', async () => {
