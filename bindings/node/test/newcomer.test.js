@@ -35,7 +35,7 @@ async function rejectsInvalid(promise, pattern) {
 test('unknown options are rejected by every acquire, before any I/O', () =>
   withLocks(async (locks) => {
     await rejectsInvalid(locks.tryAcquire('k', { tll: '5s' }), /^invalid options: unknown option "tll" for tryAcquire \(expected ttl, maxHold, signal\)$/);
-    await rejectsInvalid(locks.acquire('k', { wiat: '1s' }), /unknown option "wiat" for acquire \(expected ttl, wait, maxHold, signal\)/);
+    await rejectsInvalid(locks.acquire('k', { wiat: '1s' }), /unknown option "wiat" for acquire \(expected ttl, wait, maxHold, signal, fair\)/);
     // A try never waits: `wait` there is a mistake, not a no-op.
     await rejectsInvalid(locks.tryAcquire('k', { wait: '1s' }), /unknown option "wait" for tryAcquire/);
     await rejectsInvalid(locks.withLock('k', { tll: 1000 }, () => {}), /unknown option "tll" for acquire/);
