@@ -1,7 +1,9 @@
 //! Where the engine's background work runs: lease renewal (the driver of
 //! [`RenewalScheduler`](crate::renewal::RenewalScheduler) and every guard's
-//! keep-alive task) and the completion of acquire attempts whose caller went
-//! away (lock.rs).
+//! keep-alive task), and the completion of acquire attempts whose caller
+//! went away when they were dropped outside any runtime (lock.rs: dropped
+//! on a runtime, an attempt is finished there, where its timers and
+//! sockets belong).
 //!
 //! By default that is a thread of the library's own with a current-thread
 //! runtime, started on first use and kept for the life of the process, not

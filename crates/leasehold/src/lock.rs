@@ -213,7 +213,8 @@ impl Locks {
     /// Runs this handle's background work on `runtime` instead of the
     /// library's own thread: the renewal of its guards (and their lost
     /// signal), and the completion of acquire attempts whose caller went
-    /// away (a grant they bring is released).
+    /// away outside any runtime (a grant they bring is released; dropped on
+    /// a runtime, an attempt is finished on that one).
     ///
     /// By default that work runs on a thread the library starts on first
     /// use, with a runtime of its own, so that it goes on whatever happens
@@ -756,8 +757,10 @@ impl Locks {
 /// the answer) costs no task; dropped before its answer (the caller went
 /// away: a dropped future, a `select!`, a disconnected HTTP client, or the
 /// cancel token or backstop in [`Locks::attempt`]), it moves the attempt to
-/// the background runtime, which waits for the answer (for at most a ttl:
-/// after that a grant has expired anyway) and releases a grant at once.
+/// a task of the runtime it was dropped on (the background runtime outside
+/// any), which waits for the answer (for at most a ttl: after that a grant
+/// has expired anyway) and releases a grant at once. A runtime that ends
+/// first ends the attempt too; its grant, if the store made one, expires.
 /// While that release is on its way the key's next acquisition through
 /// this handle waits for it, as for a dropped guard's release (not while
 /// the answer is still awaited: a store that never answers would hold the
@@ -790,7 +793,7 @@ impl Drop for InFlight<'_> {
         let backend = self.locks.backend.clone();
         let ttl = self.request.ttl();
         let pending = self.locks.pending.clone();
-        self.locks.renewals.background().spawn(async move {
+        let finish = async move {
             if let Ok(Ok(Acquire::Granted(lease))) = tokio::time::timeout(ttl, attempt).await {
                 // Recorded only once there is a grant to give back: an
                 // attempt the store never answers (a hung server) must not
@@ -799,7 +802,17 @@ impl Drop for InFlight<'_> {
                 tracing::debug!(key = %lease.key(), token = lease.token(), "a grant whose caller went away; giving it back");
                 give_back(&*backend, &lease).await;
             }
-        });
+        };
+        // The attempt may hold timers and sockets of the runtime it was
+        // polled on (the caller's): it is finished there, where they work,
+        // and ends with that runtime, which drops its tasks when it shuts
+        // down. Polled by another runtime after that one ended, its timer
+        // would panic ("A Tokio 1.x context was found, but it is being
+        // shutdown"). Dropped outside any runtime: the handle's own.
+        match tokio::runtime::Handle::try_current() {
+            Ok(caller) => drop(caller.spawn(finish)),
+            Err(_) => self.locks.renewals.background().spawn(finish),
+        }
     }
 }
 

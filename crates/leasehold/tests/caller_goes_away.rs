@@ -272,3 +272,44 @@ async fn disconnected_clients_leave_the_permits_free() {
     })
     .await;
 }
+
+/// An acquisition dropped while its attempt waits on a timer of the
+/// caller's runtime, which then shuts down: the attempt ends with that
+/// runtime, and no thread panics ("A Tokio 1.x context was found, but it
+/// is being shutdown") polling it elsewhere.
+#[test]
+fn an_attempt_left_on_a_runtime_that_ends_panics_nowhere() {
+    let timer_panics = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let previous = std::panic::take_hook();
+    let counted = timer_panics.clone();
+    std::panic::set_hook(Box::new(move |info| {
+        if info.to_string().contains("Tokio 1.x context") {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        previous(info);
+    }));
+    let slow: Arc<dyn Backend> = Arc::new(SlowReplies {
+        inner: Arc::new(MemoryBackend::new()),
+        delay: Duration::from_millis(300),
+    });
+    let locks = Locks::from_arc(slow);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let options = AcquireOptions::new().with_wait(Duration::from_secs(5));
+        let outcome =
+            tokio::time::timeout(Duration::from_millis(50), locks.acquire_with("k", &options))
+                .await;
+        assert!(outcome.is_err(), "answered before the store's delay");
+    });
+    drop(runtime);
+    // Past the store's delay: the attempt would be polled by now.
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(
+        timer_panics.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "a thread panicked polling a timer of a runtime that had ended"
+    );
+}
