@@ -115,12 +115,19 @@ impl Statements {
             // the kind (read from the snapshot: a kind set after it reads
             // as "busy, 0 ms left", and the retry sees it).
             //
-            // Grants if the row is new, free or expired and returns the new
-            // fence; a repeat by the owner that holds it live is the same
-            // grant (same fence), its expiry counted from now; otherwise returns the holder and its remaining time, so
-            // the busy path is one round trip too. The busy branch reads the
-            // statement's snapshot: if the holder committed after it, no row
-            // comes back and the caller reports "busy, 0 ms left" (retry now).
+            // Grants if the row is new, or free or expired with no live
+            // waiter queued ahead of the requester (queue.rs), and returns
+            // the new fence; a repeat by the owner that holds it live is
+            // the same grant (same fence), its expiry counted from now;
+            // otherwise returns the holder and its remaining time, so the
+            // busy path is one round trip too. The busy branch reads the
+            // statement's snapshot: a row taken by a holder that committed
+            // after it reads as free or expired, and the caller runs the
+            // queued attempt, which reads the row's latest version (as it
+            // does for a free row refused for a queue). No entry of the
+            // requester can exist here (a waiter's first attempt comes
+            // here, its later ones go to the queued attempt), so a grant
+            // has none to remove.
             //
             // Bounded waiting, with no session state (PgBouncer transaction
             // pooling): the insert's source row calls
@@ -150,9 +157,7 @@ impl Statements {
                        AND l.expires_at > clock_timestamp()) \
                      OR ((l.owner IS NULL OR l.expires_at <= clock_timestamp()) \
                        AND {none_ahead})) \
-                   RETURNING l.fence), \
-                 left_queue AS (DELETE FROM {queue} \
-                   WHERE key = $1 AND owner = $2 AND EXISTS (SELECT FROM granted)) \
+                   RETURNING l.fence) \
                  SELECT fence, NULL::text AS holder, NULL::bigint AS remaining_ms, \
                    NULL::text AS kind FROM granted \
                  UNION ALL \
