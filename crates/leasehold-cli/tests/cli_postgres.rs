@@ -33,6 +33,16 @@ fn schema() -> Option<StoreUrl> {
 
 process_tests!(schema());
 
+/// `leasehold run --fair` processes started one by one get the key in
+/// the order they started: they queue in the store's `<table>_queue`.
+#[test]
+fn processes_get_the_key_in_the_order_they_came() {
+    let Some(schema) = schema() else {
+        return;
+    };
+    fair_processes_get_the_key_in_the_order_they_came(&schema.url);
+}
+
 #[test]
 fn status_list_and_force_release_of_a_running_holder() {
     let Some(schema) = schema() else {

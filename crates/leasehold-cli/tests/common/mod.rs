@@ -888,3 +888,49 @@ pub fn frozen_run_stops_its_command(store: &str, dir: &Path, when: Freeze) {
         "the frozen run's command wrote {after} times after the next holder started"
     );
 }
+
+/// `leasehold run --fair` processes started one by one on `store` (one
+/// that keeps queues, docs/fairness.md) get the key in the order they
+/// started, each handed it by the release of the one before.
+#[allow(dead_code)]
+pub fn fair_processes_get_the_key_in_the_order_they_came(store: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let order = dir.path().join("order");
+    std::fs::write(&order, "").unwrap();
+    let started = dir.path().join("started");
+    let holder = leasehold(store)
+        .args(["run", "k", "--ttl", "30s", "--", "sh", "-c"])
+        .arg(format!("touch {}; sleep 4", started.display()))
+        .spawn()
+        .unwrap();
+    while !started.exists() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let waiters: Vec<_> = (0..5)
+        .map(|i| {
+            let child = leasehold(store)
+                .args([
+                    "run", "k", "--fair", "--wait", "60s", "--ttl", "30s", "--", "sh", "-c",
+                ])
+                .arg(format!("echo {i} >> {}; sleep 0.05", order.display()))
+                .spawn()
+                .unwrap();
+            // Long enough for its first attempt to reach the store.
+            std::thread::sleep(Duration::from_millis(500));
+            child
+        })
+        .collect();
+    for mut child in std::iter::once(holder).chain(waiters) {
+        assert!(child.wait().unwrap().success());
+    }
+    let came: Vec<u32> = std::fs::read_to_string(&order)
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    assert_eq!(
+        came,
+        [0, 1, 2, 3, 4],
+        "grants out of the order the processes came"
+    );
+}
