@@ -330,16 +330,28 @@ impl Inner {
         }
     }
 
-    /// The release statement for `key`'s grant to `owner` with `fence`:
-    /// frees the key, or hands it to the head of its queue (sql.rs).
+    /// The release of `key`'s grant to `owner` with `fence`: frees the
+    /// key, or hands it to the head of its queue (sql.rs). A key with no
+    /// live waiter queued is freed by the plain statement; one with a
+    /// queue (or not held any more) takes a second, which hands over.
     async fn release_mutex(self: &Arc<Self>, key: &Key, owner: &str, fence: i64) -> Result<()> {
         let params = [
             Param::Text(key.as_str()),
             Param::Text(owner),
             Param::Int(fence),
         ];
-        let rows = self
+        let freed = self
             .fetch_all(&self.sql.release, &params)
+            .await
+            .map_err(Failed::into_error)?;
+        if !freed.is_empty() {
+            self.wake_local(key);
+            // A row may have just gone idle: time for a pass, perhaps.
+            self.poke_sweeper();
+            return Ok(());
+        }
+        let rows = self
+            .fetch_all(&self.sql.release_handing, &params)
             .await
             .map_err(Failed::into_error)?;
         let Some(row) = rows.first() else {

@@ -86,6 +86,7 @@ pub(super) struct Statements {
     pub acquire: String,
     pub renew: String,
     pub release: String,
+    pub release_handing: String,
     pub inspect: String,
     pub list: String,
     pub force_release: String,
@@ -178,13 +179,30 @@ impl Statements {
                  WHERE key = $1 AND owner = $2 AND fence = $3 AND expires_at > clock_timestamp()"
             ),
             // The notification is queued in the same statement, so it is
-            // sent exactly when (and only if) the release commits. With a
-            // live head in the key's queue (queue.rs) the key is handed
-            // to it instead of freed: the next fence, the head's label,
-            // its claim window; its entry goes, and only it is told.
-            // Returns the new owner (NULL: freed), the fence and the
-            // head's ticket.
+            // sent exactly when (and only if) the release commits. Frees
+            // the key only while no live waiter is queued for it (one
+            // probe of the queue's index: the plain release stays as
+            // cheap as before queues); otherwise changes nothing, and the
+            // caller runs `release_handing`. Returns the key if freed.
             release: format!(
+                "WITH freed AS ( \
+                   UPDATE {table} SET owner = NULL, holder = NULL, \
+                     expires_at = least(expires_at, clock_timestamp()) \
+                   WHERE key = $1 AND owner = $2 AND fence = $3 \
+                     AND NOT EXISTS (SELECT FROM {queue} AS q \
+                       WHERE q.key = $1 AND q.expires_at > clock_timestamp()) \
+                   RETURNING key) \
+                 SELECT pg_notify('{CHANNEL}', key)::text FROM freed"
+            ),
+            // The release of a key with a queue (queue.rs), in the same
+            // way: with a live head the key is handed to it instead of
+            // freed (the next fence, the head's label, its claim window),
+            // its entry goes, and only it is told; with none (the queue
+            // emptied meanwhile) it is freed as by `release`. Returns the
+            // new owner (NULL: freed), the fence and the head's ticket.
+            // Measured: this statement in place of `release` for every
+            // release cost about 20 µs more server time per release.
+            release_handing: format!(
                 "WITH {head}, \
                  freed AS ( \
                    UPDATE {table} SET owner = (SELECT owner FROM head), \
