@@ -22,7 +22,8 @@ use tokio::time::{sleep, timeout};
 
 use crate::backend::BoxFuture;
 use crate::error::BoxError;
-use crate::notify::{Subscription, WakeHub};
+use crate::notify::{HandOff, Subscription, WakeHub};
+use crate::owner::OwnerId;
 use crate::time::Backoff;
 
 /// What a feed brings.
@@ -141,6 +142,14 @@ impl Notifier {
     /// news to come back from the store.
     pub(crate) fn wake_local(&self, key: &str) {
         self.hub.notify(key);
+    }
+
+    /// Tells this process's waiter of `key` registered as `owner` (if it
+    /// is here) of a grant handed over to it, without waiting for the
+    /// news to come back from the store.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn hand_over_local(&self, key: &str, owner: OwnerId, grant: HandOff) {
+        self.hub.hand_over(key, owner, grant);
     }
 
     /// Registers a waiter for `key`. Live once the feed is open, so no

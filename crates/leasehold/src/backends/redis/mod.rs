@@ -53,10 +53,11 @@ pub use cluster::Connection;
 
 use crate::backend::{
     duration_to_millis, listing, millis_to_duration, Acquire, AcquireRequest, Backend, BoxFuture,
-    Busy, Lease, LeaseInfo, RecordDecoder, Subscription,
+    Busy, Lease, LeaseInfo, OwnerId, RecordDecoder, Subscription,
 };
 use crate::error::Result;
 use crate::key::Key;
+use crate::notify::HandOff;
 pub use connect::DURABILITY_TARGET;
 use errors::classify;
 use keys::Namespace;
@@ -67,17 +68,35 @@ const STORE: &str = "redis";
 
 /// The mutex's scripts. The grant starts with `idle.lua`, which reads the
 /// idle window at the end of its arguments (see exec.rs), and the grant's
-/// helpers (`fence.lua`); the others ignore the window.
-const SCRIPTS: [&str; 5] = [
+/// helpers (`fence.lua`); the others ignore the window, but for the part of
+/// a release that hands the key to the head of its queue. The queue's code
+/// (`queue.lua` and the `_queued` parts) comes after each script's short
+/// path, so a grant or release with nobody queued never runs it (a Lua
+/// function is made anew on every call that reaches its definition).
+const SCRIPTS: [&str; 6] = [
     concat!(
         include_str!("idle.lua"),
         include_str!("fence.lua"),
-        include_str!("acquire.lua")
+        include_str!("acquire.lua"),
+        include_str!("queue.lua"),
+        include_str!("acquire_queued.lua")
     ),
     include_str!("renew.lua"),
-    include_str!("release.lua"),
+    concat!(
+        include_str!("release.lua"),
+        include_str!("idle.lua"),
+        include_str!("fence.lua"),
+        include_str!("queue.lua"),
+        include_str!("release_queued.lua")
+    ),
     include_str!("force_release.lua"),
     include_str!("read.lua"),
+    concat!(
+        include_str!("idle.lua"),
+        include_str!("fence.lua"),
+        include_str!("queue.lua"),
+        include_str!("leave.lua")
+    ),
 ];
 
 struct Scripts {
@@ -86,6 +105,7 @@ struct Scripts {
     release: Script,
     force_release: Script,
     read: Script,
+    leave: Script,
 }
 
 /// Lock store in Redis. Cheap to clone; clones share connections.
@@ -127,6 +147,31 @@ impl RedisBackend {
         }
     }
 
+    /// Tells the head of `key`'s queue of the grant a script handed over
+    /// to it, if it waits in this process, without the pub/sub round trip
+    /// (the published hand-off reaches it too; a second telling of the
+    /// same grant changes nothing).
+    fn hand_over_local(&self, key: &Key, handed: Option<Handed>) {
+        if let (Some(handed), Some(subscriber)) = (handed, self.inner.subscriber.get()) {
+            subscriber.hand_over_local(key.as_str(), handed.owner, handed.grant);
+        }
+    }
+
+    /// What release.lua and leave.lua answer: 1 freed (the key's waiters
+    /// were woken on the channel, and are here), 0 nothing held, or the
+    /// head the key was handed over to (told on the channel, and here).
+    fn after_release(&self, key: &Key, answer: &redis::Value) -> Result<()> {
+        match answer {
+            redis::Value::Int(1) => self.wake_local(key),
+            redis::Value::Int(_) => {}
+            handed => {
+                let handed = Handed::decode(key, handed)?;
+                self.hand_over_local(key, Some(handed));
+            }
+        }
+        Ok(())
+    }
+
     /// The Redis key holding `key`'s current lease, for your own Lua
     /// scripts: a string `<owner>#<token>:<holder label>` whose ttl is the
     /// lease's. A script that checks owner and token in it before writing
@@ -157,10 +202,30 @@ impl Backend for RedisBackend {
                 return self.acquire_permit(req).await;
             }
             let (owner, ttl) = (req.owner().to_string(), duration_to_millis(req.ttl()));
-            let args = [owner.as_str(), &ttl.to_string(), req.holder()];
-            let (token, holder, pttl): (i64, String, i64) = match self.inner.options.min_replicas {
+            let channel = self.inner.ns.channel();
+            // A waiter's attempt adds its queue entry (acquire.lua).
+            let entry = req
+                .queue_entry_ttl()
+                .zip(req.queue_ticket())
+                .map(|(lease, ticket)| {
+                    [
+                        duration_to_millis(lease).to_string(),
+                        ticket.to_string(),
+                        duration_to_millis(req.claim_window()).to_string(),
+                    ]
+                });
+            let ttl = ttl.to_string();
+            let mut args = vec![
+                owner.as_str(),
+                &ttl,
+                req.holder(),
+                &channel,
+                req.key().as_str(),
+            ];
+            args.extend(entry.iter().flatten().map(String::as_str));
+            let answer: AcquireAnswer = match self.inner.options.min_replicas {
                 0 => {
-                    let keys = self.acquire_keys(req.key());
+                    let keys = self.queue_keys(req.key());
                     self.run_on(&self.inner.scripts.acquire, &keys, &args)
                         .await?
                 }
@@ -169,6 +234,15 @@ impl Backend for RedisBackend {
                         .await?
                 }
             };
+            let AcquireAnswer {
+                token,
+                holder,
+                pttl,
+                handed,
+            } = answer;
+            if let Some(handed) = handed {
+                self.hand_over_local(req.key(), Some(Handed::decode(req.key(), &handed)?));
+            }
             // A grant returns the incremented fence, so a negative one is a
             // corrupt fence key; -1 with a kind is a key of another kind.
             let record = RecordDecoder::new(STORE, req.key().as_str());
@@ -211,13 +285,11 @@ impl Backend for RedisBackend {
                 &self.inner.ns.channel(),
                 lease.key().as_str(),
             ];
-            let freed: i64 = self
-                .run(&self.inner.scripts.release, lease.key(), &args)
+            let keys = self.queue_keys(lease.key());
+            let answer: redis::Value = self
+                .run_on(&self.inner.scripts.release, &keys, &args)
                 .await?;
-            if freed == 1 {
-                self.wake_local(lease.key());
-            }
-            Ok(())
+            self.after_release(lease.key(), &answer)
         })
     }
 
@@ -285,6 +357,20 @@ impl Backend for RedisBackend {
         })
     }
 
+    fn queues(&self) -> bool {
+        true
+    }
+
+    fn leave_queue<'a>(&'a self, key: &'a Key, owner: OwnerId) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let owner = owner.to_string();
+            let args = [owner.as_str(), &self.inner.ns.channel(), key.as_str()];
+            let keys = self.queue_keys(key);
+            let answer: redis::Value = self.run_on(&self.inner.scripts.leave, &keys, &args).await?;
+            self.after_release(key, &answer)
+        })
+    }
+
     /// `PUBLISH` on the channel releases use (on a cluster, any node: the
     /// cluster bus carries it to every subscriber).
     fn announce<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool>> {
@@ -297,6 +383,66 @@ impl Backend for RedisBackend {
                 .map_err(classify)?;
             self.wake_local(key);
             Ok(true)
+        })
+    }
+}
+
+/// What acquire.lua answers: `{token, holder, pttl}`, and for a key it
+/// handed over to the head of its queue (busy, naming the head) the grant
+/// that head is to be told of: `{0, label, claim window, owner, token,
+/// ticket}`.
+struct AcquireAnswer {
+    token: i64,
+    holder: String,
+    pttl: i64,
+    handed: Option<redis::Value>,
+}
+
+impl redis::FromRedisValue for AcquireAnswer {
+    fn from_redis_value(value: redis::Value) -> std::result::Result<Self, redis::ParsingError> {
+        let redis::Value::Array(mut items) = value else {
+            return Err(format!("an acquire answer is an array, not {value:?}").into());
+        };
+        let handed = match items.len() {
+            3 => None,
+            6 => Some(redis::Value::Array(items.split_off(3))),
+            n => return Err(format!("an acquire answer of {n} items").into()),
+        };
+        let (token, holder, pttl) =
+            redis::FromRedisValue::from_redis_value(redis::Value::Array(items))?;
+        Ok(AcquireAnswer {
+            token,
+            holder,
+            pttl,
+            handed,
+        })
+    }
+}
+
+/// A grant a script handed over to the head of a key's queue:
+/// `{owner, token, ticket}` as the scripts answer it.
+struct Handed {
+    owner: OwnerId,
+    grant: HandOff,
+}
+
+impl Handed {
+    fn decode(key: &Key, value: &redis::Value) -> Result<Handed> {
+        let record = RecordDecoder::new(STORE, key.as_str());
+        let (owner, token, ticket): (String, i64, i64) =
+            redis::FromRedisValue::from_redis_value(value.clone()).map_err(|e| {
+                record.corrupt(format!(
+                    "a hand-off answer that is not owner, token, ticket: {e}"
+                ))
+            })?;
+        Ok(Handed {
+            owner: OwnerId::from_hex(&owner)
+                .ok_or_else(|| record.corrupt("a queue entry's owner is not 32 hex digits"))?,
+            grant: HandOff {
+                token: record.token(token)?,
+                ticket: u32::try_from(ticket)
+                    .map_err(|_| record.corrupt("a queue entry's ticket is out of range"))?,
+            },
         })
     }
 }
