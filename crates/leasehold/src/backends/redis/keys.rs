@@ -61,7 +61,8 @@ impl Namespace {
     }
 
     /// `key`'s kind (`rw` or `sem`), with the lock's hash tag: absent while
-    /// the key is a mutex. Written once, by the first reader-writer or
+    /// the key is a mutex, or `q` while the mutex may have waiters queued
+    /// (queue.lua). Written once, by the first reader-writer or
     /// semaphore grant on a key no mutex holds, and never changed back
     /// (docs/redis.md, "One key, one kind").
     pub(super) fn kind(&self, key: &Key) -> String {

@@ -9,6 +9,13 @@
 //! bumps the fence. Redis expires the lock key itself (`PX`), so
 //! the server's clock decides expiry.
 //!
+//! A mutex keeps a queue of waiters per key (`queues()`, issue 31): a
+//! sorted set and a hash beside the lock key (`queue.lua`). Acquire enters
+//! a busy waiter and hands a free key to the queue's head; release hands
+//! over in the same script. The kind key's `q` and a trailing byte 1 in the
+//! lock value say waiters may be queued, so a grant or release with nobody
+//! queued reads nothing more than before (docs/redis.md, "The queue").
+//!
 //! Lock and fence keys share a hash tag, so each script touches one cluster
 //! slot (see `keys.rs` for the layout). The same engine runs on a Redis
 //! Cluster (`redis+cluster://`, see `cluster.rs`): only the connection
