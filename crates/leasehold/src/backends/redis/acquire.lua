@@ -3,17 +3,23 @@
 -- `<owner>#<token>:<holder label>`, carries the lease's token, so renewal
 -- and release check its prefix, `<owner>#<token>:`, without the fence
 -- (fence.lua).
--- KEYS[1] lock, KEYS[2] fence, KEYS[3] kind, KEYS[4] queue, KEYS[5]
--- waiters (queue.lua); ARGV[1] owner (32 hex digits), ARGV[2] ttl in ms,
--- ARGV[3] holder label, ARGV[4] channel, ARGV[5] the key as the
--- application named it; for a waiter that queues, ARGV[6] its entry's
--- lease in ms, ARGV[7] its ticket, ARGV[8] its claim window in ms.
+-- KEYS[1] lock, KEYS[2] fence, KEYS[3] kind, and with the queue's keys
+-- KEYS[4] queue, KEYS[5] waiters (queue.lua); ARGV[1] owner (32 hex
+-- digits), ARGV[2] ttl in ms, ARGV[3] holder label, and with the queue's
+-- keys ARGV[4] channel, ARGV[5] the key as the application named it, and
+-- for a waiter that queues ARGV[6] its entry's lease in ms, ARGV[7] its
+-- ticket, ARGV[8] its claim window in ms. Every extra key or argument
+-- costs the server about a quarter of a command (parsed, then pushed into
+-- Lua), so a try that does not queue names only the first three and
+-- three arguments, and is asked again with all if the key has a queue.
 -- Returns {token, '', 0} when granted (or granted again to the same owner),
 -- {0, holder, pttl} when busy, {-1, kind, 0} when the key is a
 -- reader-writer lock ('rw') or a semaphore ('sem'): one key is one lock,
 -- and a mutex request on such a key is the core's to redirect or refuse.
 -- A free key handed over to the head of its queue answers busy, naming the
--- head: {0, label, claim window, head owner, token, ticket}.
+-- head: {0, label, claim window, head owner, token, ticket}. 'queue' (no
+-- array, so that no token, even a corrupt one, reads as it): ask again
+-- with the queue's keys (below).
 --
 -- The queue costs the uncontended grant nothing but one comparison: the
 -- kind key, read anyway, is 'q' while the key may have waiters
@@ -51,4 +57,11 @@ if kind ~= 'q' then
     return {0, holder, redis.call('PTTL', KEYS[1])}
   end
   -- Busy, and the try queues: acquire_queued.lua enters it.
+end
+-- A key that may have waiters, called with only the short path's keys
+-- (lock, fence, kind: what a try that does not queue names, so that a
+-- grant with nobody queued passes no more than before queues): nothing
+-- done, ask again with the queue's keys.
+if #KEYS < 5 then
+  return 'queue'
 end

@@ -157,6 +157,7 @@ impl RedisBackend {
                 options,
                 scripts,
                 subscriber: OnceLock::new(),
+                hints: Default::default(),
             }),
         })
     }

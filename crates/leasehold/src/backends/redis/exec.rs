@@ -4,7 +4,7 @@
 use redis::Script;
 
 use super::errors::{classify, unconfirmed};
-use super::{AcquireAnswer, RedisBackend};
+use super::{AcquireAnswer, AcquireReply, RedisBackend};
 use crate::backend::duration_to_millis;
 use crate::error::Result;
 use crate::key::Key;
@@ -16,23 +16,19 @@ impl RedisBackend {
     pub(super) async fn acquire_confirmed(
         &self,
         key: &Key,
+        keys: &[String],
         owner: &str,
         args: &[&str],
         replicas: u32,
-    ) -> Result<AcquireAnswer> {
-        let (answer, confirmed): (AcquireAnswer, i64) = self
-            .run_and_wait_on(
-                &self.inner.scripts.acquire,
-                &self.queue_keys(key),
-                args,
-                replicas,
-            )
+    ) -> Result<Option<AcquireAnswer>> {
+        let (AcquireReply(answer), confirmed): (AcquireReply, i64) = self
+            .run_and_wait_on(&self.inner.scripts.acquire, keys, args, replicas)
             .await?;
         if confirmed >= i64::from(replicas) {
             return Ok(answer);
         }
         // A grant has a positive token (0 is busy, -1 another kind).
-        let token = answer.token;
+        let token = answer.map_or(0, |a| a.token);
         if token > 0 {
             // release.lua's arguments: the lease's prefix (held_prefix),
             // the channel and the key; a queue behind the grant gets the

@@ -130,6 +130,37 @@ struct Inner {
     options: RedisOptions,
     scripts: Scripts,
     subscriber: OnceLock<Arc<crate::notifier::Notifier>>,
+    hints: QueueHints,
+}
+
+/// The owners this process sent queued attempts for, so that their
+/// release names the queue's keys at once instead of learning of the queue
+/// from the short path's answer (one round trip more). Only a hint: an
+/// owner missing here costs that round trip, an owner here whose key has
+/// no queue costs two key names more in one call.
+#[derive(Default)]
+struct QueueHints {
+    owners: std::sync::Mutex<std::collections::HashSet<OwnerId>>,
+}
+
+/// Owners kept at most: a waiter that neither releases nor leaves (its
+/// process's calls failed) must not grow the set for good.
+const MAX_HINTS: usize = 4096;
+
+impl QueueHints {
+    fn note(&self, owner: OwnerId) {
+        let mut owners = self.owners.lock().unwrap_or_else(|p| p.into_inner());
+        if owners.len() >= MAX_HINTS {
+            owners.clear();
+        }
+        owners.insert(owner);
+    }
+
+    /// Whether `owner` was noted (and forgets it).
+    fn take(&self, owner: OwnerId) -> bool {
+        let mut owners = self.owners.lock().unwrap_or_else(|p| p.into_inner());
+        !owners.is_empty() && owners.remove(&owner)
+    }
 }
 
 /// The subscribers of this process, one per server and channel.
@@ -196,6 +227,54 @@ impl RedisBackend {
         self.inner.ns.fence(key)
     }
 
+    /// One acquire.lua call: with the queue's keys and arguments
+    /// (`full`), or only the short path's (`None`: the key has a queue,
+    /// ask again with them).
+    async fn acquire_mutex(
+        &self,
+        req: &AcquireRequest,
+        full: bool,
+    ) -> Result<Option<AcquireAnswer>> {
+        let (owner, ttl) = (
+            req.owner().to_string(),
+            duration_to_millis(req.ttl()).to_string(),
+        );
+        let channel;
+        let entry;
+        let mut args = vec![owner.as_str(), &ttl, req.holder()];
+        let keys = if full {
+            channel = self.inner.ns.channel();
+            args.extend([channel.as_str(), req.key().as_str()]);
+            // A waiter's attempt adds its queue entry.
+            entry = req
+                .queue_entry_ttl()
+                .zip(req.queue_ticket())
+                .map(|(lease, ticket)| {
+                    [
+                        duration_to_millis(lease).to_string(),
+                        ticket.to_string(),
+                        duration_to_millis(req.claim_window()).to_string(),
+                    ]
+                });
+            args.extend(entry.iter().flatten().map(String::as_str));
+            self.queue_keys(req.key()).to_vec()
+        } else {
+            self.acquire_keys(req.key()).to_vec()
+        };
+        match self.inner.options.min_replicas {
+            0 => {
+                let reply: AcquireReply = self
+                    .run_on(&self.inner.scripts.acquire, &keys, &args)
+                    .await?;
+                Ok(reply.0)
+            }
+            replicas => {
+                self.acquire_confirmed(req.key(), &keys, &owner, &args, replicas)
+                    .await
+            }
+        }
+    }
+
     fn conn(&self) -> Connection {
         // A handle to the shared multiplexed connection; cloning is cheap.
         self.inner.conn.clone()
@@ -208,39 +287,21 @@ impl Backend for RedisBackend {
             if req.permit_kind().is_some() {
                 return self.acquire_permit(req).await;
             }
-            let (owner, ttl) = (req.owner().to_string(), duration_to_millis(req.ttl()));
-            let channel = self.inner.ns.channel();
-            // A waiter's attempt adds its queue entry (acquire.lua).
-            let entry = req
-                .queue_entry_ttl()
-                .zip(req.queue_ticket())
-                .map(|(lease, ticket)| {
-                    [
-                        duration_to_millis(lease).to_string(),
-                        ticket.to_string(),
-                        duration_to_millis(req.claim_window()).to_string(),
-                    ]
-                });
-            let ttl = ttl.to_string();
-            let mut args = vec![
-                owner.as_str(),
-                &ttl,
-                req.holder(),
-                &channel,
-                req.key().as_str(),
-            ];
-            args.extend(entry.iter().flatten().map(String::as_str));
-            let answer: AcquireAnswer = match self.inner.options.min_replicas {
-                0 => {
-                    let keys = self.queue_keys(req.key());
-                    self.run_on(&self.inner.scripts.acquire, &keys, &args)
-                        .await?
-                }
-                replicas => {
-                    self.acquire_confirmed(req.key(), &owner, &args, replicas)
-                        .await?
-                }
+            // A waiter's attempt names the queue's keys at once; any other
+            // names only the three keys of a grant with nobody queued, and
+            // asks again with the queue's if the key has one (acquire.lua).
+            let queued = req.queue_entry_ttl().is_some();
+            if queued {
+                self.inner.hints.note(req.owner());
+            }
+            let answer = match self.acquire_mutex(req, queued).await? {
+                None => self.acquire_mutex(req, true).await?,
+                Some(answer) => Some(answer),
             };
+            let answer = answer.ok_or_else(|| {
+                RecordDecoder::new(STORE, req.key().as_str())
+                    .corrupt("asked for the queue's keys by a call that named them")
+            })?;
             let AcquireAnswer {
                 token,
                 holder,
@@ -292,10 +353,18 @@ impl Backend for RedisBackend {
                 &self.inner.ns.channel(),
                 lease.key().as_str(),
             ];
-            let keys = self.queue_keys(lease.key());
-            let answer: redis::Value = self
-                .run_on(&self.inner.scripts.release, &keys, &args)
-                .await?;
+            // The short path's keys, unless this process queued for the
+            // lease (a waiter's lease is likely to have waiters behind it).
+            let script = &self.inner.scripts.release;
+            let mut answer: redis::Value = if self.inner.hints.take(lease.owner()) {
+                redis::Value::BulkString(ASK_WITH_QUEUE.to_vec())
+            } else {
+                self.run(script, lease.key(), &args).await?
+            };
+            if asks_with_queue(&answer) {
+                let keys = self.queue_keys(lease.key());
+                answer = self.run_on(script, &keys, &args).await?;
+            }
             self.after_release(lease.key(), &answer)
         })
     }
@@ -370,6 +439,7 @@ impl Backend for RedisBackend {
 
     fn leave_queue<'a>(&'a self, key: &'a Key, owner: OwnerId) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
+            self.inner.hints.take(owner);
             let owner = owner.to_string();
             let args = [owner.as_str(), &self.inner.ns.channel(), key.as_str()];
             let keys = self.queue_keys(key);
@@ -394,6 +464,16 @@ impl Backend for RedisBackend {
     }
 }
 
+/// What acquire.lua and release.lua answer to a call that named only the
+/// short path's keys, for a key with a queue: nothing was done; call again
+/// with the queue's keys (exec.rs, `queue_keys`). A string, where every
+/// other answer is a number or an array.
+const ASK_WITH_QUEUE: &[u8] = b"queue";
+
+fn asks_with_queue(answer: &redis::Value) -> bool {
+    matches!(answer, redis::Value::BulkString(text) if text == ASK_WITH_QUEUE)
+}
+
 /// What acquire.lua answers: `{token, holder, pttl}`, and for a key it
 /// handed over to the head of its queue (busy, naming the head) the grant
 /// that head is to be told of: `{0, label, claim window, owner, token,
@@ -405,8 +485,14 @@ struct AcquireAnswer {
     handed: Option<redis::Value>,
 }
 
-impl redis::FromRedisValue for AcquireAnswer {
+/// An acquire.lua reply: `None` for [`ASK_WITH_QUEUE`].
+struct AcquireReply(Option<AcquireAnswer>);
+
+impl redis::FromRedisValue for AcquireReply {
     fn from_redis_value(value: redis::Value) -> std::result::Result<Self, redis::ParsingError> {
+        if asks_with_queue(&value) {
+            return Ok(AcquireReply(None));
+        }
         let redis::Value::Array(mut items) = value else {
             return Err(format!("an acquire answer is an array, not {value:?}").into());
         };
@@ -417,12 +503,12 @@ impl redis::FromRedisValue for AcquireAnswer {
         };
         let (token, holder, pttl) =
             redis::FromRedisValue::from_redis_value(redis::Value::Array(items))?;
-        Ok(AcquireAnswer {
+        Ok(AcquireReply(Some(AcquireAnswer {
             token,
             holder,
             pttl,
             handed,
-        })
+        })))
     }
 }
 
