@@ -189,8 +189,8 @@ impl RedisBackend {
     /// to it, if it waits in this process, without the pub/sub round trip
     /// (the published hand-off reaches it too; a second telling of the
     /// same grant changes nothing).
-    fn hand_over_local(&self, key: &Key, handed: Option<Handed>) {
-        if let (Some(handed), Some(subscriber)) = (handed, self.inner.subscriber.get()) {
+    fn hand_over_local(&self, key: &Key, handed: Handed) {
+        if let Some(subscriber) = self.inner.subscriber.get() {
             subscriber.hand_over_local(key.as_str(), handed.owner, handed.grant);
         }
     }
@@ -204,7 +204,7 @@ impl RedisBackend {
             redis::Value::Int(_) => {}
             handed => {
                 let handed = Handed::decode(key, handed)?;
-                self.hand_over_local(key, Some(handed));
+                self.hand_over_local(key, handed);
             }
         }
         Ok(())
@@ -309,7 +309,7 @@ impl Backend for RedisBackend {
                 handed,
             } = answer;
             if let Some(handed) = handed {
-                self.hand_over_local(req.key(), Some(Handed::decode(req.key(), &handed)?));
+                self.hand_over_local(req.key(), Handed::decode(req.key(), &handed)?);
             }
             // A grant returns the incremented fence, so a negative one is a
             // corrupt fence key; -1 with a kind is a key of another kind.
