@@ -45,7 +45,9 @@ mod replicated {
         super::store_with(RedisOptions::new().with_min_replicas(1)).await
     }
 
-    leasehold::conformance_tests!(store);
+    // The queue too: every script that hands over runs in a pipeline with
+    // its WAIT (exec.rs).
+    leasehold::conformance_tests!(store; queue);
 }
 
 /// A plain connection to the first seed node of `url`.
