@@ -545,3 +545,65 @@ impl Handed {
 fn held_prefix(lease: &Lease) -> String {
     format!("{}#{}:", lease.owner(), lease.token())
 }
+
+#[cfg(test)]
+mod tests {
+    use redis::{FromRedisValue, Value};
+
+    use super::*;
+
+    fn bulk(text: &str) -> Value {
+        Value::BulkString(text.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn acquire_replies_read_as_a_grant_a_hand_off_or_a_request_for_the_queue() {
+        let read = |v: Value| AcquireReply::from_redis_value(v).map(|r| r.0);
+        assert!(read(bulk("queue")).unwrap().is_none(), "ask with the queue");
+        let plain = read(Value::Array(vec![Value::Int(7), bulk(""), Value::Int(0)]))
+            .unwrap()
+            .unwrap();
+        assert_eq!((plain.token, plain.pttl), (7, 0));
+        assert!(plain.handed.is_none());
+        let owner = OwnerId::random();
+        let handed = read(Value::Array(vec![
+            Value::Int(0),
+            bulk("head"),
+            Value::Int(2000),
+            bulk(&owner.to_string()),
+            Value::Int(42),
+            Value::Int(3),
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!((handed.token, handed.holder.as_str()), (0, "head"));
+        let key = Key::new("k").unwrap();
+        let told = Handed::decode(&key, &handed.handed.unwrap()).unwrap();
+        assert_eq!(told.owner, owner);
+        assert_eq!(
+            told.grant,
+            HandOff {
+                token: 42,
+                ticket: 3
+            }
+        );
+        // Neither an array of another length nor another string is a reply.
+        assert!(read(Value::Array(vec![Value::Int(1)])).is_err());
+        assert!(read(bulk("queued")).is_err());
+    }
+
+    #[test]
+    fn a_damaged_hand_off_is_a_corrupt_record() {
+        let key = Key::new("k").unwrap();
+        let owner = OwnerId::random().to_string();
+        for damaged in [
+            Value::Array(vec![bulk("not hex"), Value::Int(42), Value::Int(3)]),
+            Value::Array(vec![bulk(&owner), Value::Int(-5), Value::Int(3)]),
+            Value::Array(vec![bulk(&owner), Value::Int(42), Value::Int(-1)]),
+            Value::Array(vec![bulk(&owner), Value::Int(42)]),
+        ] {
+            let e = Handed::decode(&key, &damaged).err().expect("corrupt");
+            assert!(e.to_string().contains("corrupt"), "{e}");
+        }
+    }
+}
