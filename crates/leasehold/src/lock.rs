@@ -102,12 +102,12 @@ impl AcquireOptions {
 
         /// Whether a waiter for a mutex takes its place in the key's queue
         /// at the store (default false), where the store keeps one
-        /// ([`Backend::queues`]: memory, SQLite): waiters from every
+        /// ([`Backend::queues`]: memory, SQLite, PostgreSQL, Redis): waiters from every
         /// process get the key first come, first served, and a release
         /// hands it to the first of them directly, waking it alone. Off,
         /// or on a store without queues: the waiters of each process line
         /// up locally and race the other processes at each release, which
-        /// on SQLite today passes more acquisitions per second under
+        /// on SQLite, PostgreSQL and Redis today passes more acquisitions per second under
         /// contention but lets a waiter lose races for its whole wait
         /// (docs/fairness.md has the measurements).
         with_fair(fair: bool) => fair = fair;

@@ -291,3 +291,92 @@ async fn bad_windows_are_refused_before_any_io() {
     )
     .await;
 }
+
+/// A raw GET of `name`.
+async fn get(conn: &mut MultiplexedConnection, name: &str) -> Option<String> {
+    redis::cmd("GET").arg(name).query_async(conn).await.unwrap()
+}
+
+/// A key's queue (docs/redis.md, "The queue") is storage of its own: its
+/// keys and the kind's `q` live at least as long as every live entry and go
+/// by themselves after the last one ends; a release or grant that finds the
+/// queue drained unmarks the key, so its next grant and release take the
+/// short path again (kind absent, no byte 1 at the end of the lock value).
+#[tokio::test]
+async fn a_queue_goes_with_its_last_entry() {
+    use leasehold::backend::{Acquire, AcquireRequest};
+    use leasehold::{Backend, Key};
+    let Some((_, prefix, mut conn)) = store(Some(Duration::from_millis(800))).await else {
+        return;
+    };
+    let url = server_url("LEASEHOLD_TEST_REDIS").unwrap();
+    let backend = RedisBackend::connect_with(&url, RedisOptions::new().with_prefix(&prefix))
+        .await
+        .unwrap();
+    let k = Key::new("q").unwrap();
+    let [lock, kind, queue, waiters] =
+        ["lock", "kind", "queue", "waiters"].map(|what| format!("{prefix}:{what}:{{q}}"));
+    let request = |entry: Option<Duration>| {
+        let req = AcquireRequest::new(k.clone(), Duration::from_secs(10), "w").unwrap();
+        match entry {
+            Some(ttl) => req.with_queue_entry(ttl, 1),
+            None => req,
+        }
+    };
+    let grant = |answer: Acquire| match answer {
+        Acquire::Granted(lease) => lease,
+        other => panic!("expected a grant: {other:?}"),
+    };
+
+    // An entry that dies: the queue's keys outlive it, then go by themselves.
+    let holder = grant(backend.try_acquire(&request(None)).await.unwrap());
+    assert!(
+        !get(&mut conn, &lock).await.unwrap().ends_with('\u{1}'),
+        "nobody waits: no mark"
+    );
+    let entry = Duration::from_millis(300);
+    let dead = request(Some(entry));
+    assert!(matches!(
+        backend.try_acquire(&dead).await.unwrap(),
+        Acquire::Busy(_)
+    ));
+    assert_eq!(get(&mut conn, &kind).await.as_deref(), Some("q"));
+    assert!(get(&mut conn, &lock).await.unwrap().ends_with('\u{1}'));
+    for name in [&kind, &queue, &waiters] {
+        let ttl = pttl(&mut conn, name).await;
+        assert!((300..=600).contains(&ttl), "{name}: pttl {ttl}");
+    }
+    // The label read back has no mark in it.
+    let info = backend.inspect(&k).await.unwrap().expect("held");
+    assert_eq!(info.holder, "w");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    for name in [&kind, &queue, &waiters] {
+        assert!(!exists(&mut conn, name).await, "{name} outlived the queue");
+    }
+    // Its release finds nobody (the mark is stale) and frees the key.
+    backend.release(&holder).await.unwrap();
+    assert!(!exists(&mut conn, &lock).await);
+
+    // A queue drained by a hand-over: unmarked in the same step.
+    let holder = grant(backend.try_acquire(&request(None)).await.unwrap());
+    let waiter = request(Some(Duration::from_secs(2)));
+    assert!(matches!(
+        backend.try_acquire(&waiter).await.unwrap(),
+        Acquire::Busy(_)
+    ));
+    backend.release(&holder).await.unwrap();
+    let value = get(&mut conn, &lock).await.expect("handed over");
+    assert!(
+        value.starts_with(&format!("{}#", waiter.owner())),
+        "{value}"
+    );
+    assert!(!value.ends_with('\u{1}'), "nobody left: no mark");
+    for name in [&kind, &queue, &waiters] {
+        assert!(!exists(&mut conn, name).await, "{name} outlived the queue");
+    }
+    // The head's repeat claims it: the same grant.
+    let claimed = grant(backend.try_acquire(&waiter).await.unwrap());
+    assert!(claimed.token() > holder.token());
+    backend.release(&claimed).await.unwrap();
+    assert!(!exists(&mut conn, &lock).await);
+}

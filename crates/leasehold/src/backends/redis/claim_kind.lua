@@ -10,6 +10,11 @@
 do
   local wanted = ARGV[#ARGV - 1]
   local kind = redis.call('GET', KEYS[5])
+  if kind == 'q' then
+    -- A mutex that has (or had) waiters queued (acquire_queued.lua): a
+    -- mutex all the same. Its waiters find the new kind at their next try.
+    kind = nil
+  end
   if kind and kind ~= wanted then
     return {-1, -1, kind, 0}
   end

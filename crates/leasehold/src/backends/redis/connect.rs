@@ -112,13 +112,14 @@ impl RedisBackend {
         options: RedisOptions,
         ns: Namespace,
     ) -> Result<Self> {
-        let [acquire, renew, release, force_release, read] = SCRIPTS.map(Script::new);
+        let [acquire, renew, release, force_release, read, leave] = SCRIPTS.map(Script::new);
         let scripts = Scripts {
             acquire,
             renew,
             release,
             force_release,
             read,
+            leave,
         };
         // Loaded up front so the first calls need no NOSCRIPT round trip;
         // `Script` reloads them by itself if a server forgets them (a
@@ -156,6 +157,7 @@ impl RedisBackend {
                 options,
                 scripts,
                 subscriber: OnceLock::new(),
+                hints: Default::default(),
             }),
         })
     }

@@ -4,7 +4,7 @@
 use redis::Script;
 
 use super::errors::{classify, unconfirmed};
-use super::RedisBackend;
+use super::{AcquireAnswer, AcquireReply, RedisBackend};
 use crate::backend::duration_to_millis;
 use crate::error::Result;
 use crate::key::Key;
@@ -16,31 +16,30 @@ impl RedisBackend {
     pub(super) async fn acquire_confirmed(
         &self,
         key: &Key,
+        keys: &[String],
         owner: &str,
         args: &[&str],
         replicas: u32,
-    ) -> Result<(i64, String, i64)> {
-        let ((token, holder, pttl), confirmed): ((i64, String, i64), i64) = self
-            .run_and_wait_on(
-                &self.inner.scripts.acquire,
-                &self.acquire_keys(key),
-                args,
-                replicas,
-            )
+    ) -> Result<Option<AcquireAnswer>> {
+        let (AcquireReply(answer), confirmed): (AcquireReply, i64) = self
+            .run_and_wait_on(&self.inner.scripts.acquire, keys, args, replicas)
             .await?;
         if confirmed >= i64::from(replicas) {
-            return Ok((token, holder, pttl));
+            return Ok(answer);
         }
         // A grant has a positive token (0 is busy, -1 another kind).
+        let token = answer.map_or(0, |a| a.token);
         if token > 0 {
+            // release.lua's arguments: the lease's prefix (held_prefix),
+            // the channel and the key; a queue behind the grant gets the
+            // key handed over.
             let args = [
-                owner,
-                &token.to_string(),
+                &format!("{owner}#{token}:"),
                 &self.inner.ns.channel(),
                 key.as_str(),
             ];
-            let undone: Result<i64> = self
-                .run_and_wait(&self.inner.scripts.release, key, &args, 0)
+            let undone: Result<redis::Value> = self
+                .run_and_wait_on(&self.inner.scripts.release, &self.queue_keys(key), &args, 0)
                 .await
                 .map(|(freed, _)| freed);
             if let Err(e) = undone {
@@ -67,11 +66,26 @@ impl RedisBackend {
         [self.inner.ns.lock(key), self.inner.ns.fence(key)]
     }
 
-    /// The keys of `acquire.lua`: lock, fence and the key's kind (a mutex
-    /// request on a reader-writer lock or a semaphore is answered as such).
+    /// The mutex's lock, fence and kind keys: what the permit scripts
+    /// claim the key's kind on (claim_kind.lua).
     pub(super) fn acquire_keys(&self, key: &Key) -> [String; 3] {
         let ns = &self.inner.ns;
         [ns.lock(key), ns.fence(key), ns.kind(key)]
+    }
+
+    /// The keys of the mutex scripts that may hand the key to the head of
+    /// its queue (acquire, release, leave): lock, fence and kind (a mutex
+    /// request on a reader-writer lock or a semaphore is answered as such),
+    /// the queue's order and its entries.
+    pub(super) fn queue_keys(&self, key: &Key) -> [String; 5] {
+        let ns = &self.inner.ns;
+        [
+            ns.lock(key),
+            ns.fence(key),
+            ns.kind(key),
+            ns.queue(key),
+            ns.waiters(key),
+        ]
     }
 
     /// The last argument of every script: the idle window in ms, 0 to keep
@@ -112,18 +126,6 @@ impl RedisBackend {
     /// the same connection to the key's primary, so the `WAIT` covers this
     /// call's writes (and any sent before them on that connection). The
     /// answer and how many replicas confirmed.
-    pub(super) async fn run_and_wait<T: redis::FromRedisValue>(
-        &self,
-        script: &Script,
-        key: &Key,
-        args: &[&str],
-        replicas: u32,
-    ) -> Result<(T, i64)> {
-        self.run_and_wait_on(script, &self.lock_keys(key), args, replicas)
-            .await
-    }
-
-    /// [`run_and_wait`](Self::run_and_wait) on any keys of one hash tag.
     pub(super) async fn run_and_wait_on<T: redis::FromRedisValue>(
         &self,
         script: &Script,

@@ -28,8 +28,12 @@ end
 
 -- The holder label and token of a lock key's value, `<owner>#<token>:<label>`;
 -- no token from a value an earlier version wrote (`<owner>:<label>`, its
--- token in the fence key).
+-- token in the fence key). A trailing byte 1 is the queued mark
+-- (queue.lua), no part of the label.
 local function lock_value(value)
+  if string.byte(value, -1) == 1 then
+    value = string.sub(value, 1, -2)
+  end
   local token, label = string.match(value, '^%x+#(%d+):(.*)$')
   if token then
     return label, token

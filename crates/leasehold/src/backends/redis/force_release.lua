@@ -6,7 +6,9 @@
 -- Returns 1 if a live lease, permit, reader or writer was broken.
 local kind = redis.call('GET', KEYS[3])
 local live, fence
-if not kind then
+-- 'q': a mutex with waiters queued. Its queue stays: the waiters, woken
+-- below, try again, and the first try hands the key to the head.
+if not kind or kind == 'q' then
   live = redis.call('DEL', KEYS[1])
   fence = KEYS[2]
 else

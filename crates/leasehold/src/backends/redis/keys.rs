@@ -61,11 +61,26 @@ impl Namespace {
     }
 
     /// `key`'s kind (`rw` or `sem`), with the lock's hash tag: absent while
-    /// the key is a mutex. Written once, by the first reader-writer or
+    /// the key is a mutex, or `q` while the mutex may have waiters queued
+    /// (queue.lua). Written once, by the first reader-writer or
     /// semaphore grant on a key no mutex holds, and never changed back
     /// (docs/redis.md, "One key, one kind").
     pub(super) fn kind(&self, key: &Key) -> String {
         format!("{}:kind:{{{}}}", self.prefix, encode(key.as_str()))
+    }
+
+    /// The order of `key`'s queue of mutex waiters (a sorted set: owner
+    /// to its place, first come lowest), with the lock's hash tag, so one
+    /// script reads the lock and hands it to the queue's head.
+    pub(super) fn queue(&self, key: &Key) -> String {
+        format!("{}:queue:{{{}}}", self.prefix, encode(key.as_str()))
+    }
+
+    /// The entries of `key`'s queue (a hash: owner to
+    /// `<expiry ms>:<ticket>:<claim window ms>:<holder label>`), with the
+    /// lock's hash tag.
+    pub(super) fn waiters(&self, key: &Key) -> String {
+        format!("{}:waiters:{{{}}}", self.prefix, encode(key.as_str()))
     }
 
     /// The hash of `key`'s semaphore permits (one field per slot), with
@@ -273,7 +288,15 @@ mod tests {
             assert_eq!(hash_tag(&permit_fence), hash_tag(&lock), "{k:?}");
             // So do the kind and the reader-writer lock's keys: the permit
             // scripts claim the kind on the lock's keys in the same script.
-            for other in [n.kind(&key(k)), n.rw(&key(k)), n.rw_fence(&key(k))] {
+            // And the queue's keys: acquire and release hand the lock to
+            // the queue's head in one script.
+            for other in [
+                n.kind(&key(k)),
+                n.rw(&key(k)),
+                n.rw_fence(&key(k)),
+                n.queue(&key(k)),
+                n.waiters(&key(k)),
+            ] {
                 assert_eq!(hash_tag(&other), hash_tag(&lock), "{k:?}");
             }
             assert_eq!(n.key_of_permits(&permits).map(Result::unwrap), Some(key(k)));
@@ -317,6 +340,8 @@ mod tests {
             assert!(!glob(&pattern, &ns("p").lock(&key("a"))));
             assert!(!glob(&pattern, &n.fence(&key("a"))));
             assert!(!glob(&pattern, &n.kind(&key("a"))));
+            assert!(!glob(&pattern, &n.queue(&key("a"))));
+            assert!(!glob(&pattern, &n.waiters(&key("a"))));
         }
     }
 

@@ -9,6 +9,13 @@
 //! bumps the fence. Redis expires the lock key itself (`PX`), so
 //! the server's clock decides expiry.
 //!
+//! A mutex keeps a queue of waiters per key (`queues()`, issue 31): a
+//! sorted set and a hash beside the lock key (`queue.lua`). Acquire enters
+//! a busy waiter and hands a free key to the queue's head; release hands
+//! over in the same script. The kind key's `q` and a trailing byte 1 in the
+//! lock value say waiters may be queued, so a grant or release with nobody
+//! queued reads nothing more than before (docs/redis.md, "The queue").
+//!
 //! Lock and fence keys share a hash tag, so each script touches one cluster
 //! slot (see `keys.rs` for the layout). The same engine runs on a Redis
 //! Cluster (`redis+cluster://`, see `cluster.rs`): only the connection
@@ -53,10 +60,11 @@ pub use cluster::Connection;
 
 use crate::backend::{
     duration_to_millis, listing, millis_to_duration, Acquire, AcquireRequest, Backend, BoxFuture,
-    Busy, Lease, LeaseInfo, RecordDecoder, Subscription,
+    Busy, Lease, LeaseInfo, OwnerId, RecordDecoder, Subscription,
 };
 use crate::error::Result;
 use crate::key::Key;
+use crate::notify::HandOff;
 pub use connect::DURABILITY_TARGET;
 use errors::classify;
 use keys::Namespace;
@@ -67,17 +75,35 @@ const STORE: &str = "redis";
 
 /// The mutex's scripts. The grant starts with `idle.lua`, which reads the
 /// idle window at the end of its arguments (see exec.rs), and the grant's
-/// helpers (`fence.lua`); the others ignore the window.
-const SCRIPTS: [&str; 5] = [
+/// helpers (`fence.lua`); the others ignore the window, but for the part of
+/// a release that hands the key to the head of its queue. The queue's code
+/// (`queue.lua` and the `_queued` parts) comes after each script's short
+/// path, so a grant or release with nobody queued never runs it (a Lua
+/// function is made anew on every call that reaches its definition).
+const SCRIPTS: [&str; 6] = [
     concat!(
         include_str!("idle.lua"),
         include_str!("fence.lua"),
-        include_str!("acquire.lua")
+        include_str!("acquire.lua"),
+        include_str!("queue.lua"),
+        include_str!("acquire_queued.lua")
     ),
     include_str!("renew.lua"),
-    include_str!("release.lua"),
+    concat!(
+        include_str!("release.lua"),
+        include_str!("idle.lua"),
+        include_str!("fence.lua"),
+        include_str!("queue.lua"),
+        include_str!("release_queued.lua")
+    ),
     include_str!("force_release.lua"),
     include_str!("read.lua"),
+    concat!(
+        include_str!("idle.lua"),
+        include_str!("fence.lua"),
+        include_str!("queue.lua"),
+        include_str!("leave.lua")
+    ),
 ];
 
 struct Scripts {
@@ -86,6 +112,7 @@ struct Scripts {
     release: Script,
     force_release: Script,
     read: Script,
+    leave: Script,
 }
 
 /// Lock store in Redis. Cheap to clone; clones share connections.
@@ -103,6 +130,37 @@ struct Inner {
     options: RedisOptions,
     scripts: Scripts,
     subscriber: OnceLock<Arc<crate::notifier::Notifier>>,
+    hints: QueueHints,
+}
+
+/// The owners this process sent queued attempts for, so that their
+/// release names the queue's keys at once instead of learning of the queue
+/// from the short path's answer (one round trip more). Only a hint: an
+/// owner missing here costs that round trip, an owner here whose key has
+/// no queue costs two key names more in one call.
+#[derive(Default)]
+struct QueueHints {
+    owners: std::sync::Mutex<std::collections::HashSet<OwnerId>>,
+}
+
+/// Owners kept at most: a waiter that neither releases nor leaves (its
+/// process's calls failed) must not grow the set for good.
+const MAX_HINTS: usize = 4096;
+
+impl QueueHints {
+    fn note(&self, owner: OwnerId) {
+        let mut owners = self.owners.lock().unwrap_or_else(|p| p.into_inner());
+        if owners.len() >= MAX_HINTS {
+            owners.clear();
+        }
+        owners.insert(owner);
+    }
+
+    /// Whether `owner` was noted (and forgets it).
+    fn take(&self, owner: OwnerId) -> bool {
+        let mut owners = self.owners.lock().unwrap_or_else(|p| p.into_inner());
+        !owners.is_empty() && owners.remove(&owner)
+    }
 }
 
 /// The subscribers of this process, one per server and channel.
@@ -127,6 +185,31 @@ impl RedisBackend {
         }
     }
 
+    /// Tells the head of `key`'s queue of the grant a script handed over
+    /// to it, if it waits in this process, without the pub/sub round trip
+    /// (the published hand-off reaches it too; a second telling of the
+    /// same grant changes nothing).
+    fn hand_over_local(&self, key: &Key, handed: Handed) {
+        if let Some(subscriber) = self.inner.subscriber.get() {
+            subscriber.hand_over_local(key.as_str(), handed.owner, handed.grant);
+        }
+    }
+
+    /// What release.lua and leave.lua answer: 1 freed (the key's waiters
+    /// were woken on the channel, and are here), 0 nothing held, or the
+    /// head the key was handed over to (told on the channel, and here).
+    fn after_release(&self, key: &Key, answer: &redis::Value) -> Result<()> {
+        match answer {
+            redis::Value::Int(1) => self.wake_local(key),
+            redis::Value::Int(_) => {}
+            handed => {
+                let handed = Handed::decode(key, handed)?;
+                self.hand_over_local(key, handed);
+            }
+        }
+        Ok(())
+    }
+
     /// The Redis key holding `key`'s current lease, for your own Lua
     /// scripts: a string `<owner>#<token>:<holder label>` whose ttl is the
     /// lease's. A script that checks owner and token in it before writing
@@ -144,6 +227,54 @@ impl RedisBackend {
         self.inner.ns.fence(key)
     }
 
+    /// One acquire.lua call: with the queue's keys and arguments
+    /// (`full`), or only the short path's (`None`: the key has a queue,
+    /// ask again with them).
+    async fn acquire_mutex(
+        &self,
+        req: &AcquireRequest,
+        full: bool,
+    ) -> Result<Option<AcquireAnswer>> {
+        let (owner, ttl) = (
+            req.owner().to_string(),
+            duration_to_millis(req.ttl()).to_string(),
+        );
+        let channel;
+        let entry;
+        let mut args = vec![owner.as_str(), &ttl, req.holder()];
+        let keys = if full {
+            channel = self.inner.ns.channel();
+            args.extend([channel.as_str(), req.key().as_str()]);
+            // A waiter's attempt adds its queue entry.
+            entry = req
+                .queue_entry_ttl()
+                .zip(req.queue_ticket())
+                .map(|(lease, ticket)| {
+                    [
+                        duration_to_millis(lease).to_string(),
+                        ticket.to_string(),
+                        duration_to_millis(req.claim_window()).to_string(),
+                    ]
+                });
+            args.extend(entry.iter().flatten().map(String::as_str));
+            self.queue_keys(req.key()).to_vec()
+        } else {
+            self.acquire_keys(req.key()).to_vec()
+        };
+        match self.inner.options.min_replicas {
+            0 => {
+                let reply: AcquireReply = self
+                    .run_on(&self.inner.scripts.acquire, &keys, &args)
+                    .await?;
+                Ok(reply.0)
+            }
+            replicas => {
+                self.acquire_confirmed(req.key(), &keys, &owner, &args, replicas)
+                    .await
+            }
+        }
+    }
+
     fn conn(&self) -> Connection {
         // A handle to the shared multiplexed connection; cloning is cheap.
         self.inner.conn.clone()
@@ -156,19 +287,30 @@ impl Backend for RedisBackend {
             if req.permit_kind().is_some() {
                 return self.acquire_permit(req).await;
             }
-            let (owner, ttl) = (req.owner().to_string(), duration_to_millis(req.ttl()));
-            let args = [owner.as_str(), &ttl.to_string(), req.holder()];
-            let (token, holder, pttl): (i64, String, i64) = match self.inner.options.min_replicas {
-                0 => {
-                    let keys = self.acquire_keys(req.key());
-                    self.run_on(&self.inner.scripts.acquire, &keys, &args)
-                        .await?
-                }
-                replicas => {
-                    self.acquire_confirmed(req.key(), &owner, &args, replicas)
-                        .await?
-                }
+            // A waiter's attempt names the queue's keys at once; any other
+            // names only the three keys of a grant with nobody queued, and
+            // asks again with the queue's if the key has one (acquire.lua).
+            let queued = req.queue_entry_ttl().is_some();
+            if queued {
+                self.inner.hints.note(req.owner());
+            }
+            let answer = match self.acquire_mutex(req, queued).await? {
+                None => self.acquire_mutex(req, true).await?,
+                Some(answer) => Some(answer),
             };
+            let answer = answer.ok_or_else(|| {
+                RecordDecoder::new(STORE, req.key().as_str())
+                    .corrupt("asked for the queue's keys by a call that named them")
+            })?;
+            let AcquireAnswer {
+                token,
+                holder,
+                pttl,
+                handed,
+            } = answer;
+            if let Some(handed) = handed {
+                self.hand_over_local(req.key(), Handed::decode(req.key(), &handed)?);
+            }
             // A grant returns the incremented fence, so a negative one is a
             // corrupt fence key; -1 with a kind is a key of another kind.
             let record = RecordDecoder::new(STORE, req.key().as_str());
@@ -211,13 +353,19 @@ impl Backend for RedisBackend {
                 &self.inner.ns.channel(),
                 lease.key().as_str(),
             ];
-            let freed: i64 = self
-                .run(&self.inner.scripts.release, lease.key(), &args)
-                .await?;
-            if freed == 1 {
-                self.wake_local(lease.key());
+            // The short path's keys, unless this process queued for the
+            // lease (a waiter's lease is likely to have waiters behind it).
+            let script = &self.inner.scripts.release;
+            let mut answer: redis::Value = if self.inner.hints.take(lease.owner()) {
+                redis::Value::BulkString(ASK_WITH_QUEUE.to_vec())
+            } else {
+                self.run(script, lease.key(), &args).await?
+            };
+            if asks_with_queue(&answer) {
+                let keys = self.queue_keys(lease.key());
+                answer = self.run_on(script, &keys, &args).await?;
             }
-            Ok(())
+            self.after_release(lease.key(), &answer)
         })
     }
 
@@ -285,6 +433,21 @@ impl Backend for RedisBackend {
         })
     }
 
+    fn queues(&self) -> bool {
+        true
+    }
+
+    fn leave_queue<'a>(&'a self, key: &'a Key, owner: OwnerId) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            self.inner.hints.take(owner);
+            let owner = owner.to_string();
+            let args = [owner.as_str(), &self.inner.ns.channel(), key.as_str()];
+            let keys = self.queue_keys(key);
+            let answer: redis::Value = self.run_on(&self.inner.scripts.leave, &keys, &args).await?;
+            self.after_release(key, &answer)
+        })
+    }
+
     /// `PUBLISH` on the channel releases use (on a cluster, any node: the
     /// cluster bus carries it to every subscriber).
     fn announce<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<bool>> {
@@ -301,8 +464,146 @@ impl Backend for RedisBackend {
     }
 }
 
+/// What acquire.lua and release.lua answer to a call that named only the
+/// short path's keys, for a key with a queue: nothing was done; call again
+/// with the queue's keys (exec.rs, `queue_keys`). A string, where every
+/// other answer is a number or an array.
+const ASK_WITH_QUEUE: &[u8] = b"queue";
+
+fn asks_with_queue(answer: &redis::Value) -> bool {
+    matches!(answer, redis::Value::BulkString(text) if text == ASK_WITH_QUEUE)
+}
+
+/// What acquire.lua answers: `{token, holder, pttl}`, and for a key it
+/// handed over to the head of its queue (busy, naming the head) the grant
+/// that head is to be told of: `{0, label, claim window, owner, token,
+/// ticket}`.
+struct AcquireAnswer {
+    token: i64,
+    holder: String,
+    pttl: i64,
+    handed: Option<redis::Value>,
+}
+
+/// An acquire.lua reply: `None` for [`ASK_WITH_QUEUE`].
+struct AcquireReply(Option<AcquireAnswer>);
+
+impl redis::FromRedisValue for AcquireReply {
+    fn from_redis_value(value: redis::Value) -> std::result::Result<Self, redis::ParsingError> {
+        if asks_with_queue(&value) {
+            return Ok(AcquireReply(None));
+        }
+        let redis::Value::Array(mut items) = value else {
+            return Err(format!("an acquire answer is an array, not {value:?}").into());
+        };
+        let handed = match items.len() {
+            3 => None,
+            6 => Some(redis::Value::Array(items.split_off(3))),
+            n => return Err(format!("an acquire answer of {n} items").into()),
+        };
+        let (token, holder, pttl) =
+            redis::FromRedisValue::from_redis_value(redis::Value::Array(items))?;
+        Ok(AcquireReply(Some(AcquireAnswer {
+            token,
+            holder,
+            pttl,
+            handed,
+        })))
+    }
+}
+
+/// A grant a script handed over to the head of a key's queue:
+/// `{owner, token, ticket}` as the scripts answer it.
+struct Handed {
+    owner: OwnerId,
+    grant: HandOff,
+}
+
+impl Handed {
+    fn decode(key: &Key, value: &redis::Value) -> Result<Handed> {
+        let record = RecordDecoder::new(STORE, key.as_str());
+        let (owner, token, ticket): (String, i64, i64) =
+            redis::FromRedisValue::from_redis_value(value.clone()).map_err(|e| {
+                record.corrupt(format!(
+                    "a hand-off answer that is not owner, token, ticket: {e}"
+                ))
+            })?;
+        Ok(Handed {
+            owner: OwnerId::from_hex(&owner)
+                .ok_or_else(|| record.corrupt("a queue entry's owner is not 32 hex digits"))?,
+            grant: HandOff {
+                token: record.token(token)?,
+                ticket: u32::try_from(ticket)
+                    .map_err(|_| record.corrupt("a queue entry's ticket is out of range"))?,
+            },
+        })
+    }
+}
+
 /// What a mutex lease's lock key value starts with, `<owner>#<token>:`
 /// (acquire.lua): renewal and release compare this prefix and nothing else.
 fn held_prefix(lease: &Lease) -> String {
     format!("{}#{}:", lease.owner(), lease.token())
+}
+
+#[cfg(test)]
+mod tests {
+    use redis::{FromRedisValue, Value};
+
+    use super::*;
+
+    fn bulk(text: &str) -> Value {
+        Value::BulkString(text.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn acquire_replies_read_as_a_grant_a_hand_off_or_a_request_for_the_queue() {
+        let read = |v: Value| AcquireReply::from_redis_value(v).map(|r| r.0);
+        assert!(read(bulk("queue")).unwrap().is_none(), "ask with the queue");
+        let plain = read(Value::Array(vec![Value::Int(7), bulk(""), Value::Int(0)]))
+            .unwrap()
+            .unwrap();
+        assert_eq!((plain.token, plain.pttl), (7, 0));
+        assert!(plain.handed.is_none());
+        let owner = OwnerId::random();
+        let handed = read(Value::Array(vec![
+            Value::Int(0),
+            bulk("head"),
+            Value::Int(2000),
+            bulk(&owner.to_string()),
+            Value::Int(42),
+            Value::Int(3),
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!((handed.token, handed.holder.as_str()), (0, "head"));
+        let key = Key::new("k").unwrap();
+        let told = Handed::decode(&key, &handed.handed.unwrap()).unwrap();
+        assert_eq!(told.owner, owner);
+        assert_eq!(
+            told.grant,
+            HandOff {
+                token: 42,
+                ticket: 3
+            }
+        );
+        // Neither an array of another length nor another string is a reply.
+        assert!(read(Value::Array(vec![Value::Int(1)])).is_err());
+        assert!(read(bulk("queued")).is_err());
+    }
+
+    #[test]
+    fn a_damaged_hand_off_is_a_corrupt_record() {
+        let key = Key::new("k").unwrap();
+        let owner = OwnerId::random().to_string();
+        for damaged in [
+            Value::Array(vec![bulk("not hex"), Value::Int(42), Value::Int(3)]),
+            Value::Array(vec![bulk(&owner), Value::Int(-5), Value::Int(3)]),
+            Value::Array(vec![bulk(&owner), Value::Int(42), Value::Int(-1)]),
+            Value::Array(vec![bulk(&owner), Value::Int(42)]),
+        ] {
+            let e = Handed::decode(&key, &damaged).err().expect("corrupt");
+            assert!(e.to_string().contains("corrupt"), "{e}");
+        }
+    }
 }

@@ -109,6 +109,9 @@ impl RedisBackend {
 /// the fence's (which then must exist).
 fn info_of(key: Key, value: &str, pttl: i64, fence: Option<&str>) -> Result<LeaseInfo> {
     let record = RecordDecoder::new(STORE, key.as_str());
+    // A trailing byte 1 is the queued mark (queue.lua): waiters may be
+    // queued behind this lease. No part of the label.
+    let value = value.strip_suffix('\u{1}').unwrap_or(value);
     let Some((owner, rest)) = value.split_at_checked(32) else {
         return Err(record.corrupt(format!("lock value {value:?} has no owner")));
     };
