@@ -69,7 +69,7 @@ pub struct Nemesis<'a> {
     pub proxy: Option<Arc<Control>>,
     pub restart_cmd: Option<String>,
     /// Workers are pinned to hosts (`--pin-hosts`): a restart waits for a
-    /// long hold of a pinned worker (`renewing_holder_hosts`).
+    /// long hold of a worker pinned to one host (`long_hold_hosts`).
     pub pinned: bool,
     pub families: Vec<Family>,
     pub rng: StdRng,
@@ -309,27 +309,33 @@ impl Nemesis<'_> {
         hosts
     }
 
-    /// With workers pinned to hosts: waits (up to 3 leases) for a holder
-    /// pinned to one host that has held for half a lease already, one of
-    /// the holds that outlive a ttl on renewals (most last a few percent
-    /// of it), so that cutting off its host leaves it holding past its
-    /// deadline: whether `lost()` fires in time is then tested. Returns the
-    /// holders' hosts then (that holder's alone), or as they are at the
-    /// end of the wait.
-    async fn renewing_holder_hosts(&self) -> Vec<String> {
+    /// Waits (up to 3 leases) for a holder that has held for half a lease
+    /// already, one of the holds that outlive a ttl on renewals (most last
+    /// a few percent of it), so that a restart lands inside a lease that
+    /// must outlive it: whether the lease survives (with persistence), is
+    /// reported lost (without), or `lost()` fires in time is then tested.
+    /// A restart aimed at a short hold often proved nothing: the hold ended
+    /// (its release failing) while the store was down. With workers pinned
+    /// to hosts, only a holder pinned to one host counts, and the hosts
+    /// returned are that holder's alone; otherwise every holder's. At the
+    /// end of the wait, the holders' hosts as they are then.
+    async fn long_hold_hosts(&self) -> Vec<String> {
         let deadline = mono_ns() + (self.lease * 3).as_nanos() as u64;
         let mut seen: Vec<(u64, u64)> = Vec::new();
         loop {
             let now_held = self.holder_hosts().await;
             let now = mono_ns();
             let long = now_held.iter().find(|(token, hosts)| {
-                !hosts.contains(',')
+                (!self.pinned || !hosts.contains(','))
                     && seen.iter().any(|(t, since)| {
                         t == token && now - since >= (self.lease / 2).as_nanos() as u64
                     })
             });
             if let Some((_, hosts)) = long {
-                return vec![hosts.clone()];
+                if self.pinned {
+                    return vec![hosts.clone()];
+                }
+                return now_held.into_iter().map(|(_, h)| h).collect();
             }
             if now >= deadline {
                 return now_held.into_iter().map(|(_, h)| h).collect();
@@ -346,16 +352,7 @@ impl Nemesis<'_> {
 
     async fn restart(&mut self) -> Option<Fault> {
         let cmd = self.restart_cmd.clone()?;
-        let holder_hosts = if self.pinned {
-            self.renewing_holder_hosts().await
-        } else {
-            self.holder_hosts()
-                .await
-                .into_iter()
-                .map(|(_, h)| h)
-                .collect()
-        }
-        .join(" ");
+        let holder_hosts = self.long_hold_hosts().await.join(" ");
         let start = mono_ns();
         let status = tokio::time::timeout(
             Duration::from_secs(60),
