@@ -8,6 +8,7 @@ use std::time::Duration;
 use super::{LeaseInfo, OwnerId, PermitInfo, MAX_PERMITS};
 use crate::error::{Error, Result};
 use crate::key::Key;
+use crate::notify::HandOff;
 use crate::time::MAX_TTL;
 
 /// Converts a store's signed millisecond count into a duration, treating
@@ -136,6 +137,35 @@ impl<'a> RecordDecoder<'a> {
     pub fn owner(&self, hex: &str) -> Result<OwnerId> {
         OwnerId::from_hex(hex)
             .ok_or_else(|| self.corrupt(format!("owner {hex:?} is not 32 hex digits")))
+    }
+
+    /// A key handed over to the head of its queue: the head's owner id (32
+    /// hex digits), and its grant from the new fence and the ticket the
+    /// head's queue entry carried (missing only in a damaged record).
+    ///
+    /// # Errors
+    /// A corrupt record naming the bad field.
+    pub fn hand_off(
+        &self,
+        owner: &str,
+        fence: i64,
+        ticket: Option<i64>,
+    ) -> Result<(OwnerId, HandOff)> {
+        let head = OwnerId::from_hex(owner).ok_or_else(|| {
+            self.corrupt(format!("queue entry owner {owner:?} is not 32 hex digits"))
+        })?;
+        let ticket = ticket.and_then(|t| u32::try_from(t).ok()).ok_or_else(|| {
+            self.corrupt(format!(
+                "queue entry ticket {ticket:?} is missing or out of range"
+            ))
+        })?;
+        Ok((
+            head,
+            HandOff {
+                token: self.token(fence)?,
+                ticket,
+            },
+        ))
     }
 
     /// The time left on a live lease, in milliseconds by the store's clock.
@@ -313,6 +343,28 @@ mod tests {
             .expect("a CorruptRecord");
         assert!(matches!(e, Error::Backend { .. }), "{e:?}");
         (e.store(), corrupt.problem().to_owned())
+    }
+
+    #[test]
+    fn a_hand_off_reads_the_head_and_its_grant_or_names_the_bad_field() {
+        let record = RecordDecoder::new("sqlite", "k");
+        let (head, grant) = record.hand_off(OWNER, 9, Some(3)).unwrap();
+        assert_eq!(head.to_string(), OWNER);
+        assert_eq!(
+            grant,
+            HandOff {
+                token: 9,
+                ticket: 3
+            }
+        );
+        let bad_owner = record.hand_off("not-hex", 9, Some(3)).unwrap_err();
+        assert!(problem(bad_owner).1.contains("owner \"not-hex\""));
+        for ticket in [None, Some(-1), Some(i64::from(u32::MAX) + 1)] {
+            let e = record.hand_off(OWNER, 9, ticket).unwrap_err();
+            assert!(problem(e).1.contains("ticket"), "{ticket:?}");
+        }
+        let negative = record.hand_off(OWNER, -1, Some(3)).unwrap_err();
+        assert!(problem(negative).1.contains("fence"));
     }
 
     #[test]

@@ -366,14 +366,10 @@ impl Inner {
             }
             Some(head) => {
                 let record = RecordDecoder::new(STORE, key.as_str());
-                let token = record.token(row.try_get(1).map_err(classify)?)?;
+                let fence: i64 = row.try_get(1).map_err(classify)?;
                 let ticket: Option<i64> = row.try_get(2).map_err(classify)?;
-                let head = OwnerId::from_hex(&head)
-                    .ok_or_else(|| record.corrupt("a queue entry's owner is not 32 hex digits"))?;
-                let ticket = ticket
-                    .and_then(|t| u32::try_from(t).ok())
-                    .ok_or_else(|| record.corrupt("a queue entry's ticket is out of range"))?;
-                self.hand_over_local(key, head, HandOff { token, ticket });
+                let (head, grant) = record.hand_off(&head, fence, ticket)?;
+                self.hand_over_local(key, head, grant);
             }
         }
         Ok(())

@@ -33,8 +33,7 @@ use super::exec::Param;
 use super::names::{queue_table, CHANNEL};
 use super::{classify, is_lock_not_available, row_locked, Failed, Inner, STORE};
 use crate::backend::{
-    duration_to_millis, millis_to_duration, Acquire, AcquireRequest, Busy, HandOff, OwnerId,
-    RecordDecoder,
+    duration_to_millis, millis_to_duration, Acquire, AcquireRequest, Busy, OwnerId, RecordDecoder,
 };
 use crate::error::Result;
 use crate::key::Key;
@@ -234,18 +233,13 @@ impl Inner {
         let answer = Attempted::read(row).map_err(classify)?;
         let record = RecordDecoder::new(STORE, key);
         if let Some((fence, to, label, left_ms, ticket)) = answer.grant {
-            let token = record.token(fence)?;
             if to == owner {
-                return Ok(Some(Acquire::Granted(req.granted(token))));
+                return Ok(Some(Acquire::Granted(req.granted(record.token(fence)?))));
             }
             // Handed over to the head: tell it here at once if it waits
             // in this process (the notification follows from the server).
-            let head = OwnerId::from_hex(&to)
-                .ok_or_else(|| record.corrupt("a queue entry's owner is not 32 hex digits"))?;
-            let ticket = ticket
-                .and_then(|t| u32::try_from(t).ok())
-                .ok_or_else(|| record.corrupt("a queue entry's ticket is out of range"))?;
-            self.hand_over_local(req.key(), head, HandOff { token, ticket });
+            let (head, grant) = record.hand_off(&to, fence, ticket)?;
+            self.hand_over_local(req.key(), head, grant);
             return Ok(Some(Acquire::Busy(Busy {
                 holder: label,
                 remaining: millis_to_duration(left_ms),

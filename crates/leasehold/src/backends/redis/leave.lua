@@ -13,11 +13,4 @@ if not (current and string.sub(current, 1, 33) == ARGV[1] .. '#') then
   end
   return 0
 end
-local head, ticket, claim, label = live_head()
-if not head then
-  redis.call('DEL', KEYS[1])
-  unmark()
-  redis.pcall('PUBLISH', ARGV[2], ARGV[3])
-  return 1
-end
-return {head, hand_over(head, ticket, claim, label, ARGV[2], ARGV[3]), tonumber(ticket)}
+return release_to_head(ARGV[2], ARGV[3])

@@ -528,15 +528,8 @@ impl Handed {
                     "a hand-off answer that is not owner, token, ticket: {e}"
                 ))
             })?;
-        Ok(Handed {
-            owner: OwnerId::from_hex(&owner)
-                .ok_or_else(|| record.corrupt("a queue entry's owner is not 32 hex digits"))?,
-            grant: HandOff {
-                token: record.token(token)?,
-                ticket: u32::try_from(ticket)
-                    .map_err(|_| record.corrupt("a queue entry's ticket is out of range"))?,
-            },
-        })
+        let (owner, grant) = record.hand_off(&owner, token, Some(ticket))?;
+        Ok(Handed { owner, grant })
     }
 }
 

@@ -81,3 +81,18 @@ local function hand_over(owner, ticket, claim, label, channel, key)
     '\1' .. owner .. ' ' .. string.format('%d', token) .. ' ' .. ticket .. ' ' .. key)
   return token
 end
+
+-- Passes the lock held until now on (release.lua and leave.lua answer
+-- with this): to the live head of the queue, answered as {head, token,
+-- ticket}; or, with no live head, it is freed, unmarked and its waiters
+-- woken on `channel` with the released `key`, answered as 1.
+local function release_to_head(channel, key)
+  local head, ticket, claim, label = live_head()
+  if not head then
+    redis.call('DEL', KEYS[1])
+    unmark()
+    redis.pcall('PUBLISH', channel, key)
+    return 1
+  end
+  return {head, hand_over(head, ticket, claim, label, channel, key), tonumber(ticket)}
+end

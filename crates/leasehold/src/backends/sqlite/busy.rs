@@ -12,8 +12,8 @@ use super::sql::{Query, ACQUIRE, BUSY_INFO, RELEASE};
 use super::wake::{SharedWakeDir, WakeDir};
 use super::{busy, classify, is_locked, write_locked, SqliteBackend, STORE};
 use crate::backend::{
-    duration_to_millis, token_to_i64, Acquire, AcquireRequest, BoxFuture, HandOff, KeyKind, Lease,
-    OwnerId, RecordDecoder, TRY_ONCE_LOCK_WAIT,
+    duration_to_millis, token_to_i64, Acquire, AcquireRequest, BoxFuture, KeyKind, Lease, OwnerId,
+    RecordDecoder, TRY_ONCE_LOCK_WAIT,
 };
 use crate::error::Result;
 use crate::key::Key;
@@ -126,15 +126,7 @@ impl SqliteBackend {
             None => self.wake.wake(key),
             Some(head) => {
                 let record = RecordDecoder::new(STORE, key.as_str());
-                let owner = OwnerId::from_hex(&head)
-                    .ok_or_else(|| record.corrupt("a queue entry's owner is not 32 hex digits"))?;
-                let ticket = ticket.and_then(|t| u32::try_from(t).ok()).ok_or_else(|| {
-                    record.corrupt("a queue entry's ticket is missing or out of range")
-                })?;
-                let grant = HandOff {
-                    token: record.token(fence)?,
-                    ticket,
-                };
+                let (owner, grant) = record.hand_off(&head, fence, ticket)?;
                 self.wake.hand_over(key, owner, grant);
             }
         }

@@ -221,25 +221,15 @@ pub(super) async fn queued_attempt(
             .fetch_one(&mut *tx)
             .await
             .map_err(classify)?;
-        let token = record.token(fence)?;
         match head {
             Some((_, _, claim_ms, ticket)) if to != owner => {
-                handed = Some(Handed {
-                    owner: OwnerId::from_hex(&to).ok_or_else(|| {
-                        record.corrupt("a queue entry's owner is not 32 hex digits")
-                    })?,
-                    grant: HandOff {
-                        token,
-                        ticket: u32::try_from(ticket).map_err(|_| {
-                            record.corrupt("a queue entry's ticket is out of range")
-                        })?,
-                    },
-                });
+                let (owner, grant) = record.hand_off(&to, fence, Some(ticket))?;
+                handed = Some(Handed { owner, grant });
                 answer = busy(Some(label), Some(claim_ms));
             }
             _ => {
                 tx.commit().await.map_err(classify)?;
-                return Ok((Acquire::Granted(req.granted(token)), None));
+                return Ok((Acquire::Granted(req.granted(record.token(fence)?)), None));
             }
         }
     }
