@@ -175,6 +175,7 @@ impl PostgresBackend {
                 sql,
                 pooler: options.pooler,
                 sweeper: Sweeper::new(options.idle_window),
+                hints: Default::default(),
             }),
         })
     }
@@ -205,6 +206,7 @@ impl PostgresBackend {
                 sql,
                 pooler: options.pooler,
                 sweeper: Sweeper::new(options.idle_window),
+                hints: Default::default(),
             }),
         })
     }

@@ -110,6 +110,8 @@ struct Inner {
     pooler: Pooler,
     /// When the next pass over idle rows is due (see `sweep.rs`).
     sweeper: sweep::Sweeper,
+    /// Keys whose next release goes to the hand-off statement at once.
+    hints: queue::HandOffHints,
 }
 
 /// Where the lock statements go, and how waiters hear of releases.
@@ -333,31 +335,39 @@ impl Inner {
     /// The release of `key`'s grant to `owner` with `fence`: frees the
     /// key, or hands it to the head of its queue (sql.rs). A key with no
     /// live waiter queued is freed by the plain statement; one with a
-    /// queue (or not held any more) takes a second, which hands over.
+    /// queue (or not held any more) takes a second, which hands over. A
+    /// key whose last release here handed over skips the plain statement
+    /// (queue.rs, `HandOffHints`).
     async fn release_mutex(self: &Arc<Self>, key: &Key, owner: &str, fence: i64) -> Result<()> {
         let params = [
             Param::Text(key.as_str()),
             Param::Text(owner),
             Param::Int(fence),
         ];
-        let freed = self
-            .fetch_all(&self.sql.release, &params)
-            .await
-            .map_err(Failed::into_error)?;
-        if !freed.is_empty() {
-            self.wake_local(key);
-            // A row may have just gone idle: time for a pass, perhaps.
-            self.poke_sweeper();
-            return Ok(());
+        if !self.hints.expects_queue(key.as_str()) {
+            let freed = self
+                .fetch_all(&self.sql.release, &params)
+                .await
+                .map_err(Failed::into_error)?;
+            if !freed.is_empty() {
+                self.wake_local(key);
+                // A row may have just gone idle: time for a pass, perhaps.
+                self.poke_sweeper();
+                return Ok(());
+            }
         }
         let rows = self
             .fetch_all(&self.sql.release_handing, &params)
             .await
             .map_err(Failed::into_error)?;
+        let head: Option<String> = match rows.first() {
+            Some(row) => row.try_get(0).map_err(classify)?,
+            None => None,
+        };
+        self.hints.note(key.as_str(), head.is_some());
         let Some(row) = rows.first() else {
             return Ok(());
         };
-        let head: Option<String> = row.try_get(0).map_err(classify)?;
         match head {
             None => {
                 self.wake_local(key);
