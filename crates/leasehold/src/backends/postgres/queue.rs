@@ -167,6 +167,16 @@ pub(super) fn hand_off_payload(g: &str) -> String {
 /// the requester (or renews its entry and ticket in place) unless it was
 /// granted. The head of a hand-off is notified by the row returned.
 ///
+/// The row's `queued` mark (sql.rs, the migration) is written by whichever
+/// of `granted` and `marked` runs (never both: `marked` runs only without
+/// a target), under the row lock `row` took: true while live entries are
+/// left besides the grantee, or the requester enters. Every statement that
+/// clears it holds that row lock too, so an entry entered here is never
+/// left unmarked by a clear that saw it; one a clear missed (entered while
+/// the clear waited for the row, which reads the queue on its snapshot)
+/// costs order until that waiter's next attempt marks the row again, never
+/// safety.
+///
 /// Returns one row when the key has a row (none otherwise: the acquire
 /// creates it): the grant's fence, owner, holder, ms left and ticket (all
 /// NULL with no grant), then the key's kind, its live holder and ms left.
@@ -189,9 +199,16 @@ fn attempt(table: &str, queue: &str) -> String {
            UPDATE {table} AS l SET \
              fence = CASE WHEN t.live THEN l.fence ELSE l.fence + 1 END, \
              owner = coalesce(t.head, $2), holder = coalesce(t.holder, $3), \
-             expires_at = clock_timestamp() + coalesce(t.claim_ms, $4) {ms} \
+             expires_at = clock_timestamp() + coalesce(t.claim_ms, $4) {ms}, \
+             queued = ($8 > 0 AND t.head IS NOT NULL) \
+               OR EXISTS (SELECT FROM {queue} AS q WHERE q.key = $1 \
+                 AND q.expires_at > clock_timestamp() AND q.owner <> coalesce(t.head, $2)) \
            FROM target AS t WHERE l.key = $1 \
            RETURNING l.fence, l.owner, l.holder, l.expires_at, t.ticket), \
+         marked AS ( \
+           UPDATE {table} AS l SET queued = true FROM row AS r \
+           WHERE l.key = $1 AND $8 > 0 AND r.kind IS NULL AND NOT l.queued \
+             AND NOT EXISTS (SELECT FROM target)), \
          left_queue AS ( \
            DELETE FROM {queue} AS q USING granted AS g WHERE q.key = $1 AND q.owner = g.owner), \
          dead AS ( \
