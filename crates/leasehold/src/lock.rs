@@ -58,8 +58,9 @@ pub struct AcquireOptions {
     wait: Option<Duration>,
     cancel: Option<CancellationToken>,
     auto_renew: bool,
-    /// Whether a waiter queues at a store that keeps queues (queue.rs).
-    fair: bool,
+    /// Whether a waiter queues at a store that keeps queues (queue.rs);
+    /// `None`: as its handle says ([`Locks::with_fair`]).
+    fair: Option<bool>,
     /// The `lock_class` label of metrics (observe.rs).
     lock_class: Option<Arc<str>>,
     /// The `primitive` label, when a multi-lock or election takes the lock.
@@ -73,7 +74,7 @@ impl Default for AcquireOptions {
             wait: None,
             cancel: None,
             auto_renew: true,
-            fair: false,
+            fair: None,
             lock_class: None,
             primitive: None,
         }
@@ -101,7 +102,8 @@ impl AcquireOptions {
         with_auto_renew(auto_renew: bool) => auto_renew = auto_renew;
 
         /// Whether a waiter for a mutex takes its place in the key's queue
-        /// at the store (default false), where the store keeps one
+        /// at the store (default: as the handle says, [`Locks::with_fair`],
+        /// which is false unless set), where the store keeps one
         /// ([`Backend::queues`]: memory, SQLite, PostgreSQL, Redis): waiters from every
         /// process get the key first come, first served, and a release
         /// hands it to the first of them directly, waking it alone. Off,
@@ -110,7 +112,7 @@ impl AcquireOptions {
         /// on SQLite, PostgreSQL and Redis today passes more acquisitions per second under
         /// contention but lets a waiter lose races for its whole wait
         /// (docs/fairness.md has the measurements).
-        with_fair(fair: bool) => fair = fair;
+        with_fair(fair: bool) => fair = Some(fair);
 
         /// Names the lock's class for the metrics (feature `metrics`, label
         /// `lock_class`): one of a few stable names such as `"invoices"`,
@@ -166,6 +168,9 @@ pub struct Locks {
     pending: Arc<PendingReleases>,
     /// Counts for `stats()` and the metrics (observe.rs).
     observer: Arc<Observer>,
+    /// Whether mutex waiters queue at the store unless their options say
+    /// otherwise ([`Locks::with_fair`]).
+    fair: bool,
 }
 
 impl fmt::Debug for Locks {
@@ -200,6 +205,7 @@ impl Locks {
             rw_queues: Arc::default(),
             renewals: RenewalScheduler::default(),
             pending: Arc::default(),
+            fair: false,
         }
     }
 
@@ -250,6 +256,22 @@ impl Locks {
     setters! {
         /// Replaces the human label stored beside each lease (default `host:pid`).
         with_holder_label(label: &str) => holder_label = label.into();
+
+        /// Whether the mutex waiters of this handle (and its clones) queue
+        /// at the store, first come, first served across processes, unless
+        /// an acquire's own [`AcquireOptions::with_fair`] says otherwise.
+        /// Default false: on the stores that queue, fair waiting passes
+        /// fewer acquisitions per second under contention (docs/fairness.md,
+        /// "Why opt-in"), so a service turns it on for the handle whose
+        /// keys must be served in order (a flash sale's products).
+        ///
+        /// ```
+        /// use leasehold::backends::memory::MemoryBackend;
+        /// use leasehold::Locks;
+        /// let locks = Locks::new(MemoryBackend::new()).with_fair(true);
+        /// # drop(locks);
+        /// ```
+        with_fair(fair: bool) => fair = fair;
     }
 
     /// The human label stored beside each lease.
@@ -439,7 +461,7 @@ impl Locks {
         // waiters for the key queue first, and only the front one waits at
         // the store (see local.rs).
         let mut seat = (!wait.is_zero()
-            && options.fair
+            && options.fair.unwrap_or(self.fair)
             && request.permit_kind().is_none()
             && self.backend.queues())
         .then(|| {

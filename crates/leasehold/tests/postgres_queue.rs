@@ -76,7 +76,10 @@ async fn a_row_is_marked_while_waiters_queue_and_the_mark_goes_with_the_last() {
             guard.release().await.unwrap();
         }));
     }
-    eventually("two entries", || async { entries(&pool, &table).await == 2 }).await;
+    eventually("two entries", || async {
+        entries(&pool, &table).await == 2
+    })
+    .await;
     assert!(marked(&pool, &table, "k").await, "waiters queue");
 
     holder.release().await.unwrap();
@@ -84,7 +87,10 @@ async fn a_row_is_marked_while_waiters_queue_and_the_mark_goes_with_the_last() {
         waiter.await.unwrap();
     }
     assert_eq!(entries(&pool, &table).await, 0);
-    assert!(!marked(&pool, &table, "k").await, "the last waiter has gone");
+    assert!(
+        !marked(&pool, &table, "k").await,
+        "the last waiter has gone"
+    );
     // Unmarked, the key is granted and freed on the short path again.
     let again = locks.try_acquire("k").await.unwrap();
     again.release().await.unwrap();
