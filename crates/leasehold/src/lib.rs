@@ -203,7 +203,7 @@ pub use election::{Election, Leader, Leadership, Observer, MAX_CANDIDATE_BYTES};
 pub use error::{BoxError, Error, LockKind, Result};
 pub use guard::LeaseGuard;
 pub use key::{validate_prefix, Key, MAX_KEY_BYTES};
-pub use lock::{AcquireOptions, Locks, STORE_ANSWER_GRACE};
+pub use lock::{AcquireOptions, Locks, CLOSE_BOUND, STORE_ANSWER_GRACE};
 pub use multi::{canonical_keys, MultiGuard, MAX_MULTI_KEYS};
 pub use redact::{redact_secrets, redact_url};
 pub use rwlock::RwLock;
