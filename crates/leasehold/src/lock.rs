@@ -102,7 +102,7 @@ impl AcquireOptions {
 
         /// Whether a waiter for a mutex takes its place in the key's queue
         /// at the store (default false), where the store keeps one
-        /// ([`Backend::queues`]: memory, SQLite, PostgreSQL, Redis): waiters from every
+        /// ([`Backend::queues`]: memory, SQLite, PostgreSQL, Redis, MongoDB): waiters from every
         /// process get the key first come, first served, and a release
         /// hands it to the first of them directly, waking it alone. Off,
         /// or on a store without queues: the waiters of each process line

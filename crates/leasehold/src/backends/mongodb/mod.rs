@@ -17,6 +17,11 @@
 //!   `owner` to null and brings `expiresAt` forward to now (since when the
 //!   key is idle).
 //! - force-release: `findOneAndUpdate` that nulls the owner and bumps the fence.
+//! - fair waiters queue in the same document (queue.rs): acquire and
+//!   release above match only a document with nobody queued, so a key
+//!   nobody waits for costs what it did; otherwise a read and one write
+//!   conditioned on the document as read (queued.rs) enter the queue or
+//!   hand the key to its head, whose process the change stream tells.
 //!
 //! Only classic update operators are used (no update pipelines, no `$$NOW`);
 //! the one query expression is the token's `$expr` (MongoDB 3.6+), so this

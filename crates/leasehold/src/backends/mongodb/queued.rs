@@ -166,7 +166,13 @@ impl MongoBackend {
     }
 
     /// The answer to `req` for a landed write of its attempt on `d`.
-    fn answer(&self, req: &AcquireRequest, outcome: Outcome, d: &Document, now: ServerNow) -> Acquire {
+    fn answer(
+        &self,
+        req: &AcquireRequest,
+        outcome: Outcome,
+        d: &Document,
+        now: ServerNow,
+    ) -> Acquire {
         self.after(req.key(), &outcome);
         match outcome {
             Outcome::Granted(token) => Acquire::Granted(req.granted(token)),

@@ -32,7 +32,7 @@ fn document(holder: Option<(OwnerId, i64)>, entries: Vec<(OwnerId, i64, i64)>) -
             .iter()
             .map(|(owner, place, expires)| {
                 let entry = doc! { "s": *place, "h": format!("w{place}"), "c": 2000_i64,
-                    "t": *place, "e": date(*expires) };
+                "t": *place, "e": date(*expires) };
                 (owner.to_string(), Bson::Document(entry))
             })
             .collect();
@@ -73,17 +73,43 @@ fn a_busy_key_takes_a_waiters_entry_at_the_back_and_nothing_of_a_stranger() {
     let me = waiter(4);
     let plan = snapshot.attempt(&me).unwrap();
     assert_eq!(plan.outcome, Outcome::Queued);
-    let q = plan.update.get_document("$set").unwrap().get_document("q").unwrap();
+    let q = plan
+        .update
+        .get_document("$set")
+        .unwrap()
+        .get_document("q")
+        .unwrap();
     let mine = q.get_document(me.owner().to_string()).unwrap();
     assert_eq!(mine.get_i64("s").unwrap(), 10, "after every place so far");
     assert_eq!(mine.get_i64("t").unwrap(), 4);
     assert_eq!(q.len(), 2);
-    assert_eq!(plan.update.get_document("$inc").unwrap().get_i64("qseq").unwrap(), 1);
+    assert_eq!(
+        plan.update
+            .get_document("$inc")
+            .unwrap()
+            .get_i64("qseq")
+            .unwrap(),
+        1
+    );
     // Renewed, it keeps its place.
-    let d = document(Some((holder, NOW + 5000)), vec![(me.owner(), 2, NOW + 900), (first, 3, NOW + 900)]);
+    let d = document(
+        Some((holder, NOW + 5000)),
+        vec![(me.owner(), 2, NOW + 900), (first, 3, NOW + 900)],
+    );
     let plan = Snapshot::read(&d, now()).unwrap().attempt(&me).unwrap();
-    let q = plan.update.get_document("$set").unwrap().get_document("q").unwrap();
-    assert_eq!(q.get_document(me.owner().to_string()).unwrap().get_i64("s").unwrap(), 2);
+    let q = plan
+        .update
+        .get_document("$set")
+        .unwrap()
+        .get_document("q")
+        .unwrap();
+    assert_eq!(
+        q.get_document(me.owner().to_string())
+            .unwrap()
+            .get_i64("s")
+            .unwrap(),
+        2
+    );
 }
 
 #[test]
@@ -92,19 +118,55 @@ fn a_free_key_goes_to_the_live_head_and_the_requester_queues_behind() {
     let d = document(None, vec![(dead, 1, NOW - 1), (head, 2, NOW + 900)]);
     let me = waiter(0);
     let plan = Snapshot::read(&d, now()).unwrap().attempt(&me).unwrap();
-    let Outcome::HandedOver { head: to, label, claim, grant } = plan.outcome else {
+    let Outcome::HandedOver {
+        head: to,
+        label,
+        claim,
+        grant,
+    } = plan.outcome
+    else {
         panic!("{:?}", plan.outcome);
     };
-    assert_eq!((to, label.as_str(), claim), (head, "w2", Duration::from_secs(2)));
-    assert_eq!(grant, HandOff { token: 106, ticket: 2 }, "the next token, the entry's ticket");
+    assert_eq!(
+        (to, label.as_str(), claim),
+        (head, "w2", Duration::from_secs(2))
+    );
+    assert_eq!(
+        grant,
+        HandOff {
+            token: 106,
+            ticket: 2
+        },
+        "the next token, the entry's ticket"
+    );
     let set = plan.update.get_document("$set").unwrap();
     assert_eq!(set.get_str("owner").unwrap(), head.to_string());
-    assert_eq!(set.get_str("handoff").unwrap(), hand_off_message("k", head, grant));
-    assert_eq!(set.get_datetime("expiresAt").unwrap().timestamp_millis(), NOW + 2 + 2000);
-    assert_eq!(plan.update.get_document("$inc").unwrap().get_i64("fence").unwrap(), 1);
-    assert_eq!(queued_after(&plan.update), Some(vec![me.owner().to_string()]), "dead and head gone");
+    assert_eq!(
+        set.get_str("handoff").unwrap(),
+        hand_off_message("k", head, grant)
+    );
+    assert_eq!(
+        set.get_datetime("expiresAt").unwrap().timestamp_millis(),
+        NOW + 2 + 2000
+    );
+    assert_eq!(
+        plan.update
+            .get_document("$inc")
+            .unwrap()
+            .get_i64("fence")
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        queued_after(&plan.update),
+        Some(vec![me.owner().to_string()]),
+        "dead and head gone"
+    );
     // A stranger's attempt hands over too, and does not queue.
-    let plan = Snapshot::read(&d, now()).unwrap().attempt(&stranger()).unwrap();
+    let plan = Snapshot::read(&d, now())
+        .unwrap()
+        .attempt(&stranger())
+        .unwrap();
     assert!(matches!(plan.outcome, Outcome::HandedOver { .. }));
     assert!(unsets_queue(&plan.update));
 }
@@ -112,7 +174,10 @@ fn a_free_key_goes_to_the_live_head_and_the_requester_queues_behind() {
 #[test]
 fn a_free_key_goes_to_the_requester_at_the_head_or_with_nobody_live_queued() {
     let (me, other) = (waiter(3), OwnerId::random());
-    let d = document(None, vec![(me.owner(), 1, NOW + 900), (other, 2, NOW + 900)]);
+    let d = document(
+        None,
+        vec![(me.owner(), 1, NOW + 900), (other, 2, NOW + 900)],
+    );
     let plan = Snapshot::read(&d, now()).unwrap().attempt(&me).unwrap();
     assert_eq!(plan.outcome, Outcome::Granted(106));
     let set = plan.update.get_document("$set").unwrap();
@@ -121,7 +186,10 @@ fn a_free_key_goes_to_the_requester_at_the_head_or_with_nobody_live_queued() {
     assert_eq!(queued_after(&plan.update), Some(vec![other.to_string()]));
     // Expired holder, dead entries only: the stranger's, and the queue goes.
     let d = document(Some((other, NOW)), vec![(OwnerId::random(), 1, NOW)]);
-    let plan = Snapshot::read(&d, now()).unwrap().attempt(&stranger()).unwrap();
+    let plan = Snapshot::read(&d, now())
+        .unwrap()
+        .attempt(&stranger())
+        .unwrap();
     assert_eq!(plan.outcome, Outcome::Granted(106));
     assert!(unsets_queue(&plan.update));
 }
@@ -137,9 +205,15 @@ fn a_release_hands_over_or_frees_and_only_the_holders_does() {
     assert!(matches!(plan.outcome, Outcome::HandedOver { head: h, .. } if h == head));
     assert!(unsets_queue(&plan.update));
     let d = document(Some((holder, NOW + 5000)), vec![(head, 4, NOW - 1)]);
-    let plan = Snapshot::read(&d, now()).unwrap().release(holder, 105).unwrap();
+    let plan = Snapshot::read(&d, now())
+        .unwrap()
+        .release(holder, 105)
+        .unwrap();
     assert_eq!(plan.outcome, Outcome::Freed, "nobody live queued");
-    assert_eq!(plan.update.get_document("$set").unwrap().get("owner"), Some(&Bson::Null));
+    assert_eq!(
+        plan.update.get_document("$set").unwrap().get("owner"),
+        Some(&Bson::Null)
+    );
     assert!(unsets_queue(&plan.update));
 }
 
@@ -153,7 +227,14 @@ fn leaving_takes_the_entry_and_gives_a_handed_over_grant_to_the_next() {
     let plan = snapshot.leave(me).unwrap();
     assert_eq!(plan.outcome, Outcome::Left);
     assert_eq!(queued_after(&plan.update), Some(vec![next.to_string()]));
-    assert!(!plan.update.contains_key("$inc") || !plan.update.get_document("$inc").unwrap().contains_key("fence"));
+    assert!(
+        !plan.update.contains_key("$inc")
+            || !plan
+                .update
+                .get_document("$inc")
+                .unwrap()
+                .contains_key("fence")
+    );
     // Handed over to `me`, who leaves: the next head's.
     let d = document(Some((me, NOW + 2000)), vec![(next, 2, NOW + 900)]);
     let plan = Snapshot::read(&d, now()).unwrap().leave(me).unwrap();
