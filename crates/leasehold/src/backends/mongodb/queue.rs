@@ -120,9 +120,10 @@ pub(super) enum Outcome {
     Left,
 }
 
-/// A write and what it does.
+/// A conditional write and what it does.
 #[derive(Debug)]
 pub(super) struct Plan {
+    pub filter: Document,
     pub update: Document,
     pub outcome: Outcome,
 }
@@ -134,7 +135,7 @@ pub(super) struct Snapshot<'a> {
     now: ServerNow,
     /// `base + fence`.
     token: i64,
-    /// Every entry, dead or alive, by place.
+    /// Every entry, dead or alive, in order.
     entries: Vec<Entry>,
     /// `qseq`, 0 if none.
     seq: i64,
@@ -153,7 +154,8 @@ impl<'a> Snapshot<'a> {
                 .collect::<Result<_>>()?,
             Some(_) => return Err(record.corrupt("the queue is not a document")),
         };
-        entries.sort_by_key(|e| e.place);
+        // Entries that came at once may share a place: the owner decides.
+        entries.sort_by_key(|e| (e.place, e.owner.to_string()));
         let seq = match d.get("qseq") {
             None | Some(Bson::Null) => 0,
             Some(b) => as_i64(b).ok_or_else(|| record.corrupt("qseq is not an integer"))?,
@@ -165,23 +167,6 @@ impl<'a> Snapshot<'a> {
             entries,
             seq,
         })
-    }
-
-    /// The filter of a write conditioned on the document being as read: a
-    /// grant, release or hand-off changes `owner` or `fence`, a kind claim
-    /// sets `kind`, a queue write bumps `qseq`, a sweep and a re-creation
-    /// change `base`. (A renewal changes none, and needs not: it never
-    /// revives a lease this read saw expired, nor ends one it saw live.)
-    pub(super) fn unchanged(&self) -> Document {
-        let same = |field: &str| self.d.get(field).cloned().unwrap_or(Bson::Null);
-        doc! {
-            "_id": same("_id"),
-            "kind": { "$exists": false },
-            "owner": same("owner"),
-            "fence": same("fence"),
-            "base": same("base"),
-            "qseq": same("qseq"),
-        }
     }
 
     /// The owner of the live lease, if any (live by the lower bound of
@@ -197,13 +182,33 @@ impl<'a> Snapshot<'a> {
         self.held_by() == Some(owner.to_string().as_str())
     }
 
-    /// The live entries other than `owner`'s, by place.
-    fn live_others(&self, owner: Option<OwnerId>) -> Vec<Entry> {
+    fn entry_of(&self, owner: OwnerId) -> Option<&Entry> {
+        self.entries.iter().find(|e| e.owner == owner)
+    }
+
+    /// The live entries other than `owner`'s, in order.
+    fn live_others(&self, owner: OwnerId) -> impl Iterator<Item = &Entry> {
         self.entries
             .iter()
-            .filter(|e| e.expires > self.now.lower && Some(e.owner) != owner)
-            .cloned()
-            .collect()
+            .filter(move |e| e.expires > self.now.lower && e.owner != owner)
+    }
+
+    /// A write that the key's lease must still be as read for: it grants,
+    /// frees or hands over, and drops the dead entries it saw.
+    fn on_the_lease(&self, owner: OwnerId) -> Write {
+        let mut write = Write::new(self.d);
+        let same = |field: &str| self.d.get(field).cloned().unwrap_or(Bson::Null);
+        for field in ["owner", "fence", "base"] {
+            write.filter.insert(field, same(field));
+        }
+        for dead in self
+            .entries
+            .iter()
+            .filter(|e| e.expires <= self.now.lower && e.owner != owner)
+        {
+            write.drop_dead(dead);
+        }
+        write
     }
 
     /// An attempt of `req`, whose owner does not hold the key live (a
@@ -213,37 +218,50 @@ impl<'a> Snapshot<'a> {
     /// A free key goes to the live head if that is not the requester (and
     /// the requester enters or renews its entry, if it queues), else to
     /// the requester (its entry goes). A held key takes the requester's
-    /// entry, if it queues. Dead entries go with any write.
+    /// entry, if it queues.
     pub(super) fn attempt(&self, req: &AcquireRequest) -> Option<Plan> {
         let me = req.owner();
+        let held = self.entry_of(me);
         let mine = req
             .queue_entry_ttl()
             .zip(req.queue_ticket())
-            .map(|(ttl, ticket)| self.entry_for(req, ttl, ticket));
-        let mut queue = self.live_others(Some(me));
+            .map(|(ttl, ticket)| self.entry_for(req, held, ttl, ticket));
         if self.held_by().is_some() {
-            // Busy: only a request that queues writes (its entry).
-            queue.push(mine?);
-            queue.sort_by_key(|e| e.place);
-            return Some(self.queue_only(queue, Outcome::Queued));
+            // Busy: only a request that queues writes, its own entry. A
+            // renewal needs nothing else as read (a hand-off to this
+            // owner removes the entry, and the renewal then misses); a
+            // newcomer needs the lease as read, so that a release in
+            // between is not missed.
+            let mine = mine?;
+            let mut write = match held {
+                Some(_) => Write::new(self.d),
+                None => self.on_the_lease(me),
+            };
+            write.queue(&mine, held);
+            return Some(write.plan(Outcome::Queued));
         }
-        let head_first = queue
-            .first()
-            .is_some_and(|head| mine.as_ref().is_none_or(|m| head.place < m.place));
-        if head_first {
-            let head = queue.remove(0);
-            queue.extend(mine);
-            queue.sort_by_key(|e| e.place);
-            return Some(self.hand_over(head, &queue));
+        let mut write = self.on_the_lease(me);
+        let head = self
+            .live_others(me)
+            .next()
+            .filter(|head| mine.as_ref().is_none_or(|m| head.key() < m.key()));
+        match head {
+            Some(head) => {
+                if let Some(mine) = &mine {
+                    write.queue(mine, held);
+                }
+                self.hand_over(write, head)
+            }
+            None => {
+                let token = self.next_token()?;
+                if let Some(held) = held {
+                    write.leave(held);
+                }
+                let ttl = duration_to_millis(req.ttl());
+                self.lease_to(&mut write, &me.to_string(), req.holder(), ttl);
+                Some(write.plan(Outcome::Granted(token)))
+            }
         }
-        let token = self.next_token()?;
-        let ttl = duration_to_millis(req.ttl());
-        let mut update = self.lease_to(&me.to_string(), req.holder(), ttl);
-        update.merge(self.queue_fields(&queue));
-        Some(Plan {
-            update: update.0,
-            outcome: Outcome::Granted(token),
-        })
     }
 
     /// The release of the lease of `owner` with `token`: hands the key to
@@ -253,74 +271,66 @@ impl<'a> Snapshot<'a> {
         if self.d.get_str("owner") != Ok(owner.to_string().as_str()) || self.token != token {
             return None;
         }
-        Some(self.free_or_hand_over(self.live_others(Some(owner)), true))
+        let mut write = self.on_the_lease(owner);
+        if let Some(mine) = self.entry_of(owner) {
+            write.leave(mine);
+        }
+        match self.live_others(owner).next() {
+            Some(head) => self.hand_over(write, head),
+            None => {
+                write.update.merge(Update(freed(self.now)));
+                Some(write.plan(Outcome::Freed))
+            }
+        }
     }
 
     /// `owner` leaves the queue, and gives back a grant handed over to it
     /// that it still holds: a key free after that goes to the live head.
     /// `None`: nothing to do.
     pub(super) fn leave(&self, owner: OwnerId) -> Option<Plan> {
-        let holds = self.held_by_owner(owner);
-        let queued = self.entries.iter().any(|e| e.owner == owner);
-        if !holds && !queued {
-            return None;
+        if self.held_by_owner(owner) {
+            let token = self.token;
+            return self.release(owner, token);
         }
-        let queue = self.live_others(Some(owner));
-        if holds || self.held_by().is_none() {
-            return Some(self.free_or_hand_over(queue, holds));
-        }
-        Some(self.queue_only(queue, Outcome::Left))
-    }
-
-    /// A key free after this write: to the head of `queue` if any, else
-    /// freed (`release`: the lease ends here) or left as it is.
-    fn free_or_hand_over(&self, mut queue: Vec<Entry>, release: bool) -> Plan {
-        if queue.is_empty() {
-            if !release {
-                return self.queue_only(queue, Outcome::Left);
+        let mine = self.entry_of(owner)?;
+        if self.held_by().is_none() {
+            if let Some(head) = self.live_others(owner).next() {
+                let mut write = self.on_the_lease(owner);
+                write.leave(mine);
+                return self.hand_over(write, head);
             }
-            let mut update = Update(freed(self.now));
-            update.merge(self.queue_fields(&queue));
-            return Plan {
-                update: update.0,
-                outcome: Outcome::Freed,
-            };
         }
-        let head = queue.remove(0);
-        self.hand_over(head, &queue)
+        let mut write = Write::new(self.d);
+        write.leave(mine);
+        Some(write.plan(Outcome::Left))
     }
 
-    /// The grant to `head` (the next token, its label, its claim window
-    /// from now; the message for its process), `queue` staying.
-    fn hand_over(&self, head: Entry, queue: &[Entry]) -> Plan {
-        let Some(token) = self.next_token() else {
-            // A fence at the end of the range: no grant, the queue stays.
-            return self.queue_only(queue.to_vec(), Outcome::Left);
-        };
+    /// Adds the grant to `head` to `write`: the next token, its label, its
+    /// claim window from now, its entry gone, and the message for its
+    /// process. `None` for a fence at the end of its range.
+    fn hand_over(&self, mut write: Write, head: &Entry) -> Option<Plan> {
+        let token = self.next_token()?;
         let grant = HandOff {
             token,
             ticket: head.ticket,
         };
+        write.leave(head);
         let key = self.d.get_str("_id").unwrap_or_default();
-        let mut update = self.lease_to(&head.owner.to_string(), &head.holder, head.claim_ms);
-        update.add("$set", "handoff", hand_off_message(key, head.owner, grant));
-        update.merge(self.queue_fields(queue));
-        Plan {
-            update: update.0,
-            outcome: Outcome::HandedOver {
-                head: head.owner,
-                label: head.holder,
-                claim: millis_to_duration(head.claim_ms),
-                grant,
-            },
-        }
-    }
-
-    fn queue_only(&self, queue: Vec<Entry>, outcome: Outcome) -> Plan {
-        Plan {
-            update: self.queue_fields(&queue).0,
-            outcome,
-        }
+        self.lease_to(
+            &mut write,
+            &head.owner.to_string(),
+            &head.holder,
+            head.claim_ms,
+        );
+        write
+            .update
+            .add("$set", "handoff", hand_off_message(key, head.owner, grant));
+        Some(write.plan(Outcome::HandedOver {
+            head: head.owner,
+            label: head.holder.clone(),
+            claim: millis_to_duration(head.claim_ms),
+            grant,
+        }))
     }
 
     /// The next grant's token, if the fence can grow.
@@ -328,59 +338,121 @@ impl<'a> Snapshot<'a> {
         u64::try_from(self.token.checked_add(1)?).ok()
     }
 
-    /// A new grant: the lease's fields, the fence bumped.
-    fn lease_to(&self, owner: &str, holder: &str, ttl_ms: i64) -> Update {
-        let mut update = Update(doc! {
-            "$set": {
-                "owner": owner,
-                "holder": holder,
-                "expiresAt": date(self.now.upper.saturating_add(ttl_ms)),
-                "ttlMs": ttl_ms,
-            },
-        });
-        update.add("$inc", "fence", 1_i64);
-        update
+    /// A new grant in `write`: the lease's fields, the fence bumped.
+    fn lease_to(&self, write: &mut Write, owner: &str, holder: &str, ttl_ms: i64) {
+        let expires = date(self.now.upper.saturating_add(ttl_ms));
+        for (field, value) in [
+            ("owner", Bson::from(owner)),
+            ("holder", Bson::from(holder)),
+            ("expiresAt", Bson::from(expires)),
+            ("ttlMs", Bson::from(ttl_ms)),
+        ] {
+            write.update.add("$set", field, value);
+        }
+        write.update.add("$inc", "fence", 1_i64);
     }
 
-    /// The requester's entry: its place kept if it has one, else after
-    /// every place given so far; its ticket and lease from this attempt.
-    fn entry_for(&self, req: &AcquireRequest, ttl: Duration, ticket: u32) -> Entry {
-        let place = self
-            .entries
-            .iter()
-            .find(|e| e.owner == req.owner())
-            .map_or(self.seq.saturating_add(1), |e| e.place);
+    /// The requester's entry: its place kept if it has one (`held`), else
+    /// after every place given so far; its ticket and lease from this
+    /// attempt.
+    fn entry_for(
+        &self,
+        req: &AcquireRequest,
+        held: Option<&Entry>,
+        ttl: Duration,
+        ticket: u32,
+    ) -> Entry {
         Entry {
             owner: req.owner(),
-            place,
+            place: held.map_or(self.seq.saturating_add(1), |e| e.place),
             holder: req.holder().to_owned(),
             claim_ms: duration_to_millis(req.claim_window()),
             ticket,
             expires: self.now.upper.saturating_add(duration_to_millis(ttl)),
         }
     }
+}
 
-    /// The queue's fields for `queue` (the entries that stay), and
-    /// `qseq` bumped.
-    fn queue_fields(&self, queue: &[Entry]) -> Update {
-        let mut update = Update(doc! { "$inc": { "qseq": 1_i64 } });
-        match queue.iter().map(|e| e.expires).max() {
-            None => {
-                for field in ["q", "qn", "qe"] {
-                    update.add("$unset", field, "");
-                }
+impl Entry {
+    /// Its order in the queue: place, then owner.
+    fn key(&self) -> (i64, String) {
+        (self.place, self.owner.to_string())
+    }
+
+    fn path(&self) -> String {
+        format!("q.{}", self.owner)
+    }
+}
+
+/// One conditional write being assembled: each entry it touches adds its
+/// own condition, so writers of different entries do not conflict (a
+/// waiter's renewal and another's release both land).
+#[derive(Debug)]
+struct Write {
+    filter: Document,
+    update: Update,
+    /// The change of `qn`.
+    count: i64,
+}
+
+impl Write {
+    fn new(d: &Document) -> Self {
+        Write {
+            filter: doc! {
+                "_id": d.get("_id").cloned().unwrap_or(Bson::Null),
+                "kind": { "$exists": false },
+            },
+            update: Update(Document::new()),
+            count: 0,
+        }
+    }
+
+    /// Enters `entry`, or renews it in place (`held`: as read).
+    fn queue(&mut self, entry: &Entry, held: Option<&Entry>) {
+        let path = entry.path();
+        match held {
+            Some(held) => {
+                self.filter.insert(format!("{path}.s"), held.place);
+                self.update
+                    .add("$set", &format!("{path}.t"), i64::from(entry.ticket));
+                self.update
+                    .add("$set", &format!("{path}.e"), date(entry.expires));
             }
-            Some(latest) => {
-                let q: Document = queue
-                    .iter()
-                    .map(|e| (e.owner.to_string(), Bson::Document(e.stored())))
-                    .collect();
-                update.add("$set", "q", q);
-                update.add("$set", "qn", queue.len() as i64);
-                update.add("$set", "qe", date(latest));
+            None => {
+                self.filter.insert(&path, doc! { "$exists": false });
+                self.update.add("$set", &path, entry.stored());
+                self.update.add("$inc", "qseq", 1_i64);
+                self.count += 1;
             }
         }
-        update
+        self.update.add("$max", "qe", date(entry.expires));
+    }
+
+    /// Removes `entry`, still queued (a renewal since does not matter).
+    fn leave(&mut self, entry: &Entry) {
+        self.filter
+            .insert(format!("{}.s", entry.path()), entry.place);
+        self.update.add("$unset", &entry.path(), "");
+        self.count -= 1;
+    }
+
+    /// Removes a dead `entry`, unless it was renewed since.
+    fn drop_dead(&mut self, entry: &Entry) {
+        self.filter
+            .insert(format!("{}.e", entry.path()), date(entry.expires));
+        self.update.add("$unset", &entry.path(), "");
+        self.count -= 1;
+    }
+
+    fn plan(mut self, outcome: Outcome) -> Plan {
+        if self.count != 0 {
+            self.update.add("$inc", "qn", self.count);
+        }
+        Plan {
+            filter: self.filter,
+            update: self.update.0,
+            outcome,
+        }
     }
 }
 

@@ -1,9 +1,10 @@
 //! The queued steps on MongoDB: an attempt that queues or finds a queue,
 //! a release that finds one, and leaving it. Each reads the key's
-//! document, decides (queue.rs) and writes once, conditioned on the
-//! document being as read; a conflicting write in between (another
-//! waiter's entry, a grant, a release) costs a fresh read and another
-//! try, a bounded number of times.
+//! document, decides (queue.rs) and writes once, conditioned on what it
+//! decided on being as read (the lease, the entries it removes); a
+//! conflicting write in between (a grant, a release, the renewal of an
+//! entry it took for dead) costs a fresh read and another try, a bounded
+//! number of times.
 
 use std::time::Duration;
 
@@ -74,7 +75,7 @@ impl MongoBackend {
                     return Ok(Some(Acquire::Busy(busy_in(Some(d), *now))));
                 };
                 let outcome = plan.outcome.clone();
-                if self.write_if_unchanged(&snapshot, plan).await? {
+                if self.write(plan).await? {
                     return Ok(Some(self.answer(req, outcome, d, *now)));
                 }
                 sleep(backoff.next_delay()).await;
@@ -125,7 +126,7 @@ impl MongoBackend {
                 return Ok(());
             };
             let outcome = plan.outcome.clone();
-            if self.write_if_unchanged(&snapshot, plan).await? {
+            if self.write(plan).await? {
                 self.after(key, &outcome);
                 return Ok(());
             }
@@ -137,12 +138,12 @@ impl MongoBackend {
         .in_store(STORE))
     }
 
-    /// Writes `plan` iff the document is still as `snapshot` read it.
-    async fn write_if_unchanged(&self, snapshot: &Snapshot<'_>, plan: Plan) -> Result<bool> {
+    /// Writes `plan` iff the document is still as its conditions say.
+    async fn write(&self, plan: Plan) -> Result<bool> {
         let done = self
             .inner
             .coll
-            .update_one(snapshot.unchanged(), plan.update)
+            .update_one(plan.filter, plan.update)
             .await
             .map_err(|e| self.fail(e))?;
         Ok(done.matched_count == 1)

@@ -52,16 +52,24 @@ fn stranger() -> AcquireRequest {
     AcquireRequest::new(Key::new("k").unwrap(), TTL, "stranger").unwrap()
 }
 
-/// The owners the update leaves queued (`None`: the queue is unset).
-fn queued_after(update: &Document) -> Option<Vec<String>> {
-    let q = update.get_document("$set").ok()?.get_document("q").ok()?;
-    Some(q.keys().cloned().collect())
-}
-
-fn unsets_queue(update: &Document) -> bool {
+/// The entries an update removes.
+fn removed(update: &Document) -> Vec<String> {
     update
         .get_document("$unset")
-        .is_ok_and(|u| u.contains_key("q") && u.contains_key("qn") && u.contains_key("qe"))
+        .map(|u| {
+            u.keys()
+                .map(|k| k.trim_start_matches("q.").to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn inc(update: &Document, field: &str) -> Option<i64> {
+    update.get_document("$inc").ok()?.get_i64(field).ok()
+}
+
+fn set<'a>(update: &'a Document, field: &str) -> Option<&'a Bson> {
+    update.get_document("$set").ok()?.get(field)
 }
 
 #[test]
@@ -73,43 +81,37 @@ fn a_busy_key_takes_a_waiters_entry_at_the_back_and_nothing_of_a_stranger() {
     let me = waiter(4);
     let plan = snapshot.attempt(&me).unwrap();
     assert_eq!(plan.outcome, Outcome::Queued);
-    let q = plan
-        .update
-        .get_document("$set")
-        .unwrap()
-        .get_document("q")
-        .unwrap();
-    let mine = q.get_document(me.owner().to_string()).unwrap();
+    let path = format!("q.{}", me.owner());
+    let Some(Bson::Document(mine)) = set(&plan.update, &path) else {
+        panic!("{:?}", plan.update);
+    };
     assert_eq!(mine.get_i64("s").unwrap(), 10, "after every place so far");
     assert_eq!(mine.get_i64("t").unwrap(), 4);
-    assert_eq!(q.len(), 2);
     assert_eq!(
-        plan.update
-            .get_document("$inc")
-            .unwrap()
-            .get_i64("qseq")
-            .unwrap(),
-        1
+        (inc(&plan.update, "qn"), inc(&plan.update, "qseq")),
+        (Some(1), Some(1))
     );
-    // Renewed, it keeps its place.
+    assert_eq!(
+        plan.filter.get_document(&path).unwrap(),
+        &doc! { "$exists": false }
+    );
+    assert!(
+        plan.filter.contains_key("owner"),
+        "a newcomer needs the lease as read"
+    );
+    // Renewed, it keeps its place, and needs only its entry as read.
     let d = document(
         Some((holder, NOW + 5000)),
         vec![(me.owner(), 2, NOW + 900), (first, 3, NOW + 900)],
     );
     let plan = Snapshot::read(&d, now()).unwrap().attempt(&me).unwrap();
-    let q = plan
-        .update
-        .get_document("$set")
-        .unwrap()
-        .get_document("q")
-        .unwrap();
+    assert_eq!(plan.filter.get_i64(format!("{path}.s")).unwrap(), 2);
+    assert!(!plan.filter.contains_key("owner"));
     assert_eq!(
-        q.get_document(me.owner().to_string())
-            .unwrap()
-            .get_i64("s")
-            .unwrap(),
-        2
+        set(&plan.update, &format!("{path}.t")),
+        Some(&Bson::Int64(4))
     );
+    assert_eq!(inc(&plan.update, "qn"), None);
 }
 
 #[test]
@@ -139,28 +141,39 @@ fn a_free_key_goes_to_the_live_head_and_the_requester_queues_behind() {
         },
         "the next token, the entry's ticket"
     );
-    let set = plan.update.get_document("$set").unwrap();
-    assert_eq!(set.get_str("owner").unwrap(), head.to_string());
     assert_eq!(
-        set.get_str("handoff").unwrap(),
-        hand_off_message("k", head, grant)
+        set(&plan.update, "owner"),
+        Some(&Bson::String(head.to_string()))
     );
     assert_eq!(
-        set.get_datetime("expiresAt").unwrap().timestamp_millis(),
-        NOW + 2 + 2000
+        set(&plan.update, "handoff"),
+        Some(&Bson::String(hand_off_message("k", head, grant)))
     );
     assert_eq!(
-        plan.update
-            .get_document("$inc")
-            .unwrap()
-            .get_i64("fence")
-            .unwrap(),
-        1
+        set(&plan.update, "expiresAt"),
+        Some(&Bson::DateTime(date(NOW + 2 + 2000)))
+    );
+    assert_eq!(inc(&plan.update, "fence"), Some(1));
+    let mut gone = removed(&plan.update);
+    gone.sort();
+    let mut expected = vec![dead.to_string(), head.to_string()];
+    expected.sort();
+    assert_eq!(gone, expected, "the dead entry and the head's go");
+    assert_eq!(
+        inc(&plan.update, "qn"),
+        Some(-1),
+        "two go, the requester enters"
+    );
+    assert_eq!(plan.filter.get_i64(format!("q.{head}.s")).unwrap(), 2);
+    assert_eq!(
+        plan.filter.get_datetime(format!("q.{dead}.e")).unwrap(),
+        &date(NOW - 1),
+        "a dead entry goes unless renewed since"
     );
     assert_eq!(
-        queued_after(&plan.update),
-        Some(vec![me.owner().to_string()]),
-        "dead and head gone"
+        plan.filter.get_i64("fence").unwrap(),
+        5,
+        "the lease as read"
     );
     // A stranger's attempt hands over too, and does not queue.
     let plan = Snapshot::read(&d, now())
@@ -168,7 +181,7 @@ fn a_free_key_goes_to_the_live_head_and_the_requester_queues_behind() {
         .attempt(&stranger())
         .unwrap();
     assert!(matches!(plan.outcome, Outcome::HandedOver { .. }));
-    assert!(unsets_queue(&plan.update));
+    assert_eq!(inc(&plan.update, "qn"), Some(-2));
 }
 
 #[test]
@@ -180,18 +193,20 @@ fn a_free_key_goes_to_the_requester_at_the_head_or_with_nobody_live_queued() {
     );
     let plan = Snapshot::read(&d, now()).unwrap().attempt(&me).unwrap();
     assert_eq!(plan.outcome, Outcome::Granted(106));
-    let set = plan.update.get_document("$set").unwrap();
-    assert_eq!(set.get_str("owner").unwrap(), me.owner().to_string());
-    assert_eq!(set.get_i64("ttlMs").unwrap(), 30_000);
-    assert_eq!(queued_after(&plan.update), Some(vec![other.to_string()]));
-    // Expired holder, dead entries only: the stranger's, and the queue goes.
+    assert_eq!(
+        set(&plan.update, "owner"),
+        Some(&Bson::String(me.owner().to_string()))
+    );
+    assert_eq!(set(&plan.update, "ttlMs"), Some(&Bson::Int64(30_000)));
+    assert_eq!(removed(&plan.update), [me.owner().to_string()]);
+    // Expired holder, dead entries only: the stranger's, and they go.
     let d = document(Some((other, NOW)), vec![(OwnerId::random(), 1, NOW)]);
     let plan = Snapshot::read(&d, now())
         .unwrap()
         .attempt(&stranger())
         .unwrap();
     assert_eq!(plan.outcome, Outcome::Granted(106));
-    assert!(unsets_queue(&plan.update));
+    assert_eq!(inc(&plan.update, "qn"), Some(-1));
 }
 
 #[test]
@@ -203,38 +218,29 @@ fn a_release_hands_over_or_frees_and_only_the_holders_does() {
     assert!(snapshot.release(head, 105).is_none(), "not the holder");
     let plan = snapshot.release(holder, 105).unwrap();
     assert!(matches!(plan.outcome, Outcome::HandedOver { head: h, .. } if h == head));
-    assert!(unsets_queue(&plan.update));
+    assert_eq!(removed(&plan.update), [head.to_string()]);
+    assert_eq!(plan.filter.get_str("owner").unwrap(), holder.to_string());
     let d = document(Some((holder, NOW + 5000)), vec![(head, 4, NOW - 1)]);
     let plan = Snapshot::read(&d, now())
         .unwrap()
         .release(holder, 105)
         .unwrap();
     assert_eq!(plan.outcome, Outcome::Freed, "nobody live queued");
-    assert_eq!(
-        plan.update.get_document("$set").unwrap().get("owner"),
-        Some(&Bson::Null)
-    );
-    assert!(unsets_queue(&plan.update));
+    assert_eq!(set(&plan.update, "owner"), Some(&Bson::Null));
+    assert_eq!(inc(&plan.update, "qn"), Some(-1), "the dead entry goes");
 }
 
 #[test]
 fn leaving_takes_the_entry_and_gives_a_handed_over_grant_to_the_next() {
     let (holder, me, next) = (OwnerId::random(), OwnerId::random(), OwnerId::random());
     let queue = vec![(me, 1, NOW + 900), (next, 2, NOW + 900)];
-    let d = document(Some((holder, NOW + 5000)), queue.clone());
+    let d = document(Some((holder, NOW + 5000)), queue);
     let snapshot = Snapshot::read(&d, now()).unwrap();
     assert!(snapshot.leave(OwnerId::random()).is_none(), "not queued");
     let plan = snapshot.leave(me).unwrap();
     assert_eq!(plan.outcome, Outcome::Left);
-    assert_eq!(queued_after(&plan.update), Some(vec![next.to_string()]));
-    assert!(
-        !plan.update.contains_key("$inc")
-            || !plan
-                .update
-                .get_document("$inc")
-                .unwrap()
-                .contains_key("fence")
-    );
+    assert_eq!(removed(&plan.update), [me.to_string()]);
+    assert_eq!(inc(&plan.update, "fence"), None);
     // Handed over to `me`, who leaves: the next head's.
     let d = document(Some((me, NOW + 2000)), vec![(next, 2, NOW + 900)]);
     let plan = Snapshot::read(&d, now()).unwrap().leave(me).unwrap();
@@ -243,17 +249,6 @@ fn leaving_takes_the_entry_and_gives_a_handed_over_grant_to_the_next() {
     let d = document(Some((me, NOW + 2000)), vec![]);
     let plan = Snapshot::read(&d, now()).unwrap().leave(me).unwrap();
     assert_eq!(plan.outcome, Outcome::Freed);
-}
-
-#[test]
-fn a_write_is_conditioned_on_the_document_as_read() {
-    let d = document(None, vec![]);
-    let filter = Snapshot::read(&d, now()).unwrap().unchanged();
-    assert_eq!(
-        filter,
-        doc! { "_id": "k", "kind": { "$exists": false }, "owner": Bson::Null,
-        "fence": 5_i64, "base": 100_i64, "qseq": 9_i64 }
-    );
 }
 
 #[test]
