@@ -8,23 +8,28 @@
 //! - `q`: one entry per waiting owner: `s` its place, `h` its holder
 //!   label, `c` its claim window in ms, `t` the ticket of the attempt that
 //!   last wrote it, `e` when it dies (the server's clock). A map, not an
-//!   array, so that an entry is found by its owner.
-//! - `qn`: how many entries; absent when there are none. The uncontended
-//!   acquire and release carry "no `qn`" in their filters, so a key nobody
-//!   waits for costs one write each way, as before queues.
-//! - `qe`: the latest `e`: the sweep keeps a document while an entry of
-//!   it may live (sweep.rs).
-//! - `qseq`: bumped by every write of the queue; the next entry's place,
-//!   and the version a queued write is conditioned on.
+//!   array: each write touches the entries it means by their owner
+//!   (`$set`/`$unset` of `q.<owner>`), so writers of different entries do
+//!   not conflict.
+//! - `qn`: how many entries; absent or 0 when none. The uncontended
+//!   acquire and release carry "`qn` absent or 0" in their filters, so a
+//!   key nobody waits for costs one write each way, as before queues.
+//! - `qe`: the latest `e` ever written (`$max`): the sweep keeps a
+//!   document while an entry of it may live (sweep.rs).
+//! - `qseq`: bumped by each entry that enters; the next entry's place.
+//!   Two that enter at once may share a place: the owner orders them.
 //! - `handoff`: the message of the last hand-off
 //!   ([`hand_off_message`]); the change stream carries it to the head's
 //!   process (watch.rs). A string, so that the change event carries it
 //!   whole.
 //!
 //! A queued step reads the document, decides here ([`Snapshot`]), and
-//! writes once, conditioned on the document being as read
-//! ([`Snapshot::unchanged`]); queued.rs retries on a conflict. Only
-//! classic update operators: the whole queue is rewritten by each step.
+//! writes once ([`Plan`]), conditioned on what it decided on being as
+//! read: the lease (owner, fence, base) for a grant, a release, a
+//! hand-off or a newcomer's entry; each entry it removes (its place; a
+//! dead one's expiry, which a late renewal changes); its own entry's
+//! place for a renewal. queued.rs retries on a conflict. Classic update
+//! operators only.
 
 use std::time::Duration;
 
@@ -47,6 +52,31 @@ pub(super) fn nobody_queued() -> Document {
 /// The sweep's clause: no entry of the document lives past `cutoff_ms`.
 pub(super) fn no_entry_after(cutoff_ms: i64) -> Document {
     doc! { "$not": { "$gt": date(cutoff_ms) } }
+}
+
+/// A waiter's renewal of its entry while another owner holds the key
+/// live, with no read first (a filter and an update): what most of a
+/// waiter's attempts are, one round trip instead of a read and a write.
+/// It matches what [`Snapshot::attempt`] would decide on a read (busy,
+/// renew the entry in place); when it does not match (the key went to
+/// this waiter, or is free, or the entry is gone), the attempt reads.
+/// `None` for a request that does not queue.
+pub(super) fn renewal_while_held(
+    req: &AcquireRequest,
+    now: ServerNow,
+) -> Option<(Document, Document)> {
+    let (ttl, ticket) = req.queue_entry_ttl().zip(req.queue_ticket())?;
+    let me = req.owner().to_string();
+    let path = format!("q.{me}");
+    let expires = date(now.upper.saturating_add(duration_to_millis(ttl)));
+    let mut filter = doc! { "_id": req.key().as_str(), "kind": { "$exists": false } };
+    filter.insert(&path, doc! { "$exists": true });
+    filter.insert("owner", doc! { "$type": "string", "$ne": &me });
+    filter.insert("expiresAt", doc! { "$gt": date(now.lower) });
+    let mut set = Document::new();
+    set.insert(format!("{path}.t"), i64::from(ticket));
+    set.insert(format!("{path}.e"), expires);
+    Some((filter, doc! { "$set": set, "$max": { "qe": expires } }))
 }
 
 /// One waiter's entry, checked.

@@ -8,13 +8,13 @@
 
 use std::time::Duration;
 
-use mongodb::bson::Document;
+use mongodb::bson::{doc, Document};
 use tokio::time::sleep;
 
 use super::clock::ServerNow;
 use super::errors::STORE;
 use super::kind::kind_of;
-use super::queue::{Outcome, Plan, Snapshot};
+use super::queue::{renewal_while_held, Outcome, Plan, Snapshot};
 use super::record::{fence_of, token_as_i64};
 use super::{busy_in, MongoBackend};
 use crate::backend::{Acquire, AcquireRequest, Backend, Busy, Lease, OwnerId};
@@ -50,7 +50,12 @@ impl MongoBackend {
     ) -> Result<Option<Acquire>> {
         let mut read = match read {
             Some(read) => read,
-            None => self.record(req.key()).await?,
+            None => {
+                if let Some(busy) = self.renew_entry_while_held(req).await? {
+                    return Ok(Some(Acquire::Busy(busy)));
+                }
+                self.record(req.key()).await?
+            }
         };
         let mut backoff = conflict_backoff();
         for _ in 0..ROUNDS {
@@ -86,6 +91,24 @@ impl MongoBackend {
             holder: String::new(),
             remaining: Duration::ZERO,
         })))
+    }
+
+    /// A waiter's attempt while another owner holds the key live: its
+    /// entry renewed in one round trip, and the busy answer
+    /// ([`renewal_while_held`]). `None` when that is not the case.
+    async fn renew_entry_while_held(&self, req: &AcquireRequest) -> Result<Option<Busy>> {
+        let now = self.now().await?;
+        let Some((filter, update)) = renewal_while_held(req, now) else {
+            return Ok(None);
+        };
+        let found = self
+            .inner
+            .coll
+            .find_one_and_update(filter, update)
+            .projection(doc! { "owner": 1, "holder": 1, "expiresAt": 1, "ttlMs": 1 })
+            .await
+            .map_err(|e| self.fail(e))?;
+        Ok(found.map(|d| busy_in(Some(&d), now)))
     }
 
     /// The release of `lease` when the plain one missed: the key had a

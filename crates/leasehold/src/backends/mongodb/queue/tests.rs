@@ -289,3 +289,28 @@ fn a_damaged_queue_is_a_corrupt_record_naming_the_key() {
     }
     assert!(Snapshot::read(&entry(good), now()).is_ok());
 }
+
+#[test]
+fn a_renewal_without_a_read_matches_only_a_key_held_by_another_with_the_entry_in() {
+    let me = waiter(7);
+    let (filter, update) = renewal_while_held(&me, now()).unwrap();
+    let path = format!("q.{}", me.owner());
+    assert_eq!(
+        filter.get_document(&path).unwrap(),
+        &doc! { "$exists": true }
+    );
+    assert_eq!(
+        filter.get_document("owner").unwrap(),
+        &doc! { "$type": "string", "$ne": me.owner().to_string() }
+    );
+    assert_eq!(
+        filter.get_document("expiresAt").unwrap(),
+        &doc! { "$gt": date(NOW) }
+    );
+    assert_eq!(set(&update, &format!("{path}.t")), Some(&Bson::Int64(7)));
+    assert_eq!(
+        set(&update, &format!("{path}.e")),
+        Some(&Bson::DateTime(date(NOW + 2 + 2000)))
+    );
+    assert!(renewal_while_held(&stranger(), now()).is_none());
+}
