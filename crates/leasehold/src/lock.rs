@@ -107,7 +107,7 @@ impl AcquireOptions {
         /// hands it to the first of them directly, waking it alone. Off,
         /// or on a store without queues: the waiters of each process line
         /// up locally and race the other processes at each release, which
-        /// on SQLite, PostgreSQL and Redis today passes more acquisitions per second under
+        /// on SQLite, PostgreSQL, Redis and MongoDB today passes more acquisitions per second under
         /// contention but lets a waiter lose races for its whole wait
         /// (docs/fairness.md has the measurements).
         with_fair(fair: bool) => fair = fair;
