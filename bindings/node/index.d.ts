@@ -52,7 +52,7 @@ export interface LockOptions extends AcquireOptions {
   /**
    * Wait in the key's queue at the store, first come first served across
    * processes, and be handed the key by the release (default false). On a
-   * store that keeps queues (memory, SQLite, PostgreSQL); elsewhere the
+   * store that keeps queues (memory, SQLite, PostgreSQL, Redis, MongoDB); elsewhere the
    * wait races as without it. See docs/fairness.md.
    */
   fair?: boolean;

@@ -101,7 +101,8 @@ pub struct LeaseArgs {
     pub wait: Duration,
     /// Wait in the key's queue at the store, first come, first served
     /// across processes, and be handed the key at a release (stores that
-    /// keep queues: memory, SQLite, PostgreSQL, Redis; see docs/fairness.md)
+    /// keep queues: memory, SQLite, PostgreSQL, Redis, MongoDB; see
+    /// docs/fairness.md)
     #[arg(long)]
     pub fair: bool,
 }

@@ -17,6 +17,14 @@ fn store() -> Option<String> {
 
 process_tests!(store());
 
+/// `leasehold run --fair` processes started one by one get the key in
+/// the order they started: they queue in the key's document.
+#[test]
+fn processes_get_the_key_in_the_order_they_came() {
+    let Some(store) = store() else { return };
+    fair_processes_get_the_key_in_the_order_they_came(&store);
+}
+
 #[test]
 fn an_unreachable_server_exits_69_within_ten_seconds() {
     let store = format!("mongodb://127.0.0.1:{}/", free_port());

@@ -107,12 +107,12 @@ impl AcquireOptions {
         /// Whether a waiter for a mutex takes its place in the key's queue
         /// at the store (default: as the handle says, [`Locks::with_fair`],
         /// which is false unless set), where the store keeps one
-        /// ([`Backend::queues`]: memory, SQLite, PostgreSQL, Redis): waiters from every
+        /// ([`Backend::queues`]: memory, SQLite, PostgreSQL, Redis, MongoDB): waiters from every
         /// process get the key first come, first served, and a release
         /// hands it to the first of them directly, waking it alone. Off,
         /// or on a store without queues: the waiters of each process line
         /// up locally and race the other processes at each release, which
-        /// on SQLite, PostgreSQL and Redis today passes more acquisitions per second under
+        /// on SQLite, PostgreSQL, Redis and MongoDB today passes more acquisitions per second under
         /// contention but lets a waiter lose races for its whole wait
         /// (docs/fairness.md has the measurements).
         with_fair(fair: bool) => fair = Some(fair);

@@ -147,7 +147,10 @@ impl Notifier {
     /// Tells this process's waiter of `key` registered as `owner` (if it
     /// is here) of a grant handed over to it, without waiting for the
     /// news to come back from the store.
-    #[cfg_attr(not(any(feature = "postgres", feature = "redis")), allow(dead_code))]
+    #[cfg_attr(
+        not(any(feature = "postgres", feature = "redis", feature = "mongodb")),
+        allow(dead_code)
+    )]
     pub(crate) fn hand_over_local(&self, key: &str, owner: OwnerId, grant: HandOff) {
         self.hub.hand_over(key, owner, grant);
     }

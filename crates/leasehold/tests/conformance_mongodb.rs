@@ -79,7 +79,7 @@ fn regex_escape(s: &str) -> String {
         .collect()
 }
 
-leasehold::conformance_tests!(store; options, unreachable, sweep);
+leasehold::conformance_tests!(store; options, unreachable, sweep, queue);
 
 mod polling {
     async fn store() -> Option<leasehold::conformance::TestStore> {

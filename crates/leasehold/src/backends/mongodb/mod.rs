@@ -17,6 +17,11 @@
 //!   `owner` to null and brings `expiresAt` forward to now (since when the
 //!   key is idle).
 //! - force-release: `findOneAndUpdate` that nulls the owner and bumps the fence.
+//! - fair waiters queue in the same document (queue.rs): acquire and
+//!   release above match only a document with nobody queued, so a key
+//!   nobody waits for costs what it did; otherwise a read and one write
+//!   conditioned on the document as read (queued.rs) enter the queue or
+//!   hand the key to its head, whose process the change stream tells.
 //!
 //! Only classic update operators are used (no update pipelines, no `$$NOW`);
 //! the one query expression is the token's `$expr` (MongoDB 3.6+), so this
@@ -41,6 +46,8 @@ mod errors;
 pub mod helpers;
 mod kind;
 mod options;
+mod queue;
+mod queued;
 mod record;
 mod semaphore;
 mod sweep;
@@ -60,7 +67,7 @@ pub use options::{MongoOptions, DEFAULT_COLLECTION};
 
 use crate::backend::{
     duration_to_millis, listing, Acquire, AcquireRequest, Backend, BoxFuture, Busy, Lease,
-    LeaseInfo,
+    LeaseInfo, OwnerId,
 };
 use crate::error::{Error, Result};
 use crate::key::Key;
@@ -151,36 +158,18 @@ impl MongoBackend {
             .map_err(|e| self.fail(e))
     }
 
-    /// The answer to an attempt that found the key held: if the key is a
-    /// reader-writer lock or a semaphore, that; if the holder is this
-    /// request's owner (a repeat of a granted request), the same grant with
-    /// its expiry counted from now, as a renewal extends it; else busy.
+    /// The answer to an attempt the plain acquire refused, from one read
+    /// of the document (queued.rs): if the key is a reader-writer lock or
+    /// a semaphore, that; if the holder is this request's owner (a repeat
+    /// of a granted request), the same grant with its expiry counted from
+    /// now, as a renewal extends it; a free key behind a queue goes to its
+    /// head, a request that queues enters; else busy, as just read.
     async fn regrant_or_busy(&self, req: &AcquireRequest) -> Result<Acquire> {
-        let (found, now) = self.record(req.key()).await?;
-        if let Some(kind) = found.as_ref().map(kind::kind_of).transpose()?.flatten() {
-            return Ok(Acquire::OtherKind(kind));
-        }
-        let owner = req.owner().to_string();
-        if let Some(d) = found
-            .as_ref()
-            .filter(|d| d.get_str("owner") == Ok(owner.as_str()))
-        {
-            let lease = req.granted(fence_of(d)?);
-            // Not when it has expired meanwhile: then busy, and the core
-            // tries again by the ordinary rules.
-            if self.renew(&lease, req.ttl()).await? {
-                return Ok(Acquire::Granted(lease));
-            }
-            // It changed since the read: read again for the answer.
-            return Ok(Acquire::Busy(self.busy(req.key()).await?));
-        }
-        // Another owner's record, as just read: no second read for the answer.
-        Ok(Acquire::Busy(busy_in(found.as_ref(), now)))
-    }
-
-    async fn busy(&self, key: &Key) -> Result<Busy> {
-        let (found, now) = self.record(key).await?;
-        Ok(busy_in(found.as_ref(), now))
+        let read = self.record(req.key()).await?;
+        let now = read.1;
+        let answer = self.queued_attempt(req, Some(read)).await?;
+        // No document (deleted since): busy, and the core tries again.
+        Ok(answer.unwrap_or_else(|| Acquire::Busy(busy_in(None, now))))
     }
 }
 
@@ -202,13 +191,22 @@ impl Backend for MongoBackend {
             if req.permit_kind().is_some() {
                 return self.acquire_permit(req).await;
             }
+            // A waiter's later attempts go straight to the queued attempt
+            // (queued.rs): the plain one would be refused while it queues.
+            if req.queue_ticket().is_some_and(|ticket| ticket > 0) {
+                if let Some(answer) = self.queued_attempt(req, None).await? {
+                    return Ok(answer);
+                }
+            }
             let now = self.now().await?;
             let ttl = duration_to_millis(req.ttl());
             // A mutex key only (no `kind`): on a reader-writer lock or a
-            // semaphore the insert collides and the busy path says which.
+            // semaphore the insert collides and the busy path says which;
+            // likewise behind a queue, whose head goes first (queued.rs).
             let filter = doc! {
                 "_id": req.key().as_str(),
                 "kind": { "$exists": false },
+                "qn": queue::nobody_queued(),
                 "$or": [ { "owner": Bson::Null }, { "expiresAt": { "$lte": date(now.lower) } } ],
             };
             let update = doc! {
@@ -287,9 +285,13 @@ impl Backend for MongoBackend {
             }
             let token = token_as_i64(lease)?;
             let now = self.now().await?;
+            // Nobody queued: the one write of before queues. Else (or if
+            // the lease is gone) it misses, and the queued release hands
+            // the key to the head (queued.rs).
             let filter = doc! {
                 "_id": lease.key().as_str(),
                 "owner": lease.owner().to_string(),
+                "qn": queue::nobody_queued(),
                 "$expr": holds_token(token),
             };
             let done = self
@@ -298,6 +300,9 @@ impl Backend for MongoBackend {
                 .update_one(filter, freed(now))
                 .await
                 .map_err(|e| self.fail(e))?;
+            if done.matched_count == 0 {
+                return self.release_queued(lease).await;
+            }
             if done.modified_count == 1 {
                 // Waiters in this process need not wait for the change stream.
                 self.inner.watcher.wake_local(lease.key().as_str());
@@ -365,6 +370,15 @@ impl Backend for MongoBackend {
 
     fn subscribe<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Subscription>> {
         Box::pin(async move { Ok(self.inner.watcher.subscribe(key.as_str()).await) })
+    }
+
+    /// The queue lives in the key's document (queue.rs).
+    fn queues(&self) -> bool {
+        true
+    }
+
+    fn leave_queue<'a>(&'a self, key: &'a Key, owner: OwnerId) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.leave(key, owner))
     }
 
     /// Bumps the record's `announced` counter, an update the change stream

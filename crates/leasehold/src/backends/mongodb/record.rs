@@ -40,7 +40,7 @@ pub(super) fn as_i64(b: &Bson) -> Option<i64> {
 }
 
 /// The decoder for `d`'s record, named by its `_id`.
-fn decoder(d: &Document) -> Result<RecordDecoder<'_>> {
+pub(super) fn decoder(d: &Document) -> Result<RecordDecoder<'_>> {
     match d.get("_id") {
         Some(Bson::String(key)) => Ok(RecordDecoder::new(STORE, key)),
         other => {

@@ -38,6 +38,7 @@ use futures_util::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
 
 use super::errors::STORE;
+use super::queue::no_entry_after;
 use super::record::{date, token_in};
 use super::semaphore::{mark_of, slots_of};
 use super::MongoBackend;
@@ -85,6 +86,9 @@ fn idle_in_range(after: &str, last: Option<&str>, cutoff_ms: i64) -> Document {
                 cutoff_ms.saturating_mul(1000),
             ]
         },
+        // Nobody queued since then either: a live waiter keeps its place
+        // (its entries go with the document, dead all).
+        "qe": no_entry_after(cutoff_ms),
     }
 }
 

@@ -5,7 +5,9 @@
 //!
 //! One stream per backend, shared by all its waiters. It only carries
 //! releases (updates that set `owner` to null: release, force-release; and
-//! deletes) and announced grants (updates of `announced`). A reopened stream resumes from the last resume token, so no
+//! deletes), announced grants (updates of `announced`) and hand-offs to
+//! the head of a key's queue (updates of `handoff`, whose message it
+//! delivers as is: queue.rs). A reopened stream resumes from the last resume token, so no
 //! release is missed; if the server cannot watch at all (a standalone
 //! server, a store without change streams), waiters get
 //! [`Subscription::never`](crate::Subscription::never) and the core polls
@@ -103,9 +105,15 @@ async fn open(
         { "operationType": "update", "updateDescription.updatedFields.announced": { "$exists": true } },
         // A semaphore permit's release (semaphore.rs).
         { "operationType": "update", "updateDescription.updatedFields.releases": { "$exists": true } },
+        // A key handed over to the head of its queue (queue.rs).
+        { "operationType": "update", "updateDescription.updatedFields.handoff": { "$exists": true } },
     ] } };
-    // Only the key is needed; `_id` (the resume token) must stay.
-    let project = doc! { "$project": { "documentKey": 1 } };
+    // Only the key and a hand-off's message are needed; `_id` (the resume
+    // token) must stay.
+    let project = doc! { "$project": {
+        "documentKey": 1,
+        "updateDescription.updatedFields.handoff": 1,
+    } };
     Ok(coll
         .watch()
         .pipeline([releases, project])
@@ -113,6 +121,16 @@ async fn open(
         .max_await_time(Duration::from_secs(5))
         .await?
         .with_type::<Document>())
+}
+
+/// The hand-off message an event carries, if it is a hand-off.
+fn hand_off_in(event: &Document) -> Option<String> {
+    let fields = event
+        .get_document("updateDescription")
+        .ok()?
+        .get_document("updatedFields")
+        .ok()?;
+    fields.get_str("handoff").ok().map(str::to_owned)
 }
 
 /// The released keys of one stream; its resume token is kept for the next.
@@ -137,6 +155,9 @@ impl Feed for Releases {
                 self.keep_resume_token();
                 match next {
                     Ok(Some(event)) => {
+                        if let Some(message) = hand_off_in(&event) {
+                            return Some(Ok(News::Released(message)));
+                        }
                         let key = event
                             .get_document("documentKey")
                             .ok()
