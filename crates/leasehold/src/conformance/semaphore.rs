@@ -86,11 +86,15 @@ pub async fn semaphore_reaches_n(store: &TestStore) {
 /// A permit nobody renews or releases (a crashed holder) comes back after
 /// its ttl, by the store's clock.
 pub async fn semaphore_crashed_permit_returns_after_ttl(store: &TestStore) {
+    // Long enough for the second grant and the busy check to land inside
+    // it on a loaded server (three round trips; with SHORT, 200 ms, a slow
+    // MongoDB test server let it expire first).
+    let crash_ttl = SHORT * 5;
     let k = key(format!("{}sem", prefix()));
-    let crashed = permit(store.backend.as_ref(), &k, SHORT, 2).await;
+    let crashed = permit(store.backend.as_ref(), &k, crash_ttl, 2).await;
     permit(store.backend.as_ref(), &k, LONG, 2).await;
     assert!(busy(store.backend.as_ref(), &k, 2).await);
-    sleep(store.past_expiry(SHORT + Duration::from_millis(150))).await;
+    sleep(store.past_expiry(crash_ttl + Duration::from_millis(150))).await;
     let back = permit(store.backend.as_ref(), &k, LONG, 2).await;
     assert_eq!(
         back.slot(),
