@@ -11,7 +11,7 @@ const { uniqueKey, describeEachStore, enforcedTtlMs, sqlitePair } = require('./s
 const { abortedWithin } = require('./wait');
 
 // The stores whose waiters with `fair: true` queue at the store (docs/fairness.md).
-const QUEUEING_STORES = new Set(['memory', 'sqlite', 'postgres', 'redis', 'mongodb']);
+const QUEUEING_STORES = new Set(['memory', 'sqlite', 'postgres', 'redis', 'mongodb', 'etcd']);
 
 const unhandled = [];
 

@@ -15,6 +15,14 @@ fn store() -> Option<String> {
 }
 
 process_tests!(store());
+
+/// `leasehold run --fair` processes started one by one get the key in
+/// the order they started: they queue as keys ordered by create revision.
+#[test]
+fn processes_get_the_key_in_the_order_they_came() {
+    let Some(store) = store() else { return };
+    fair_processes_get_the_key_in_the_order_they_came(&store);
+}
 // The inventory demo's invariants on etcd: the race without a lock, then
 // the lease (fenced writes) and optimistic strategies selling exactly once;
 // row-lock refused.

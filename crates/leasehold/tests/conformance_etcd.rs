@@ -10,7 +10,7 @@ async fn store() -> Option<leasehold::conformance::TestStore> {
     etcd_fixtures::conformance_store("LEASEHOLD_TEST_ETCD").await
 }
 
-leasehold::conformance_tests!(store; options, unreachable);
+leasehold::conformance_tests!(store; options, unreachable, queue);
 
 /// Group `sweep` on a backend whose idle window is 1 ms (an etcd pass
 /// deletes what was idle for the backend's window), on a prefix of its own.

@@ -120,7 +120,7 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 ///     bumps the fence that the key's next grant counts from.
 /// - **A queue per key, for a store that says so** ([`queues`](Backend::queues)
 ///   answers `true`; today memory, SQLite, PostgreSQL, Redis (one server
-///   or a Cluster) and MongoDB, mutex requests only). A mutex
+///   or a Cluster), MongoDB and etcd, mutex requests only). A mutex
 ///   request that carries a queue entry ([`AcquireRequest::queue_entry_ttl`])
 ///   and finds the key busy enters the key's queue in the same atomic
 ///   operation: an entry of its owner, holder label, claim window

@@ -280,11 +280,11 @@ pub async fn queue_unclaimed_hand_off_lapses_to_the_next(store: &TestStore) {
         .unwrap()
         .unwrap();
     let waited = released_at.elapsed();
+    // At least the claim window; a
+    // coarse store may keep it longer (etcd: the rest of the head's entry
+    // lease), which delays the next waiter but is never unsafe.
     assert!(
-        waited
-            >= store
-                .past_expiry(claim)
-                .saturating_sub(Duration::from_millis(50)),
+        waited >= claim.saturating_sub(Duration::from_millis(50)),
         "the dead head's grant held the key for its claim window ({waited:?})"
     );
     guard.release().await.unwrap();

@@ -10,13 +10,21 @@
 //!   (a keep-alive of its lease, or a re-put under a longer lease, which
 //!   moves `mod_revision` only), so the token stays put.
 //!
-//! `kind` is `L` (mutex, empty slot), `S` (semaphore permit, slot as 4
-//! digits) or `R` (reader-writer lock: readers' slots, the writer in
+//! `kind` is `L` (mutex: the slot is the owner id, so a release can hand
+//! the key to the head of its queue in the same transaction, which etcd
+//! allows only on another key; the lock's range holds at most one grant),
+//! `S` (semaphore permit, slot as 4 digits) or `R` (reader-writer lock: readers' slots, the writer in
 //! [`WRITER_SLOT`](crate::backend::WRITER_SLOT), and `mark` for a waiting
 //! writer's marker, same value form, on a lease of the marker's ttl). A
 //! key never holds `\0` (it has no control characters), so `{kind}/{key}\0`
 //! is the exact range of one lock's records. `{prefix}A/{key}` is written
-//! by `announce` only, for watchers. `{prefix}K/{key}` holds the key's
+//! by `announce` (empty, no lease: every waiter looks again) and by a
+//! hand-off (`{owner}|{ticket}` on the head's entry lease: the head alone
+//! is told; the put's revision is its token). `{prefix}Q/{key}\0{owner}`
+//! is a waiter's queue entry, `{owner}|{ttl}|{ticket}|{holder}` on the
+//! entry's own etcd lease (the waiter keeps it alive while it waits):
+//! entries are ordered by their create revision, which a repeat keeps.
+//! `{prefix}K/{key}` holds the key's
 //! kind (`rw` or `sem`) once it is a reader-writer lock or a semaphore (one
 //! key is one lock): on no lease, never changed, deleted by a sweep pass
 //! once the key has no record left (sweep.rs).
@@ -49,6 +57,17 @@ impl Kind {
     }
 }
 
+/// What a watched key is ([`Layout::family_of`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Family {
+    /// A grant or marker: its deletion frees something.
+    Grant,
+    /// An announce or hand-off key: its write tells waiters.
+    Announce,
+    /// A queue entry.
+    Entry,
+}
+
 /// The name of a reader-writer lock's marker inside the lock's range.
 const MARK: &str = "mark";
 
@@ -76,7 +95,8 @@ impl Layout {
         format!("{}{}/{key}\0", self.prefix, kind.tag())
     }
 
-    /// The record of slot `slot` (`None`: the mutex) of a lock.
+    /// The record of slot `slot` of a semaphore or reader-writer lock
+    /// (`None`: the lock's range, which for a mutex holds its one grant).
     pub fn slot(&self, kind: Kind, key: &str, slot: Option<u32>) -> String {
         match slot {
             Some(slot) => format!("{}{slot:04}", self.lock(kind, key)),
@@ -84,15 +104,32 @@ impl Layout {
         }
     }
 
-    /// The record a held grant lives in: a mutex's one record, a
-    /// semaphore permit's slot or a reader-writer grant's.
+    /// The record of `owner`'s mutex grant of `key`. Every mutex grant
+    /// of a key lives under [`lock`](Self::lock)`(Kind::Mutex, key)`, which
+    /// the protocol keeps to one record at a time.
+    pub fn mutex(&self, key: &str, owner: OwnerId) -> String {
+        format!("{}{owner}", self.lock(Kind::Mutex, key))
+    }
+
+    /// The record a held grant lives in: a mutex's, a semaphore permit's
+    /// slot or a reader-writer grant's.
     pub fn grant(&self, lease: &crate::backend::Lease) -> String {
-        let kind = match (lease.slot(), lease.rw_side()) {
-            (None, _) => Kind::Mutex,
-            (Some(_), None) => Kind::Semaphore,
-            (Some(_), Some(_)) => Kind::Rw,
-        };
-        self.slot(kind, lease.key().as_str(), lease.slot())
+        let key = lease.key().as_str();
+        match (lease.slot(), lease.rw_side()) {
+            (None, _) => self.mutex(key, lease.owner()),
+            (Some(slot), None) => self.slot(Kind::Semaphore, key, Some(slot)),
+            (Some(slot), Some(_)) => self.slot(Kind::Rw, key, Some(slot)),
+        }
+    }
+
+    /// The range of `key`'s queue entries.
+    pub fn queue(&self, key: &str) -> String {
+        format!("{}Q/{key}\0", self.prefix)
+    }
+
+    /// `owner`'s entry in `key`'s queue.
+    pub fn entry(&self, key: &str, owner: OwnerId) -> String {
+        format!("{}{owner}", self.queue(key))
     }
 
     /// The key's kind ([`KeyKind::stored`]); absent while the key is a
@@ -124,15 +161,17 @@ impl Layout {
         format!("{}A/{key}", self.prefix)
     }
 
-    /// The lock key a watched etcd key belongs to, if it is one of ours
-    /// whose deletion (or, for `A/`, write) means "look again".
-    pub fn lock_of<'a>(&self, etcd_key: &'a [u8]) -> Option<&'a str> {
+    /// What a watched etcd key is, if it is one of ours, and the lock key
+    /// it belongs to.
+    pub fn family_of<'a>(&self, etcd_key: &'a [u8]) -> Option<(Family, &'a str)> {
         let rest = etcd_key.strip_prefix(self.prefix.as_bytes())?;
         let rest = std::str::from_utf8(rest).ok()?;
         let (tag, rest) = rest.split_at_checked(2)?;
+        let in_range = || rest.split_once('\0').map(|(key, _)| key);
         match tag {
-            "A/" => Some(rest),
-            "L/" | "S/" | "R/" => rest.split_once('\0').map(|(key, _)| key),
+            "A/" => Some((Family::Announce, rest)),
+            "L/" | "S/" | "R/" => Some((Family::Grant, in_range()?)),
+            "Q/" => Some((Family::Entry, in_range()?)),
             _ => None,
         }
     }
@@ -195,6 +234,77 @@ impl Record {
     }
 }
 
+/// A queue entry's value: the TTL of the entry's etcd lease (which a
+/// grant handed over on that lease reports), the ticket of the attempt
+/// that wrote it, the holder label.
+pub(super) fn entry_value(owner: OwnerId, ttl: Duration, ticket: u32, holder: &str) -> String {
+    format!("{owner}|{}|{ticket}|{holder}", ttl.as_secs())
+}
+
+/// A waiter's queue entry read back.
+#[derive(Debug, Clone)]
+pub(super) struct Entry {
+    pub owner: OwnerId,
+    pub holder: String,
+    pub ticket: u32,
+    /// The entry's etcd lease, and its TTL: a grant handed over to the
+    /// waiter goes on that lease (the waiter keeps it alive).
+    pub lease: i64,
+    pub ttl: Duration,
+    /// Its place in the queue.
+    pub created: i64,
+}
+
+impl Entry {
+    /// Reads an entry of lock `key` from its etcd key-value.
+    pub fn decode(key: &str, kv: &KeyValue) -> Result<Entry> {
+        let decoder = RecordDecoder::new(STORE, key);
+        let value = String::from_utf8_lossy(kv.value());
+        let mut fields = value.splitn(4, '|');
+        let (Some(owner), Some(ttl), Some(ticket), Some(holder)) =
+            (fields.next(), fields.next(), fields.next(), fields.next())
+        else {
+            return Err(decoder.corrupt(format!(
+                "queue entry {value:?} is not owner|ttl|ticket|holder"
+            )));
+        };
+        let ttl = ttl.parse::<u64>().ok().filter(|s| *s >= 1).ok_or_else(|| {
+            decoder.corrupt(format!("entry ttl {ttl:?} is not a number of seconds"))
+        })?;
+        let ticket = ticket
+            .parse::<u32>()
+            .map_err(|_| decoder.corrupt(format!("ticket {ticket:?} is not a number")))?;
+        if kv.lease() == 0 {
+            return Err(decoder.corrupt("a queue entry without an etcd lease"));
+        }
+        Ok(Entry {
+            owner: decoder.owner(owner)?,
+            holder: holder.to_owned(),
+            ticket,
+            lease: kv.lease(),
+            ttl: Duration::from_secs(ttl),
+            created: kv.create_revision(),
+        })
+    }
+
+    /// The value of the grant handed over to this waiter.
+    pub fn grant_value(&self) -> String {
+        value(self.owner, self.ttl, &self.holder)
+    }
+}
+
+/// What a hand-off writes to the key's announce key: the head and the
+/// ticket its entry carried (the write's revision is the token).
+pub(super) fn hand_off_value(owner: OwnerId, ticket: u32) -> String {
+    format!("{owner}|{ticket}")
+}
+
+/// Reads [`hand_off_value`]; `None` for an announce (empty) or garbage.
+pub(super) fn read_hand_off(value: &[u8]) -> Option<(OwnerId, u32)> {
+    let (owner, ticket) = std::str::from_utf8(value).ok()?.split_once('|')?;
+    Some((OwnerId::from_hex(owner)?, ticket.parse().ok()?))
+}
+
 /// The records of one lock, from a range read of [`Layout::lock`]: per slot
 /// (`None` for the mutex) its grant, and the marker if any. Every record
 /// present is live or about to be deleted by etcd: expiry deletes.
@@ -219,7 +329,11 @@ impl Slots {
                 slots.marker = Some(record);
                 continue;
             }
-            let slot = if name.is_empty() {
+            let slot = if name.len() == 32 {
+                // A mutex grant, named by its owner.
+                if OwnerId::from_hex(name) != Some(record.owner) {
+                    return Err(decoder.corrupt(format!("grant {name:?} is not its owner's")));
+                }
                 None
             } else {
                 let slot = Some(name)
@@ -255,10 +369,23 @@ mod tests {
         let layout = Layout::new("lh/");
         let slot = layout.slot(Kind::Semaphore, "a/b", Some(3));
         assert_eq!(slot, "lh/S/a/b\u{0}0003");
-        assert_eq!(layout.lock_of(slot.as_bytes()), Some("a/b"));
-        assert_eq!(layout.lock_of(b"lh/A/x"), Some("x"));
-        assert_eq!(layout.lock_of(b"other/L/x\0"), None);
         let owner = OwnerId::random();
+        assert_eq!(layout.mutex("a/b", owner), format!("lh/L/a/b\u{0}{owner}"));
+        assert_eq!(
+            layout.family_of(slot.as_bytes()),
+            Some((Family::Grant, "a/b"))
+        );
+        assert_eq!(
+            layout.family_of(layout.entry("a/b", owner).as_bytes()),
+            Some((Family::Entry, "a/b"))
+        );
+        assert_eq!(layout.family_of(b"lh/A/x"), Some((Family::Announce, "x")));
+        assert_eq!(layout.family_of(b"other/L/x\0"), None);
+        assert_eq!(
+            read_hand_off(hand_off_value(owner, 7).as_bytes()),
+            Some((owner, 7))
+        );
+        assert_eq!(read_hand_off(b""), None);
         let (low, high) = owner_bounds(owner);
         let ttl = Duration::from_secs(86_400);
         for holder in ["", "h", "}}}", "\u{10ffff}"] {

@@ -18,6 +18,10 @@
 //!   retrying on conflict: still one atomic transaction per grant.
 //! - waiting: one watch per backend on the prefix (`watch.rs`); a deletion
 //!   (release, or etcd's expiry of a lease) wakes the key's waiters.
+//! - fair waiting (`queue.rs`): a mutex waiter that queues keeps an entry
+//!   on a lease of its own; a release, or an attempt that finds the key
+//!   free, hands it to the head in one transaction and tells the head
+//!   alone.
 
 mod connect;
 mod errors;
@@ -25,6 +29,7 @@ mod granted;
 mod keys;
 mod leases;
 mod options;
+mod queue;
 mod slots;
 mod spares;
 mod sweep;
@@ -71,6 +76,8 @@ struct Inner {
     spares: spares::Spares,
     /// When the next pass over idle kind records is due (sweep.rs).
     sweeper: sweep::Sweeper,
+    /// The leases of this backend's waiters' queue entries (queue.rs).
+    entries: queue::EntryLeases,
 }
 
 impl EtcdBackend {
@@ -137,6 +144,7 @@ impl EtcdBackend {
                 leases: leases::Known::default(),
                 spares: spares::Spares::default(),
                 sweeper: sweep::Sweeper::new(options.idle_window),
+                entries: queue::EntryLeases::default(),
             }),
         };
         // The client dials lazily: one read now, so a cluster that is down
@@ -227,7 +235,24 @@ impl EtcdBackend {
 
     /// The record at etcd key `etcd_key` (of lock `key`), if any.
     async fn record(&self, key: &Key, etcd_key: &str) -> Result<Option<Record>> {
-        let mut answer = self.get(etcd_key, GetOptions::new()).await?;
+        self.first_record(key, etcd_key, GetOptions::new()).await
+    }
+
+    /// The mutex grant of `key`, if any (its range holds at most one).
+    async fn mutex_record(&self, key: &Key) -> Result<Option<Record>> {
+        let range = self.inner.layout.lock(Kind::Mutex, key.as_str());
+        let first = GetOptions::new().with_prefix().with_limit(1);
+        self.first_record(key, &range, first).await
+    }
+
+    /// The first record `options` read at `etcd_key`, if any.
+    async fn first_record(
+        &self,
+        key: &Key,
+        etcd_key: &str,
+        options: GetOptions,
+    ) -> Result<Option<Record>> {
+        let mut answer = self.get(etcd_key, options).await?;
         let kvs = answer.take_kvs();
         kvs.first()
             .map(|kv| Record::decode(key.as_str(), kv))
@@ -301,12 +326,17 @@ impl EtcdBackend {
         self.inner
             .leases
             .forget(&leases::GrantId::of(etcd_key, lease));
+        if lease.key_kind() == KeyKind::Mutex {
+            return self
+                .release_mutex(lease.key(), etcd_key, lease.owner(), lease.token())
+                .await;
+        }
         // A permit's or reader-writer grant's kind record (a mutex has none).
         let kind = lease
             .key_kind()
             .stored()
             .map(|stored| (self.inner.layout.kind(lease.key().as_str()), stored));
-        let txn = txns::release(etcd_key, lease.owner(), lease.token(), kind)?;
+        let txn = txns::release(etcd_key, lease.owner(), lease.token(), kind, None)?;
         let resp = self.txn(txn).await?;
         if !resp.succeeded() {
             return Ok(false);
@@ -319,63 +349,9 @@ impl EtcdBackend {
             }
         }
         self.inner.watcher.wake_local(lease.key().as_str());
-        if lease.key_kind() != KeyKind::Mutex {
-            // The key may have no grant left: its kind record may go.
-            self.poke_sweeper();
-        }
+        // The key may have no grant left: its kind record may go.
+        self.poke_sweeper();
         Ok(true)
-    }
-
-    /// The attempts of a mutex grant on the fresh lease `fresh`: the
-    /// answer, and whether the grant is on `fresh` (else the caller
-    /// revokes it).
-    async fn acquire_on(
-        &self,
-        req: &AcquireRequest,
-        etcd_key: &str,
-        fresh: granted::Granted,
-        promised: Duration,
-    ) -> Result<(Acquire, bool)> {
-        let key = req.key();
-        let kind_key = self.inner.layout.kind(key.as_str());
-        for _ in 0..CONFLICT_RETRIES {
-            let value = keys::value(req.owner(), fresh.ttl, req.holder());
-            let resp = self
-                .txn(txns::acquire(etcd_key, &kind_key, value, fresh.id))
-                .await?;
-            if resp.succeeded() {
-                let lease = req.granted(revision(&resp)?).enforced_for(promised);
-                self.remember(etcd_key, &lease, fresh);
-                return Ok((Acquire::Granted(lease), true));
-            }
-            let (mutex_kv, kind_kv) = txns::acquire_reads(&resp);
-            if let Some(kind) = kind_kv {
-                // A reader-writer lock or a semaphore: nothing was written.
-                return Ok((Acquire::OtherKind(kind_of(key, &kind)?), false));
-            }
-            let Some(kv) = mutex_kv else {
-                continue; // deleted since: try again
-            };
-            let record = Record::decode(key.as_str(), &kv)?;
-            if record.lease == fresh.id {
-                // Our own transaction, committed though its answer was
-                // lost and the request resent: the grant is on the fresh
-                // lease, as asked.
-                let lease = req.granted(record.token).enforced_for(promised);
-                self.remember(etcd_key, &lease, fresh);
-                return Ok((Acquire::Granted(lease), true));
-            }
-            if record.owner == req.owner() {
-                // A repeat of a live grant: the same grant, extended.
-                if let Some(ttl) = self.extend(etcd_key, &record, req.ttl()).await? {
-                    let lease = req.granted(record.token).enforced_for(ttl);
-                    return Ok((Acquire::Granted(lease), false));
-                }
-                continue; // it lapsed: the ordinary rules
-            }
-            return Ok((Acquire::Busy(self.busy(&record).await?), false));
-        }
-        Err(Error::unavailable("etcd: too many concurrent changes to this lock").in_store(STORE))
     }
 
     /// Notes that `lease` (at `etcd_key`) is on etcd lease `on`.
@@ -393,16 +369,17 @@ impl EtcdBackend {
         })
     }
 
-    /// Force-release of the record at `etcd_key`: revokes its lease (which
-    /// deletes it with everything else on that lease: one grant). Whether
-    /// a live grant was broken. Acts on the raw key-value, so a damaged
+    /// Force-release of the records under `etcd_key` (a mutex's range):
+    /// revokes each one's lease (which deletes it with everything else on
+    /// that lease: one grant). Whether a live grant was broken. Acts on the raw key-value, so a damaged
     /// record can be broken too.
     async fn break_record(&self, etcd_key: &str) -> Result<bool> {
-        let mut answer = self.get(etcd_key, GetOptions::new()).await?;
-        let Some(kv) = answer.take_kvs().into_iter().next() else {
-            return Ok(false);
-        };
-        self.break_kv(&kv).await
+        let (kvs, _) = self.range(etcd_key).await?;
+        let mut broke = false;
+        for kv in &kvs {
+            broke |= self.break_kv(kv).await?;
+        }
+        Ok(broke)
     }
 
     /// Force-release of one record read as `kv`; see [`break_record`](Self::break_record).
@@ -493,15 +470,11 @@ impl Backend for EtcdBackend {
             if req.permit_kind().is_some() {
                 return slots::try_acquire(self, req).await;
             }
-            let key = req.key();
-            let etcd_key = self.inner.layout.slot(Kind::Mutex, key.as_str(), None);
             // The lease first: the grant's expiry is etcd's, from before
             // the transaction that attaches the key to it. A spare when
             // there is one (spares.rs), its age off the ttl it promises.
             let (lease, promised) = self.lease_for_grant(req.ttl()).await?;
-            let outcome = self
-                .acquire_on(req, &etcd_key, lease.granted, promised)
-                .await;
+            let outcome = self.acquire_mutex(req, lease.granted, promised).await;
             match &outcome {
                 // The lease is the grant's now: a spare for the next one.
                 Ok((_, true)) => self.refill_later(req.ttl()),
@@ -532,8 +505,7 @@ impl Backend for EtcdBackend {
 
     fn inspect<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<LeaseInfo>>> {
         Box::pin(async move {
-            let etcd_key = self.inner.layout.slot(Kind::Mutex, key.as_str(), None);
-            let Some(record) = self.record(key, &etcd_key).await? else {
+            let Some(record) = self.mutex_record(key).await? else {
                 return Ok(None);
             };
             Ok(self.time_left(record.lease).await?.map(|remaining| {
@@ -588,6 +560,18 @@ impl Backend for EtcdBackend {
             self.txn(txn).await?;
             Ok(true)
         })
+    }
+
+    fn queues(&self) -> bool {
+        true
+    }
+
+    fn leave_queue<'a>(
+        &'a self,
+        key: &'a Key,
+        owner: crate::backend::OwnerId,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.leave(key, owner))
     }
 
     fn shutdown(&self) -> BoxFuture<'_, ()> {

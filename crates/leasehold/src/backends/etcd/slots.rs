@@ -158,7 +158,8 @@ struct LockRead {
     claim: std::result::Result<txns::KindClaim, Acquire>,
 }
 
-/// Reads the lock's range `base`, the key's kind and its mutex record in
+/// Reads the lock's range `base`, the key's kind and its mutex grant (the
+/// mutex's range holds at most one) in
 /// one read-only transaction (one revision, one round trip).
 async fn read_lock(backend: &EtcdBackend, req: &AcquireRequest, base: &str) -> Result<LockRead> {
     let layout = &backend.inner.layout;
@@ -168,7 +169,10 @@ async fn read_lock(backend: &EtcdBackend, req: &AcquireRequest, base: &str) -> R
     let txn = etcd_client::Txn::new().and_then([
         TxnOp::get(base, Some(etcd_client::GetOptions::new().with_prefix())),
         TxnOp::get(kind_key.as_str(), None),
-        TxnOp::get(mutex_key.as_str(), None),
+        TxnOp::get(
+            mutex_key.as_str(),
+            Some(etcd_client::GetOptions::new().with_prefix().with_limit(1)),
+        ),
     ]);
     let answer = backend.txn(txn).await?;
     let revision = answer.header().map_or(0, |h| h.revision());

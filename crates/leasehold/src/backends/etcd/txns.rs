@@ -6,40 +6,154 @@
 //! `create_revision` is the fencing token (`keys.rs`).
 
 use etcd_client::{
-    Compare, CompareOp, DeleteOptions, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse,
+    Compare, CompareOp, DeleteOptions, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget,
+    Txn, TxnOp, TxnOpResponse, TxnResponse,
 };
 
 use crate::backend::OwnerId;
 use crate::error::Result;
 
-use super::keys::{owner_bounds, Record};
+use super::keys::{hand_off_value, owner_bounds, Entry, Record};
 
-fn put(key: &str, value: String, lease: i64) -> TxnOp {
+pub(super) fn put(key: &str, value: String, lease: i64) -> TxnOp {
     TxnOp::put(key, value, Some(PutOptions::new().with_lease(lease)))
 }
 
-/// Mutex grant: `if create_revision(key) == 0 and the key has no kind
-/// then put(key, value, lease) else get(key), get(kind_key)`. One round
-/// trip; a busy answer carries the holder's record (and its lease, for the
-/// time left), a key of another kind its kind ([`acquire_reads`]).
-pub(super) fn acquire(key: &str, kind_key: &str, value: String, lease: i64) -> Txn {
-    Txn::new()
-        .when([
-            Compare::create_revision(key, CompareOp::Equal, 0),
-            Compare::create_revision(kind_key, CompareOp::Equal, 0),
-        ])
-        .and_then([put(key, value, lease)])
-        .or_else([TxnOp::get(key, None), TxnOp::get(kind_key, None)])
+/// The keys a mutex transaction names: the lock's range (which holds
+/// its one grant, named by owner), the key's kind record and its queue.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct MutexKeys<'a> {
+    pub lock: &'a str,
+    pub kind: &'a str,
+    pub queue: &'a str,
 }
 
-/// What a refused [`acquire`] read: the mutex record and the kind key,
-/// each if present.
-pub(super) fn acquire_reads(resp: &TxnResponse) -> (Option<KeyValue>, Option<KeyValue>) {
-    let mut reads = resp.op_responses().into_iter().filter_map(|op| match op {
-        TxnOpResponse::Get(mut get) => Some(get.take_kvs().into_iter().next()),
-        _ => None,
-    });
-    (reads.next().flatten(), reads.next().flatten())
+/// "No key under `base`": etcd applies a range compare to every key in
+/// the range, and to a zero create revision when there is none.
+fn range_empty(base: &str) -> Compare {
+    Compare::create_revision(base, CompareOp::Equal, 0).with_prefix()
+}
+
+/// The head of a queue: its entry with the lowest create revision.
+fn head_of(queue: &str) -> TxnOp {
+    let first = GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Ascend)
+        .with_limit(1);
+    TxnOp::get(queue, Some(first))
+}
+
+/// Mutex grant: `if the lock's range is empty and the key has no kind
+/// and no queue then put(grant, value, lease) else get(lock range),
+/// get(kind), get(queue head)`. One round trip; a refusal carries what
+/// decides the answer ([`acquire_reads`]).
+pub(super) fn acquire(keys: MutexKeys<'_>, grant: &str, value: String, lease: i64) -> Txn {
+    Txn::new()
+        .when([
+            range_empty(keys.lock),
+            Compare::create_revision(keys.kind, CompareOp::Equal, 0),
+            range_empty(keys.queue),
+        ])
+        .and_then([put(grant, value, lease)])
+        .or_else([
+            TxnOp::get(
+                keys.lock,
+                Some(GetOptions::new().with_prefix().with_limit(1)),
+            ),
+            TxnOp::get(keys.kind, None),
+            head_of(keys.queue),
+        ])
+}
+
+/// What a refused [`acquire`] (or [`release`] of a mutex) read, in order:
+/// each get's first key-value, if any.
+pub(super) fn reads(resp: &TxnResponse) -> Vec<Option<KeyValue>> {
+    resp.op_responses()
+        .into_iter()
+        .filter_map(|op| match op {
+            TxnOpResponse::Get(mut get) => Some(get.take_kvs().into_iter().next()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// What a refused [`acquire`] read: the mutex grant, the kind key and the
+/// queue's head, each if present.
+pub(super) fn acquire_reads(
+    resp: &TxnResponse,
+) -> (Option<KeyValue>, Option<KeyValue>, Option<KeyValue>) {
+    let mut reads = reads(resp).into_iter();
+    (
+        reads.next().flatten(),
+        reads.next().flatten(),
+        reads.next().flatten(),
+    )
+}
+
+/// A waiter's entry written (a new one goes last: its create revision is
+/// the newest; a repeat keeps its place and renews its ticket).
+pub(super) fn enter(entry: &str, value: String, lease: i64) -> Txn {
+    Txn::new().and_then([put(entry, value, lease)])
+}
+
+/// The head of the queue takes the free key itself: `if the lock's range
+/// is empty, the key has no kind and the head's entry is the one read,
+/// then put(grant) and delete(entry)`.
+pub(super) fn grant_head_itself(
+    keys: MutexKeys<'_>,
+    entry: &str,
+    created: i64,
+    grant: &str,
+    value: String,
+    lease: i64,
+) -> Txn {
+    Txn::new()
+        .when([
+            range_empty(keys.lock),
+            Compare::create_revision(keys.kind, CompareOp::Equal, 0),
+            Compare::create_revision(entry, CompareOp::Equal, created),
+        ])
+        .and_then([put(grant, value, lease), TxnOp::delete(entry, None)])
+}
+
+/// The key handed to the queue's head `head` (its entry at `entry`, its
+/// grant to be at `grant`): under `when` and iff the head's entry is the
+/// one read, grant it on the entry's lease (the head keeps that alive;
+/// its create revision is the token), delete the entry and write the
+/// hand-off to `announce` (on the same lease) for the head's watch; `also`
+/// runs with it (the releaser's delete, a waiter's own entry).
+pub(super) fn hand_over(
+    mut when: Vec<Compare>,
+    head: &Entry,
+    entry: &str,
+    grant: &str,
+    announce: &str,
+    also: Vec<TxnOp>,
+) -> Txn {
+    when.push(Compare::create_revision(
+        entry,
+        CompareOp::Equal,
+        head.created,
+    ));
+    let mut ops = vec![
+        put(grant, head.grant_value(), head.lease),
+        TxnOp::delete(entry, None),
+        put(
+            announce,
+            hand_off_value(head.owner, head.ticket),
+            head.lease,
+        ),
+    ];
+    ops.extend(also);
+    Txn::new().when(when).and_then(ops)
+}
+
+/// A hand-off in an acquire: the key is free and has no kind.
+pub(super) fn free_key(keys: MutexKeys<'_>) -> Vec<Compare> {
+    vec![
+        range_empty(keys.lock),
+        Compare::create_revision(keys.kind, CompareOp::Equal, 0),
+    ]
 }
 
 /// The condition on a key's kind that a permit or reader-writer commit
@@ -61,14 +175,15 @@ impl KindClaim {
         }
     }
 
-    /// The key has no kind and no mutex grant (`mutex_key`) as read:
+    /// The key has no kind and no mutex grant (under `mutex_key`, the
+    /// mutex's range) as read:
     /// claim it as `stored`. The kind key is on no lease: it outlives
     /// every grant.
     pub fn claim(kind_key: &str, mutex_key: &str, stored: &str) -> Self {
         KindClaim {
             compares: vec![
                 Compare::create_revision(kind_key, CompareOp::Equal, 0),
-                Compare::create_revision(mutex_key, CompareOp::Equal, 0),
+                range_empty(mutex_key),
             ],
             ops: vec![TxnOp::put(kind_key, stored, None)],
         }
@@ -136,21 +251,43 @@ pub(super) fn repoint(key: &str, record: &Record, value: String, lease: i64) -> 
 /// the deleted record comes back (its lease is then revoked). A permit's or
 /// reader-writer grant's release also writes its key's kind record again
 /// (`kind`: the record and its unchanged value), so that record's
-/// `mod_revision` says when the key was last released (sweep.rs).
+/// `mod_revision` says when the key was last released (sweep.rs). A
+/// mutex's release (`queue`: its queue's range) also needs the queue
+/// empty; else it reads the grant and the head ([`reads`]), and the
+/// caller hands over ([`hand_over`]).
 pub(super) fn release(
     key: &str,
     owner: OwnerId,
     token: u64,
     kind: Option<(String, &str)>,
+    queue: Option<&str>,
 ) -> Result<Txn> {
-    let mut ops = vec![TxnOp::delete(
-        key,
-        Some(DeleteOptions::new().with_prev_key()),
-    )];
+    let mut ops = vec![release_delete(key)];
     ops.extend(kind.map(|(record, stored)| TxnOp::put(record, stored, None)));
-    Ok(Txn::new()
-        .when(is_grant_of(key, owner, token)?)
-        .and_then(ops))
+    let mut when = is_grant_of(key, owner, token)?;
+    let txn = match queue {
+        Some(queue) => {
+            when.push(range_empty(queue));
+            Txn::new()
+                .when(when)
+                .and_then(ops)
+                .or_else([TxnOp::get(key, None), head_of(queue)])
+        }
+        None => Txn::new().when(when).and_then(ops),
+    };
+    Ok(txn)
+}
+
+/// The delete of a released grant, which brings the record back.
+pub(super) fn release_delete(key: &str) -> TxnOp {
+    TxnOp::delete(key, Some(DeleteOptions::new().with_prev_key()))
+}
+
+/// A waiter leaves: its entry goes, and a grant handed over to it is read
+/// (the caller releases it, handing the key on). Both are named by its
+/// owner id, fresh per acquisition: nobody else's.
+pub(super) fn leave(entry: &str, grant: &str) -> Txn {
+    Txn::new().and_then([TxnOp::delete(entry, None), TxnOp::get(grant, None)])
 }
 
 /// Force-release's cleanup of a record whose lease is gone or missing:
@@ -167,7 +304,7 @@ pub(super) fn delete_if_created_at(key: &str, create_revision: i64) -> Txn {
 
 /// "`key` is `owner`'s grant with `token`": the token pins the grant (a
 /// revision creates one key once), the owner bounds pin its value.
-fn is_grant_of(key: &str, owner: OwnerId, token: u64) -> Result<Vec<Compare>> {
+pub(super) fn is_grant_of(key: &str, owner: OwnerId, token: u64) -> Result<Vec<Compare>> {
     let token = crate::backend::token_to_i64(token)?;
     let (low, high) = owner_bounds(owner);
     Ok(vec![

@@ -8,6 +8,13 @@
 //! (`Backend::announce`). Grants and renewals are filtered out at the
 //! server. Expiry is a deletion too (etcd deletes the keys of a lease that
 //! ran out), so a waiter behind a crashed holder wakes when etcd frees it.
+//!
+//! A hand-off (a release or an attempt that gives the key to the head of
+//! its queue) writes the key's announce key with the head and its ticket:
+//! that write tells the head alone ([`hand_off_message`]), its revision
+//! being the grant's token. The deletion of the releaser's grant in the
+//! same revision (beside the deletion of the head's queue entry) wakes
+//! nobody else: the key is not free.
 
 use std::time::Duration;
 
@@ -16,8 +23,9 @@ use etcd_client::{Client, EventType, WatchFilterType, WatchOptions, WatchStream}
 use crate::backend::BoxFuture;
 use crate::error::BoxError;
 use crate::notifier::{Feed, News, Notifier, Refused, Source, Timing};
+use crate::notify::{hand_off_message, HandOff};
 
-use super::keys::Layout;
+use super::keys::{read_hand_off, Family, Layout};
 
 const TIMING: Timing = Timing {
     first_wait: Duration::from_secs(5),
@@ -101,23 +109,54 @@ impl Feed for Releases {
                     let reason = format!("etcd cancelled the watch: {}", resp.cancel_reason());
                     return Some(Err(reason.into()));
                 }
-                for event in resp.events() {
-                    let wakes = match event.event_type() {
-                        EventType::Delete => true,
-                        EventType::Put => event.kv().is_some_and(|kv| {
-                            kv.key().starts_with(self.layout.announce("").as_bytes())
-                        }),
-                    };
-                    let key = event.kv().and_then(|kv| self.layout.lock_of(kv.key()));
-                    if let (true, Some(key)) = (wakes, key) {
-                        if !self.pending.iter().any(|k| k == key) {
-                            self.pending.push(key.to_owned());
-                        }
-                    }
-                }
+                self.pending = news_of(&self.layout, resp.events());
+                self.pending.reverse();
             }
         })
     }
+}
+
+/// What one watch response says, in order: the keys freed (a grant's
+/// deletion not in the revision of a hand-off of that key) or announced,
+/// and the hand-offs, each once.
+fn news_of(layout: &Layout, events: &[etcd_client::Event]) -> Vec<String> {
+    // Keys whose queue lost an entry, by revision: a grant deleted in
+    // the same revision was handed over, not freed.
+    let mut left_queue = Vec::new();
+    for event in events {
+        if let Some(kv) = event
+            .kv()
+            .filter(|_| event.event_type() == EventType::Delete)
+        {
+            if let Some((Family::Entry, key)) = layout.family_of(kv.key()) {
+                left_queue.push((kv.mod_revision(), key));
+            }
+        }
+    }
+    let mut news = Vec::new();
+    for event in events {
+        let Some(kv) = event.kv() else { continue };
+        let message = match (event.event_type(), layout.family_of(kv.key())) {
+            (EventType::Delete, Some((Family::Grant, key))) => {
+                let handed = left_queue.contains(&(kv.mod_revision(), key));
+                (!handed).then(|| key.to_owned())
+            }
+            (EventType::Put, Some((Family::Announce, key))) => {
+                Some(match read_hand_off(kv.value()) {
+                    Some((owner, ticket)) => {
+                        let token = u64::try_from(kv.mod_revision()).unwrap_or_default();
+                        hand_off_message(key, owner, HandOff { token, ticket })
+                    }
+                    None => key.to_owned(),
+                })
+            }
+            _ => None,
+        };
+        if let Some(message) = message.filter(|m| !news.contains(m)) {
+            news.push(message);
+        }
+    }
+    news
 }
 
 /// Watches every key under the prefix, without the events `filter` drops.

@@ -1,0 +1,360 @@
+//! Queues of waiters and the hand-off (the `# Contract`'s queue rules, the
+//! etcd way: a waiter is a key whose create revision is its place, as in
+//! etcd's own lock recipe).
+//!
+//! - A waiter's entry `Q/{key}\0{owner}` lives on an etcd lease of its own
+//!   with the entry's ttl; each attempt first keeps that lease alive, then
+//!   writes the entry with its ticket (a repeat keeps the create revision,
+//!   so the place). An entry whose waiter stopped ends with its lease.
+//! - The head is the entry with the lowest create revision. A hand-off
+//!   puts the head's grant **on the head's entry lease** (the waiter keeps
+//!   it alive: the grant lasts at least the claim window from the send of
+//!   the attempt whose ticket the entry carries), deletes the entry and
+//!   writes the key's announce key with the head and its ticket, which the
+//!   head's watch reads (`watch.rs`). The head claims the grant like any
+//!   renewal: a keep-alive of that lease, or a move to a lease of its ttl.
+//! - A release hands over in its own transaction: the releaser's grant and
+//!   the head's are two keys (a mutex grant is named by its owner), since
+//!   etcd refuses a delete and a put of one key in one transaction.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::backend::{Acquire, AcquireRequest, Busy, OwnerId};
+use crate::error::{Error, Result};
+use crate::key::Key;
+use crate::notify::HandOff;
+
+use super::errors::STORE;
+use super::granted::Granted;
+use super::keys::{self, Entry, Kind, Record};
+use super::txns::{self, MutexKeys};
+use super::{revision, EtcdBackend, CONFLICT_RETRIES};
+
+/// Past this many tracked entry leases, those not kept alive lately are
+/// forgotten (a waiter that took a grant handed over to it stops using its
+/// entry's lease without telling this map).
+const TRACKED_MAX: usize = 1024;
+
+/// The etcd lease of each queue entry this backend's waiters keep.
+#[derive(Debug, Default)]
+pub(super) struct EntryLeases(Mutex<HashMap<(String, OwnerId), Kept>>);
+
+#[derive(Debug, Clone, Copy)]
+struct Kept {
+    lease: Granted,
+    at: Instant,
+}
+
+impl EntryLeases {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<(String, OwnerId), Kept>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn get(&self, key: &str, owner: OwnerId) -> Option<Granted> {
+        self.map()
+            .get(&(key.to_owned(), owner))
+            .map(|kept| kept.lease)
+    }
+
+    fn keep(&self, key: &str, owner: OwnerId, lease: Granted) {
+        let mut map = self.map();
+        if map.len() >= TRACKED_MAX {
+            map.retain(|_, kept| kept.at.elapsed() < kept.lease.ttl * 2);
+        }
+        let at = Instant::now();
+        map.insert((key.to_owned(), owner), Kept { lease, at });
+    }
+
+    /// Stops tracking `owner`'s entry lease of `key`, returning it.
+    pub(super) fn take(&self, key: &str, owner: OwnerId) -> Option<Granted> {
+        self.map()
+            .remove(&(key.to_owned(), owner))
+            .map(|kept| kept.lease)
+    }
+}
+
+/// Whether a transaction failed because a lease it attaches a key to is
+/// gone (a head whose entry's lease ran out as it was handed the key).
+fn lease_gone(e: &Error) -> bool {
+    e.to_string().contains("lease not found")
+}
+
+/// The keys of `key`'s mutex transactions.
+struct Names {
+    lock: String,
+    kind: String,
+    queue: String,
+}
+
+impl Names {
+    fn of(backend: &EtcdBackend, key: &str) -> Self {
+        let layout = &backend.inner.layout;
+        Names {
+            lock: layout.lock(Kind::Mutex, key),
+            kind: layout.kind(key),
+            queue: layout.queue(key),
+        }
+    }
+
+    fn keys(&self) -> MutexKeys<'_> {
+        MutexKeys {
+            lock: &self.lock,
+            kind: &self.kind,
+            queue: &self.queue,
+        }
+    }
+}
+
+impl EtcdBackend {
+    /// The attempts of a mutex grant on the fresh lease `fresh`: the
+    /// answer, and whether the grant is on `fresh` (else the caller
+    /// revokes it or keeps it for later). A busy key is queued for if the
+    /// request queues; a free key with a queue goes to its head.
+    pub(super) async fn acquire_mutex(
+        &self,
+        req: &AcquireRequest,
+        fresh: Granted,
+        promised: Duration,
+    ) -> Result<(Acquire, bool)> {
+        let key = req.key().as_str();
+        let names = Names::of(self, key);
+        let grant_key = self.inner.layout.mutex(key, req.owner());
+        let granted_here = |token: u64| {
+            let lease = req.granted(token).enforced_for(promised);
+            self.remember(&grant_key, &lease, fresh);
+            Ok((Acquire::Granted(lease), true))
+        };
+        for _ in 0..CONFLICT_RETRIES {
+            let value = keys::value(req.owner(), fresh.ttl, req.holder());
+            let resp = self
+                .txn(txns::acquire(
+                    names.keys(),
+                    &grant_key,
+                    value.clone(),
+                    fresh.id,
+                ))
+                .await?;
+            if resp.succeeded() {
+                return granted_here(revision(&resp)?);
+            }
+            let (mutex_kv, kind_kv, head_kv) = txns::acquire_reads(&resp);
+            if let Some(kind) = kind_kv {
+                // A reader-writer lock or a semaphore: nothing was written.
+                return Ok((Acquire::OtherKind(super::kind_of(req.key(), &kind)?), false));
+            }
+            if let Some(kv) = mutex_kv {
+                let record = Record::decode(key, &kv)?;
+                if record.lease == fresh.id {
+                    // Our own transaction, committed though its answer was
+                    // lost and the request resent: the grant is on the
+                    // fresh lease, as asked.
+                    return granted_here(record.token);
+                }
+                if record.owner == req.owner() {
+                    // A repeat of a live grant (or the claim of one handed
+                    // over, on the entry's lease, which `extend` keeps
+                    // alive or moves from): the same grant, extended.
+                    self.inner.entries.take(key, req.owner());
+                    if let Some(ttl) = self.extend(&grant_key, &record, req.ttl()).await? {
+                        let lease = req.granted(record.token).enforced_for(ttl);
+                        return Ok((Acquire::Granted(lease), false));
+                    }
+                    continue; // it lapsed: the ordinary rules
+                }
+                if req.queue_entry_ttl().is_some() {
+                    self.txn(self.entry_write(req).await?.into()).await?;
+                }
+                return Ok((Acquire::Busy(self.busy(&record).await?), false));
+            }
+            // Free, behind a queue (or changed since the compare).
+            let Some(head) = head_kv else { continue };
+            let head = Entry::decode(key, &head)?;
+            if head.owner == req.owner() {
+                let entry = self.inner.layout.entry(key, req.owner());
+                let txn = txns::grant_head_itself(
+                    names.keys(),
+                    &entry,
+                    head.created,
+                    &grant_key,
+                    value,
+                    fresh.id,
+                );
+                let resp = self.txn(txn).await?;
+                if resp.succeeded() {
+                    if let Some(entry_lease) = self.inner.entries.take(key, req.owner()) {
+                        self.revoke_later(entry_lease.id);
+                    }
+                    return granted_here(revision(&resp)?);
+                }
+                continue;
+            }
+            let mine = match req.queue_entry_ttl() {
+                Some(_) => self.entry_write(req).await?.into_ops(),
+                None => Vec::new(),
+            };
+            if self
+                .hand_over(req.key(), &head, txns::free_key(names.keys()), mine)
+                .await?
+            {
+                let busy = Busy {
+                    holder: head.holder,
+                    remaining: head.ttl,
+                };
+                return Ok((Acquire::Busy(busy), false));
+            }
+        }
+        Err(Error::unavailable("etcd: too many concurrent changes to this lock").in_store(STORE))
+    }
+
+    /// The write of `req`'s queue entry with this attempt's ticket, its
+    /// lease kept alive (or granted) first, so the lease outlives the
+    /// claim window counted from this attempt's send.
+    async fn entry_write(&self, req: &AcquireRequest) -> Result<EntryWrite> {
+        let (Some(ttl), Some(ticket)) = (req.queue_entry_ttl(), req.queue_ticket()) else {
+            return Err(Error::backend("a queue entry without its ttl and ticket").in_store(STORE));
+        };
+        let key = req.key().as_str();
+        let known = self.inner.entries.get(key, req.owner());
+        let lease = match known {
+            Some(lease) if self.keep_alive(lease.id).await? => lease,
+            _ => self.grant_lease(ttl).await?,
+        };
+        self.inner.entries.keep(key, req.owner(), lease);
+        let value = keys::entry_value(req.owner(), lease.ttl, ticket, req.holder());
+        Ok(EntryWrite {
+            key: self.inner.layout.entry(key, req.owner()),
+            value,
+            lease: lease.id,
+        })
+    }
+
+    /// Hands `key` to `head` under `when` (the key is free, or it is the
+    /// releaser's grant), with `also`; tells the head at once if it waits
+    /// in this process (its watch tells it anyway). Whether it was done
+    /// (else what was read changed: read again).
+    async fn hand_over(
+        &self,
+        key: &Key,
+        head: &Entry,
+        when: Vec<etcd_client::Compare>,
+        also: Vec<etcd_client::TxnOp>,
+    ) -> Result<bool> {
+        let layout = &self.inner.layout;
+        let txn = txns::hand_over(
+            when,
+            head,
+            &layout.entry(key.as_str(), head.owner),
+            &layout.mutex(key.as_str(), head.owner),
+            &layout.announce(key.as_str()),
+            also,
+        );
+        let resp = match self.txn(txn).await {
+            Ok(resp) => resp,
+            Err(e) if lease_gone(&e) => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        if !resp.succeeded() {
+            return Ok(false);
+        }
+        self.revoke_deleted(&resp);
+        let grant = HandOff {
+            token: revision(&resp)?,
+            ticket: head.ticket,
+        };
+        self.inner
+            .watcher
+            .hand_over_local(key.as_str(), head.owner, grant);
+        Ok(true)
+    }
+
+    /// Releases `owner`'s mutex grant of `key` with `token` (at
+    /// `grant_key`), handing the key to the queue's head in the same
+    /// transaction if it has one. Whether the grant was there.
+    pub(super) async fn release_mutex(
+        &self,
+        key: &Key,
+        grant_key: &str,
+        owner: OwnerId,
+        token: u64,
+    ) -> Result<bool> {
+        let queue = self.inner.layout.queue(key.as_str());
+        for _ in 0..CONFLICT_RETRIES {
+            let txn = txns::release(grant_key, owner, token, None, Some(&queue))?;
+            let resp = self.txn(txn).await?;
+            if resp.succeeded() {
+                self.revoke_deleted(&resp);
+                self.inner.watcher.wake_local(key.as_str());
+                return Ok(true);
+            }
+            let mut reads = txns::reads(&resp).into_iter();
+            let (grant, head) = (reads.next().flatten(), reads.next().flatten());
+            let ours = grant.is_some_and(|kv| u64::try_from(kv.create_revision()) == Ok(token));
+            if !ours {
+                return Ok(false);
+            }
+            let Some(head) = head else { continue };
+            let head = Entry::decode(key.as_str(), &head)?;
+            let when = txns::is_grant_of(grant_key, owner, token)?;
+            if self
+                .hand_over(key, &head, when, vec![txns::release_delete(grant_key)])
+                .await?
+            {
+                return Ok(true);
+            }
+        }
+        Err(Error::unavailable("etcd: too many concurrent changes to this lock").in_store(STORE))
+    }
+
+    /// Takes `owner` out of `key`'s queue and gives back a grant handed
+    /// over to it (to the next head).
+    pub(super) async fn leave(&self, key: &Key, owner: OwnerId) -> Result<()> {
+        let layout = &self.inner.layout;
+        let entry = layout.entry(key.as_str(), owner);
+        let grant_key = layout.mutex(key.as_str(), owner);
+        let resp = self.txn(txns::leave(&entry, &grant_key)).await?;
+        let handed = txns::reads(&resp).into_iter().next().flatten();
+        if let Some(grant) = handed {
+            let token = crate::backend::token_from_i64(grant.create_revision())?;
+            self.release_mutex(key, &grant_key, owner, token).await?;
+        }
+        if let Some(lease) = self.inner.entries.take(key.as_str(), owner) {
+            self.revoke_later(lease.id);
+        }
+        Ok(())
+    }
+
+    /// Revokes, in the background, the leases of the records a
+    /// transaction deleted and brought back (a released grant's).
+    fn revoke_deleted(&self, resp: &etcd_client::TxnResponse) {
+        for op in resp.op_responses() {
+            if let etcd_client::TxnOpResponse::Delete(deleted) = op {
+                for kv in deleted.prev_kvs() {
+                    self.revoke_later(kv.lease());
+                }
+            }
+        }
+    }
+}
+
+/// A queue entry to write: alone, or inside another transaction.
+struct EntryWrite {
+    key: String,
+    value: String,
+    lease: i64,
+}
+
+impl EntryWrite {
+    fn into_ops(self) -> Vec<etcd_client::TxnOp> {
+        vec![txns::put(&self.key, self.value, self.lease)]
+    }
+}
+
+impl From<EntryWrite> for etcd_client::Txn {
+    fn from(write: EntryWrite) -> Self {
+        txns::enter(&write.key, write.value, write.lease)
+    }
+}
