@@ -329,7 +329,11 @@ impl Slots {
                 slots.marker = Some(record);
                 continue;
             }
-            let slot = if name.len() == 32 {
+            let slot = if name.is_empty() {
+                // A mutex grant of a version before grants were named by
+                // their owner: still a grant until its lease ends.
+                None
+            } else if name.len() == 32 {
                 // A mutex grant, named by its owner.
                 if OwnerId::from_hex(name) != Some(record.owner) {
                     return Err(decoder.corrupt(format!("grant {name:?} is not its owner's")));
