@@ -128,16 +128,30 @@ impl EtcdBackend {
             self.remember(&grant_key, &lease, fresh);
             Ok((Acquire::Granted(lease), true))
         };
+        // A waiter that queued before keeps its entry's lease alive while
+        // the first transaction runs: it must come before the entry's write
+        // (the lease then outlives the claim window counted from this
+        // attempt's send), not after the grant's transaction.
+        let mut entry_lease = req
+            .queue_entry_ttl()
+            .and_then(|_| self.inner.entries.get(key, req.owner()))
+            .map(KeptAlive::Due);
         for _ in 0..CONFLICT_RETRIES {
             let value = keys::value(req.owner(), fresh.ttl, req.holder());
-            let resp = self
-                .txn(txns::acquire(
-                    names.keys(),
-                    &grant_key,
-                    value.clone(),
-                    fresh.id,
-                ))
-                .await?;
+            let txn = self.txn(txns::acquire(
+                names.keys(),
+                &grant_key,
+                value.clone(),
+                fresh.id,
+            ));
+            let resp = match entry_lease {
+                Some(KeptAlive::Due(lease)) => {
+                    let (alive, resp) = tokio::join!(self.keep_alive(lease.id), txn);
+                    entry_lease = Some(KeptAlive::Done(alive?.then_some(lease)));
+                    resp?
+                }
+                _ => txn.await?,
+            };
             if resp.succeeded() {
                 return granted_here(revision(&resp)?);
             }
@@ -165,10 +179,18 @@ impl EtcdBackend {
                     }
                     continue; // it lapsed: the ordinary rules
                 }
-                if req.queue_entry_ttl().is_some() {
-                    self.txn(self.entry_write(req).await?.into()).await?;
+                if req.queue_entry_ttl().is_none() {
+                    return Ok((Acquire::Busy(self.busy(&record).await?), false));
                 }
-                return Ok((Acquire::Busy(self.busy(&record).await?), false));
+                let write = self.entry_write(req, entry_lease.take()).await?;
+                self.txn(write.into()).await?;
+                // The longest the holder's lease can last, without a
+                // round trip more: a queued waiter is told of its turn.
+                let busy = Busy {
+                    holder: record.holder,
+                    remaining: record.ttl,
+                };
+                return Ok((Acquire::Busy(busy), false));
             }
             // Free, behind a queue (or changed since the compare).
             let Some(head) = head_kv else { continue };
@@ -193,7 +215,7 @@ impl EtcdBackend {
                 continue;
             }
             let mine = match req.queue_entry_ttl() {
-                Some(_) => self.entry_write(req).await?.into_ops(),
+                Some(_) => self.entry_write(req, entry_lease.take()).await?.into_ops(),
                 None => Vec::new(),
             };
             if self
@@ -212,16 +234,28 @@ impl EtcdBackend {
 
     /// The write of `req`'s queue entry with this attempt's ticket, its
     /// lease kept alive (or granted) first, so the lease outlives the
-    /// claim window counted from this attempt's send.
-    async fn entry_write(&self, req: &AcquireRequest) -> Result<EntryWrite> {
+    /// claim window counted from this attempt's send (`kept`: that
+    /// keep-alive, if this attempt sent it already).
+    async fn entry_write(
+        &self,
+        req: &AcquireRequest,
+        kept: Option<KeptAlive>,
+    ) -> Result<EntryWrite> {
         let (Some(ttl), Some(ticket)) = (req.queue_entry_ttl(), req.queue_ticket()) else {
             return Err(Error::backend("a queue entry without its ttl and ticket").in_store(STORE));
         };
         let key = req.key().as_str();
-        let known = self.inner.entries.get(key, req.owner());
-        let lease = match known {
-            Some(lease) if self.keep_alive(lease.id).await? => lease,
-            _ => self.grant_lease(ttl).await?,
+        let alive = match kept {
+            Some(KeptAlive::Done(alive)) => alive,
+            Some(KeptAlive::Due(lease)) => self.keep_alive(lease.id).await?.then_some(lease),
+            None => match self.inner.entries.get(key, req.owner()) {
+                Some(lease) => self.keep_alive(lease.id).await?.then_some(lease),
+                None => None,
+            },
+        };
+        let lease = match alive {
+            Some(lease) => lease,
+            None => self.grant_lease(ttl).await?,
         };
         self.inner.entries.keep(key, req.owner(), lease);
         let value = keys::entry_value(req.owner(), lease.ttl, ticket, req.holder());
@@ -338,6 +372,14 @@ impl EtcdBackend {
             }
         }
     }
+}
+
+/// A waiter's entry lease in an attempt: to keep alive, or kept alive
+/// (`None`: it had ended).
+#[derive(Debug, Clone, Copy)]
+enum KeptAlive {
+    Due(Granted),
+    Done(Option<Granted>),
 }
 
 /// A queue entry to write: alone, or inside another transaction.
