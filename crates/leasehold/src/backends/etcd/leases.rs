@@ -117,6 +117,7 @@ impl EtcdBackend {
         if let Some(found) = found {
             return Ok(found);
         }
+        tracing::trace!("leasehold: etcd grant without a spare lease");
         let spare = self.grant_spare(ttl).await?;
         Ok((spare, spare.granted.ttl))
     }

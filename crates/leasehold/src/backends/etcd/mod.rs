@@ -15,7 +15,9 @@
 //!   release: delete iff owner and token match, then revoke the lease.
 //! - semaphore permits and reader-writer locks (`slots.rs`): read the
 //!   lock's range, decide, and commit with `mod_revision(range) <= read`,
-//!   retrying on conflict: still one atomic transaction per grant.
+//!   retrying on conflict (a failed commit reads the range in its else
+//!   branch); a lock last seen empty is claimed unread, comparing that its
+//!   range is empty (`hints.rs`): still one atomic transaction per grant.
 //! - waiting: one watch per backend on the prefix (`watch.rs`); a deletion
 //!   (release, or etcd's expiry of a lease) wakes the key's waiters.
 //! - fair waiting (`queue.rs`): a mutex waiter that queues keeps an entry
@@ -26,6 +28,7 @@
 mod connect;
 mod errors;
 mod granted;
+mod hints;
 mod keys;
 mod leases;
 mod options;
@@ -74,6 +77,8 @@ struct Inner {
     leases: leases::Known,
     /// Leases granted ahead of the mutex grants that will need them.
     spares: spares::Spares,
+    /// What each permit or reader-writer lock looked like last time.
+    hints: hints::Hints,
     /// When the next pass over idle kind records is due (sweep.rs).
     sweeper: sweep::Sweeper,
     /// The leases of this backend's waiters' queue entries (queue.rs).
@@ -143,6 +148,7 @@ impl EtcdBackend {
                 watcher,
                 leases: leases::Known::default(),
                 spares: spares::Spares::default(),
+                hints: hints::Hints::default(),
                 sweeper: sweep::Sweeper::new(options.idle_window),
                 entries: queue::EntryLeases::default(),
             }),

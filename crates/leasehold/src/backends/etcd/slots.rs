@@ -1,11 +1,16 @@
 //! Semaphore permits and reader-writer locks: a lock's slots live in one
-//! key range (`keys.rs`), so a grant reads the range, decides by the rules
-//! of docs/semaphore.md and docs/rw-lock.md, and commits with a compare
-//! that no key of the range changed since the read (`mod_revision <
-//! read + 1` over the range). A conflict means someone else changed the
-//! lock: read again. Each grant is still one atomic transaction, its key
-//! on an etcd lease of its own like a mutex's; every record in the range
-//! is live (etcd deletes a record when its lease ends).
+//! key range (`keys.rs`), so a grant looks at the range, decides by the
+//! rules of docs/semaphore.md and docs/rw-lock.md, and commits with a
+//! compare that no key of the range changed since the look (`mod_revision
+//! < read + 1` over the range). A look is a read-only transaction, or the
+//! else branch of a claim that failed (every claim reads the lock when its
+//! compares fail), or, for a lock this backend last saw empty, a guess
+//! (hints.rs): the first slot is claimed unread, comparing that the range
+//! is empty. So an uncontended grant is one transaction, like a mutex's,
+//! and a conflict's retry needs no read of its own. Each grant is still
+//! one atomic transaction, its key on an etcd lease of its own like a
+//! mutex's; every record in the range is live (etcd deletes a record when
+//! its lease ends).
 
 use std::time::Duration;
 
@@ -18,8 +23,10 @@ use crate::error::{Error, Result};
 use crate::key::Key;
 
 use super::errors::STORE;
+use super::hints::Hint;
 use super::keys::{self, checked_key, Kind, Layout, Record, Slots};
 use super::spares::Spare;
+use super::txns::{LockKeys, Seen};
 use super::{revision, txns, EtcdBackend, CONFLICT_RETRIES};
 
 /// How many holders a busy answer asks etcd about, to name the one whose
@@ -46,21 +53,48 @@ pub(super) async fn try_acquire(backend: &EtcdBackend, req: &AcquireRequest) -> 
         Some(PermitKind::Semaphore(_)) | None => Kind::Semaphore,
         Some(_) => Kind::Rw,
     };
-    let base = layout.lock(kind, key);
+    let lock = LockKeys {
+        base: layout.lock(kind, key),
+        kind: layout.kind(key),
+        mutex: layout.slot(Kind::Mutex, key, None),
+    };
     // Taken on the first attempt that needs it (a spare when there is one,
     // as for a mutex: spares.rs), kept across conflicts, with the ttl it
     // still promises.
     let mut fresh: Option<(Spare, Duration)> = None;
     let outcome = async {
+        // A lock that looked empty last time is presumed empty: the first
+        // claim goes out unread (hints.rs); any other is read first.
+        let hint = backend.inner.hints.get(&lock.base);
+        let mut look = if hint.empty {
+            LockRead::presumed(req, &lock, hint.kind_held)
+        } else {
+            read_lock(backend, req, &lock).await?
+        };
         for _ in 0..CONFLICT_RETRIES {
-            let read = read_lock(backend, req, &base).await?;
-            let claim = match read.claim {
+            if look.seen != Seen::Empty {
+                // What a real look found is the next grant's guess.
+                let held = look.claim.as_ref().is_ok_and(txns::KindClaim::is_held);
+                let hint = Hint {
+                    empty: look.kvs.is_empty() && look.claim.is_ok(),
+                    kind_held: held,
+                };
+                backend.inner.hints.set(&lock.base, hint);
+            }
+            let claim = match look.claim {
                 Ok(claim) => claim,
                 Err(refused) => return Ok(refused),
             };
-            let (kvs, read) = (read.kvs, read.revision);
-            let slots = Slots::decode(key, &base, &kvs)?;
-            match decide(req, &slots) {
+            let (kvs, seen) = (look.kvs, look.seen);
+            let slots = Slots::decode(key, &lock.base, &kvs)?;
+            let decision = decide(req, &slots);
+            if seen == Seen::Empty && !matches!(decision, Decision::Take(_)) {
+                // Nothing to claim on a presumption (not a request an
+                // empty lock grants): read, then decide.
+                look = read_lock(backend, req, &lock).await?;
+                continue;
+            }
+            match decision {
                 Decision::Busy(holders, false) => {
                     return Ok(Acquire::Busy(first_to_expire(backend, &holders).await?));
                 }
@@ -69,14 +103,16 @@ pub(super) async fn try_acquire(backend: &EtcdBackend, req: &AcquireRequest) -> 
                     let lease = backend.grant_lease(mark).await?;
                     let value = keys::value(req.owner(), lease.ttl, req.holder());
                     let marker = layout.marker(key);
-                    let txn = txns::mark(&base, read, &claim, &marker, value, lease.id);
-                    if backend.txn(txn).await?.succeeded() {
+                    let txn = txns::mark(&lock, seen, &claim, &marker, value, lease.id);
+                    let resp = backend.txn(txn).await?;
+                    if resp.succeeded() {
                         if let Some(old) = &slots.marker {
                             backend.revoke_later(old.lease);
                         }
                         return Ok(Acquire::Busy(first_to_expire(backend, &holders).await?));
                     }
                     backend.revoke_later(lease.id);
+                    look = LockRead::answered(backend, req, &lock, &resp).await?;
                 }
                 Decision::Extend(slot, record) => {
                     if fresh.is_some_and(|(f, _)| f.granted.id == record.lease) {
@@ -89,6 +125,7 @@ pub(super) async fn try_acquire(backend: &EtcdBackend, req: &AcquireRequest) -> 
                             let etcd_key = layout.slot(kind, key, Some(slot));
                             backend.remember(&etcd_key, &lease, on.granted);
                             backend.refill_later(req.ttl());
+                            mark_held(backend, &lock.base);
                             return Ok(Acquire::Granted(lease));
                         }
                     }
@@ -97,6 +134,8 @@ pub(super) async fn try_acquire(backend: &EtcdBackend, req: &AcquireRequest) -> 
                         let lease = req.granted_permit(slot, record.token).enforced_for(ttl);
                         return Ok(Acquire::Granted(lease));
                     }
+                    // It lapsed: the ordinary rules, on a new look.
+                    look = read_lock(backend, req, &lock).await?;
                 }
                 Decision::Take(slot) => {
                     let (spare, promised) = match fresh {
@@ -116,7 +155,7 @@ pub(super) async fn try_acquire(backend: &EtcdBackend, req: &AcquireRequest) -> 
                         also.push(TxnOp::delete(layout.marker(key), None));
                     }
                     let value = keys::value(req.owner(), lease.ttl, req.holder());
-                    let txn = txns::claim(&base, read, &claim, &etcd_key, value, lease.id, also);
+                    let txn = txns::claim(&lock, seen, &claim, &etcd_key, value, lease.id, also);
                     let resp = backend.txn(txn).await?;
                     if resp.succeeded() {
                         fresh = None; // the grant's now
@@ -124,11 +163,13 @@ pub(super) async fn try_acquire(backend: &EtcdBackend, req: &AcquireRequest) -> 
                         if let Some(marker) = marker {
                             backend.revoke_later(marker.lease);
                         }
+                        mark_held(backend, &lock.base);
                         let granted = req.granted_permit(slot, revision(&resp)?);
                         let granted = granted.enforced_for(promised);
                         backend.remember(&etcd_key, &granted, lease);
                         return Ok(Acquire::Granted(granted));
                     }
+                    look = LockRead::answered(backend, req, &lock, &resp).await?;
                 }
             }
         }
@@ -148,61 +189,100 @@ pub(super) async fn try_acquire(backend: &EtcdBackend, req: &AcquireRequest) -> 
     outcome
 }
 
-/// A permit or reader-writer lock's records as read at one revision,
-/// with what the key's kind allows.
+/// Notes that a grant of the lock `base` committed: the key is of the
+/// asked kind now. Whether the lock is empty next time is a guess: it is
+/// if this grant's holder releases first, the usual case of a lock taken
+/// by one holder at a time.
+fn mark_held(backend: &EtcdBackend, base: &str) {
+    let hint = backend.inner.hints.get(base);
+    backend.inner.hints.set(
+        base,
+        Hint {
+            kind_held: true,
+            ..hint
+        },
+    );
+}
+
+/// A permit or reader-writer lock's records as one look found them (at
+/// one revision), with what the key's kind allows.
 struct LockRead {
     kvs: Vec<etcd_client::KeyValue>,
-    revision: i64,
+    /// What a claim on this look compares the range against.
+    seen: Seen,
     /// The kind condition the commit carries, or the answer to give
     /// instead (the key is of another kind, or a live mutex grant holds it).
     claim: std::result::Result<txns::KindClaim, Acquire>,
 }
 
-/// Reads the lock's range `base`, the key's kind and its mutex grant (the
-/// mutex's range holds at most one) in
-/// one read-only transaction (one revision, one round trip).
-async fn read_lock(backend: &EtcdBackend, req: &AcquireRequest, base: &str) -> Result<LockRead> {
-    let layout = &backend.inner.layout;
-    let key = req.key().as_str();
-    let kind_key = layout.kind(key);
-    let mutex_key = layout.slot(Kind::Mutex, key, None);
-    let txn = etcd_client::Txn::new().and_then([
-        TxnOp::get(base, Some(etcd_client::GetOptions::new().with_prefix())),
-        TxnOp::get(kind_key.as_str(), None),
-        TxnOp::get(
-            mutex_key.as_str(),
-            Some(etcd_client::GetOptions::new().with_prefix().with_limit(1)),
-        ),
-    ]);
-    let answer = backend.txn(txn).await?;
-    let revision = answer.header().map_or(0, |h| h.revision());
-    let mut reads = answer.op_responses().into_iter().filter_map(|op| match op {
-        etcd_client::TxnOpResponse::Get(mut get) => Some(get.take_kvs()),
-        _ => None,
-    });
-    let kvs = reads.next().unwrap_or_default();
-    let kind_kv = reads.next().and_then(|kvs| kvs.into_iter().next());
-    let mutex_kv = reads.next().and_then(|kvs| kvs.into_iter().next());
-    let wanted = req.key_kind();
-    let stored = wanted.stored().unwrap_or_default();
-    let claim = match (kind_kv, mutex_kv) {
-        (Some(kind), _) => match super::kind_of(req.key(), &kind)? {
-            held if held == wanted => Ok(txns::KindClaim::held(&kind_key, stored)),
-            held => Err(Acquire::OtherKind(held)),
-        },
-        // A mutex key: busy while its grant stands (every record is live:
-        // etcd deletes one when its lease ends).
-        (None, Some(mutex)) => {
-            let record = Record::decode(key, &mutex)?;
-            Err(Acquire::Busy(backend.busy(&record).await?))
+impl LockRead {
+    /// The look presumed, unread: no record, and the kind held (`held`)
+    /// or to be claimed; the claim's compares check both.
+    fn presumed(req: &AcquireRequest, lock: &LockKeys, held: bool) -> LockRead {
+        let stored = req.key_kind().stored().unwrap_or_default();
+        let claim = if held {
+            txns::KindClaim::held(&lock.kind, stored)
+        } else {
+            txns::KindClaim::claim(&lock.kind, &lock.mutex, stored)
+        };
+        LockRead {
+            kvs: Vec::new(),
+            seen: Seen::Empty,
+            claim: Ok(claim),
         }
-        (None, None) => Ok(txns::KindClaim::claim(&kind_key, &mutex_key, stored)),
-    };
-    Ok(LockRead {
-        kvs,
-        revision,
-        claim,
-    })
+    }
+
+    /// The look a transaction's reads ([`LockKeys::reads`], its only
+    /// reads) answered: a read-only one's, or a failed claim's else branch.
+    async fn answered(
+        backend: &EtcdBackend,
+        req: &AcquireRequest,
+        lock: &LockKeys,
+        answer: &etcd_client::TxnResponse,
+    ) -> Result<LockRead> {
+        let key = req.key().as_str();
+        let revision = answer.header().map_or(0, |h| h.revision());
+        let mut reads = answer.op_responses().into_iter().filter_map(|op| match op {
+            etcd_client::TxnOpResponse::Get(mut get) => Some(get.take_kvs()),
+            _ => None,
+        });
+        let kvs = reads.next().unwrap_or_default();
+        let kind_kv = reads.next().and_then(|kvs| kvs.into_iter().next());
+        let mutex_kv = reads.next().and_then(|kvs| kvs.into_iter().next());
+        let wanted = req.key_kind();
+        let stored = wanted.stored().unwrap_or_default();
+        let claim = match (kind_kv, mutex_kv) {
+            (Some(kind), _) => match super::kind_of(req.key(), &kind)? {
+                held if held == wanted => Ok(txns::KindClaim::held(&lock.kind, stored)),
+                held => Err(Acquire::OtherKind(held)),
+            },
+            // A mutex key: busy while its grant stands (every record is
+            // live: etcd deletes one when its lease ends).
+            (None, Some(mutex)) => {
+                let record = Record::decode(key, &mutex)?;
+                Err(Acquire::Busy(backend.busy(&record).await?))
+            }
+            (None, None) => Ok(txns::KindClaim::claim(&lock.kind, &lock.mutex, stored)),
+        };
+        Ok(LockRead {
+            kvs,
+            seen: Seen::At(revision),
+            claim,
+        })
+    }
+}
+
+/// Reads the lock's range, the key's kind and its mutex grant in one
+/// read-only transaction (one revision, one round trip).
+async fn read_lock(
+    backend: &EtcdBackend,
+    req: &AcquireRequest,
+    lock: &LockKeys,
+) -> Result<LockRead> {
+    let answer = backend
+        .txn(etcd_client::Txn::new().and_then(lock.reads()))
+        .await?;
+    LockRead::answered(backend, req, lock, &answer).await
 }
 
 /// The busy answer for `holders`: the one whose lease ends first (of the

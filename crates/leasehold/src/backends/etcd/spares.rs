@@ -28,6 +28,11 @@ use crate::time::LeaseClock;
 /// Spares kept at most (per backend, over every ttl); more are revoked.
 const SPARES_MAX: usize = 4;
 
+/// Spares kept or being granted at most per ttl: two, so that grants back
+/// to back (a permit right after a mutex, say) find the spare granted
+/// behind the grant before last, which has had two grants' time to arrive.
+const AHEAD: usize = 2;
+
 /// A lease and when its grant was sent.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Spare {
@@ -57,10 +62,10 @@ pub(super) struct Spares {
 #[derive(Debug, Default)]
 struct Pool {
     spares: Vec<Spare>,
-    /// The ttls (whole seconds) whose spare is being granted now: one
-    /// refill at a time per ttl, so that grants in quick succession, each
-    /// finding the refill of the one before still in flight, do not pile
-    /// up lease grants on the leader.
+    /// The ttl (whole seconds) of each spare being granted now: with the
+    /// spares kept, at most [`AHEAD`] per ttl, so that grants in quick
+    /// succession, each finding the refills of the ones before still in
+    /// flight, do not pile up lease grants on the leader.
     refilling: Vec<i64>,
 }
 
@@ -106,25 +111,32 @@ impl Spares {
         (found, stale)
     }
 
-    /// Whether to grant a spare for `asked_secs` now: none is kept and
-    /// none is being granted. `true` marks it as being granted, until
-    /// [`refilled`](Self::refilled).
+    /// Whether to grant a spare for `asked_secs` now: fewer than
+    /// [`AHEAD`] are kept or being granted. `true` marks one as being
+    /// granted, until [`refilled`](Self::refilled).
     pub fn start_refill(&self, asked_secs: i64) -> bool {
         let mut pool = self.pool();
-        let wanted = !pool.refilling.contains(&asked_secs)
-            && !pool.spares.iter().any(|s| s.asked_secs == asked_secs);
+        let ahead = pool.refilling.iter().filter(|&&s| s == asked_secs).count()
+            + pool
+                .spares
+                .iter()
+                .filter(|s| s.asked_secs == asked_secs)
+                .count();
+        let wanted = ahead < AHEAD;
         if wanted {
             pool.refilling.push(asked_secs);
         }
         wanted
     }
 
-    /// The refill for `asked_secs` ended, with `spare` if its grant was
+    /// A refill for `asked_secs` ended, with `spare` if its grant was
     /// answered; the id of the lease to revoke instead, as for
     /// [`put`](Self::put).
     pub fn refilled(&self, asked_secs: i64, spare: Option<Spare>, now: Instant) -> Option<i64> {
         let mut pool = self.pool();
-        pool.refilling.retain(|&s| s != asked_secs);
+        if let Some(i) = pool.refilling.iter().position(|&s| s == asked_secs) {
+            pool.refilling.swap_remove(i);
+        }
         spare.and_then(|spare| pool.keep(spare, now))
     }
 
@@ -207,16 +219,20 @@ mod tests {
     }
 
     #[test]
-    fn one_refill_at_a_time_per_ttl_and_none_while_a_spare_is_kept() {
+    fn two_spares_ahead_per_ttl_kept_or_in_flight() {
         let t0 = Instant::now();
         let spares = Spares::default();
         assert!(spares.start_refill(30));
-        assert!(!spares.start_refill(30), "one in flight");
+        assert!(spares.start_refill(30), "a second in flight");
+        assert!(!spares.start_refill(30), "two in flight");
         assert!(spares.start_refill(5), "another ttl is another refill");
         assert_eq!(spares.refilled(30, Some(spare(1, 30, t0)), t0), None);
-        assert!(!spares.start_refill(30), "a spare is kept");
+        assert!(!spares.start_refill(30), "one kept, one in flight");
+        assert_eq!(spares.refilled(30, Some(spare(2, 30, t0)), t0), None);
+        assert!(!spares.start_refill(30), "two kept");
         assert!(spares.take(30, t0).0.is_some());
         assert!(spares.start_refill(30));
+        assert!(!spares.start_refill(30));
         // A refill whose grant failed ends too.
         assert_eq!(spares.refilled(30, None, t0), None);
         assert!(spares.start_refill(30));

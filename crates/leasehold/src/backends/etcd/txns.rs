@@ -175,6 +175,11 @@ impl KindClaim {
         }
     }
 
+    /// Whether this is [`held`](Self::held): the kind is the key's already.
+    pub fn is_held(&self) -> bool {
+        self.ops.is_empty()
+    }
+
     /// The key has no kind and no mutex grant (under `mutex_key`, the
     /// mutex's range) as read:
     /// claim it as `stored`. The kind key is on no lease: it outlives
@@ -190,12 +195,49 @@ impl KindClaim {
     }
 }
 
-/// A permit or reader-writer grant in `key` (one slot of the lock whose
-/// records are the range `base`), iff nothing in the range changed since
-/// the read at revision `read` and the slot is free; `also` runs with it.
+/// The keys a permit's or reader-writer grant reads: the lock's range
+/// (`keys::Layout::lock`), the key's kind record and its mutex's range.
+#[derive(Debug, Clone)]
+pub(super) struct LockKeys {
+    pub base: String,
+    pub kind: String,
+    pub mutex: String,
+}
+
+impl LockKeys {
+    /// The three reads, in this order: the range, the kind, the mutex. A
+    /// read-only transaction of them is one linearizable look at the lock;
+    /// a claim's else branch carries the same, so a claim that failed
+    /// answers what it would have needed to read.
+    pub fn reads(&self) -> Vec<TxnOp> {
+        vec![
+            TxnOp::get(self.base.as_str(), Some(GetOptions::new().with_prefix())),
+            TxnOp::get(self.kind.as_str(), None),
+            // The mutex's range: its one grant, if any.
+            TxnOp::get(
+                self.mutex.as_str(),
+                Some(GetOptions::new().with_prefix().with_limit(1)),
+            ),
+        ]
+    }
+}
+
+/// What a claim compares the lock's range against: what a look found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Seen {
+    /// Presumed empty, unread (hints.rs): the range must have no record.
+    Empty,
+    /// As read at this revision: nothing in the range written after it.
+    At(i64),
+}
+
+/// A permit or reader-writer grant in `key` (one slot of the lock of
+/// `lock`), iff the range is as `seen` and the slot is free, with the
+/// kind condition `kind`; `also` runs with it. Else the lock is read
+/// ([`LockKeys::reads`]) in the same round trip.
 pub(super) fn claim(
-    base: &str,
-    read: i64,
+    lock: &LockKeys,
+    seen: Seen,
     kind: &KindClaim,
     key: &str,
     value: String,
@@ -206,17 +248,21 @@ pub(super) fn claim(
     ops.extend(also);
     ops.extend(kind.ops.iter().cloned());
     let mut compares = vec![
-        unchanged_since(base, read),
+        range_as(&lock.base, seen),
         Compare::create_revision(key, CompareOp::Equal, 0),
     ];
     compares.extend(kind.compares.iter().cloned());
-    Txn::new().when(compares).and_then(ops)
+    Txn::new()
+        .when(compares)
+        .and_then(ops)
+        .or_else(lock.reads())
 }
 
-/// A waiting writer's marker, iff the lock's range is as read.
+/// A waiting writer's marker, iff the lock's range is as `seen`; else the
+/// lock is read, as for [`claim`].
 pub(super) fn mark(
-    base: &str,
-    read: i64,
+    lock: &LockKeys,
+    seen: Seen,
     kind: &KindClaim,
     marker: &str,
     value: String,
@@ -224,15 +270,23 @@ pub(super) fn mark(
 ) -> Txn {
     let mut ops = vec![put(marker, value, lease)];
     ops.extend(kind.ops.iter().cloned());
-    let mut compares = vec![unchanged_since(base, read)];
+    let mut compares = vec![range_as(&lock.base, seen)];
     compares.extend(kind.compares.iter().cloned());
-    Txn::new().when(compares).and_then(ops)
+    Txn::new()
+        .when(compares)
+        .and_then(ops)
+        .or_else(lock.reads())
 }
 
-/// "Nothing under `base` was written after revision `read`" (a key
-/// deleted since is not compared: a freed slot never makes a grant wrong).
-fn unchanged_since(base: &str, read: i64) -> Compare {
-    Compare::mod_revision(base, CompareOp::Less, read + 1).with_prefix()
+/// The range `base` is as `seen`: empty (no key has a create revision:
+/// etcd compares an empty range as one absent key), or nothing under it
+/// written after revision `read` (a key deleted since is not compared: a
+/// freed slot never makes a grant wrong).
+fn range_as(base: &str, seen: Seen) -> Compare {
+    match seen {
+        Seen::Empty => range_empty(base),
+        Seen::At(read) => Compare::mod_revision(base, CompareOp::Less, read + 1).with_prefix(),
+    }
 }
 
 /// Moves `record` (still on its lease, checked by the caller's keep-alive
