@@ -10,9 +10,10 @@
 //!   (a keep-alive of its lease, or a re-put under a longer lease, which
 //!   moves `mod_revision` only), so the token stays put.
 //!
-//! `kind` is `L` (mutex: the slot is the owner id, so a release can hand
-//! the key to the head of its queue in the same transaction, which etcd
-//! allows only on another key; the lock's range holds at most one grant),
+//! `kind` is `L` (mutex: an empty slot, or `h` for a grant a release handed
+//! over: etcd refuses a delete and a put of one key in one transaction, so
+//! the head's grant takes the other place; the lock's range holds at most
+//! one grant),
 //! `S` (semaphore permit, slot as 4 digits) or `R` (reader-writer lock: readers' slots, the writer in
 //! [`WRITER_SLOT`](crate::backend::WRITER_SLOT), and `mark` for a waiting
 //! writer's marker, same value form, on a lease of the marker's ttl). A
@@ -68,6 +69,9 @@ pub(super) enum Family {
     Entry,
 }
 
+/// The name of the second place of a mutex grant inside its range.
+const HANDED: &str = "h";
+
 /// The name of a reader-writer lock's marker inside the lock's range.
 const MARK: &str = "mark";
 
@@ -104,21 +108,44 @@ impl Layout {
         }
     }
 
-    /// The record of `owner`'s mutex grant of `key`. Every mutex grant
-    /// of a key lives under [`lock`](Self::lock)`(Kind::Mutex, key)`, which
-    /// the protocol keeps to one record at a time.
-    pub fn mutex(&self, key: &str, owner: OwnerId) -> String {
-        format!("{}{owner}", self.lock(Kind::Mutex, key))
+    /// Where a mutex grant of `key` is made: the first of the two places
+    /// in the mutex's range (which the protocol keeps to one grant).
+    pub fn mutex(&self, key: &str) -> String {
+        self.lock(Kind::Mutex, key)
     }
 
-    /// The record a held grant lives in: a mutex's, a semaphore permit's
-    /// slot or a reader-writer grant's.
+    /// The place in the mutex's range that is not `place`: where a release
+    /// from `place` puts the grant it hands over. Two fixed names keep the
+    /// range (and etcd's index of it) two keys long, whoever held the key.
+    pub fn other_mutex_place(&self, key: &str, place: &[u8]) -> String {
+        let first = self.mutex(key);
+        if place == first.as_bytes() {
+            format!("{first}{HANDED}")
+        } else {
+            first
+        }
+    }
+
+    /// The name a grant is known by ([`known_as`](Self::known_as)): a
+    /// mutex's range (its grant is in one of two places there), a
+    /// semaphore permit's slot or a reader-writer grant's.
     pub fn grant(&self, lease: &crate::backend::Lease) -> String {
         let key = lease.key().as_str();
         match (lease.slot(), lease.rw_side()) {
-            (None, _) => self.mutex(key, lease.owner()),
+            (None, _) => self.mutex(key),
             (Some(slot), None) => self.slot(Kind::Semaphore, key, Some(slot)),
             (Some(slot), Some(_)) => self.slot(Kind::Rw, key, Some(slot)),
+        }
+    }
+
+    /// The name the grant at `etcd_key` is known by: its own, or for the
+    /// handed place of a mutex grant, the mutex's range (the first place).
+    pub fn known_as<'a>(&self, etcd_key: &'a str) -> &'a str {
+        match etcd_key.strip_suffix(HANDED) {
+            Some(first) if first.ends_with('\0') && self.family_of(first.as_bytes()).is_some() => {
+                first
+            }
+            _ => etcd_key,
         }
     }
 
@@ -329,15 +356,8 @@ impl Slots {
                 slots.marker = Some(record);
                 continue;
             }
-            let slot = if name.is_empty() {
-                // A mutex grant of a version before grants were named by
-                // their owner: still a grant until its lease ends.
-                None
-            } else if name.len() == 32 {
-                // A mutex grant, named by its owner.
-                if OwnerId::from_hex(name) != Some(record.owner) {
-                    return Err(decoder.corrupt(format!("grant {name:?} is not its owner's")));
-                }
+            let slot = if name.is_empty() || name == HANDED {
+                // A mutex grant, in either of its places.
                 None
             } else {
                 let slot = Some(name)
@@ -374,7 +394,11 @@ mod tests {
         let slot = layout.slot(Kind::Semaphore, "a/b", Some(3));
         assert_eq!(slot, "lh/S/a/b\u{0}0003");
         let owner = OwnerId::random();
-        assert_eq!(layout.mutex("a/b", owner), format!("lh/L/a/b\u{0}{owner}"));
+        let first = layout.mutex("a/b");
+        assert_eq!(first, "lh/L/a/b\u{0}");
+        let handed = layout.other_mutex_place("a/b", first.as_bytes());
+        assert_eq!(handed, "lh/L/a/b\u{0}h");
+        assert_eq!(layout.other_mutex_place("a/b", handed.as_bytes()), first);
         assert_eq!(
             layout.family_of(slot.as_bytes()),
             Some((Family::Grant, "a/b"))

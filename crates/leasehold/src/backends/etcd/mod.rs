@@ -280,7 +280,10 @@ impl EtcdBackend {
         if !self.keep_alive(record.lease).await? {
             return Ok(None);
         }
-        let grant = leases::GrantId::new(etcd_key, record.owner, record.token);
+        // A mutex grant is known by its lock's range, whichever of its two
+        // places it is in (`Layout::grant`).
+        let known_as = self.inner.layout.known_as(etcd_key);
+        let grant = leases::GrantId::new(known_as, record.owner, record.token);
         if leases::ttl_secs(ttl) <= leases::ttl_secs(record.ttl) {
             self.inner.leases.remember(grant, record.lease, record.ttl);
             return Ok(Some(record.ttl));
@@ -317,13 +320,20 @@ impl EtcdBackend {
                 return Ok(alive);
             }
         }
-        let Some(record) = self.record(lease.key(), etcd_key).await? else {
+        let found = if lease.slot().is_none() {
+            // A mutex grant: in either place of its lock's range.
+            let (kvs, _) = self.range(etcd_key).await?;
+            grant_among(lease.key(), &kvs, lease.owner(), lease.token())?
+        } else {
+            self.record(lease.key(), etcd_key)
+                .await?
+                .filter(|r| r.owner == lease.owner() && r.token == lease.token())
+                .map(|r| (etcd_key.to_owned(), r))
+        };
+        let Some((at, record)) = found else {
             return Ok(false);
         };
-        if record.owner != lease.owner() || record.token != lease.token() {
-            return Ok(false);
-        }
-        Ok(self.extend(etcd_key, &record, ttl).await?.is_some())
+        Ok(self.extend(&at, &record, ttl).await?.is_some())
     }
 
     /// Deletes the grant at `etcd_key` iff owner and token match, then
@@ -415,6 +425,24 @@ impl EtcdBackend {
         }
         Ok(broke)
     }
+}
+
+/// `owner`'s grant with `token` among `kvs` (a mutex's range, read back),
+/// and the etcd key it is at.
+fn grant_among(
+    key: &Key,
+    kvs: &[etcd_client::KeyValue],
+    owner: crate::backend::OwnerId,
+    token: u64,
+) -> Result<Option<(String, Record)>> {
+    for kv in kvs {
+        let record = Record::decode(key.as_str(), kv)?;
+        if record.owner == owner && record.token == token {
+            let at = String::from_utf8_lossy(kv.key()).into_owned();
+            return Ok(Some((at, record)));
+        }
+    }
+    Ok(None)
 }
 
 /// The kind a kind key holds: a reader-writer lock or a semaphore (a

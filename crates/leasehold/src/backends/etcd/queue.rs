@@ -122,7 +122,7 @@ impl EtcdBackend {
     ) -> Result<(Acquire, bool)> {
         let key = req.key().as_str();
         let names = Names::of(self, key);
-        let grant_key = self.inner.layout.mutex(key, req.owner());
+        let grant_key = self.inner.layout.mutex(key);
         let granted_here = |token: u64| {
             let lease = req.granted(token).enforced_for(promised);
             self.remember(&grant_key, &lease, fresh);
@@ -173,7 +173,8 @@ impl EtcdBackend {
                     // over, on the entry's lease, which `extend` keeps
                     // alive or moves from): the same grant, extended.
                     self.inner.entries.take(key, req.owner());
-                    if let Some(ttl) = self.extend(&grant_key, &record, req.ttl()).await? {
+                    let at = String::from_utf8_lossy(kv.key()).into_owned();
+                    if let Some(ttl) = self.extend(&at, &record, req.ttl()).await? {
                         let lease = req.granted(record.token).enforced_for(ttl);
                         return Ok((Acquire::Granted(lease), false));
                     }
@@ -218,8 +219,9 @@ impl EtcdBackend {
                 Some(_) => self.entry_write(req, entry_lease.take()).await?.into_ops(),
                 None => Vec::new(),
             };
+            let when = txns::free_key(names.keys());
             if self
-                .hand_over(req.key(), &head, txns::free_key(names.keys()), mine)
+                .hand_over(req.key(), &head, &grant_key, when, mine)
                 .await?
             {
                 let busy = Busy {
@@ -266,14 +268,15 @@ impl EtcdBackend {
         })
     }
 
-    /// Hands `key` to `head` under `when` (the key is free, or it is the
-    /// releaser's grant), with `also`; tells the head at once if it waits
-    /// in this process (its watch tells it anyway). Whether it was done
-    /// (else what was read changed: read again).
+    /// Hands `key` to `head`, its grant at `to`, under `when` (the key is
+    /// free, or it is the releaser's grant), with `also`; tells the head at
+    /// once if it waits in this process (its watch tells it anyway).
+    /// Whether it was done (else what was read changed: read again).
     async fn hand_over(
         &self,
         key: &Key,
         head: &Entry,
+        to: &str,
         when: Vec<etcd_client::Compare>,
         also: Vec<etcd_client::TxnOp>,
     ) -> Result<bool> {
@@ -282,7 +285,7 @@ impl EtcdBackend {
             when,
             head,
             &layout.entry(key.as_str(), head.owner),
-            &layout.mutex(key.as_str(), head.owner),
+            to,
             &layout.announce(key.as_str()),
             also,
         );
@@ -305,38 +308,41 @@ impl EtcdBackend {
         Ok(true)
     }
 
-    /// Releases `owner`'s mutex grant of `key` with `token` (at
-    /// `grant_key`), handing the key to the queue's head in the same
-    /// transaction if it has one. Whether the grant was there.
+    /// Releases `owner`'s mutex grant of `key` with `token` (first tried
+    /// at `at`: its place in the range, if known, else the first),
+    /// handing the key to the queue's head in the same transaction if it
+    /// has one. Whether the grant was there.
     pub(super) async fn release_mutex(
         &self,
         key: &Key,
-        grant_key: &str,
+        at: &str,
         owner: OwnerId,
         token: u64,
     ) -> Result<bool> {
-        let queue = self.inner.layout.queue(key.as_str());
+        let layout = &self.inner.layout;
+        let (range, queue) = (layout.mutex(key.as_str()), layout.queue(key.as_str()));
+        let mut at = at.to_owned();
         for _ in 0..CONFLICT_RETRIES {
-            let txn = txns::release(grant_key, owner, token, None, Some(&queue))?;
+            let txn = txns::release(&at, owner, token, None, Some((&range, &queue)))?;
             let resp = self.txn(txn).await?;
             if resp.succeeded() {
                 self.revoke_deleted(&resp);
                 self.inner.watcher.wake_local(key.as_str());
                 return Ok(true);
             }
-            let mut reads = txns::reads(&resp).into_iter();
-            let (grant, head) = (reads.next().flatten(), reads.next().flatten());
-            let ours = grant.is_some_and(|kv| u64::try_from(kv.create_revision()) == Ok(token));
-            if !ours {
+            let (grants, head) = txns::release_reads(&resp);
+            let Some((found, _)) = super::grant_among(key, &grants, owner, token)? else {
                 return Ok(false);
-            }
-            let Some(head) = head else { continue };
+            };
+            at = found;
+            let Some(head) = head else {
+                continue; // in the other place, or the queue emptied
+            };
             let head = Entry::decode(key.as_str(), &head)?;
-            let when = txns::is_grant_of(grant_key, owner, token)?;
-            if self
-                .hand_over(key, &head, when, vec![txns::release_delete(grant_key)])
-                .await?
-            {
+            let when = txns::is_grant_of(&at, owner, token)?;
+            let to = layout.other_mutex_place(key.as_str(), at.as_bytes());
+            let release = vec![txns::release_delete(&at)];
+            if self.hand_over(key, &head, &to, when, release).await? {
                 return Ok(true);
             }
         }
@@ -348,12 +354,15 @@ impl EtcdBackend {
     pub(super) async fn leave(&self, key: &Key, owner: OwnerId) -> Result<()> {
         let layout = &self.inner.layout;
         let entry = layout.entry(key.as_str(), owner);
-        let grant_key = layout.mutex(key.as_str(), owner);
-        let resp = self.txn(txns::leave(&entry, &grant_key)).await?;
-        let handed = txns::reads(&resp).into_iter().next().flatten();
-        if let Some(grant) = handed {
-            let token = crate::backend::token_from_i64(grant.create_revision())?;
-            self.release_mutex(key, &grant_key, owner, token).await?;
+        let range = layout.mutex(key.as_str());
+        let resp = self.txn(txns::leave(&entry, &range)).await?;
+        let (grants, _) = txns::release_reads(&resp);
+        for kv in &grants {
+            let record = Record::decode(key.as_str(), kv)?;
+            if record.owner == owner {
+                let at = String::from_utf8_lossy(kv.key()).into_owned();
+                self.release_mutex(key, &at, owner, record.token).await?;
+            }
         }
         if let Some(lease) = self.inner.entries.take(key.as_str(), owner) {
             self.revoke_later(lease.id);

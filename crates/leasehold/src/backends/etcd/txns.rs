@@ -306,26 +306,27 @@ pub(super) fn repoint(key: &str, record: &Record, value: String, lease: i64) -> 
 /// reader-writer grant's release also writes its key's kind record again
 /// (`kind`: the record and its unchanged value), so that record's
 /// `mod_revision` says when the key was last released (sweep.rs). A
-/// mutex's release (`queue`: its queue's range) also needs the queue
-/// empty; else it reads the grant and the head ([`reads`]), and the
-/// caller hands over ([`hand_over`]).
+/// mutex's release (`mutex`: its range and its queue's) also needs the
+/// queue empty; else it reads the range's grants and the queue's head
+/// ([`release_reads`]), and the caller hands over ([`hand_over`]).
 pub(super) fn release(
     key: &str,
     owner: OwnerId,
     token: u64,
     kind: Option<(String, &str)>,
-    queue: Option<&str>,
+    mutex: Option<(&str, &str)>,
 ) -> Result<Txn> {
     let mut ops = vec![release_delete(key)];
     ops.extend(kind.map(|(record, stored)| TxnOp::put(record, stored, None)));
     let mut when = is_grant_of(key, owner, token)?;
-    let txn = match queue {
-        Some(queue) => {
+    let txn = match mutex {
+        Some((range, queue)) => {
             when.push(range_empty(queue));
+            let grants = TxnOp::get(range, Some(GetOptions::new().with_prefix()));
             Txn::new()
                 .when(when)
                 .and_then(ops)
-                .or_else([TxnOp::get(key, None), head_of(queue)])
+                .or_else([grants, head_of(queue)])
         }
         None => Txn::new().when(when).and_then(ops),
     };
@@ -337,11 +338,25 @@ pub(super) fn release_delete(key: &str) -> TxnOp {
     TxnOp::delete(key, Some(DeleteOptions::new().with_prev_key()))
 }
 
-/// A waiter leaves: its entry goes, and a grant handed over to it is read
-/// (the caller releases it, handing the key on). Both are named by its
-/// owner id, fresh per acquisition: nobody else's.
-pub(super) fn leave(entry: &str, grant: &str) -> Txn {
-    Txn::new().and_then([TxnOp::delete(entry, None), TxnOp::get(grant, None)])
+/// What a refused mutex [`release`] (or a [`leave`]) read: the grants in
+/// the mutex's range, and the queue's head if any.
+pub(super) fn release_reads(resp: &TxnResponse) -> (Vec<KeyValue>, Option<KeyValue>) {
+    let mut gets = resp.op_responses().into_iter().filter_map(|op| match op {
+        TxnOpResponse::Get(mut get) => Some(get.take_kvs()),
+        _ => None,
+    });
+    let grants = gets.next().unwrap_or_default();
+    (grants, gets.next().and_then(|kvs| kvs.into_iter().next()))
+}
+
+/// A waiter leaves: its entry goes (named by its owner id, fresh per
+/// acquisition: nobody else's), and the mutex's range is read for a grant
+/// handed over to it (the caller releases it, handing the key on).
+pub(super) fn leave(entry: &str, range: &str) -> Txn {
+    Txn::new().and_then([
+        TxnOp::delete(entry, None),
+        TxnOp::get(range, Some(GetOptions::new().with_prefix())),
+    ])
 }
 
 /// Force-release's cleanup of a record whose lease is gone or missing:
