@@ -387,8 +387,8 @@ impl EtcdBackend {
 
     /// Force-release of the records under `etcd_key` (a mutex's range):
     /// revokes each one's lease (which deletes it with everything else on
-    /// that lease: one grant). Whether a live grant was broken. Acts on the raw key-value, so a damaged
-    /// record can be broken too.
+    /// that lease: one grant). Whether a live grant was broken. Acts on
+    /// the raw key-values, so a damaged record can be broken too.
     async fn break_record(&self, etcd_key: &str) -> Result<bool> {
         let (kvs, _) = self.range(etcd_key).await?;
         let mut broke = false;

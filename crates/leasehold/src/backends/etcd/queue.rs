@@ -30,7 +30,7 @@ use crate::notify::HandOff;
 
 use super::errors::STORE;
 use super::granted::Granted;
-use super::keys::{self, Entry, Kind, Record};
+use super::keys::{self, Entry, Record};
 use super::txns::{self, MutexKeys};
 use super::{revision, EtcdBackend, CONFLICT_RETRIES};
 
@@ -83,32 +83,6 @@ fn lease_gone(e: &Error) -> bool {
     e.to_string().contains("lease not found")
 }
 
-/// The keys of `key`'s mutex transactions.
-struct Names {
-    lock: String,
-    kind: String,
-    queue: String,
-}
-
-impl Names {
-    fn of(backend: &EtcdBackend, key: &str) -> Self {
-        let layout = &backend.inner.layout;
-        Names {
-            lock: layout.lock(Kind::Mutex, key),
-            kind: layout.kind(key),
-            queue: layout.queue(key),
-        }
-    }
-
-    fn keys(&self) -> MutexKeys<'_> {
-        MutexKeys {
-            lock: &self.lock,
-            kind: &self.kind,
-            queue: &self.queue,
-        }
-    }
-}
-
 impl EtcdBackend {
     /// The attempts of a mutex grant on the fresh lease `fresh`: the
     /// answer, and whether the grant is on `fresh` (else the caller
@@ -121,11 +95,12 @@ impl EtcdBackend {
         promised: Duration,
     ) -> Result<(Acquire, bool)> {
         let key = req.key().as_str();
-        let names = Names::of(self, key);
-        let grant_key = self.inner.layout.mutex(key);
+        let names = MutexKeys::of(&self.inner.layout, key);
+        // A grant is made in the first place of the lock's range.
+        let grant_key = &names.lock;
         let granted_here = |token: u64| {
             let lease = req.granted(token).enforced_for(promised);
-            self.remember(&grant_key, &lease, fresh);
+            self.remember(grant_key, &lease, fresh);
             Ok((Acquire::Granted(lease), true))
         };
         // A waiter that queued before keeps its entry's lease alive while
@@ -138,12 +113,7 @@ impl EtcdBackend {
             .map(KeptAlive::Due);
         for _ in 0..CONFLICT_RETRIES {
             let value = keys::value(req.owner(), fresh.ttl, req.holder());
-            let txn = self.txn(txns::acquire(
-                names.keys(),
-                &grant_key,
-                value.clone(),
-                fresh.id,
-            ));
+            let txn = self.txn(txns::acquire(&names, value.clone(), fresh.id));
             let resp = match entry_lease {
                 Some(KeptAlive::Due(lease)) => {
                     let (alive, resp) = tokio::join!(self.keep_alive(lease.id), txn);
@@ -198,14 +168,7 @@ impl EtcdBackend {
             let head = Entry::decode(key, &head)?;
             if head.owner == req.owner() {
                 let entry = self.inner.layout.entry(key, req.owner());
-                let txn = txns::grant_head_itself(
-                    names.keys(),
-                    &entry,
-                    head.created,
-                    &grant_key,
-                    value,
-                    fresh.id,
-                );
+                let txn = txns::grant_head_itself(&names, &entry, head.created, value, fresh.id);
                 let resp = self.txn(txn).await?;
                 if resp.succeeded() {
                     if let Some(entry_lease) = self.inner.entries.take(key, req.owner()) {
@@ -219,9 +182,9 @@ impl EtcdBackend {
                 Some(_) => self.entry_write(req, entry_lease.take()).await?.into_ops(),
                 None => Vec::new(),
             };
-            let when = txns::free_key(names.keys());
+            let when = txns::free_key(&names);
             if self
-                .hand_over(req.key(), &head, &grant_key, when, mine)
+                .hand_over(req.key(), &head, grant_key, when, mine)
                 .await?
             {
                 let busy = Busy {

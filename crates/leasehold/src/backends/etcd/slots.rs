@@ -242,13 +242,10 @@ impl LockRead {
     ) -> Result<LockRead> {
         let key = req.key().as_str();
         let revision = answer.header().map_or(0, |h| h.revision());
-        let mut reads = answer.op_responses().into_iter().filter_map(|op| match op {
-            etcd_client::TxnOpResponse::Get(mut get) => Some(get.take_kvs()),
-            _ => None,
-        });
+        let mut reads = txns::gets(answer);
         let kvs = reads.next().unwrap_or_default();
-        let kind_kv = reads.next().and_then(|kvs| kvs.into_iter().next());
-        let mutex_kv = reads.next().and_then(|kvs| kvs.into_iter().next());
+        let kind_kv = txns::first(reads.next());
+        let mutex_kv = txns::first(reads.next());
         let wanted = req.key_kind();
         let stored = wanted.stored().unwrap_or_default();
         let claim = match (kind_kv, mutex_kv) {

@@ -13,19 +13,30 @@ use etcd_client::{
 use crate::backend::OwnerId;
 use crate::error::Result;
 
-use super::keys::{hand_off_value, owner_bounds, Entry, Record};
+use super::keys::{hand_off_value, owner_bounds, Entry, Kind, Layout, Record};
 
 pub(super) fn put(key: &str, value: String, lease: i64) -> TxnOp {
     TxnOp::put(key, value, Some(PutOptions::new().with_lease(lease)))
 }
 
-/// The keys a mutex transaction names: the lock's range (which holds
-/// its one grant, named by owner), the key's kind record and its queue.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct MutexKeys<'a> {
-    pub lock: &'a str,
-    pub kind: &'a str,
-    pub queue: &'a str,
+/// The keys a mutex transaction names: the lock's range (which holds its
+/// one grant, in the first of its two places or the other), the key's kind
+/// record and its queue's range.
+#[derive(Debug, Clone)]
+pub(super) struct MutexKeys {
+    pub lock: String,
+    pub kind: String,
+    pub queue: String,
+}
+
+impl MutexKeys {
+    pub fn of(layout: &Layout, key: &str) -> Self {
+        MutexKeys {
+            lock: layout.lock(Kind::Mutex, key),
+            kind: layout.kind(key),
+            queue: layout.queue(key),
+        }
+    }
 }
 
 /// "No key under `base`": etcd applies a range compare to every key in
@@ -47,34 +58,33 @@ fn head_of(queue: &str) -> TxnOp {
 /// and no queue then put(grant, value, lease) else get(lock range),
 /// get(kind), get(queue head)`. One round trip; a refusal carries what
 /// decides the answer ([`acquire_reads`]).
-pub(super) fn acquire(keys: MutexKeys<'_>, grant: &str, value: String, lease: i64) -> Txn {
+pub(super) fn acquire(keys: &MutexKeys, value: String, lease: i64) -> Txn {
+    let mut when = free_key(keys);
+    when.push(range_empty(&keys.queue));
     Txn::new()
-        .when([
-            range_empty(keys.lock),
-            Compare::create_revision(keys.kind, CompareOp::Equal, 0),
-            range_empty(keys.queue),
-        ])
-        .and_then([put(grant, value, lease)])
+        .when(when)
+        .and_then([put(&keys.lock, value, lease)])
         .or_else([
             TxnOp::get(
-                keys.lock,
+                keys.lock.as_str(),
                 Some(GetOptions::new().with_prefix().with_limit(1)),
             ),
-            TxnOp::get(keys.kind, None),
-            head_of(keys.queue),
+            TxnOp::get(keys.kind.as_str(), None),
+            head_of(&keys.queue),
         ])
 }
 
-/// What a refused [`acquire`] (or [`release`] of a mutex) read, in order:
-/// each get's first key-value, if any.
-pub(super) fn reads(resp: &TxnResponse) -> Vec<Option<KeyValue>> {
-    resp.op_responses()
-        .into_iter()
-        .filter_map(|op| match op {
-            TxnOpResponse::Get(mut get) => Some(get.take_kvs().into_iter().next()),
-            _ => None,
-        })
-        .collect()
+/// The answers of a transaction's gets, in order (each get's key-values).
+pub(super) fn gets(resp: &TxnResponse) -> impl Iterator<Item = Vec<KeyValue>> + '_ {
+    resp.op_responses().into_iter().filter_map(|op| match op {
+        TxnOpResponse::Get(mut get) => Some(get.take_kvs()),
+        _ => None,
+    })
+}
+
+/// The first key-value of a get's answer, if any.
+pub(super) fn first(kvs: Option<Vec<KeyValue>>) -> Option<KeyValue> {
+    kvs.and_then(|kvs| kvs.into_iter().next())
 }
 
 /// What a refused [`acquire`] read: the mutex grant, the kind key and the
@@ -82,12 +92,8 @@ pub(super) fn reads(resp: &TxnResponse) -> Vec<Option<KeyValue>> {
 pub(super) fn acquire_reads(
     resp: &TxnResponse,
 ) -> (Option<KeyValue>, Option<KeyValue>, Option<KeyValue>) {
-    let mut reads = reads(resp).into_iter();
-    (
-        reads.next().flatten(),
-        reads.next().flatten(),
-        reads.next().flatten(),
-    )
+    let mut gets = gets(resp);
+    (first(gets.next()), first(gets.next()), first(gets.next()))
 }
 
 /// A waiter's entry written (a new one goes last: its create revision is
@@ -100,20 +106,17 @@ pub(super) fn enter(entry: &str, value: String, lease: i64) -> Txn {
 /// is empty, the key has no kind and the head's entry is the one read,
 /// then put(grant) and delete(entry)`.
 pub(super) fn grant_head_itself(
-    keys: MutexKeys<'_>,
+    keys: &MutexKeys,
     entry: &str,
     created: i64,
-    grant: &str,
     value: String,
     lease: i64,
 ) -> Txn {
+    let mut when = free_key(keys);
+    when.push(Compare::create_revision(entry, CompareOp::Equal, created));
     Txn::new()
-        .when([
-            range_empty(keys.lock),
-            Compare::create_revision(keys.kind, CompareOp::Equal, 0),
-            Compare::create_revision(entry, CompareOp::Equal, created),
-        ])
-        .and_then([put(grant, value, lease), TxnOp::delete(entry, None)])
+        .when(when)
+        .and_then([put(&keys.lock, value, lease), TxnOp::delete(entry, None)])
 }
 
 /// The key handed to the queue's head `head` (its entry at `entry`, its
@@ -148,11 +151,12 @@ pub(super) fn hand_over(
     Txn::new().when(when).and_then(ops)
 }
 
-/// A hand-off in an acquire: the key is free and has no kind.
-pub(super) fn free_key(keys: MutexKeys<'_>) -> Vec<Compare> {
+/// The key is free and has no kind: what a mutex grant (or a hand-off
+/// in an acquire) needs.
+pub(super) fn free_key(keys: &MutexKeys) -> Vec<Compare> {
     vec![
-        range_empty(keys.lock),
-        Compare::create_revision(keys.kind, CompareOp::Equal, 0),
+        range_empty(&keys.lock),
+        Compare::create_revision(keys.kind.as_str(), CompareOp::Equal, 0),
     ]
 }
 
@@ -341,12 +345,8 @@ pub(super) fn release_delete(key: &str) -> TxnOp {
 /// What a refused mutex [`release`] (or a [`leave`]) read: the grants in
 /// the mutex's range, and the queue's head if any.
 pub(super) fn release_reads(resp: &TxnResponse) -> (Vec<KeyValue>, Option<KeyValue>) {
-    let mut gets = resp.op_responses().into_iter().filter_map(|op| match op {
-        TxnOpResponse::Get(mut get) => Some(get.take_kvs()),
-        _ => None,
-    });
-    let grants = gets.next().unwrap_or_default();
-    (grants, gets.next().and_then(|kvs| kvs.into_iter().next()))
+    let mut gets = gets(resp);
+    (gets.next().unwrap_or_default(), first(gets.next()))
 }
 
 /// A waiter leaves: its entry goes (named by its owner id, fresh per
