@@ -1,7 +1,7 @@
 //! Where the engine's background work runs: lease renewal (the driver of
 //! [`RenewalScheduler`](crate::renewal::RenewalScheduler) and every guard's
 //! keep-alive task), and the completion of acquire attempts whose caller
-//! went away when they were dropped outside any runtime (lock.rs: dropped
+//! went away when they were dropped outside any runtime (lock/acquire.rs: dropped
 //! on a runtime, an attempt is finished there, where its timers and
 //! sockets belong).
 //!

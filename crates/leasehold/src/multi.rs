@@ -161,7 +161,7 @@ impl Locks {
     async fn take(&self, part: Part<'_>, options: &AcquireOptions) -> Result<LeaseGuard> {
         let options = &options.for_primitive(crate::observe::Primitive::Multi);
         // The key's exclusive acquire: its mutex, or the writer of a key
-        // that is a reader-writer lock (lock.rs).
+        // that is a reader-writer lock (lock/acquire.rs).
         self.acquire_with(part.key().as_str(), options).await
     }
 }

@@ -3,7 +3,7 @@
 //! fanned out to the counters behind [`Locks::stats`](crate::Locks::stats)
 //! and, with the `metrics` feature, to the `metrics` facade.
 //!
-//! The engine (lock.rs, guard.rs) only holds an [`AcquireProbe`] or a
+//! The engine (lock/acquire.rs, guard.rs) only holds an [`AcquireProbe`] or a
 //! [`Tally`] and calls it; every rule about labels, outcomes and what is
 //! counted lives here, so the engine's files keep a few separate lines.
 
@@ -196,7 +196,7 @@ pub(crate) fn store_error_type(error: &Error) -> Option<&'static str> {
 /// (the caller dropped the call) it counts as cancelled.
 pub(crate) struct AcquireProbe {
     tally: Tally,
-    /// The acquisition's span (lock.rs's `acquire`), given its labels and,
+    /// The acquisition's span (lock/mod.rs's `acquire_with`), given its labels and,
     /// at the end, the outcome.
     span: tracing::Span,
     started: Instant,

@@ -42,7 +42,7 @@ use crate::error::{Error, Result};
 use crate::lock::Locks;
 use crate::scheme::{Scheme, StoreUrl};
 
-// Here rather than in lock.rs: the engine's handle knows no store; opening
+// Here rather than in lock/: the engine's handle knows no store; opening
 // one by its URL is this floor's job.
 impl Locks {
     /// Opens the store named by `url`: `memory://`, `sqlite://PATH` (see

@@ -1,0 +1,467 @@
+//! The acquisition engine every store and primitive shares: one attempt
+//! at a time at the store, raced against the cancel token and a backstop;
+//! between attempts a wait woken by the store's release notifications (or
+//! a hand-off to this waiter's queue seat), the holder's remaining ttl or a
+//! jittered backoff, never past the caller's bound; and attempts whose
+//! caller went away are finished in the background, a grant they bring
+//! given back.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::time::{sleep_until, timeout_at, Instant};
+
+use super::{AcquireOptions, Locks, STORE_ANSWER_GRACE};
+use crate::backend::{
+    Acquire, AcquireRequest, Backend, BoxFuture, Busy, KeyKind, Lease, PermitKind,
+};
+use crate::error::{Error, Result};
+use crate::guard::{born_dead, Granted, LeaseGuard};
+use crate::key::Key;
+use crate::notify::Subscription;
+use crate::observe::AcquireProbe;
+use crate::queue::QueueSeat;
+use crate::time::Backoff;
+
+/// The holder label reported when the store granted the lease but the grant
+/// arrived after the lease it started had already ended (the request took
+/// longer than the ttl): the grant is given back and the attempt counts as
+/// busy.
+const LATE_GRANT: &str = "(a grant that arrived after its lease ended)";
+
+impl Locks {
+    pub(super) async fn acquire_request(
+        &self,
+        request: AcquireRequest,
+        options: &AcquireOptions,
+    ) -> Result<LeaseGuard> {
+        let probe = AcquireProbe::start(
+            &self.observer,
+            &request,
+            options.lock_class(),
+            options.primitive(),
+            options.wait().is_some_and(|w| !w.is_zero()),
+        )?;
+        let result = self.acquire_observed(request, options, &probe).await;
+        probe.finish(&result);
+        result
+    }
+
+    async fn acquire_observed(
+        &self,
+        request: AcquireRequest,
+        options: &AcquireOptions,
+        probe: &AcquireProbe,
+    ) -> Result<LeaseGuard> {
+        let started = Instant::now();
+        let wait = options.wait.unwrap_or(Duration::ZERO);
+        // A wait too long to represent is as good as no bound.
+        let deadline = started.checked_add(wait);
+        // The store bounds its own lock waits by the caller's deadline.
+        let mut request = Arc::new(match deadline {
+            Some(d) => request.with_lock_deadline(d),
+            None => request,
+        });
+        let backstop = deadline.and_then(|d| d.checked_add(STORE_ANSWER_GRACE));
+        // A waiter for a mutex queues at a store that keeps queues, in the
+        // order of every process's waiters (queue.rs); elsewhere local
+        // waiters for the key queue first, and only the front one waits at
+        // the store (see local.rs).
+        let mut seat = (!wait.is_zero()
+            && options.fair.unwrap_or(self.fair)
+            && request.permit_kind().is_none()
+            && self.backend.queues())
+        .then(|| {
+            QueueSeat::new(
+                self.backend.clone(),
+                &request,
+                self.renewals.background().clone(),
+            )
+        });
+        let turn = if wait.is_zero() || seat.is_some() {
+            None
+        } else {
+            tokio::select! {
+                biased;
+                _ = cancelled(options) => return Err(Error::Cancelled { key: request.key().to_string() }),
+                turn = self.queues(&request).turn(request.key()) => Some(turn),
+                _ = sleep_until_some(deadline) => return Err(self.timeout(&request, started, None)),
+            }
+        };
+        // A release of this key that a dropped guard of this handle still
+        // has in flight goes first: asked before it lands, the store would
+        // answer busy with our own old lease. Bounded like an attempt.
+        tokio::select! {
+            biased;
+            _ = cancelled(options) => return Err(Error::Cancelled { key: request.key().to_string() }),
+            _ = self.pending.settled(request.key()) => {}
+            _ = sleep_until_some(backstop) => {}
+        }
+        let mut waiting: Option<Waiting> = None;
+        loop {
+            // On the lease clock, which counts suspended time (time.rs).
+            let sent_at = self.renewals.clock().now();
+            if let Some(seat) = seat.as_mut() {
+                request = Arc::new(seat.next_attempt(&request, sent_at));
+            }
+            probe.attempt();
+            let busy = match self.attempt(&request, backstop, options).await? {
+                Acquire::Granted(lease) if born_dead(self.renewals.clock(), &lease, sent_at) => {
+                    tracing::warn!(
+                        token = lease.token(),
+                        "the grant arrived after its lease had ended; giving it back"
+                    );
+                    self.give_back(&lease, backstop).await;
+                    Busy {
+                        holder: LATE_GRANT.to_owned(),
+                        remaining: Duration::ZERO,
+                    }
+                }
+                Acquire::Granted(lease) => {
+                    tracing::debug!(token = lease.token(), "granted");
+                    if let Some(seat) = seat.as_mut() {
+                        seat.settle();
+                    }
+                    return Ok(self.guard(
+                        lease,
+                        Granted::Asked(sent_at),
+                        options,
+                        &request,
+                        turn,
+                        probe,
+                    ));
+                }
+                Acquire::Busy(busy) => busy,
+                Acquire::OtherKind(KeyKind::ReaderWriter) if request.permit_kind().is_none() => {
+                    // One key is one lock: the exclusive acquire of a
+                    // reader-writer lock's key is its writer (it waits for
+                    // the readers and excludes them). Asked at once, and
+                    // from now on this loop asks for the writer only.
+                    tracing::debug!("the key is a reader-writer lock; acquiring its writer");
+                    request = Arc::new(request.as_writer());
+                    // A writer does not queue at the store: this request
+                    // never entered the mutex's queue (the kind is checked
+                    // first), so there is nothing to leave.
+                    if let Some(mut seat) = seat.take() {
+                        seat.settle();
+                    }
+                    continue;
+                }
+                Acquire::OtherKind(held) => {
+                    // Another kind cannot be shared: refused, never waited on.
+                    return Err(Error::KindMismatch {
+                        key: request.key().to_string(),
+                        held,
+                        requested: request.key_kind(),
+                    });
+                }
+            };
+            if wait.is_zero() {
+                return Err(Error::Busy {
+                    key: request.key().to_string(),
+                    holder: busy.holder,
+                    remaining: busy.remaining,
+                    kind: lock_kind(&request),
+                });
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return Err(self.timeout(&request, started, Some((busy, now))));
+            }
+            if let Some(seat) = seat.as_mut() {
+                seat.busy();
+            }
+            let Some(w) = waiting.as_mut() else {
+                // Subscribe, then try again at once: a release between the
+                // first attempt and the subscription would otherwise be missed.
+                let mut w = Waiting::start(&*self.backend, request.key(), deadline).await?;
+                if seat.is_some() {
+                    w.subscription.expect_hand_off(request.owner());
+                }
+                waiting = Some(w);
+                continue;
+            };
+            // Wake just after the holder's lease ends at the latest; a
+            // queued waiter renews its entry in time too.
+            let until_expiry = busy.remaining + Duration::from_millis(1);
+            let next = match seat.as_mut() {
+                // The hand-off wakes it; polling only where it cannot.
+                Some(seat) if w.subscription.is_live() => seat.next_refresh(),
+                Some(seat) => seat.next_refresh().min(w.backoff.next_delay()),
+                None => w.backoff.next_delay(),
+            };
+            let mut wake_at = now + until_expiry.min(next);
+            if let Some(d) = deadline {
+                wake_at = wake_at.min(d);
+            }
+            tracing::trace!(holder = %busy.holder, remaining = ?busy.remaining, "busy, waiting");
+            tokio::select! {
+                biased;
+                _ = cancelled(options) => {
+                    return Err(Error::Cancelled { key: request.key().to_string() });
+                }
+                _ = w.subscription.notified() => probe.woken(),
+                _ = sleep_until(wake_at) => {}
+            }
+            // A grant handed over to this waiter: its guard needs no
+            // further round trip (queue.rs).
+            if let (Some(seat), Some(grant)) = (seat.as_mut(), w.subscription.hand_off()) {
+                if let Some(counts_from) = seat.counts_from(grant) {
+                    let lease = request.granted(grant.token);
+                    let granted = Granted::HandedOver {
+                        counts_from,
+                        claim_window: request.claim_window(),
+                    };
+                    if !granted.born_dead(self.renewals.clock(), &lease) {
+                        tracing::debug!(token = lease.token(), "handed over");
+                        seat.settle();
+                        probe.handed_over();
+                        return Ok(self.guard(lease, granted, options, &request, turn, probe));
+                    }
+                    // Too old to trust: the next attempt, a repeat, claims
+                    // it if it is still ours.
+                    continue;
+                }
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(self.timeout(&request, started, Some((busy, now))));
+            }
+        }
+    }
+
+    /// The guard of a grant, counted on this handle's queues, with the
+    /// local turn given up (the next local waiter may go to the store now:
+    /// local.rs).
+    fn guard(
+        &self,
+        lease: Lease,
+        granted: Granted,
+        options: &AcquireOptions,
+        request: &AcquireRequest,
+        turn: Option<crate::local::LocalTurn>,
+        probe: &AcquireProbe,
+    ) -> LeaseGuard {
+        let hold = self.queues(request).hold(request.key());
+        drop(turn);
+        LeaseGuard::start(
+            self.backend.clone(),
+            &self.renewals,
+            lease,
+            granted,
+            options.auto_renew,
+            hold,
+            self.pending.clone(),
+        )
+        .observed(probe.tally())
+    }
+
+    /// One attempt at the store, raced against the cancel token and the
+    /// backstop. An attempt cut short, here or because the caller dropped
+    /// the acquisition, is not abandoned (the store may already have
+    /// granted it, and the grant would then hold the key for a ttl with
+    /// nobody renewing or releasing it): [`InFlight`] finishes it in the
+    /// background and releases a grant it brings.
+    async fn attempt(
+        &self,
+        request: &Arc<AcquireRequest>,
+        backstop: Option<Instant>,
+        options: &AcquireOptions,
+    ) -> Result<Acquire> {
+        let backend = self.backend.clone();
+        let owned = request.clone();
+        let mut attempt = InFlight {
+            attempt: Some(Box::pin(async move { backend.try_acquire(&owned).await })),
+            locks: self,
+            request,
+        };
+        tokio::select! {
+            biased;
+            outcome = &mut attempt => outcome,
+            _ = cancelled(options) => Err(Error::Cancelled { key: request.key().to_string() }),
+            _ = sleep_until_some(backstop) => Err(Error::unavailable(format!(
+                "the store did not answer an acquire of {:?} within {STORE_ANSWER_GRACE:?} after the wait bound",
+                request.key().as_str()
+            ))),
+        }
+    }
+
+    /// Releases a grant that will not become a guard, within the backstop
+    /// (past it the lease simply expires). The release runs on a task of
+    /// the background runtime, so a caller that goes away meanwhile does
+    /// not cut it short; it is recorded as pending, so a later acquisition
+    /// of the key through this handle waits for it.
+    async fn give_back(&self, lease: &Lease, backstop: Option<Instant>) {
+        let (done, finished) = tokio::sync::oneshot::channel::<()>();
+        let backend = self.backend.clone();
+        let lease = lease.clone();
+        let pending = self.pending.begin(lease.key());
+        self.renewals.background().spawn(async move {
+            let _pending = pending;
+            give_back(&*backend, &lease).await;
+            let _ = done.send(());
+        });
+        tokio::select! {
+            _ = finished => {}
+            _ = sleep_until_some(backstop) => {}
+        }
+    }
+
+    /// The timeout error, with the holder of the last busy answer (`seen`,
+    /// and when it came) and what remains of its lease now.
+    fn timeout(
+        &self,
+        request: &AcquireRequest,
+        started: Instant,
+        seen: Option<(Busy, Instant)>,
+    ) -> Error {
+        let (holder, remaining) = match seen {
+            Some((busy, at)) => (
+                Some(busy.holder),
+                Some(busy.remaining.saturating_sub(at.elapsed())),
+            ),
+            None => (None, None),
+        };
+        Error::Timeout {
+            key: request.key().to_string(),
+            waited: started.elapsed(),
+            held_here: self.queues(request).is_held_here(request.key()),
+            holder,
+            remaining,
+        }
+    }
+}
+
+/// An acquire attempt at the store that is finished even if nobody waits
+/// for it any more. Polled in place, so the common case (the caller takes
+/// the answer) costs no task; dropped before its answer (the caller went
+/// away: a dropped future, a `select!`, a disconnected HTTP client, or the
+/// cancel token or backstop in [`Locks::attempt`]), it moves the attempt to
+/// a task of the runtime it was dropped on (the background runtime outside
+/// any), which waits for the answer (for at most a ttl: after that a grant
+/// has expired anyway) and releases a grant at once. A runtime that ends
+/// first ends the attempt too; its grant, if the store made one, expires.
+/// While that release is on its way the key's next acquisition through
+/// this handle waits for it, as for a dropped guard's release (not while
+/// the answer is still awaited: a store that never answers would hold the
+/// key up for a ttl).
+struct InFlight<'a> {
+    attempt: Option<BoxFuture<'static, Result<Acquire>>>,
+    locks: &'a Locks,
+    request: &'a Arc<AcquireRequest>,
+}
+
+impl Future for InFlight<'_> {
+    type Output = Result<Acquire>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Some(attempt) = self.attempt.as_mut() else {
+            // Polled after its answer: there is nothing more to come.
+            return Poll::Pending;
+        };
+        let outcome = std::task::ready!(attempt.as_mut().poll(cx));
+        self.attempt = None;
+        Poll::Ready(outcome)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        let Some(attempt) = self.attempt.take() else {
+            return;
+        };
+        let backend = self.locks.backend.clone();
+        let ttl = self.request.ttl();
+        let pending = self.locks.pending.clone();
+        let finish = async move {
+            if let Ok(Ok(Acquire::Granted(lease))) = tokio::time::timeout(ttl, attempt).await {
+                // Recorded only once there is a grant to give back: an
+                // attempt the store never answers (a hung server) must not
+                // hold up the key's next acquisitions for a ttl.
+                let _pending = pending.begin(lease.key());
+                tracing::debug!(key = %lease.key(), token = lease.token(), "a grant whose caller went away; giving it back");
+                give_back(&*backend, &lease).await;
+            }
+        };
+        // The attempt may hold timers and sockets of the runtime it was
+        // polled on (the caller's): it is finished there, where they work,
+        // and ends with that runtime, which drops its tasks when it shuts
+        // down. Polled by another runtime after that one ended, its timer
+        // would panic ("A Tokio 1.x context was found, but it is being
+        // shutdown"). Dropped outside any runtime: the handle's own.
+        match tokio::runtime::Handle::try_current() {
+            Ok(caller) => drop(caller.spawn(finish)),
+            Err(_) => self.locks.renewals.background().spawn(finish),
+        }
+    }
+}
+
+/// Releases `lease`, logging a failure (the lease then expires by itself).
+async fn give_back(backend: &dyn Backend, lease: &Lease) {
+    if let Err(e) = backend.release(lease).await {
+        tracing::warn!(key = %lease.key(), token = lease.token(), error = %e, "could not give an unused grant back; it will expire");
+    }
+}
+
+/// Resolves when the caller's cancel token fires; never without one.
+async fn cancelled(options: &AcquireOptions) {
+    match &options.cancel {
+        Some(c) => c.cancelled().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Sleeps until `deadline`; forever without one.
+async fn sleep_until_some(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A waiter's state between attempts: its release subscription and backoff.
+struct Waiting {
+    subscription: Subscription,
+    backoff: Backoff,
+}
+
+impl Waiting {
+    /// Subscribes to releases of `key`, but by `deadline` at the latest: a
+    /// store that is slow to set up its notifications (a pool with no free
+    /// connection, a refused or unanswered pub/sub connection) leaves this
+    /// waiter polling rather than waiting past its bound.
+    async fn start(backend: &dyn Backend, key: &Key, deadline: Option<Instant>) -> Result<Self> {
+        let subscribe = backend.subscribe(key);
+        let subscription = match deadline {
+            Some(d) => timeout_at(d, subscribe).await.unwrap_or_else(|_| {
+                tracing::debug!(%key, "release notifications not ready by the deadline; polling");
+                Ok(Subscription::never())
+            })?,
+            None => subscribe.await?,
+        };
+        let backoff = if subscription.is_live() {
+            // Notifications do the work; the timer is only a safety net for
+            // a notification lost with a dropped connection.
+            Backoff::new(Duration::from_millis(50), Duration::from_secs(2))
+        } else {
+            Backoff::new(Duration::from_millis(5), Duration::from_millis(250))
+        };
+        Ok(Waiting {
+            subscription,
+            backoff,
+        })
+    }
+}
+
+/// What a request asks for, as [`Error::Busy`] names it.
+fn lock_kind(request: &AcquireRequest) -> crate::error::LockKind {
+    use crate::error::LockKind;
+    match request.permit_kind() {
+        None => LockKind::Mutex,
+        Some(PermitKind::Semaphore(permits)) => LockKind::Semaphore { permits },
+        Some(PermitKind::Read) => LockKind::Read,
+        Some(PermitKind::Write) => LockKind::Write,
+    }
+}
