@@ -1,4 +1,4 @@
-//! Counters, histograms and gauges through the [`metrics`](::metrics)
+//! Counters, histograms and gauges through the [`metrics`]
 //! facade (feature `metrics`).
 //!
 //! The library records; the application chooses where the numbers go by

@@ -203,7 +203,7 @@ impl WakeHub {
 
     /// Acts on one message of a store's release channel (a `NOTIFY`
     /// payload, a pub/sub message, a datagram): a key alone is a release
-    /// ([`notify`](Self::notify)); a [`hand_off_message`] goes to its head
+    /// ([`notify`](Self::notify)); a hand-off (`hand_off_message`) goes to its head
     /// alone ([`hand_over`](Self::hand_over)). A garbled hand-off wakes
     /// nobody: its head finds the grant at its next attempt.
     pub fn deliver(&self, message: &str) {

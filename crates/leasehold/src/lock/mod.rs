@@ -11,6 +11,8 @@ use std::time::Duration;
 use tracing::Instrument;
 
 use crate::backend::{AcquireRequest, Backend, LeaseInfo, PermitKind};
+#[cfg(doc)]
+use crate::error::Error;
 use crate::error::Result;
 use crate::guard::LeaseGuard;
 use crate::key::{validate_prefix, Key};

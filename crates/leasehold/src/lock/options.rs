@@ -8,8 +8,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::observe::Primitive;
 use crate::time::DEFAULT_TTL;
-#[cfg(doc)]
-use crate::{backend::Backend, Error, Locks};
 
 /// How to acquire: lease length, how long to wait, cancellation, renewal.
 ///
@@ -28,7 +26,7 @@ pub struct AcquireOptions {
     pub(super) cancel: Option<CancellationToken>,
     pub(super) auto_renew: bool,
     /// Whether a waiter queues at a store that keeps queues (queue.rs);
-    /// `None`: as its handle says ([`Locks::with_fair`]).
+    /// `None`: as its handle says ([`Locks::with_fair`](super::Locks::with_fair)).
     pub(super) fair: Option<bool>,
     /// The `lock_class` label of metrics (observe.rs).
     lock_class: Option<Arc<str>>,
@@ -63,7 +61,7 @@ impl AcquireOptions {
         /// Wait up to `wait` for a busy lock (`Duration::ZERO` tries once).
         with_wait(wait: Duration) => wait = Some(wait);
 
-        /// Stop waiting when `cancel` is cancelled ([`Error::Cancelled`]).
+        /// Stop waiting when `cancel` is cancelled ([`Error::Cancelled`](crate::error::Error::Cancelled)).
         with_cancel(cancel: CancellationToken) => cancel = Some(cancel);
 
         /// Whether the guard renews itself every ttl/3 (default true). Without
@@ -71,9 +69,9 @@ impl AcquireOptions {
         with_auto_renew(auto_renew: bool) => auto_renew = auto_renew;
 
         /// Whether a waiter for a mutex takes its place in the key's queue
-        /// at the store (default: as the handle says, [`Locks::with_fair`],
+        /// at the store (default: as the handle says, [`Locks::with_fair`](super::Locks::with_fair),
         /// which is false unless set), where the store keeps one
-        /// ([`Backend::queues`]: memory, SQLite, PostgreSQL, Redis, MongoDB): waiters from every
+        /// ([`Backend::queues`](crate::backend::Backend::queues): memory, SQLite, PostgreSQL, Redis, MongoDB): waiters from every
         /// process get the key first come, first served, and a release
         /// hands it to the first of them directly, waking it alone. Off,
         /// or on a store without queues: the waiters of each process line
