@@ -52,6 +52,27 @@ for s in socks: print(s.getsockname()[1])' 2>/dev/null || true)
   echo "etcd://$url"
 }
 
+# leasehold_etcd_private_cluster NAME DIR_VAR URL_VAR [UID_BASE]: the shared
+# and the partition cluster alike: 3 members (leasehold_etcd_cluster_up, uids
+# from UID_BASE if given) in a new directory leasehold-etcd-NAME.* under
+# TMPDIR; exports DIR_VAR (that directory) and URL_VAR (the etcd:// URL).
+# Says why, as etcd-NAME, and returns 1 if it could not start them.
+leasehold_etcd_private_cluster() {
+  local name=$1 dir_var=$2 url_var=$3 uid_base=${4:-} dir
+  dir="$(mktemp -d "${TMPDIR:-/tmp}/leasehold-etcd-$name.XXXXXX" 2>/dev/null || true)"
+  if [ -z "$dir" ]; then
+    echo "etcd-$name: no temp dir" >&2
+    return 1
+  fi
+  # Not in a command substitution: the stop hook must reach this shell.
+  if ! leasehold_etcd_cluster_up "$dir" "$uid_base" >"$dir/url"; then
+    echo "etcd-$name: the cluster did not start" >&2
+    return 1
+  fi
+  export "$dir_var=$dir" "$url_var=$(cat "$dir/url")"
+  echo "etcd-$name: 3 members at ${!url_var}${uid_base:+, uids $uid_base-$((uid_base + 2))}" >&2
+}
+
 leasehold_start_etcd_cluster() {
   if [ -n "${LEASEHOLD_TEST_ETCD_CLUSTER:-}" ]; then
     echo "etcd-cluster: using LEASEHOLD_TEST_ETCD_CLUSTER=$LEASEHOLD_TEST_ETCD_CLUSTER" >&2
@@ -61,21 +82,9 @@ leasehold_start_etcd_cluster() {
     echo "etcd-cluster: etcd/etcdctl not available; cluster tests will skip" >&2
     return 0
   fi
-  local dir url
-  dir="$(mktemp -d "${TMPDIR:-/tmp}/leasehold-etcd-cluster.XXXXXX" 2>/dev/null || true)"
-  if [ -z "$dir" ]; then
-    echo "etcd-cluster: no temp dir; cluster tests will skip" >&2
-    return 0
-  fi
-  # Not in a command substitution: the stop hook must reach this shell.
-  if ! leasehold_etcd_cluster_up "$dir" >"$dir/url"; then
+  if ! leasehold_etcd_private_cluster cluster LEASEHOLD_ETCD_CLUSTER_DIR LEASEHOLD_TEST_ETCD_CLUSTER; then
     echo "etcd-cluster: cluster tests will skip" >&2
-    return 0
   fi
-  export LEASEHOLD_ETCD_CLUSTER_DIR="$dir"
-  LEASEHOLD_TEST_ETCD_CLUSTER="$(cat "$dir/url")"
-  export LEASEHOLD_TEST_ETCD_CLUSTER
-  echo "etcd-cluster: 3 members at $LEASEHOLD_TEST_ETCD_CLUSTER" >&2
 }
 
 # Why a partition cannot be made here (empty if it can): it needs root,
@@ -103,15 +112,10 @@ leasehold_etcd_partition_unavailable() {
 # cannot be made, prints why and leaves them unset. Never the shared
 # cluster: its members run as root, and other tests use it.
 leasehold_start_etcd_partition_cluster() {
-  local why dir base table
+  local why base table
   why="$(leasehold_etcd_partition_unavailable)"
   if [ -n "$why" ]; then
     echo "etcd-partition: $why" >&2
-    return 0
-  fi
-  dir="$(mktemp -d "${TMPDIR:-/tmp}/leasehold-etcd-partition.XXXXXX" 2>/dev/null || true)"
-  if [ -z "$dir" ]; then
-    echo "etcd-partition: no temp dir" >&2
     return 0
   fi
   # Three uids no account uses, from a random base.
@@ -121,19 +125,13 @@ leasehold_start_etcd_partition_cluster() {
       break
     fi
   done
+  leasehold_etcd_private_cluster partition LEASEHOLD_ETCD_PARTITION_DIR LEASEHOLD_ETCD_PARTITION_CLUSTER "$base" ||
+    return 0
   # The nft table partition-member adds, named after the directory: deleted
   # with the cluster, whatever stopped the run.
-  table="leasehold_partition_$(basename "$dir" | sed 's/.*\.//; s/[^A-Za-z0-9]/_/g')"
-  echo "$table" >"$dir/nft-table"
+  table="leasehold_partition_$(basename "$LEASEHOLD_ETCD_PARTITION_DIR" | sed 's/.*\.//; s/[^A-Za-z0-9]/_/g')"
+  echo "$table" >"$LEASEHOLD_ETCD_PARTITION_DIR/nft-table"
   LEASEHOLD_STOP_HOOKS+=("nft delete table inet $table 2>/dev/null || true")
-  if ! leasehold_etcd_cluster_up "$dir" "$base" >"$dir/url"; then
-    echo "etcd-partition: the cluster did not start" >&2
-    return 0
-  fi
-  export LEASEHOLD_ETCD_PARTITION_DIR="$dir"
-  LEASEHOLD_ETCD_PARTITION_CLUSTER="$(cat "$dir/url")"
-  export LEASEHOLD_ETCD_PARTITION_CLUSTER
-  echo "etcd-partition: 3 members at $LEASEHOLD_ETCD_PARTITION_CLUSTER, uids $base-$((base + 2))" >&2
 }
 
 # After every script is sourced: the helpers live in etcd.sh, sourced later.

@@ -5,7 +5,7 @@
 
 use futures_util::future::BoxFuture;
 use leasehold::backends::etcd::EtcdBackend;
-use leasehold::etcd_client::{Client, Compare, CompareOp, Txn, TxnOp};
+use leasehold::etcd_client::{Client, Compare, CompareOp, Txn, TxnOp, TxnResponse};
 use leasehold::{Locks, OwnerId};
 
 use super::{baseline_error, Baseline, Held, Measured};
@@ -24,6 +24,17 @@ struct TwoTxns {
     client: Client,
 }
 
+impl TwoTxns {
+    /// Sends one transaction; a driver error fails the baseline.
+    async fn txn(&self, txn: Txn) -> Result<TxnResponse, CliError> {
+        self.client
+            .kv_client()
+            .txn(txn)
+            .await
+            .map_err(baseline_error)
+    }
+}
+
 fn raw_key(key: &str) -> String {
     format!("leasehold-bench-raw/{key}")
 }
@@ -40,12 +51,7 @@ impl Baseline for TwoTxns {
             let txn = Txn::new()
                 .when([Compare::create_revision(k.as_str(), CompareOp::Equal, 0)])
                 .and_then([TxnOp::put(k.as_str(), owner.as_str(), None)]);
-            let resp = self
-                .client
-                .kv_client()
-                .txn(txn)
-                .await
-                .map_err(baseline_error)?;
+            let resp = self.txn(txn).await?;
             if !resp.succeeded() {
                 return Ok(None);
             }
@@ -67,11 +73,7 @@ impl Baseline for TwoTxns {
                     held.owner.as_str(),
                 )])
                 .and_then([TxnOp::delete(k.as_str(), None)]);
-            self.client
-                .kv_client()
-                .txn(txn)
-                .await
-                .map_err(baseline_error)?;
+            self.txn(txn).await?;
             Ok(())
         })
     }
