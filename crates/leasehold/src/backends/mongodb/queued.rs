@@ -25,8 +25,16 @@ use crate::time::Backoff;
 /// Tries of a queued write against a fresh read. Every waiter writes its
 /// entry about three times per entry lease, so conflicts are rare; many
 /// in a row mean a storm of writers, and an attempt then answers busy
-/// (try again at once).
+/// ([`STORM`]: try again at once). Busy, not unavailable: the store
+/// answered every read and write, the key is only contended, and an
+/// unavailable answer would end a waiter's whole wait where busy keeps
+/// it waiting (a release or a leave, which have no wait to go on with,
+/// report unavailable after as many tries).
 const ROUNDS: usize = 16;
+
+/// The holder a busy answer names after [`ROUNDS`] conflicting writes:
+/// the key's holder is not known then (each read saw another document).
+const STORM: &str = "(unknown: the lock document changed under every write of this attempt)";
 
 /// The pause before a fresh read after a conflict: the writers that
 /// collided spread out.
@@ -88,7 +96,7 @@ impl MongoBackend {
             read = self.record(req.key()).await?;
         }
         Ok(Some(Acquire::Busy(Busy {
-            holder: String::new(),
+            holder: STORM.to_owned(),
             remaining: Duration::ZERO,
         })))
     }
