@@ -360,14 +360,13 @@ impl Inner {
             .fetch_all(&self.sql.release_handing, &params)
             .await
             .map_err(Failed::into_error)?;
-        let head: Option<String> = match rows.first() {
-            Some(row) => row.try_get(0).map_err(classify)?,
-            None => None,
-        };
-        self.hints.note(key.as_str(), head.is_some());
+        // No row: the lease was gone, nothing freed or handed over.
         let Some(row) = rows.first() else {
+            self.hints.note(key.as_str(), false);
             return Ok(());
         };
+        let head: Option<String> = row.try_get(0).map_err(classify)?;
+        self.hints.note(key.as_str(), head.is_some());
         match head {
             None => {
                 self.wake_local(key);
