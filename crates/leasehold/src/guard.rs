@@ -186,24 +186,21 @@ impl LeaseGuard {
     /// Wraps a lease granted as `granted` says (on the lease clock of
     /// `renewals`) and schedules its renewal for its first renewal time (or,
     /// if `auto_renew` is false, only the lost-lease timer for its
-    /// deadline). A grant handed over is claimed at once, renewal or not.
+    /// deadline). With `claim_now`, a renewal is sent at once first (the
+    /// claim of a grant handed over: lock/acquire.rs decides when).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn start(
         backend: Arc<dyn Backend>,
         renewals: &RenewalScheduler,
         lease: Lease,
         granted: Granted,
         auto_renew: bool,
+        claim_now: bool,
         hold: LocalHold,
         pending: Arc<PendingReleases>,
     ) -> Self {
         let (sent_at, lasts) = granted.lasts(&lease);
         let valid_until = sent_at + trusted_for(lasts);
-        // A grant handed over lasts its claim window at the store until a
-        // renewal gives it the whole ttl: renewed a third into that window,
-        // like any lease a third into its ttl (most holds end before: a
-        // claim at once would add a store write to every hand-off), and at
-        // once if renewal is off, so that it still lasts the ttl asked.
-        let claim_now = matches!(granted, Granted::HandedOver { .. }) && !auto_renew;
         let first_due = if claim_now {
             renewals.clock().now()
         } else if auto_renew {
@@ -422,8 +419,11 @@ async fn keep_alive(
         _ = stop.cancelled() => return,
         outcome = async {
             if claim_now {
-                if let Err(why) = renew_until_deadline(&*backend, &lease, &state).await {
-                    return why;
+                match renew_until_deadline(&*backend, &lease, &state).await {
+                    // The claim is a renewal: the next one a third of the
+                    // ttl after it.
+                    Ok(sent) => due = sent + renew_interval(ttl),
+                    Err(why) => return why,
                 }
             }
             if !auto_renew {

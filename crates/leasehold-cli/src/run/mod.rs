@@ -205,6 +205,11 @@ async fn run_with(
         .with_ttl(args.lease.ttl)
         .with_wait(args.lease.wait)
         .with_fair(args.lease.fair)
+        // The command's SIGTERM is planned from `valid_until`: a grant
+        // handed over is claimed at once, so that the command starts one
+        // round trip after the hand-off, not a third into the claim window
+        // (wait_for_claim below).
+        .with_prompt_claim(true)
         .with_cancel(cancel.clone());
     let acquire = async {
         match (args.permits, args.keys.as_slice()) {
@@ -251,10 +256,10 @@ async fn run_with(
     }
 
     // A grant handed over by the queue at the store lasts only its claim
-    // window (2 s at most) until the guard's first renewal (a third into
-    // it) gives it the whole ttl: when the grace does not fit in that
-    // window, the command starts once the renewal moved the schedule, not
-    // on a lease that may end before the grace.
+    // window (2 s at most) until the guard's claim (a renewal, sent at once:
+    // `with_prompt_claim`) gives it the whole ttl: when the grace does not
+    // fit in that window, the command starts once the claim moved the
+    // schedule, not on a lease that may end before the grace.
     wait_for_claim(&guard, grace).await;
 
     let mut spawned = match child::spawn(&args.command, &guard, {

@@ -246,12 +246,21 @@ impl Locks {
     ) -> LeaseGuard {
         let hold = self.queues(request).hold(request.key());
         drop(turn);
+        // A grant handed over lasts its claim window at the store until a
+        // renewal gives it the whole ttl: claimed at once when asked, or
+        // when no renewal is to come (so that it still lasts the ttl
+        // asked); else at its first renewal, a third into that window, as
+        // any lease a third into its ttl (most holds end before, and the
+        // claim is a store write saved).
+        let claim_now = matches!(granted, Granted::HandedOver { .. })
+            && (options.prompt_claim || !options.auto_renew);
         LeaseGuard::start(
             self.backend.clone(),
             &self.renewals,
             lease,
             granted,
             options.auto_renew,
+            claim_now,
             hold,
             self.pending.clone(),
         )

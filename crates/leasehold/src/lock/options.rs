@@ -28,6 +28,8 @@ pub struct AcquireOptions {
     /// Whether a waiter queues at a store that keeps queues (queue.rs);
     /// `None`: as its handle says ([`Locks::with_fair`](super::Locks::with_fair)).
     pub(super) fair: Option<bool>,
+    /// Whether a grant handed over is claimed at once (guard.rs).
+    pub(super) prompt_claim: bool,
     /// The `lock_class` label of metrics (observe.rs).
     lock_class: Option<Arc<str>>,
     /// The `primitive` label, when a multi-lock or election takes the lock.
@@ -42,6 +44,7 @@ impl Default for AcquireOptions {
             cancel: None,
             auto_renew: true,
             fair: None,
+            prompt_claim: false,
             lock_class: None,
             primitive: None,
         }
@@ -71,15 +74,31 @@ impl AcquireOptions {
         /// Whether a waiter for a mutex takes its place in the key's queue
         /// at the store (default: as the handle says, [`Locks::with_fair`](super::Locks::with_fair),
         /// which is false unless set), where the store keeps one
-        /// ([`Backend::queues`](crate::backend::Backend::queues): memory, SQLite, PostgreSQL, Redis, MongoDB): waiters from every
+        /// ([`Backend::queues`](crate::backend::Backend::queues): memory, SQLite, PostgreSQL, Redis, MongoDB, etcd): waiters from every
         /// process get the key first come, first served, and a release
         /// hands it to the first of them directly, waking it alone. Off,
         /// or on a store without queues: the waiters of each process line
         /// up locally and race the other processes at each release, which
-        /// on SQLite, PostgreSQL, Redis and MongoDB today passes more acquisitions per second under
+        /// on SQLite, PostgreSQL, Redis, MongoDB and etcd today passes more acquisitions per second under
         /// contention but lets a waiter lose races for its whole wait
         /// (docs/fairness.md has the measurements).
         with_fair(fair: bool) => fair = Some(fair);
+
+        /// Whether a grant handed over by the store's queue (see
+        /// [`with_fair`](Self::with_fair)) is claimed at once, in the
+        /// background, rather than at its first renewal. A grant handed
+        /// over lasts only the claim window (at most 2 s) until the guard
+        /// claims it with a renewal, which gives it the whole ttl; by
+        /// default that renewal comes a third into the window, like any
+        /// renewal a third into its lease, because most holds end before
+        /// and the claim is then a store write saved. On, the claim is
+        /// sent as the guard is made (one write more per hand-off), and
+        /// [`LeaseGuard::valid_until`](crate::LeaseGuard::valid_until)
+        /// covers the whole ttl one round trip later: for a caller that
+        /// plans from `valid_until` before it starts its work (the CLI's
+        /// `run` schedules its command's SIGTERM from it). Default false;
+        /// no effect on a grant the caller's own attempt took.
+        with_prompt_claim(prompt_claim: bool) => prompt_claim = prompt_claim;
 
         /// Names the lock's class for the metrics (feature `metrics`, label
         /// `lock_class`): one of a few stable names such as `"invoices"`,
