@@ -21,6 +21,7 @@
 //! connection, so no later call can read a reply that was meant for another.
 
 use std::io;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -65,6 +66,19 @@ enum Stream {
     Tcp(TcpStream),
     #[cfg(unix)]
     Unix(UnixStream),
+}
+
+/// `$body` run on the socket inside `$stream` (bound to `$s`), whichever
+/// transport it is: the one `match` over the transports, which the I/O
+/// traits forward through.
+macro_rules! on_socket {
+    ($stream:expr, $s:ident => $body:expr) => {
+        match $stream {
+            Stream::Tcp($s) => $body,
+            #[cfg(unix)]
+            Stream::Unix($s) => $body,
+        }
+    };
 }
 
 impl DirectPool {
@@ -285,11 +299,7 @@ impl Stream {
     /// no stray bytes (a connection in step has none between calls).
     fn is_quiet(&self) -> bool {
         let mut probe = [0u8; 1];
-        let read = match self {
-            Stream::Tcp(s) => s.try_read(&mut probe),
-            #[cfg(unix)]
-            Stream::Unix(s) => s.try_read(&mut probe),
-        };
+        let read = on_socket!(self, s => s.try_read(&mut probe));
         matches!(read, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
     }
 }
@@ -300,50 +310,34 @@ fn timed_out(what: &'static str) -> RedisError {
 
 impl AsyncRead for Stream {
     fn poll_read(
-        self: std::pin::Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> std::task::Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Tcp(s) => std::pin::Pin::new(s).poll_read(cx, buf),
-            #[cfg(unix)]
-            Stream::Unix(s) => std::pin::Pin::new(s).poll_read(cx, buf),
-        }
+        on_socket!(self.get_mut(), s => Pin::new(s).poll_read(cx, buf))
     }
 }
 
 impl AsyncWrite for Stream {
     fn poll_write(
-        self: std::pin::Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
         buf: &[u8],
     ) -> std::task::Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Tcp(s) => std::pin::Pin::new(s).poll_write(cx, buf),
-            #[cfg(unix)]
-            Stream::Unix(s) => std::pin::Pin::new(s).poll_write(cx, buf),
-        }
+        on_socket!(self.get_mut(), s => Pin::new(s).poll_write(cx, buf))
     }
 
     fn poll_flush(
-        self: std::pin::Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Tcp(s) => std::pin::Pin::new(s).poll_flush(cx),
-            #[cfg(unix)]
-            Stream::Unix(s) => std::pin::Pin::new(s).poll_flush(cx),
-        }
+        on_socket!(self.get_mut(), s => Pin::new(s).poll_flush(cx))
     }
 
     fn poll_shutdown(
-        self: std::pin::Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Tcp(s) => std::pin::Pin::new(s).poll_shutdown(cx),
-            #[cfg(unix)]
-            Stream::Unix(s) => std::pin::Pin::new(s).poll_shutdown(cx),
-        }
+        on_socket!(self.get_mut(), s => Pin::new(s).poll_shutdown(cx))
     }
 }

@@ -53,11 +53,11 @@ impl Namespace {
     }
 
     pub(super) fn lock(&self, key: &Key) -> String {
-        format!("{}:lock:{{{}}}", self.prefix, encode(key.as_str()))
+        self.record("lock", key)
     }
 
     pub(super) fn fence(&self, key: &Key) -> String {
-        format!("{}:fence:{{{}}}", self.prefix, encode(key.as_str()))
+        self.record("fence", key)
     }
 
     /// `key`'s kind (`rw` or `sem`), with the lock's hash tag: absent while
@@ -66,42 +66,38 @@ impl Namespace {
     /// semaphore grant on a key no mutex holds, and never changed back
     /// (docs/redis.md, "One key, one kind").
     pub(super) fn kind(&self, key: &Key) -> String {
-        format!("{}:kind:{{{}}}", self.prefix, encode(key.as_str()))
+        self.record("kind", key)
     }
 
     /// The order of `key`'s queue of mutex waiters (a sorted set: owner
     /// to its place, first come lowest), with the lock's hash tag, so one
     /// script reads the lock and hands it to the queue's head.
     pub(super) fn queue(&self, key: &Key) -> String {
-        format!("{}:queue:{{{}}}", self.prefix, encode(key.as_str()))
+        self.record("queue", key)
     }
 
     /// The entries of `key`'s queue (a hash: owner to
     /// `<expiry ms>:<ticket>:<claim window ms>:<holder label>`), with the
     /// lock's hash tag.
     pub(super) fn waiters(&self, key: &Key) -> String {
-        format!("{}:waiters:{{{}}}", self.prefix, encode(key.as_str()))
+        self.record("waiters", key)
     }
 
     /// The hash of `key`'s semaphore permits (one field per slot), with
     /// the lock's hash tag.
     pub(super) fn permits(&self, key: &Key) -> String {
-        format!("{}:permits:{{{}}}", self.prefix, encode(key.as_str()))
+        self.record("permits", key)
     }
 
     /// `key`'s permit fence counter, with the lock's hash tag.
     pub(super) fn permit_fence(&self, key: &Key) -> String {
-        format!("{}:pfence:{{{}}}", self.prefix, encode(key.as_str()))
+        self.record("pfence", key)
     }
 
     /// A `SCAN MATCH` pattern for the permit hashes of keys starting with
     /// `prefix`.
     pub(super) fn permits_pattern(&self, prefix: &str) -> String {
-        format!(
-            "{}:permits:{{{}*",
-            glob_escape(&self.prefix),
-            glob_escape(&encode(prefix))
-        )
+        self.pattern("permits", prefix)
     }
 
     /// The key a permit hash's name stands for, as [`key_of_lock`](Self::key_of_lock).
@@ -113,22 +109,18 @@ impl Namespace {
     /// the writer's slot and a waiting writer's `mark`), with the lock's
     /// hash tag and apart from the semaphore's.
     pub(super) fn rw(&self, key: &Key) -> String {
-        format!("{}:rw:{{{}}}", self.prefix, encode(key.as_str()))
+        self.record("rw", key)
     }
 
     /// `key`'s reader-writer fence counter, with the lock's hash tag.
     pub(super) fn rw_fence(&self, key: &Key) -> String {
-        format!("{}:rwfence:{{{}}}", self.prefix, encode(key.as_str()))
+        self.record("rwfence", key)
     }
 
     /// A `SCAN MATCH` pattern for the reader-writer hashes of keys
     /// starting with `prefix`.
     pub(super) fn rw_pattern(&self, prefix: &str) -> String {
-        format!(
-            "{}:rw:{{{}*",
-            glob_escape(&self.prefix),
-            glob_escape(&encode(prefix))
-        )
+        self.pattern("rw", prefix)
     }
 
     /// The key a reader-writer hash's name stands for.
@@ -143,11 +135,7 @@ impl Namespace {
 
     /// A `SCAN MATCH` pattern for the lock keys of keys starting with `prefix`.
     pub(super) fn lock_pattern(&self, prefix: &str) -> String {
-        format!(
-            "{}:lock:{{{}*",
-            glob_escape(&self.prefix),
-            glob_escape(&encode(prefix))
-        )
+        self.pattern("lock", prefix)
     }
 
     /// The lock key a Redis key name stands for, if the name is one of
@@ -155,6 +143,23 @@ impl Namespace {
     /// never writes it.
     pub(super) fn key_of_lock(&self, name: &str) -> Option<Result<Key>> {
         self.key_of(name, ":lock:{")
+    }
+
+    /// The name of `key`'s record `record` (`lock`, `fence`, `permits`...):
+    /// `<prefix>:<record>:{<e(key)>}`, every record of a key with the same
+    /// hash tag (module docs).
+    fn record(&self, record: &str, key: &Key) -> String {
+        format!("{}:{record}:{{{}}}", self.prefix, encode(key.as_str()))
+    }
+
+    /// A `SCAN MATCH` pattern for the `record` names of keys starting with
+    /// `prefix` (`record` is one of ours: no glob metacharacters).
+    fn pattern(&self, record: &str, prefix: &str) -> String {
+        format!(
+            "{}:{record}:{{{}*",
+            glob_escape(&self.prefix),
+            glob_escape(&encode(prefix))
+        )
     }
 
     fn key_of(&self, name: &str, kind: &str) -> Option<Result<Key>> {

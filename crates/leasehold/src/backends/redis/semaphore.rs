@@ -75,6 +75,20 @@ impl RedisBackend {
         [hash, fence, self.inner.ns.kind(key)]
     }
 
+    /// Runs `script`, the renew or the release script, on `lease`'s permit
+    /// (its family's keys, `permit_write_keys`) with `args`; the script's
+    /// answer, 1 if it renewed or freed.
+    async fn write_permit<const N: usize>(
+        &self,
+        script: &Script,
+        lease: &Lease,
+        args: [String; N],
+    ) -> Result<i64> {
+        let args = args.each_ref().map(String::as_str);
+        let keys = self.permit_write_keys(lease.key(), lease.rw_side().is_some());
+        self.run_on(script, &keys, &args).await
+    }
+
     /// The keys of an acquire script: the family's hash and fence, then
     /// the key's mutex lock, fence and kind, which the script claims.
     fn acquire_keys_of(&self, key: &Key, rw: bool) -> [String; 5] {
@@ -160,14 +174,7 @@ impl RedisBackend {
             duration_to_millis(ttl).to_string(),
             slot_text(lease),
         ];
-        let args = args.each_ref().map(String::as_str);
-        let renewed: i64 = self
-            .run_on(
-                &SCRIPTS[1],
-                &self.permit_write_keys(lease.key(), lease.rw_side().is_some()),
-                &args,
-            )
-            .await?;
+        let renewed = self.write_permit(&SCRIPTS[1], lease, args).await?;
         Ok(renewed == 1)
     }
 
@@ -179,14 +186,7 @@ impl RedisBackend {
             self.inner.ns.channel(),
             lease.key().as_str().to_owned(),
         ];
-        let args = args.each_ref().map(String::as_str);
-        let freed: i64 = self
-            .run_on(
-                &SCRIPTS[2],
-                &self.permit_write_keys(lease.key(), lease.rw_side().is_some()),
-                &args,
-            )
-            .await?;
+        let freed = self.write_permit(&SCRIPTS[2], lease, args).await?;
         if freed == 1 {
             self.wake_local(lease.key());
         }

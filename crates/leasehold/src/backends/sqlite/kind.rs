@@ -133,18 +133,11 @@ mod tests {
 
     use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 
+    use super::super::sql::MIGRATION;
     use super::super::SqliteBackend;
+    use super::HAS_KIND;
     use crate::backend::{Acquire, AcquireRequest, Backend, KeyKind, OwnerId, RwSide};
     use crate::key::Key;
-
-    /// The table as today's release (before `kind`) creates it.
-    const OLD_TABLE: &str = "CREATE TABLE IF NOT EXISTS leasehold_locks (
-    key TEXT PRIMARY KEY NOT NULL,
-    fence INTEGER NOT NULL,
-    owner TEXT,
-    holder TEXT,
-    expires_at_ms INTEGER
-) WITHOUT ROWID";
 
     /// A file written by the release before kinds: a held key (fence 7)
     /// and a free one (fence 5). Opened by this version, the column is
@@ -171,7 +164,12 @@ mod tests {
                 )
                 .await
                 .unwrap();
-            sqlx::query(OLD_TABLE).execute(&old).await.unwrap();
+            // The table as the release before kinds created it: this
+            // version's first statement still creates it so, and `migrate`
+            // adds the column after.
+            sqlx::query(MIGRATION).execute(&old).await.unwrap();
+            let kinds: i64 = sqlx::query_scalar(HAS_KIND).fetch_one(&old).await.unwrap();
+            assert_eq!(kinds, 0, "the old table has no kind column");
             sqlx::query(
                 "INSERT INTO leasehold_locks VALUES ('held', 7, ?1, 'old:1', ?2), \
                  ('free', 5, NULL, NULL, NULL)",
