@@ -435,9 +435,20 @@ fn grant_among(
     owner: crate::backend::OwnerId,
     token: u64,
 ) -> Result<Option<(String, Record)>> {
+    Ok(grant_of(key, kvs, owner)?.filter(|(_, record)| record.token == token))
+}
+
+/// `owner`'s grant among `kvs` (a mutex's range, read back), whatever its
+/// token (an owner is one acquisition: it has one grant at most), and the
+/// etcd key it is at.
+fn grant_of(
+    key: &Key,
+    kvs: &[etcd_client::KeyValue],
+    owner: crate::backend::OwnerId,
+) -> Result<Option<(String, Record)>> {
     for kv in kvs {
         let record = Record::decode(key.as_str(), kv)?;
-        if record.owner == owner && record.token == token {
+        if record.owner == owner {
             let at = String::from_utf8_lossy(kv.key()).into_owned();
             return Ok(Some((at, record)));
         }

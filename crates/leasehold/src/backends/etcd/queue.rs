@@ -320,12 +320,9 @@ impl EtcdBackend {
         let range = layout.mutex(key.as_str());
         let resp = self.txn(txns::leave(&entry, &range)).await?;
         let (grants, _) = txns::release_reads(&resp);
-        for kv in &grants {
-            let record = Record::decode(key.as_str(), kv)?;
-            if record.owner == owner {
-                let at = String::from_utf8_lossy(kv.key()).into_owned();
-                self.release_mutex(key, &at, owner, record.token).await?;
-            }
+        // A grant handed over to it that it never claimed goes on.
+        if let Some((at, record)) = super::grant_of(key, &grants, owner)? {
+            self.release_mutex(key, &at, owner, record.token).await?;
         }
         if let Some(lease) = self.inner.entries.take(key.as_str(), owner) {
             self.revoke_later(lease.id);
