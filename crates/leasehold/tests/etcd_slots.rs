@@ -7,20 +7,18 @@
 //! is on a prefix of the test's own. Reads `LEASEHOLD_TEST_ETCD`.
 #![cfg(all(feature = "conformance", feature = "etcd"))]
 
+#[path = "support/etcd.rs"]
+mod etcd_fixtures;
+
 use std::time::Duration;
 
-use leasehold::backends::etcd::{EtcdBackend, EtcdOptions};
+use leasehold::backends::etcd::EtcdBackend;
 use leasehold::conformance::server_url;
 use leasehold::{Error, LeaseGuard, Locks};
 
 /// A backend of its own (its own guesses) on `prefix`.
 async fn open(url: &str, prefix: &str, window: Option<Duration>) -> (EtcdBackend, Locks) {
-    let options = EtcdOptions::new()
-        .with_prefix(prefix)
-        .with_idle_window(window);
-    let backend = EtcdBackend::connect_with(url, options)
-        .await
-        .expect("the etcd test server answers");
+    let backend = etcd_fixtures::on_prefix(url, prefix, window).await;
     (
         backend.clone(),
         Locks::new(backend).with_holder_label("test"),
