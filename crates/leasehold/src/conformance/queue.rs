@@ -39,7 +39,7 @@ pub async fn queue_waiters_get_the_key_in_the_order_they_came(store: &TestStore)
     let k = key(format!("{}k", prefix()));
     let clients = [
         Locks::from_arc(store.backend.clone()),
-        Locks::from_arc(store.second_client_arc()),
+        Locks::from_arc(store.second_arc()),
     ];
     let holder = grant(store, &k, LONG).await;
     let order = Arc::new(Mutex::new(Vec::new()));
