@@ -18,18 +18,14 @@ mod sweep {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use leasehold::backends::etcd::{EtcdBackend, EtcdOptions};
     use leasehold::conformance::{server_url, TestStore};
+
+    use super::etcd_fixtures::on_prefix;
 
     async fn store() -> Option<TestStore> {
         let url = server_url("LEASEHOLD_TEST_ETCD")?;
         let prefix = format!("sweep-conformance-{:016x}/", rand::random::<u64>());
-        let options = EtcdOptions::new()
-            .with_prefix(&prefix)
-            .with_idle_window(Some(Duration::from_millis(1)));
-        let backend = EtcdBackend::connect_with(&url, options)
-            .await
-            .expect("the etcd test server answers");
+        let backend = on_prefix(&url, &prefix, Some(Duration::from_millis(1))).await;
         let (passes, counted) = (backend.clone(), backend.clone());
         Some(TestStore::new(Arc::new(backend)).with_sweep(
             move || {

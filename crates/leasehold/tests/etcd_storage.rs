@@ -11,25 +11,15 @@
 
 #[path = "support/common.rs"]
 mod common;
+#[path = "support/etcd.rs"]
+mod etcd_fixtures;
 
 use std::time::Duration;
 
+use etcd_fixtures::on_prefix;
 use leasehold::backends::etcd::{EtcdBackend, EtcdOptions};
 use leasehold::conformance::server_url;
 use leasehold::Locks;
-
-/// A backend on its own prefix, so that counts are this test's alone.
-async fn open(url: &str, prefix: &str, window: Option<Duration>) -> (EtcdBackend, Locks) {
-    let backend = EtcdBackend::connect_with(
-        url,
-        EtcdOptions::new()
-            .with_prefix(prefix)
-            .with_idle_window(window),
-    )
-    .await
-    .expect("the etcd test server answers");
-    (backend.clone(), Locks::new(backend))
-}
 
 /// How many etcd keys are under `prefix`.
 async fn records(backend: &EtcdBackend, prefix: &str) -> i64 {
@@ -55,7 +45,8 @@ async fn releases_start_the_passes() {
         return;
     };
     let prefix = prefix("passes");
-    let (backend, locks) = open(&url, &prefix, Some(Duration::from_millis(200))).await;
+    let backend = on_prefix(&url, &prefix, Some(Duration::from_millis(200))).await;
+    let locks = Locks::new(backend.clone());
     for i in 0..20 {
         let permit = common::permit(&locks, &format!("pool/{i}"), 1).await;
         permit.release().await.unwrap();
@@ -76,7 +67,8 @@ async fn without_a_window_kind_records_stay() {
         return;
     };
     let prefix = prefix("kept");
-    let (backend, locks) = open(&url, &prefix, None).await;
+    let backend = on_prefix(&url, &prefix, None).await;
+    let locks = Locks::new(backend.clone());
     let permit = common::permit(&locks, "pool", 1).await;
     permit.release().await.unwrap();
     tokio::time::sleep(Duration::from_millis(50)).await;

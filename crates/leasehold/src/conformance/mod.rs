@@ -120,6 +120,8 @@ macro_rules! conformance_tests {
             semaphore_owner_checked_renew_release,
             semaphore_release_wakes_a_waiter,
             semaphore_disagreeing_permits,
+            semaphore_stale_view_meets_taken_slots,
+            semaphore_stale_view_keeps_a_smaller_count,
             semaphore_bad_input_rejected_before_io,
             regrant_permit_repeat_is_the_same_grant_extended,
             regrant_permit_repeat_takes_no_second_slot,
@@ -135,6 +137,7 @@ macro_rules! conformance_tests {
             rw_owner_checked_renew_release,
             rw_crashed_holder_returns_after_ttl,
             rw_waiting_writer_is_not_starved,
+            rw_waiting_writer_turns_away_a_stale_reader,
             rw_release_wakes_a_waiter,
             kind_mutex_held_excludes_readers_then_converts,
             kind_mutex_acquire_of_an_rw_key_is_its_writer,
@@ -295,6 +298,11 @@ async fn is_busy(store: &TestStore, key: &Key) -> bool {
         &request(key, Duration::from_secs(10)),
     )
     .await
+}
+
+/// Whether a try-once call through the core found its lock busy.
+fn answered_busy(outcome: &crate::Result<LeaseGuard>) -> bool {
+    matches!(outcome, Err(crate::Error::Busy { .. }))
 }
 
 /// Starts `waiter` (an acquisition through the core) and has `releaser`

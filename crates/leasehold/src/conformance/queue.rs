@@ -9,7 +9,8 @@ use std::time::Duration;
 use tokio::time::{sleep, timeout, Instant};
 
 use super::{attempt, grant, key, prefix, request, TestStore, LONG, SHORT};
-use crate::backend::{Acquire, AcquireRequest, QUEUE_ENTRY_TTL};
+use crate::backend::{Acquire, AcquireRequest, Lease, QUEUE_ENTRY_TTL};
+use crate::guard::LeaseGuard;
 use crate::lock::{AcquireOptions, Locks};
 
 /// Long enough for a waiter's first attempt to reach the store, so the
@@ -27,6 +28,13 @@ fn assert_queues(store: &TestStore) {
     );
 }
 
+/// `waiter`'s first attempt, at a key that is held: busy, and the waiter
+/// is in the key's queue from here (its entry's lease counts from here).
+async fn enqueue(store: &TestStore, waiter: &AcquireRequest) {
+    let answer = attempt(&*store.backend, waiter).await;
+    assert!(matches!(answer, Acquire::Busy(_)), "{answer:?}");
+}
+
 /// A waiter's attempt with its queue entry (lease `entry_ttl`).
 fn queued(k: &crate::Key, ttl: Duration, entry_ttl: Duration) -> AcquireRequest {
     request(k, ttl).with_queue_entry(entry_ttl, 0)
@@ -39,7 +47,7 @@ pub async fn queue_waiters_get_the_key_in_the_order_they_came(store: &TestStore)
     let k = key(format!("{}k", prefix()));
     let clients = [
         Locks::from_arc(store.backend.clone()),
-        Locks::from_arc(store.second_client_arc()),
+        Locks::from_arc(store.second_arc()),
     ];
     let holder = grant(store, &k, LONG).await;
     let order = Arc::new(Mutex::new(Vec::new()));
@@ -95,10 +103,7 @@ pub async fn queue_release_hands_the_key_to_the_head_alone(store: &TestStore) {
         .with_queue_entry(QUEUE_ENTRY_TTL, 7);
     let next = queued(&k, LONG, QUEUE_ENTRY_TTL);
     for waiter in [&head, &next] {
-        assert!(matches!(
-            attempt(&*store.backend, waiter).await,
-            Acquire::Busy(_)
-        ));
+        enqueue(store, waiter).await;
     }
     let mut told = store.backend.subscribe(&k).await.unwrap();
     assert!(told.expect_hand_off(head.owner()), "the store notifies");
@@ -159,10 +164,7 @@ pub async fn queue_a_free_key_goes_to_the_head_first(store: &TestStore) {
     let head = AcquireRequest::new(k.clone(), LONG, "head")
         .unwrap()
         .with_queue_entry(LONG, 3);
-    assert!(matches!(
-        attempt(&*store.backend, &head).await,
-        Acquire::Busy(_)
-    ));
+    enqueue(store, &head).await;
     let mut told = store.backend.subscribe(&k).await.unwrap();
     assert!(told.expect_hand_off(head.owner()), "the store notifies");
     sleep(store.past_expiry(SHORT)).await;
@@ -239,20 +241,16 @@ pub async fn queue_dead_waiter_leaves_within_its_entry_lease(store: &TestStore) 
     let holder = grant(store, &k, LONG).await;
     let entry_ttl = Duration::from_millis(300);
     let dead = queued(&k, LONG, entry_ttl);
-    assert!(matches!(
-        attempt(&*store.backend, &dead).await,
-        Acquire::Busy(_)
-    ));
-    let live = fair_waiter(store, &k);
-    sleep(entry_ttl + Duration::from_millis(200)).await;
-    let released_at = Instant::now();
-    store.backend.release(&holder).await.unwrap();
-    let guard = timeout(HANDED_WITHIN, live)
-        .await
-        .expect("the dead waiter's entry has ended: the live one is next")
-        .unwrap()
-        .unwrap();
-    assert!(released_at.elapsed() < HANDED_WITHIN);
+    let (guard, waited) = next_after_a_dead_waiter(
+        store,
+        &holder,
+        &dead,
+        entry_ttl + Duration::from_millis(200),
+        HANDED_WITHIN,
+        "the dead waiter's entry has ended: the live one is next",
+    )
+    .await;
+    assert!(waited < HANDED_WITHIN);
     guard.release().await.unwrap();
 }
 
@@ -266,20 +264,15 @@ pub async fn queue_unclaimed_hand_off_lapses_to_the_next(store: &TestStore) {
     let claim = Duration::from_millis(500);
     let dead = queued(&k, claim, QUEUE_ENTRY_TTL);
     assert_eq!(dead.claim_window(), claim);
-    assert!(matches!(
-        attempt(&*store.backend, &dead).await,
-        Acquire::Busy(_)
-    ));
-    let live = fair_waiter(store, &k);
-    sleep(STAGGER).await;
-    let released_at = Instant::now();
-    store.backend.release(&holder).await.unwrap();
-    let guard = timeout(claim + QUEUE_ENTRY_TTL + HANDED_WITHIN, live)
-        .await
-        .expect("an unclaimed grant lapses and the key goes on")
-        .unwrap()
-        .unwrap();
-    let waited = released_at.elapsed();
+    let (guard, waited) = next_after_a_dead_waiter(
+        store,
+        &holder,
+        &dead,
+        STAGGER,
+        claim + QUEUE_ENTRY_TTL + HANDED_WITHIN,
+        "an unclaimed grant lapses and the key goes on",
+    )
+    .await;
     // At least the claim window; a
     // coarse store may keep it longer (etcd: the rest of the head's entry
     // lease), which delays the next waiter but is never unsafe.
@@ -320,10 +313,7 @@ pub async fn queue_a_waiter_that_gives_up_leaves_the_queue(store: &TestStore) {
     // Handed over, then left: the grant goes back.
     let holder = grant(store, &k, LONG).await;
     let waiter = queued(&k, LONG, QUEUE_ENTRY_TTL);
-    assert!(matches!(
-        attempt(&*store.backend, &waiter).await,
-        Acquire::Busy(_)
-    ));
+    enqueue(store, &waiter).await;
     store.backend.release(&holder).await.unwrap();
     assert!(
         matches!(attempt(&*store.backend, &free).await, Acquire::Busy(_)),
@@ -336,11 +326,33 @@ pub async fn queue_a_waiter_that_gives_up_leaves_the_queue(store: &TestStore) {
     }
 }
 
+/// The waiter after a dead one: `dead` (which never comes back) queues for
+/// `holder`'s key, then a live waiter through the core behind it; `pause`
+/// later `holder` is released. The live waiter's guard (`why`: what getting
+/// it shows), which must come within `bound`, and how long after the
+/// release it came.
+async fn next_after_a_dead_waiter(
+    store: &TestStore,
+    holder: &Lease,
+    dead: &AcquireRequest,
+    pause: Duration,
+    bound: Duration,
+    why: &str,
+) -> (LeaseGuard, Duration) {
+    enqueue(store, dead).await;
+    let live = fair_waiter(store, holder.key());
+    sleep(pause).await;
+    let released_at = Instant::now();
+    store.backend.release(holder).await.unwrap();
+    let guard = timeout(bound, live).await.expect(why).unwrap().unwrap();
+    (guard, released_at.elapsed())
+}
+
 /// An acquisition of `k` through the core, queued at the store, on a task.
 fn fair_waiter(
     store: &TestStore,
     k: &crate::Key,
-) -> tokio::task::JoinHandle<crate::Result<crate::LeaseGuard>> {
+) -> tokio::task::JoinHandle<crate::Result<LeaseGuard>> {
     let locks = Locks::from_arc(store.backend.clone());
     let (k, wait) = (
         k.as_str().to_owned(),

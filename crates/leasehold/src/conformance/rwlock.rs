@@ -7,8 +7,8 @@ use std::time::Duration;
 use tokio::time::{sleep, Instant};
 
 use super::{
-    attempt, busy_for, handed_off, key, permits_listed, prefix, slots_of, TestStore, LONG,
-    ROUND_TRIP_SLACK, SHORT,
+    answered_busy, attempt, busy_for, handed_off, key, permits_listed, prefix, slots_of, TestStore,
+    LONG, ROUND_TRIP_SLACK, SHORT,
 };
 use crate::backend::{Acquire, AcquireRequest, Backend, Lease, OwnerId, RwSide, WRITER_SLOT};
 use crate::error::Error;
@@ -255,6 +255,58 @@ pub async fn rw_waiting_writer_is_not_starved(store: &TestStore) {
         waited <= READER_HOLD * 2 + ROUND_TRIP_SLACK,
         "the writer waited {waited:?} behind a stream of {READER_HOLD:?} readers"
     );
+}
+
+/// A waiting writer's marker turns away a reader whose client's view of the
+/// lock went stale (it saw the lock empty; the other client's readers and
+/// waiting writer came since), though reader slot 0 is free; the writer
+/// then gets the lock, and readers come back after it with higher tokens.
+pub async fn rw_waiting_writer_turns_away_a_stale_reader(store: &TestStore) {
+    let k = key(format!("{}rw", prefix()));
+    let (a, b) = (store.locks(), store.second_locks());
+    // A has seen the lock empty (a read taken and given back).
+    let warm = a.rw_lock(k.as_str()).unwrap().try_read().await.unwrap();
+    assert_eq!(warm.slot(), Some(0));
+    warm.release().await.unwrap();
+    let readers = b.rw_lock(k.as_str()).unwrap();
+    let r0 = readers.try_read().await.unwrap();
+    let r1 = readers.try_read().await.unwrap();
+    assert_eq!((r0.slot(), r1.slot()), (Some(0), Some(1)));
+    r0.release().await.unwrap();
+    // The writer waits behind r1, its marker set.
+    let writer = {
+        let lock = b.rw_lock(k.as_str()).unwrap();
+        tokio::spawn(async move { lock.write(Duration::from_secs(20)).await })
+    };
+    // The marker is set once B's own new readers are turned away (B reads
+    // the lock at each attempt; a reader granted before is given back).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match readers.try_read().await {
+            Ok(early) => early.release().await.unwrap(),
+            Err(Error::Busy { .. }) => break,
+            Err(e) => panic!("a reader beside r1: {e:?}"),
+        }
+        assert!(Instant::now() < deadline, "the writer sets its marker");
+        sleep(Duration::from_millis(20)).await;
+    }
+    let lock = a.rw_lock(k.as_str()).unwrap();
+    assert!(
+        answered_busy(&lock.try_read().await),
+        "the marker turns readers away"
+    );
+    assert!(answered_busy(&lock.try_read().await), "also after a look");
+    let r1_token = r1.token();
+    r1.release().await.unwrap();
+    let w = writer.await.unwrap().expect("the writer gets the lock");
+    let w_token = w.token();
+    assert!(w_token > r1_token);
+    assert!(answered_busy(&lock.try_read().await), "the writer holds it");
+    w.release().await.unwrap();
+    let after = lock.try_read().await.unwrap();
+    assert_eq!(after.slot(), Some(0));
+    assert!(after.token() > w_token);
+    after.release().await.unwrap();
 }
 
 /// A waiting writer's release wakes: a reader released by another client

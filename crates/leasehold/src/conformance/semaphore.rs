@@ -8,12 +8,13 @@ use std::time::Duration;
 use tokio::time::sleep;
 
 use super::{
-    attempt, busy_for, handed_off, key, permits_listed, prefix, slots_of, TestStore, LONG, SHORT,
+    answered_busy, attempt, busy_for, handed_off, key, permits_listed, prefix, slots_of, TestStore,
+    LONG, SHORT,
 };
 use crate::backend::{Acquire, AcquireRequest, Backend, Lease, OwnerId, MAX_PERMITS};
 use crate::error::Error;
 use crate::key::Key;
-use crate::lock::AcquireOptions;
+use crate::lock::{AcquireOptions, Locks};
 
 fn permit_request(k: &Key, ttl: Duration, permits: u32) -> AcquireRequest {
     AcquireRequest::permit(k.clone(), ttl, "conformance", permits).expect("valid request")
@@ -223,6 +224,85 @@ pub async fn semaphore_disagreeing_permits(store: &TestStore) {
     let late = permit(backend, &k, LONG, 3).await;
     assert!(late.slot().unwrap() < 3, "{late:?}");
     assert_eq!(live_slots(store, &k).await.len(), 3);
+}
+
+/// Two clients of `store`, the first with a view of `k` about to go
+/// stale: it took and gave back a permit (of `permits`), so it has seen the
+/// lock empty and of its kind. A store may act on such a view (etcd's next
+/// grant there claims slot 0 unread: backends/etcd/hints.rs); the
+/// `*_stale_view_*` properties change the lock through the second client,
+/// so that the store's own checks, not the view, must decide.
+async fn stale_view(store: &TestStore, k: &Key, permits: u32) -> (Locks, Locks) {
+    let (a, b) = (store.locks(), store.second_locks());
+    let warm = a
+        .semaphore(k.as_str(), permits)
+        .unwrap()
+        .try_acquire()
+        .await;
+    let warm = warm.expect("the warm-up permit");
+    assert_eq!(warm.slot(), Some(0));
+    warm.release().await.unwrap();
+    (a, b)
+}
+
+/// A client whose view of a semaphore went stale (it saw it empty, another
+/// client took slot 0 since) gets the lowest free slot and a higher token;
+/// with every permit taken both clients are busy; slot 0 is given again
+/// once free, and again after the lock is empty.
+pub async fn semaphore_stale_view_meets_taken_slots(store: &TestStore) {
+    let k = key(format!("{}sem", prefix()));
+    let (a, b) = stale_view(store, &k, 3).await;
+    let first = b.semaphore(k.as_str(), 3).unwrap().try_acquire().await;
+    let first = first.unwrap();
+    assert_eq!(first.slot(), Some(0));
+    let pool = a.semaphore(k.as_str(), 3).unwrap();
+    let second = pool.try_acquire().await.unwrap();
+    assert_eq!(second.slot(), Some(1));
+    assert!(second.token() > first.token());
+    let third = pool.try_acquire().await.unwrap();
+    assert_eq!(third.slot(), Some(2));
+    assert!(third.token() > second.token());
+    // Every permit taken: busy, from either client.
+    assert!(answered_busy(&pool.try_acquire().await));
+    let from_b = b.semaphore(k.as_str(), 3).unwrap().try_acquire().await;
+    assert!(answered_busy(&from_b));
+    // The lowest free slot again once slot 0 is free.
+    first.release().await.unwrap();
+    let again = pool.try_acquire().await.unwrap();
+    assert_eq!(again.slot(), Some(0));
+    assert!(again.token() > third.token());
+    for g in [second, third, again] {
+        g.release().await.unwrap();
+    }
+    // Empty again: the next grants (on etcd, one after a look that found
+    // the lock held, then one that presumes it empty again) take slot 0.
+    for _ in 0..2 {
+        let g = pool.try_acquire().await.unwrap();
+        assert_eq!(g.slot(), Some(0));
+        g.release().await.unwrap();
+    }
+}
+
+/// A client that counts fewer permits than are live is never granted, even
+/// with slot 0 free and a stale view that the lock is empty.
+pub async fn semaphore_stale_view_keeps_a_smaller_count(store: &TestStore) {
+    let k = key(format!("{}sem", prefix()));
+    let (a, b) = stale_view(store, &k, 1).await;
+    let wide = b.semaphore(k.as_str(), 2).unwrap();
+    let s0 = wide.try_acquire().await.unwrap();
+    let s1 = wide.try_acquire().await.unwrap();
+    assert_eq!((s0.slot(), s1.slot()), (Some(0), Some(1)));
+    s0.release().await.unwrap();
+    // Slot 0 is free, one permit is live: a count of 1 is full.
+    let narrow = a.semaphore(k.as_str(), 1).unwrap().try_acquire().await;
+    assert!(answered_busy(&narrow), "{narrow:?}");
+    // A count of 2 has room, in slot 0.
+    let g = a.semaphore(k.as_str(), 2).unwrap().try_acquire().await;
+    let g = g.unwrap();
+    assert_eq!(g.slot(), Some(0));
+    assert!(g.token() > s1.token());
+    g.release().await.unwrap();
+    s1.release().await.unwrap();
 }
 
 /// Bad semaphore input fails with `InvalidInput` before any I/O: nothing

@@ -202,11 +202,9 @@ impl TestStore {
             .expect("the store's factory names a second client (TestStore::with_second_client)")
     }
 
-    /// The second client, shared: for a second `Locks` (another process).
-    pub(super) fn second_client_arc(&self) -> Arc<dyn Backend> {
-        self.second
-            .clone()
-            .expect("the store's factory names a second client (TestStore::with_second_client)")
+    /// A `Locks` on the second client, as another process has.
+    pub(super) fn second_locks(&self) -> Locks {
+        Locks::from_arc(self.second_arc()).with_holder_label("conformance")
     }
 
     pub(super) fn second_client(&self) -> &dyn Backend {

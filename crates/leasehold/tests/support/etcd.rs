@@ -1,6 +1,7 @@
-//! The conformance store on etcd: a backend on the server of `var`, a
-//! second client (another backend, its own connections and watch), the
-//! closed-port and bad-option hooks.
+//! etcd fixtures: the conformance store on the server of `var` (a second
+//! client, another backend with its own connections and watch; the
+//! closed-port and bad-option hooks), and a backend on a prefix of its own.
+#![allow(dead_code)] // each test crate uses its own subset
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -64,4 +65,15 @@ async fn shortest_lease(backend: &EtcdBackend) -> Duration {
     let granted = leases.grant(1, None).await.expect("etcd grants a lease");
     let _ = leases.revoke(granted.id()).await;
     Duration::from_secs(u64::try_from(granted.ttl()).unwrap_or(1).max(1))
+}
+
+/// A backend on `prefix` (so that what a test counts or sees is its own),
+/// whose sweep deletes kind records idle for `idle_window`.
+pub async fn on_prefix(url: &str, prefix: &str, idle_window: Option<Duration>) -> EtcdBackend {
+    let options = EtcdOptions::new()
+        .with_prefix(prefix)
+        .with_idle_window(idle_window);
+    EtcdBackend::connect_with(url, options)
+        .await
+        .expect("the etcd test server answers")
 }
