@@ -45,7 +45,7 @@ Set RUST_LOG (e.g. RUST_LOG=leasehold=debug) or pass -v for tracing output.";
 #[derive(Debug, Parser)]
 #[command(name = "leasehold", version, after_help = EXIT_CODES)]
 pub struct Cli {
-    /// Lock store URL: sqlite://PATH, postgres://..., redis://HOST[:PORT][/DB][?prefix=NAME], mongodb://HOST[:PORT]/DB, memory://
+    /// Lock store URL: sqlite://PATH, postgres://..., redis://HOST[:PORT][/DB][?prefix=NAME], redis+cluster://HOST:PORT,..., mongodb://HOST[:PORT]/DB, etcd://HOST:PORT[,HOST:PORT...], memory://
     #[arg(long, env = "LEASEHOLD_STORE", global = true, default_value_t = default_store_url())]
     pub store: String,
 
@@ -101,7 +101,7 @@ pub struct LeaseArgs {
     pub wait: Duration,
     /// Wait in the key's queue at the store, first come, first served
     /// across processes, and be handed the key at a release (stores that
-    /// keep queues: memory, SQLite, PostgreSQL, Redis, MongoDB; see
+    /// keep queues: memory, SQLite, PostgreSQL, Redis, MongoDB, etcd; see
     /// docs/fairness.md)
     #[arg(long)]
     pub fair: bool,
