@@ -156,7 +156,8 @@ pub(crate) enum Granted {
     Asked(Instant),
     /// Handed over to a queued waiter (queue.rs): the store grants it for
     /// the claim window, counted from this moment at the latest, and the
-    /// guard claims it with a renewal at once.
+    /// guard claims it with a renewal (at its first renewal time, or at
+    /// once: lock/acquire.rs decides).
     HandedOver {
         counts_from: Instant,
         claim_window: Duration,
@@ -400,9 +401,10 @@ impl fmt::Debug for LeaseGuard {
 
 /// Renews the lease every ttl/3 from `due` on and fires the lost signal
 /// when the lease can no longer be relied on (with renewal off, only that
-/// signal, after one renewal at once if `claim_now`: a grant handed over
-/// with renewal off still gets its whole ttl). Stops when `stop` is
-/// cancelled or the lease is lost.
+/// signal). With `claim_now`, one renewal is sent at once first, and the
+/// next comes ttl/3 after it: the claim of a grant handed over (with
+/// renewal off, so that it still gets its whole ttl). Stops when `stop`
+/// is cancelled or the lease is lost.
 async fn keep_alive(
     backend: Arc<dyn Backend>,
     lease: Lease,

@@ -195,7 +195,7 @@ pub async fn rw_crashed_holder_returns_after_ttl(store: &TestStore) {
 const READER_HOLD: Duration = Duration::from_millis(600);
 
 /// A writer that waits behind a continuous stream of overlapping readers
-/// (each holds [`READER_HOLD`], a new one starts every third of that, from
+/// (each holds `READER_HOLD`, 600 ms, a new one starts every third of that, from
 /// handles of their own on both clients) gets the lock within two reader
 /// hold times: its marker turns new readers away, and the readers present
 /// when it came finish within one hold time.

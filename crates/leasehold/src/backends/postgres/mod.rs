@@ -138,7 +138,7 @@ impl PostgresBackend {
     /// rows it deleted.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`](crate::Error::InvalidInput) for a zero
+    /// [`Error::InvalidInput`] for a zero
     /// window; store errors otherwise (the rows stay; run it again).
     pub async fn sweep_idle(&self, window: std::time::Duration) -> Result<u64> {
         if window.is_zero() {
