@@ -188,7 +188,8 @@ impl LeaseGuard {
     /// `renewals`) and schedules its renewal for its first renewal time (or,
     /// if `auto_renew` is false, only the lost-lease timer for its
     /// deadline). With `claim_now`, a renewal is sent at once first (the
-    /// claim of a grant handed over: lock/acquire.rs decides when).
+    /// claim of a grant handed over: lock/acquire.rs decides when). Its hold,
+    /// renewals and loss are counted under `tally`'s labels.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn start(
         backend: Arc<dyn Backend>,
@@ -199,6 +200,7 @@ impl LeaseGuard {
         claim_now: bool,
         hold: LocalHold,
         pending: Arc<PendingReleases>,
+        tally: &Tally,
     ) -> Self {
         let (sent_at, lasts) = granted.lasts(&lease);
         let valid_until = sent_at + trusted_for(lasts);
@@ -209,11 +211,14 @@ impl LeaseGuard {
         } else {
             valid_until
         };
+        // Counted before the renewal is scheduled: a claim sent at once
+        // may run on the background runtime before this returns.
+        let watch = tally.hold(lease.token());
         let state = Arc::new(GuardState {
             lost: CancellationToken::new(),
             clock: renewals.clock().clone(),
             valid_until: Mutex::new(valid_until),
-            tally: OnceLock::new(),
+            tally: OnceLock::from(watch.tally().clone()),
         });
         let stop_renewal = CancellationToken::new();
         let renewal_start = renewals.schedule(
@@ -238,16 +243,8 @@ impl LeaseGuard {
             released: false,
             _hold: hold,
             pending,
-            _watch: None,
+            _watch: Some(watch),
         }
-    }
-
-    /// Counts this guard's hold, renewals and loss under `tally`'s labels.
-    pub(crate) fn observed(mut self, tally: &Tally) -> Self {
-        let watch = tally.hold(self.token());
-        let _ = self.state.tally.set(watch.tally().clone());
-        self._watch = Some(watch);
-        self
     }
 
     /// Stops renewal: unschedules it if it has not started, else stops it.

@@ -263,8 +263,8 @@ impl Locks {
             claim_now,
             hold,
             self.pending.clone(),
+            probe.tally(),
         )
-        .observed(probe.tally())
     }
 
     /// One attempt at the store, raced against the cancel token and the
