@@ -245,12 +245,15 @@ impl Statements {
             announce: format!("SELECT pg_notify('{CHANNEL}', $1::text)"),
             // A key of another kind (`kind` set) is broken by the
             // permits' statement of its kind instead (`semaphore.rs`):
-            // this one answers its kind.
+            // this one answers its kind. The row keeps the time its holder
+            // left, as a release does, so the sweep counts its idle window
+            // from then (NULL reads as idle since -infinity).
             force_release: format!(
                 "WITH old AS ( \
                    SELECT key, {live} AS was_live, kind FROM {table} WHERE key = $1 FOR UPDATE), \
                  broken AS ( \
-                   UPDATE {table} AS l SET owner = NULL, holder = NULL, expires_at = NULL, \
+                   UPDATE {table} AS l SET owner = NULL, holder = NULL, \
+                     expires_at = least(coalesce(l.expires_at, clock_timestamp()), clock_timestamp()), \
                      fence = l.fence + 1 \
                    FROM old WHERE l.key = old.key AND old.kind IS NULL \
                    RETURNING l.key, old.was_live) \

@@ -109,8 +109,17 @@ pub(super) const WAS_LIVE: &str = concat!(
     " FROM leasehold_locks WHERE key = ?1"
 );
 
-pub(super) const FORCE_RELEASE: &str = "UPDATE leasehold_locks SET owner = NULL, holder = NULL, \
-     expires_at_ms = NULL, fence = fence + 1 WHERE key = ?1";
+/// Frees key ?1 whoever holds it and bumps its fence. The row keeps the
+/// time its holder left in `expires_at_ms`, as a release does, so the sweep
+/// counts its idle window from then (NULL would read as idle since the
+/// epoch, and the row would go at the next pass).
+pub(super) const FORCE_RELEASE: &str = concat!(
+    "UPDATE leasehold_locks SET owner = NULL, holder = NULL, expires_at_ms = min(coalesce(expires_at_ms, ",
+    now_ms!(),
+    "), ",
+    now_ms!(),
+    "), fence = fence + 1 WHERE key = ?1"
+);
 
 /// A row of INSPECT or LIST, every field checked: a column of the wrong
 /// type (SQLite does not enforce them) is a corrupt record too.
