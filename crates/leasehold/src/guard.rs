@@ -3,7 +3,7 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -111,7 +111,7 @@ pub struct LeaseGuard {
     /// waits for it instead of finding its own old lease.
     pending: Arc<PendingReleases>,
     /// Counts the hold (grant to drop) for stats and metrics.
-    _watch: Option<HoldWatch>,
+    _watch: HoldWatch,
 }
 
 struct GuardState {
@@ -120,7 +120,7 @@ struct GuardState {
     /// On the lease clock (see [`LeaseClock`]).
     valid_until: Mutex<Instant>,
     /// Where renewals and the loss are counted (observe.rs).
-    tally: OnceLock<Tally>,
+    tally: Tally,
 }
 
 impl GuardState {
@@ -135,9 +135,7 @@ impl GuardState {
 
     /// Reports an event of this lease to stats and metrics.
     fn observe<R>(&self, event: impl FnOnce(&Tally) -> R) {
-        if let Some(tally) = self.tally.get() {
-            let _ = event(tally);
-        }
+        let _ = event(&self.tally);
     }
 }
 
@@ -183,30 +181,37 @@ impl Granted {
     }
 }
 
+/// Which renewals a guard sends (lock/acquire.rs decides from the
+/// acquire options and how the lease was granted).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RenewalPlan {
+    /// Renew every third of the ttl; else only the lost-lease timer runs,
+    /// for the deadline.
+    pub(crate) auto_renew: bool,
+    /// Send one renewal at once first: the claim of a grant handed over.
+    pub(crate) claim_now: bool,
+}
+
 impl LeaseGuard {
-    /// Wraps a lease granted as `granted` says (on the lease clock of
-    /// `renewals`) and schedules its renewal for its first renewal time (or,
-    /// if `auto_renew` is false, only the lost-lease timer for its
-    /// deadline). With `claim_now`, a renewal is sent at once first (the
-    /// claim of a grant handed over: lock/acquire.rs decides when). Its hold,
-    /// renewals and loss are counted under `tally`'s labels.
-    #[allow(clippy::too_many_arguments)]
+    /// Wraps a lease granted as `granted` says (the pair is the grant; on
+    /// the lease clock of `renewals`) and schedules its renewals as `plan`
+    /// says: from its first renewal time, at once for a claim, or only the
+    /// lost-lease timer for its deadline. Its hold, renewals and loss are
+    /// counted under `tally`'s labels.
     pub(crate) fn start(
         backend: Arc<dyn Backend>,
         renewals: &RenewalScheduler,
-        lease: Lease,
-        granted: Granted,
-        auto_renew: bool,
-        claim_now: bool,
+        (lease, granted): (Lease, Granted),
+        plan: RenewalPlan,
         hold: LocalHold,
         pending: Arc<PendingReleases>,
         tally: &Tally,
     ) -> Self {
         let (sent_at, lasts) = granted.lasts(&lease);
         let valid_until = sent_at + trusted_for(lasts);
-        let first_due = if claim_now {
+        let first_due = if plan.claim_now {
             renewals.clock().now()
-        } else if auto_renew {
+        } else if plan.auto_renew {
             sent_at + renew_interval(lasts)
         } else {
             valid_until
@@ -218,7 +223,7 @@ impl LeaseGuard {
             lost: CancellationToken::new(),
             clock: renewals.clock().clone(),
             valid_until: Mutex::new(valid_until),
-            tally: OnceLock::from(watch.tally().clone()),
+            tally: watch.tally().clone(),
         });
         let stop_renewal = CancellationToken::new();
         let renewal_start = renewals.schedule(
@@ -229,8 +234,7 @@ impl LeaseGuard {
                 state.clone(),
                 stop_renewal.clone(),
                 first_due,
-                auto_renew,
-                claim_now,
+                plan,
             )),
         );
         LeaseGuard {
@@ -243,7 +247,7 @@ impl LeaseGuard {
             released: false,
             _hold: hold,
             pending,
-            _watch: Some(watch),
+            _watch: watch,
         }
     }
 
@@ -398,8 +402,8 @@ impl fmt::Debug for LeaseGuard {
 
 /// Renews the lease every ttl/3 from `due` on and fires the lost signal
 /// when the lease can no longer be relied on (with renewal off, only that
-/// signal). With `claim_now`, one renewal is sent at once first, and the
-/// next comes ttl/3 after it: the claim of a grant handed over (with
+/// signal). With `plan.claim_now`, one renewal is sent at once first, and
+/// the next comes ttl/3 after it: the claim of a grant handed over (with
 /// renewal off, so that it still gets its whole ttl). Stops when `stop`
 /// is cancelled or the lease is lost.
 async fn keep_alive(
@@ -408,8 +412,7 @@ async fn keep_alive(
     state: Arc<GuardState>,
     stop: CancellationToken,
     mut due: Instant,
-    auto_renew: bool,
-    claim_now: bool,
+    plan: RenewalPlan,
 ) {
     let ttl = lease.ttl();
     let clock = state.clock.clone();
@@ -417,7 +420,7 @@ async fn keep_alive(
         biased;
         _ = stop.cancelled() => return,
         outcome = async {
-            if claim_now {
+            if plan.claim_now {
                 match renew_until_deadline(&*backend, &lease, &state).await {
                     // The claim is a renewal: the next one a third of the
                     // ttl after it.
@@ -425,7 +428,7 @@ async fn keep_alive(
                     Err(why) => return why,
                 }
             }
-            if !auto_renew {
+            if !plan.auto_renew {
                 clock.sleep_until(state.valid_until()).await;
                 state.observe(|t| t.lost(Lost::Expired));
                 return "lease ran out (renewal disabled)";

@@ -19,7 +19,7 @@ use crate::backend::{
     Acquire, AcquireRequest, Backend, BoxFuture, Busy, KeyKind, Lease, PermitKind,
 };
 use crate::error::{Error, Result};
-use crate::guard::{born_dead, Granted, LeaseGuard};
+use crate::guard::{born_dead, Granted, LeaseGuard, RenewalPlan};
 use crate::key::Key;
 use crate::notify::Subscription;
 use crate::observe::AcquireProbe;
@@ -252,15 +252,16 @@ impl Locks {
         // asked); else at its first renewal, a third into that window, as
         // any lease a third into its ttl (most holds end before, and the
         // claim is a store write saved).
-        let claim_now = matches!(granted, Granted::HandedOver { .. })
-            && (options.prompt_claim || !options.auto_renew);
+        let plan = RenewalPlan {
+            auto_renew: options.auto_renew,
+            claim_now: matches!(granted, Granted::HandedOver { .. })
+                && (options.prompt_claim || !options.auto_renew),
+        };
         LeaseGuard::start(
             self.backend.clone(),
             &self.renewals,
-            lease,
-            granted,
-            options.auto_renew,
-            claim_now,
+            (lease, granted),
+            plan,
             hold,
             self.pending.clone(),
             probe.tally(),
