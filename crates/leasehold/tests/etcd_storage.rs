@@ -89,3 +89,76 @@ async fn bad_windows_are_refused_before_any_io() {
     )
     .await;
 }
+
+/// The etcd leases of the keys under `prefix` (0 for a key on none).
+async fn leases_under(backend: &EtcdBackend, prefix: &str) -> Vec<i64> {
+    let options = etcd_client::GetOptions::new().with_prefix();
+    let mut answer = backend
+        .client()
+        .kv_client()
+        .get(prefix, Some(options))
+        .await
+        .unwrap();
+    answer.take_kvs().iter().map(|kv| kv.lease()).collect()
+}
+
+/// A released grant's lease is kept alive and serves a later grant instead
+/// of being revoked (spares.rs): twenty rounds of a mutex grant and a
+/// semaphore permit, one at a time, put their grants on a handful of etcd
+/// leases, where a lease each would be forty; and no lease carries a key
+/// once every grant is released.
+#[tokio::test]
+async fn released_grants_leases_carry_later_grants() {
+    let Some(url) = server_url("LEASEHOLD_TEST_ETCD") else {
+        return;
+    };
+    let prefix = prefix("recycled");
+    let backend = on_prefix(&url, &prefix, None).await;
+    let locks = Locks::new(backend.clone());
+    let semaphore = locks.semaphore("pool", 2).unwrap();
+    let mut used = std::collections::BTreeSet::new();
+    for _ in 0..20 {
+        let mutex = locks.try_acquire("job").await.unwrap();
+        let permit = semaphore.try_acquire().await.unwrap();
+        let on: Vec<i64> = leases_under(&backend, &prefix)
+            .await
+            .into_iter()
+            .filter(|&lease| lease != 0)
+            .collect();
+        assert_eq!(on.len(), 2, "one lease for each grant: {on:?}");
+        assert_ne!(on[0], on[1], "two grants never share a lease");
+        used.extend(on);
+        mutex.release().await.unwrap();
+        permit.release().await.unwrap();
+        // Time for the background keep-alives to bring the leases back.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        used.len() <= 5,
+        "{} leases for 40 grants: released leases were not reused",
+        used.len()
+    );
+    assert!(
+        leases_under(&backend, &prefix)
+            .await
+            .iter()
+            .all(|&l| l == 0),
+        "a released grant's key is gone, whatever became of its lease"
+    );
+    for &lease in &used {
+        let answer = backend
+            .client()
+            .lease_client()
+            .time_to_live(
+                lease,
+                Some(etcd_client::LeaseTimeToLiveOptions::new().with_keys()),
+            )
+            .await
+            .unwrap();
+        assert!(
+            answer.keys().is_empty(),
+            "lease {lease} still carries {:?}",
+            answer.keys()
+        );
+    }
+}

@@ -197,6 +197,48 @@ impl EtcdBackend {
         Ok(Some(left.min(from_secs(resp.granted_ttl()))))
     }
 
+    /// Lets lease `id` go once the one key a release (or a move) took off
+    /// it is gone: recycled as a spare if it carried that grant alone
+    /// (spares.rs), else revoked, both in the background.
+    pub(super) fn let_go(&self, id: i64) {
+        match self.inner.spares.freed(id) {
+            Some((granted, asked_secs)) => self.recycle_later(granted, asked_secs),
+            None => self.revoke_later(id),
+        }
+    }
+
+    /// Keeps lease `granted`, which no longer carries a key, alive and
+    /// keeps it as a spare for grants asking `asked_secs`, in the
+    /// background: a keep-alive, answered by the leader alone, where a
+    /// revoke and the next spare's grant are two Raft writes. Its age
+    /// counts from the keep-alive's sending, as a spare's from its grant's.
+    fn recycle_later(&self, granted: Granted, asked_secs: i64) {
+        let spares = &self.inner.spares;
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // No runtime to run it on (a backend dropped outside one): the
+            // lease expires on its own.
+            spares.refilled(asked_secs, None, spares.now());
+            return;
+        };
+        let backend = self.clone();
+        runtime.spawn(async move {
+            let spares = &backend.inner.spares;
+            let sent_at = spares.now();
+            let alive = backend.keep_alive(granted.id).await;
+            let spare = matches!(alive, Ok(true)).then_some(Spare {
+                granted,
+                asked_secs,
+                sent_at,
+            });
+            let refused = spares.refilled(asked_secs, spare, spares.now());
+            // Not kept: too old or surplus, or its keep-alive failed (the
+            // lease may still run: revoking it is the tidy end).
+            if let Some(id) = refused.or(alive.is_err().then_some(granted.id)) {
+                let _ = backend.revoke(id).await;
+            }
+        });
+    }
+
     /// Revokes lease `id` in the background: it holds no key any more (or
     /// never got one), so only the server's memory is at stake, and it
     /// would expire on its own. Not awaited, so a release or a busy answer

@@ -295,7 +295,8 @@ impl EtcdBackend {
             .await?
             .succeeded();
         if moved {
-            self.revoke_later(record.lease);
+            self.let_go(record.lease);
+            self.inner.spares.in_use(fresh, leases::ttl_secs(ttl));
             self.inner.leases.remember(grant, fresh.id, fresh.ttl);
             Ok(Some(fresh.ttl))
         } else {
@@ -357,23 +358,33 @@ impl EtcdBackend {
         if !resp.succeeded() {
             return Ok(false);
         }
-        for op in resp.op_responses() {
-            if let TxnOpResponse::Delete(deleted) = op {
-                for kv in deleted.prev_kvs() {
-                    self.revoke_later(kv.lease());
-                }
-            }
-        }
+        self.let_go_deleted(&resp);
         self.inner.watcher.wake_local(lease.key().as_str());
         // The key may have no grant left: its kind record may go.
         self.poke_sweeper();
         Ok(true)
     }
 
-    /// Notes that `lease` (at `etcd_key`) is on etcd lease `on`.
-    fn remember(&self, etcd_key: &str, lease: &Lease, on: granted::Granted) {
+    /// Notes that `lease` (at `etcd_key`) is on etcd lease `on`, granted
+    /// for a ttl of `asked_secs` for this grant alone (a spare, or a lease
+    /// granted inline): recycled at the grant's release.
+    fn remember(&self, etcd_key: &str, lease: &Lease, on: granted::Granted, asked_secs: i64) {
         let grant = leases::GrantId::of(etcd_key, lease);
         self.inner.leases.remember(grant, on.id, on.ttl);
+        self.inner.spares.in_use(on, asked_secs);
+    }
+
+    /// Lets go, in the background, of the leases of the records a
+    /// transaction deleted and brought back (a released grant's): each is
+    /// recycled or revoked ([`let_go`](Self::let_go)).
+    fn let_go_deleted(&self, resp: &TxnResponse) {
+        for op in resp.op_responses() {
+            if let TxnOpResponse::Delete(deleted) = op {
+                for kv in deleted.prev_kvs() {
+                    self.let_go(kv.lease());
+                }
+            }
+        }
     }
 
     /// A busy answer naming `record`'s holder and the time left on its

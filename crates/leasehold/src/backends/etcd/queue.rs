@@ -100,7 +100,7 @@ impl EtcdBackend {
         let grant_key = &names.lock;
         let granted_here = |token: u64| {
             let lease = req.granted(token).enforced_for(promised);
-            self.remember(grant_key, &lease, fresh);
+            self.remember(grant_key, &lease, fresh, super::leases::ttl_secs(req.ttl()));
             Ok((Acquire::Granted(lease), true))
         };
         // A waiter that queued before keeps its entry's lease alive while
@@ -260,7 +260,7 @@ impl EtcdBackend {
         if !resp.succeeded() {
             return Ok(false);
         }
-        self.revoke_deleted(&resp);
+        self.let_go_deleted(&resp);
         let grant = HandOff {
             token: revision(&resp)?,
             ticket: head.ticket,
@@ -289,7 +289,7 @@ impl EtcdBackend {
             let txn = txns::release(&at, owner, token, None, Some((&range, &queue)))?;
             let resp = self.txn(txn).await?;
             if resp.succeeded() {
-                self.revoke_deleted(&resp);
+                self.let_go_deleted(&resp);
                 self.inner.watcher.wake_local(key.as_str());
                 return Ok(true);
             }
@@ -328,18 +328,6 @@ impl EtcdBackend {
             self.revoke_later(lease.id);
         }
         Ok(())
-    }
-
-    /// Revokes, in the background, the leases of the records a
-    /// transaction deleted and brought back (a released grant's).
-    fn revoke_deleted(&self, resp: &etcd_client::TxnResponse) {
-        for op in resp.op_responses() {
-            if let etcd_client::TxnOpResponse::Delete(deleted) = op {
-                for kv in deleted.prev_kvs() {
-                    self.revoke_later(kv.lease());
-                }
-            }
-        }
     }
 }
 

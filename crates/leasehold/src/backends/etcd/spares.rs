@@ -9,6 +9,13 @@
 //! spare is granted behind it; a busy answer gives its unused lease back
 //! instead of revoking it.
 //!
+//! A lease whose one grant was released is not revoked but kept alive and
+//! kept as a spare (recycled): a `LeaseRevoke` and the next spare's
+//! `LeaseGrant` are two Raft writes, a keep-alive is answered by the
+//! leader alone. Only a lease granted for one grant alone is recycled
+//! ([`Spares::in_use`]): a handed-over grant's lease is its waiter's queue
+//! entry lease, which also carries the key's announce key, and is revoked.
+//!
 //! A spare has been running since its grant was sent: the time since then
 //! is taken off the ttl the grant reports, so the guard's deadline stays
 //! no later than etcd's expiry (`leases.rs`, "Timing"). A spare older than
@@ -17,6 +24,7 @@
 //! the time the machine was suspended: etcd's lease runs on while this
 //! client sleeps, so a spare granted before a suspend is old after it.
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -28,10 +36,16 @@ use crate::time::LeaseClock;
 /// Spares kept at most (per backend, over every ttl); more are revoked.
 const SPARES_MAX: usize = 4;
 
-/// Spares kept or being granted at most per ttl: two, so that grants back
-/// to back (a permit right after a mutex, say) find the spare granted
-/// behind the grant before last, which has had two grants' time to arrive.
+/// Spares kept or on their way (being granted or recycled) at most per
+/// ttl before a grant asks for a new one: two, so that grants back to back
+/// (a permit right after a mutex, say) find the spare granted behind the
+/// grant before last, which has had two grants' time to arrive.
 const AHEAD: usize = 2;
+
+/// Past this many leases in use, the memory of them starts again (their
+/// leases are then revoked at release, as before recycling): grants that
+/// ended without a release here are never forgotten otherwise.
+const IN_USE_MAX: usize = 4096;
 
 /// A lease and when its grant was sent.
 #[derive(Debug, Clone, Copy)]
@@ -62,11 +76,15 @@ pub(super) struct Spares {
 #[derive(Debug, Default)]
 struct Pool {
     spares: Vec<Spare>,
-    /// The ttl (whole seconds) of each spare being granted now: with the
-    /// spares kept, at most [`AHEAD`] per ttl, so that grants in quick
-    /// succession, each finding the refills of the ones before still in
+    /// The ttl (whole seconds) of each spare on its way now (being granted,
+    /// or a released grant's lease being kept alive): with the spares kept,
+    /// at most [`AHEAD`] per ttl start a grant, so that grants in quick
+    /// succession, each finding the spares of the ones before still in
     /// flight, do not pile up lease grants on the leader.
     refilling: Vec<i64>,
+    /// The leases that carry one grant alone, by id: the TTL asked (whole
+    /// seconds) and the lease as granted. Recycled at that grant's release.
+    in_use: HashMap<i64, (i64, Granted)>,
 }
 
 impl Spares {
@@ -129,15 +147,36 @@ impl Spares {
         wanted
     }
 
-    /// A refill for `asked_secs` ended, with `spare` if its grant was
-    /// answered; the id of the lease to revoke instead, as for
-    /// [`put`](Self::put).
+    /// A refill (or a recycle) for `asked_secs` ended, with `spare` if its
+    /// grant (or keep-alive) was answered; the id of the lease to revoke
+    /// instead, as for [`put`](Self::put).
     pub fn refilled(&self, asked_secs: i64, spare: Option<Spare>, now: Instant) -> Option<i64> {
         let mut pool = self.pool();
         if let Some(i) = pool.refilling.iter().position(|&s| s == asked_secs) {
             pool.refilling.swap_remove(i);
         }
         spare.and_then(|spare| pool.keep(spare, now))
+    }
+
+    /// Notes that lease `granted`, granted for a ttl of `asked_secs`,
+    /// now carries one grant and nothing else.
+    pub fn in_use(&self, granted: Granted, asked_secs: i64) {
+        let mut pool = self.pool();
+        if pool.in_use.len() >= IN_USE_MAX {
+            pool.in_use.clear();
+        }
+        pool.in_use.insert(granted.id, (asked_secs, granted));
+    }
+
+    /// Lease `id` no longer carries its grant (released, or the grant
+    /// moved to another lease). Its recycle: the lease and the ttl asked,
+    /// marked on its way as a spare until [`refilled`](Self::refilled);
+    /// `None` if it did not carry one grant alone (revoke it).
+    pub fn freed(&self, id: i64) -> Option<(Granted, i64)> {
+        let mut pool = self.pool();
+        let (asked_secs, granted) = pool.in_use.remove(&id)?;
+        pool.refilling.push(asked_secs);
+        Some((granted, asked_secs))
     }
 
     /// Keeps `spare` for a later grant; the id of the lease to revoke
@@ -236,6 +275,31 @@ mod tests {
         // A refill whose grant failed ends too.
         assert_eq!(spares.refilled(30, None, t0), None);
         assert!(spares.start_refill(30));
+    }
+
+    /// A released grant's lease comes back as a spare, counted among the
+    /// spares on their way (no lease grant starts behind it); a lease that
+    /// did not carry one grant alone is not recycled.
+    #[test]
+    fn a_lease_in_use_alone_is_recycled_once_at_its_release() {
+        let t0 = Instant::now();
+        let spares = Spares::default();
+        let granted = Granted {
+            id: 7,
+            ttl: Duration::from_secs(30),
+        };
+        spares.in_use(granted, 30);
+        assert!(spares.freed(8).is_none(), "never in use here");
+        let (back, asked) = spares.freed(7).expect("in use alone");
+        assert_eq!((back.id, asked), (7, 30));
+        assert!(spares.freed(7).is_none(), "recycled once");
+        assert!(spares.start_refill(30), "one on its way");
+        assert!(!spares.start_refill(30), "two on their way");
+        assert_eq!(spares.refilled(30, Some(spare(7, 30, t0)), t0), None);
+        assert_eq!(spares.refilled(30, None, t0), None);
+        let (found, _) = spares.take(30, t0);
+        assert_eq!(found.unwrap().0.granted.id, 7);
+        assert!(spares.start_refill(30), "nothing on its way any more");
     }
 
     /// A suspend stops the monotonic clock but not etcd's lease: a spare
