@@ -12,8 +12,10 @@ async fn store() -> Option<leasehold::conformance::TestStore> {
 
 leasehold::conformance_tests!(store; options, unreachable, queue);
 
-/// Group `sweep` on a backend whose idle window is 1 ms (an etcd pass
-/// deletes what was idle for the backend's window), on a prefix of its own.
+/// Group `sweep` on a backend whose idle window is 1 ms, on a prefix of
+/// its own (an etcd pass deletes what was idle for its backend's window: a
+/// pass with a longer window runs on a second backend of the prefix, whose
+/// window is an hour).
 mod sweep {
     use std::sync::Arc;
     use std::time::Duration;
@@ -26,10 +28,15 @@ mod sweep {
         let url = server_url("LEASEHOLD_TEST_ETCD")?;
         let prefix = format!("sweep-conformance-{:016x}/", rand::random::<u64>());
         let backend = on_prefix(&url, &prefix, Some(Duration::from_millis(1))).await;
+        let hourly = on_prefix(&url, &prefix, Some(Duration::from_secs(3600))).await;
         let (passes, counted) = (backend.clone(), backend.clone());
         Some(TestStore::new(Arc::new(backend)).with_sweep(
-            move || {
-                let backend = passes.clone();
+            move |window| {
+                let backend = if window < Duration::from_secs(3600) {
+                    passes.clone()
+                } else {
+                    hourly.clone()
+                };
                 async move { backend.sweep_idle().await }
             },
             // Every record of a key names it after a one-letter family

@@ -7,7 +7,6 @@
 mod mongodb_fixtures;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use leasehold::backends::mongodb::{MongoBackend, MongoOptions};
 use leasehold::conformance::TestStore;
@@ -51,9 +50,9 @@ async fn store() -> Option<TestStore> {
         store
             .with_bad_option("store url", || MongoBackend::connect("http://localhost"))
             .with_sweep(
-                move || {
+                move |window| {
                     let backend = passes.clone();
-                    async move { backend.sweep_idle(Duration::from_millis(1)).await }
+                    async move { backend.sweep_idle(window).await }
                 },
                 move |prefix| {
                     let collection = sweeper.collection().clone();

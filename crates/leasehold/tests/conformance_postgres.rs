@@ -34,7 +34,6 @@ leasehold::conformance_tests!(store; options, unreachable, blocking, queue);
 /// otherwise delete the idle rows of every test on the shared table.
 mod sweep {
     use std::sync::Arc;
-    use std::time::Duration;
 
     use leasehold::conformance::TestStore;
     use leasehold::sqlx;
@@ -49,9 +48,9 @@ mod sweep {
         let pool = postgres::pool(&url).await;
         let passes = backend.clone();
         Some(TestStore::new(Arc::new(backend)).with_sweep(
-            move || {
+            move |window| {
                 let backend = passes.clone();
-                async move { backend.sweep_idle(Duration::from_millis(1)).await }
+                async move { backend.sweep_idle(window).await }
             },
             move |prefix| {
                 let pool = pool.clone();

@@ -7,7 +7,6 @@ mod sqlite;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use leasehold::backends::sqlite::SqliteBackend;
 use leasehold::conformance::{unblock, TestStore};
@@ -34,9 +33,9 @@ async fn store() -> Option<TestStore> {
                 }
             })
             .with_sweep(
-                move || {
+                move |window| {
                     let backend = passes.clone();
-                    async move { backend.sweep_idle(Duration::from_millis(1)).await }
+                    async move { backend.sweep_idle(window).await }
                 },
                 move |prefix| records(counted.clone(), prefix),
             )

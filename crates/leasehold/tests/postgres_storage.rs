@@ -98,35 +98,6 @@ async fn idle_rows_go_and_the_keys_come_back_above_every_token() {
     drop_tables(&pool, &table).await;
 }
 
-/// A row a force-release freed counts its idle window from the break, as a
-/// released one does from the release: it is not gone at the next pass.
-#[tokio::test]
-async fn a_force_released_key_waits_out_its_idle_window() {
-    let Some(url) = url() else { return };
-    let table = unique("forced_locks");
-    let (backend, locks) = open(&url, &table, None).await;
-    let broken = locks.try_acquire("k").await.unwrap();
-    assert!(locks.force_release("k").await.unwrap());
-    // Broken again while free: it still only bumps the fence.
-    assert!(!locks.force_release("k").await.unwrap());
-    assert_eq!(
-        backend.sweep_idle(Duration::from_secs(3600)).await.unwrap(),
-        0,
-        "inside the window"
-    );
-    let pool = pool(&url).await;
-    assert_eq!(rows(&pool, &table).await, 1);
-    let next = locks.try_acquire("k").await.unwrap();
-    assert_eq!(
-        next.token(),
-        broken.token() + 3,
-        "each break bumped the fence"
-    );
-    next.release().await.unwrap();
-    drop(broken);
-    drop_tables(&pool, &table).await;
-}
-
 #[tokio::test]
 async fn a_table_of_the_previous_scheme_is_upgraded_in_place() {
     // As the previous release left it: a key freed with a NULL expiry at 41.

@@ -196,29 +196,3 @@ async fn bad_windows_are_refused_before_the_file_is_touched() {
     .await;
     assert!(!path.exists());
 }
-
-/// A row a force-release freed counts its idle window from the break, as a
-/// released one does from the release: it is not gone at the next pass.
-#[tokio::test]
-async fn a_force_released_key_waits_out_its_idle_window() {
-    let dir = tempfile::tempdir().unwrap();
-    let (backend, locks) = open(&dir.path().join("locks.db"), None).await;
-    let broken = locks.try_acquire("k").await.unwrap();
-    assert!(locks.force_release("k").await.unwrap());
-    // Broken again while free: it still only bumps the fence.
-    assert!(!locks.force_release("k").await.unwrap());
-    assert_eq!(
-        backend.sweep_idle(Duration::from_secs(3600)).await.unwrap(),
-        0,
-        "inside the window"
-    );
-    assert_eq!(records(backend.pool()).await, 1);
-    let next = locks.try_acquire("k").await.unwrap();
-    assert_eq!(
-        next.token(),
-        broken.token() + 3,
-        "each break bumped the fence"
-    );
-    next.release().await.unwrap();
-    drop(broken);
-}

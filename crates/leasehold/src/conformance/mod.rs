@@ -80,7 +80,8 @@ pub use rwlock::*;
 pub use semaphore::*;
 pub use store::{unblock, Capabilities, TestStore, Unblock};
 pub use sweep::{
-    sweep_idle_keys_go_and_come_back_above_every_token, sweep_racing_grants_never_break_a_live_slot,
+    sweep_idle_keys_go_and_come_back_above_every_token,
+    sweep_keeps_a_force_released_key_for_its_window, sweep_racing_grants_never_break_a_live_slot,
 };
 
 /// `url` (`scheme://[credentials@]hosts[/database][?query]`) naming
@@ -160,6 +161,7 @@ macro_rules! conformance_tests {
     (@group sweep $factory:path) => {
         $crate::conformance_tests!(@each $factory;
             sweep_idle_keys_go_and_come_back_above_every_token,
+            sweep_keeps_a_force_released_key_for_its_window,
             sweep_racing_grants_never_break_a_live_slot
         );
     };

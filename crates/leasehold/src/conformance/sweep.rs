@@ -148,6 +148,39 @@ pub async fn sweep_idle_keys_go_and_come_back_above_every_token(store: &TestStor
     }
 }
 
+/// A key a force-release freed counts its idle window from the break, as
+/// a released one does from its release: a pass with a window of an hour
+/// leaves its records as they were, and its next grant is above the broken
+/// one. (SQLite and PostgreSQL once wrote no time at a break, which a pass
+/// read as idle since the epoch.)
+pub async fn sweep_keeps_a_force_released_key_for_its_window(store: &TestStore) {
+    let locks = store.locks();
+    let key = format!("{}broken", prefix());
+    let broken = locks.try_acquire(&key).await.expect("free key");
+    assert!(locks.force_release(&key).await.expect("store answers"));
+    // Broken again while free: nothing held to break.
+    assert!(!locks.force_release(&key).await.expect("store answers"));
+    let kept = store.records(&key).await;
+    store
+        .sweep_with(Duration::from_secs(3600))
+        .await
+        .expect("a pass runs");
+    assert_eq!(
+        store.records(&key).await,
+        kept,
+        "a pass took the records of a key broken inside its window"
+    );
+    let next = locks.try_acquire(&key).await.expect("free key");
+    assert!(
+        next.token() > broken.token(),
+        "{} after {}",
+        next.token(),
+        broken.token()
+    );
+    next.release().await.expect("release");
+    drop(broken);
+}
+
 /// Passes in a loop race grants, renewals and releases of two semaphore
 /// and two rw keys: no semaphore ever has more than its permits live, no
 /// writer meets another holder, no key hands out a token twice, and no
