@@ -107,3 +107,35 @@ async fn a_releasing_holder_queues_behind_the_waiting_neighbour() {
     );
     drop(neighbour);
 }
+
+/// A waiter behind a guard of its own process subscribes before it asks
+/// the store: one busy answer, then it waits for the release (a waiter
+/// subscribed after its busy answer must ask once more, lest a release in
+/// between go unnoticed: that is a store round trip per grant of a key its
+/// own tasks take turns on).
+#[tokio::test(start_paused = true)]
+async fn a_waiter_behind_its_own_process_asks_the_store_once_before_it_waits() {
+    use leasehold::testing::{Faulty, Op};
+    let store = Faulty::default();
+    let locks = Locks::new(store.clone()).with_background_runtime(Handle::current());
+    let held = locks.try_acquire("k").await.unwrap();
+    let before = store.calls(Op::TryAcquire);
+    let waiter = tokio::spawn({
+        let locks = locks.clone();
+        async move { locks.acquire("k", Duration::from_secs(5)).await }
+    });
+    // On paused time the clock moves only when every task waits: by 1 ms
+    // the waiter has done all it does before it sleeps, and its
+    // safety-net poll (25 ms at the earliest) has not come.
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert!(!waiter.is_finished());
+    assert_eq!(
+        store.calls(Op::TryAcquire) - before,
+        1,
+        "one busy answer before waiting"
+    );
+    held.release().await.unwrap();
+    let next = waiter.await.unwrap().expect("woken by the release");
+    assert_eq!(store.calls(Op::TryAcquire) - before, 2, "then the grant");
+    next.release().await.unwrap();
+}

@@ -100,7 +100,21 @@ impl Locks {
             _ = self.pending.settled(request.key()) => {}
             _ = sleep_until_some(backstop) => {}
         }
-        let mut waiting: Option<Waiting> = None;
+        // A mutex waiter behind a holder of this very process will find the
+        // key busy: subscribed before its first attempt, one busy answer is
+        // enough to wait on (subscribed after a busy answer, it must ask
+        // once more, lest a release in between go unnoticed). That saves
+        // a store round trip per grant of a key its own tasks take turns on.
+        let mut waiting = None;
+        if !wait.is_zero()
+            && request.permit_kind().is_none()
+            && self.queues(&request).is_held_here(request.key())
+        {
+            waiting = Some(
+                self.start_waiting(&request, deadline, seat.is_some())
+                    .await?,
+            );
+        }
         loop {
             // On the lease clock, which counts suspended time (time.rs).
             let sent_at = self.renewals.clock().now();
@@ -177,11 +191,10 @@ impl Locks {
             let Some(w) = waiting.as_mut() else {
                 // Subscribe, then try again at once: a release between the
                 // first attempt and the subscription would otherwise be missed.
-                let mut w = Waiting::start(&*self.backend, request.key(), deadline).await?;
-                if seat.is_some() {
-                    w.subscription.expect_hand_off(request.owner());
-                }
-                waiting = Some(w);
+                waiting = Some(
+                    self.start_waiting(&request, deadline, seat.is_some())
+                        .await?,
+                );
                 continue;
             };
             // Wake just after the holder's lease ends at the latest; a
@@ -230,6 +243,21 @@ impl Locks {
                 return Err(self.timeout(&request, started, Some((busy, now))));
             }
         }
+    }
+
+    /// Subscribes `request`'s waiter to its key's releases (and, if it is
+    /// `queued` at the store, to a hand-off told to its owner).
+    async fn start_waiting(
+        &self,
+        request: &AcquireRequest,
+        deadline: Option<Instant>,
+        queued: bool,
+    ) -> Result<Waiting> {
+        let mut w = Waiting::start(&*self.backend, request.key(), deadline).await?;
+        if queued {
+            w.subscription.expect_hand_off(request.owner());
+        }
+        Ok(w)
     }
 
     /// The guard of a grant, counted on this handle's queues, with the
