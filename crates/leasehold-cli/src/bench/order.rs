@@ -39,8 +39,39 @@ pub struct Order {
     pub longest_per_fifo: f64,
     /// Waiters woken by news from the store, per release (per grant).
     pub wakeups_per_release: f64,
+    /// Acquire requests sent to the store per grant (the granted one
+    /// included): a waiter's busy answers and retries.
+    pub attempts_per_grant: f64,
     /// Grants the store handed over to the head of the key's queue.
     pub handed_over: u64,
+}
+
+/// What the waiters' `Locks` counted over a run (`Locks::stats`, after
+/// less before).
+#[derive(Debug, Default, Clone, Copy, Serialize, Deserialize)]
+pub struct Counted {
+    pub attempts: u64,
+    pub wakeups: u64,
+    pub handed_over: u64,
+}
+
+impl Counted {
+    pub fn between(before: &leasehold::Stats, after: &leasehold::Stats) -> Self {
+        Counted {
+            attempts: after.attempts - before.attempts,
+            wakeups: after.wakeups - before.wakeups,
+            handed_over: after.handed_over - before.handed_over,
+        }
+    }
+
+    /// The sum of two processes' counts.
+    pub fn add(self, other: Counted) -> Self {
+        Counted {
+            attempts: self.attempts + other.attempts,
+            wakeups: self.wakeups + other.wakeups,
+            handed_over: self.handed_over + other.handed_over,
+        }
+    }
 }
 
 fn now_us() -> u64 {
@@ -84,14 +115,13 @@ pub async fn wait_in_turn(
 }
 
 /// Summarizes the grants of `waiters` waiters over a run of `duration`,
-/// in which the store's news woke them `wakeups` times.
+/// with what their `Locks` `counted`.
 pub fn order(
     mut grants: Vec<Grant>,
     waiters: usize,
     duration: Duration,
     longest: Duration,
-    wakeups: u64,
-    handed_over: u64,
+    counted: Counted,
 ) -> Order {
     grants.sort_by_key(|g| g.granted_us);
     // A grant is out of order if a later grant went to a waiter that had
@@ -117,8 +147,9 @@ pub fn order(
         mean_wait_ms: mean_wait_us / 1e3,
         fifo_wait_ms: fifo_wait_us / 1e3,
         longest_per_fifo: longest.as_secs_f64() * 1e6 / fifo_wait_us,
-        wakeups_per_release: wakeups as f64 / n,
-        handed_over,
+        wakeups_per_release: counted.wakeups as f64 / n,
+        attempts_per_grant: counted.attempts as f64 / n,
+        handed_over: counted.handed_over,
     }
 }
 
@@ -136,12 +167,24 @@ mod tests {
     #[test]
     fn a_grant_ahead_of_an_earlier_waiter_is_out_of_order() {
         let fifo = vec![g(0, 10), g(1, 20), g(2, 30)];
-        let o = order(fifo, 3, Duration::from_micros(30), Duration::ZERO, 3, 0);
+        let counted = Counted {
+            attempts: 6,
+            wakeups: 3,
+            handed_over: 0,
+        };
+        let o = order(fifo, 3, Duration::from_micros(30), Duration::ZERO, counted);
         assert_eq!(o.out_of_order, 0.0);
         assert_eq!(o.wakeups_per_release, 1.0);
+        assert_eq!(o.attempts_per_grant, 2.0);
         // The waiter that came at 2 went before the one that came at 1.
         let jumped = vec![g(0, 10), g(2, 20), g(1, 30)];
-        let o = order(jumped, 3, Duration::from_micros(30), Duration::ZERO, 0, 0);
+        let o = order(
+            jumped,
+            3,
+            Duration::from_micros(30),
+            Duration::ZERO,
+            Counted::default(),
+        );
         assert!((o.out_of_order - 1.0 / 3.0).abs() < 1e-9);
     }
 }

@@ -12,7 +12,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use super::keys::unique_key;
-use super::order::{order, wait_in_turn, Order, WaiterRun};
+use super::order::{order, wait_in_turn, Counted, Order, WaiterRun};
 use super::raw::BenchStore;
 use super::stats::{jain_index, ratio, Latency};
 use crate::exit::CliError;
@@ -432,35 +432,18 @@ async fn contended_tasks(
         );
     }
     let after = locks.stats();
-    Ok(summarize(
-        runs,
-        duration,
-        after.wakeups - before.wakeups,
-        after.handed_over - before.handed_over,
-    ))
+    Ok(summarize(runs, duration, Counted::between(&before, &after)))
 }
 
-/// The throughput and order of the waiters' `runs`, whom the store's news
-/// woke `wakeups` times and handed `handed_over` grants.
-pub fn summarize(
-    runs: Vec<WaiterRun>,
-    duration: Duration,
-    wakeups: u64,
-    handed_over: u64,
-) -> Throughput {
+/// The throughput and order of the waiters' `runs`, with what their
+/// `Locks` `counted` (requests, wake-ups, hand-offs).
+pub fn summarize(runs: Vec<WaiterRun>, duration: Duration, counted: Counted) -> Throughput {
     let waiters = runs.len();
     let per_worker = runs.iter().map(|r| r.grants.len() as u64).collect();
     let longest = Duration::from_micros(runs.iter().map(|r| r.longest_wait_us).max().unwrap_or(0));
     let grants = runs.into_iter().flat_map(|r| r.grants).collect();
     let mut t = throughput(per_worker, longest, duration);
-    t.order = Some(order(
-        grants,
-        waiters,
-        duration,
-        longest,
-        wakeups,
-        handed_over,
-    ));
+    t.order = Some(order(grants, waiters, duration, longest, counted));
     t
 }
 

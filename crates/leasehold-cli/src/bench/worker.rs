@@ -11,7 +11,7 @@ use tokio::process::Command;
 use tokio::time::Instant;
 
 use super::keys::unique_key;
-use super::order::{wait_in_turn, WaiterRun};
+use super::order::{wait_in_turn, Counted, WaiterRun};
 use super::scenarios::{summarize, Contended, Throughput};
 use crate::exit::{CliError, EX_SOFTWARE};
 use crate::parse_duration;
@@ -35,13 +35,13 @@ pub struct BenchWorkerArgs {
 #[derive(Debug, Serialize, Deserialize)]
 struct WorkerResult {
     runs: Vec<WaiterRun>,
-    /// Wake-ups and hand-offs its `Locks` counted (`Locks::stats`).
-    wakeups: u64,
-    handed_over: u64,
+    /// What its `Locks` counted (`Locks::stats`).
+    counted: Counted,
 }
 
 pub async fn bench_worker(store: &str, args: BenchWorkerArgs) -> Result<u8, CliError> {
     let locks = Locks::open(store).await?;
+    let before = locks.stats();
     let deadline = Instant::now() + args.duration;
     let fair = args.fair;
     let tasks: Vec<_> = (0..args.tasks)
@@ -57,11 +57,9 @@ pub async fn bench_worker(store: &str, args: BenchWorkerArgs) -> Result<u8, CliE
                 .map_err(|e| CliError::new(EX_SOFTWARE, e.to_string()))??,
         );
     }
-    let stats = locks.stats();
     let result = WorkerResult {
         runs,
-        wakeups: stats.wakeups,
-        handed_over: stats.handed_over,
+        counted: Counted::between(&before, &locks.stats()),
     };
     println!(
         "{}",
@@ -123,7 +121,7 @@ async fn run_processes(
             command.spawn()
         })
         .collect::<Result<_, _>>()?;
-    let (mut runs, mut wakeups, mut handed_over) = (Vec::new(), 0, 0);
+    let (mut runs, mut counted) = (Vec::new(), Counted::default());
     for child in children {
         let out = child.wait_with_output().await?;
         if !out.status.success() {
@@ -135,8 +133,7 @@ async fn run_processes(
         let r: WorkerResult = serde_json::from_slice(&out.stdout)
             .map_err(|e| CliError::new(EX_SOFTWARE, format!("bad bench worker output: {e}")))?;
         runs.extend(r.runs);
-        wakeups += r.wakeups;
-        handed_over += r.handed_over;
+        counted = counted.add(r.counted);
     }
-    Ok(summarize(runs, duration, wakeups, handed_over))
+    Ok(summarize(runs, duration, counted))
 }
