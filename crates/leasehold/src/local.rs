@@ -77,19 +77,21 @@ impl LocalQueues {
         }
     }
 
+    /// Whether a guard of this process holds `key` right now (the map's
+    /// lock and a lookup; a waiter with its turn asks
+    /// [`LocalTurn::behind_a_holder`] instead).
+    pub(crate) fn is_held_here(&self, key: &Key) -> bool {
+        self.lock()
+            .get(key)
+            .is_some_and(|q| q.holders.load(Ordering::Relaxed) > 0)
+    }
+
     /// Marks `key` as held by a guard of this process until the returned
     /// value is dropped.
     pub(crate) fn hold(self: &Arc<Self>, key: &Key) -> LocalHold {
         let entry = self.entry(key);
         entry.queue().holders.fetch_add(1, Ordering::Relaxed);
         LocalHold { entry }
-    }
-
-    /// Whether a guard of this process holds `key` right now.
-    pub(crate) fn is_held_here(&self, key: &Key) -> bool {
-        self.lock()
-            .get(key)
-            .is_some_and(|q| q.holders.load(Ordering::Relaxed) > 0)
     }
 
     fn entry(self: &Arc<Self>, key: &Key) -> Entry {
@@ -114,6 +116,14 @@ impl LocalQueues {
         // Every update is a single insert or remove: a panic cannot leave
         // the map half-changed, so poison is ignored.
         self.queues.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl LocalTurn {
+    /// Whether a guard of this process holds the turn's key right now:
+    /// one atomic read of the key's queue this turn already holds.
+    pub(crate) fn behind_a_holder(&self) -> bool {
+        self._entry.queue().holders.load(Ordering::Relaxed) > 0
     }
 }
 

@@ -530,7 +530,7 @@ impl Backend for EtcdBackend {
             // the transaction that attaches the key to it. A spare when
             // there is one (spares.rs), its age off the ttl it promises.
             let (lease, promised) = self.lease_for_grant(req.ttl()).await?;
-            let outcome = self.acquire_mutex(req, lease.granted, promised).await;
+            let outcome = self.acquire_mutex(req, lease, promised).await;
             match &outcome {
                 // The lease is the grant's now: a spare for the next one.
                 Ok((_, true)) => self.refill_later(req.ttl()),

@@ -31,6 +31,7 @@ use crate::notify::HandOff;
 use super::errors::STORE;
 use super::granted::Granted;
 use super::keys::{self, Entry, Record};
+use super::spares::Spare;
 use super::txns::{self, MutexKeys};
 use super::{revision, EtcdBackend, CONFLICT_RETRIES};
 
@@ -84,23 +85,24 @@ fn lease_gone(e: &Error) -> bool {
 }
 
 impl EtcdBackend {
-    /// The attempts of a mutex grant on the fresh lease `fresh`: the
-    /// answer, and whether the grant is on `fresh` (else the caller
-    /// revokes it or keeps it for later). A busy key is queued for if the
-    /// request queues; a free key with a queue goes to its head.
+    /// The attempts of a mutex grant on the fresh lease `spare`: the
+    /// answer, and whether the grant is on it (else the caller revokes it
+    /// or keeps it for later). A busy key is queued for if the request
+    /// queues; a free key with a queue goes to its head.
     pub(super) async fn acquire_mutex(
         &self,
         req: &AcquireRequest,
-        fresh: Granted,
+        spare: Spare,
         promised: Duration,
     ) -> Result<(Acquire, bool)> {
+        let fresh = spare.granted;
         let key = req.key().as_str();
         let names = MutexKeys::of(&self.inner.layout, key);
         // A grant is made in the first place of the lock's range.
         let grant_key = &names.lock;
         let granted_here = |token: u64| {
             let lease = req.granted(token).enforced_for(promised);
-            self.remember(grant_key, &lease, fresh, super::leases::ttl_secs(req.ttl()));
+            self.remember(grant_key, &lease, fresh, spare.asked_secs);
             Ok((Acquire::Granted(lease), true))
         };
         // A waiter that queued before keeps its entry's lease alive while
