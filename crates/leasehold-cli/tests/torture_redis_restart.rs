@@ -120,7 +120,21 @@ fn without_persistence_a_restart_loses_the_leases_but_not_the_fence_order() {
     // after the server is back, when a waiting worker takes the key. With
     // 500 ms the holder's deadline could pass first, and on a loaded
     // machine no overlap showed (stop 49's CI).
-    let run = redis.run_with_restarts(torture, &["--duration", "10s", "--ttl", "2s"], "restart");
+    // Whether a waiter takes the key inside the old holder's belief after
+    // the restart depends on timing: a run whose restart hit but showed no
+    // overlap (exit 0, as one CI run under load did) demonstrated nothing
+    // and is run again, up to three runs. A run that shows the overlap must
+    // still keep every token in order.
+    let mut run =
+        redis.run_with_restarts(torture, &["--duration", "10s", "--ttl", "2s"], "restart");
+    for _ in 1..3 {
+        if run.code != 0 {
+            break;
+        }
+        eprintln!("no overlap after the restart this run; running again");
+        run.remove_kept_logs();
+        run = redis.run_with_restarts(torture, &["--duration", "10s", "--ttl", "2s"], "restart");
+    }
     assert_eq!(run.code, 1, "{}", run.output);
     assert!(run.n("/faults/restart/hit") >= 1, "{}", run.output);
     // The lost leases: a new holder while the old one still held.
