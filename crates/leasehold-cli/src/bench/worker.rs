@@ -2,7 +2,7 @@
 //! `leasehold bench-worker` process with its own connection, running one
 //! or more waiters (tasks) on one `Locks`.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::Args;
 use leasehold::Locks;
@@ -15,6 +15,31 @@ use super::order::{wait_in_turn, Counted, WaiterRun};
 use super::scenarios::{summarize, Contended, Throughput};
 use crate::exit::{CliError, EX_SOFTWARE};
 use crate::parse_duration;
+use leasehold::AcquireOptions;
+
+/// How long after spawning them the worker processes start their timed
+/// run together (per 8 processes).
+const START_MARGIN: Duration = Duration::from_secs(2);
+
+/// Milliseconds since the Unix epoch, now.
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The tokio instant of `ms` since the Unix epoch (now if that has passed;
+/// a worker that got there late says by how much).
+fn instant_at(ms: u64) -> Instant {
+    let now = unix_ms();
+    if now > ms {
+        eprintln!(
+            "leasehold bench-worker: ready {} ms after the common start",
+            now - ms
+        );
+    }
+    Instant::now() + Duration::from_millis(ms.saturating_sub(now))
+}
 
 /// Arguments of the hidden `bench-worker` command.
 #[derive(Debug, Args)]
@@ -29,6 +54,10 @@ pub struct BenchWorkerArgs {
     /// Wait with `with_fair(true)`: queued at the store.
     #[arg(long)]
     pub fair: bool,
+    /// When the timed run starts, in ms since the Unix epoch: every worker
+    /// process starts at the same moment, after its warm-up.
+    #[arg(long)]
+    pub start_at_ms: Option<u64>,
 }
 
 /// What one worker process prints.
@@ -41,9 +70,27 @@ struct WorkerResult {
 
 pub async fn bench_worker(store: &str, args: BenchWorkerArgs) -> Result<u8, CliError> {
     let locks = Locks::open(store).await?;
-    let before = locks.stats();
-    let deadline = Instant::now() + args.duration;
     let fair = args.fair;
+    // A process's first acquisition sets up what the later ones reuse
+    // (connections, the store's notification feed): timed, it would count
+    // that setup as a wait in line. One untimed round first, then every
+    // process starts together, so that each waits behind all the others
+    // from its first timed call on.
+    let warm_up = AcquireOptions::new()
+        .with_wait(args.duration)
+        .with_fair(fair);
+    locks
+        .acquire_with(&args.key, &warm_up)
+        .await?
+        .release()
+        .await?;
+    let start = match args.start_at_ms {
+        Some(ms) => instant_at(ms),
+        None => Instant::now(),
+    };
+    tokio::time::sleep_until(start).await;
+    let before = locks.stats();
+    let deadline = start + args.duration;
     let tasks: Vec<_> = (0..args.tasks)
         .map(|_| {
             let (locks, key) = (locks.clone(), args.key.clone());
@@ -103,6 +150,9 @@ async fn run_processes(
 ) -> Result<Throughput, CliError> {
     let exe = std::env::current_exe()?;
     let key = unique_key("contended-processes");
+    // Time for every process to start, connect and warm up before the
+    // common start (a late one starts late, and says so).
+    let start_at_ms = unix_ms() + START_MARGIN.as_millis() as u64 * processes.div_ceil(8) as u64;
     let children: Vec<_> = (0..processes)
         .map(|_| {
             let mut command = Command::new(&exe);
@@ -113,6 +163,7 @@ async fn run_processes(
                 .args(["bench-worker", "--key", &key])
                 .args(["--duration", &format!("{}ms", duration.as_millis())])
                 .args(["--tasks", &tasks.to_string()])
+                .args(["--start-at-ms", &start_at_ms.to_string()])
                 .stdout(std::process::Stdio::piped())
                 .kill_on_drop(true);
             if fair {
