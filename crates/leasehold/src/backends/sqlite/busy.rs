@@ -7,6 +7,7 @@ use std::time::Duration;
 use sqlx::pool::PoolConnection;
 use sqlx::sqlite::{Sqlite, SqliteConnection, SqlitePool};
 
+use super::busy_wait::{set_busy_wait, BusyWait};
 use super::queue::{queued_attempt, HELD_BY, LEAVE};
 use super::sql::{Query, ACQUIRE, BUSY_INFO, RELEASE};
 use super::wake::{SharedWakeDir, WakeDir};
@@ -151,8 +152,14 @@ impl BoundedBusy {
                 conn: Some(pool.acquire().await.map_err(classify)?),
             };
             // Measured once the connection is ours: queueing for it spent
-            // some of the wait already.
-            bounded.set(req.lock_wait()).await?;
+            // some of the wait already. A fair waiter's attempt writes its
+            // queue entry: it tries for the lock again soon, so that
+            // entries land in the order the waiters called (busy_wait.rs).
+            let wait = match req.queue_entry_ttl() {
+                Some(_) => BusyWait::Prompt,
+                None => BusyWait::Sqlite,
+            };
+            bounded.set(req.lock_wait(), wait).await?;
             Ok(bounded)
         })
     }
@@ -166,7 +173,7 @@ impl BoundedBusy {
             let mut bounded = BoundedBusy {
                 conn: Some(pool.acquire().await.map_err(classify)?),
             };
-            bounded.set(timeout).await?;
+            bounded.set(timeout, BusyWait::Sqlite).await?;
             Ok(bounded)
         })
     }
@@ -177,7 +184,7 @@ impl BoundedBusy {
             .expect("connection taken only by restore")
     }
 
-    fn set(&mut self, timeout: Duration) -> BoxFuture<'_, Result<()>> {
+    fn set(&mut self, timeout: Duration, wait: BusyWait) -> BoxFuture<'_, Result<()>> {
         Box::pin(async move {
             #[cfg(test)]
             if super::tests::FAIL_SET.with(|fail| fail.replace(false)) {
@@ -186,17 +193,9 @@ impl BoundedBusy {
                         .in_store(STORE),
                 );
             }
-            // PRAGMA takes no parameters; the value is an integer, and a
-            // non-persistent statement keeps these one-off texts out of the
-            // prepared-statement cache.
-            let sql = format!("PRAGMA busy_timeout = {}", duration_to_millis(timeout));
-            let conn: &mut SqliteConnection = self.conn();
-            sqlx::query(&sql)
-                .persistent(false)
-                .execute(&mut *conn)
+            set_busy_wait(self.conn(), timeout, wait)
                 .await
-                .map_err(classify)?;
-            Ok(())
+                .map_err(classify)
         })
     }
 
@@ -204,7 +203,7 @@ impl BoundedBusy {
     /// to the pool.
     pub(super) fn restore(mut self, busy_timeout: Duration) -> BoxFuture<'static, Result<()>> {
         Box::pin(async move {
-            self.set(busy_timeout).await?;
+            self.set(busy_timeout, BusyWait::Sqlite).await?;
             self.conn.take();
             Ok(())
         })

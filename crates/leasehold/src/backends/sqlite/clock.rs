@@ -26,8 +26,8 @@
 //! kernel gives no boot id (not Linux), the function reads the wall clock,
 //! as `unixepoch` did.
 
-// sqlx has no safe way to register a SQL function; this module is the
-// crate's only unsafe code: one FFI call and its two callbacks.
+// sqlx has no safe way to register a SQL function: one FFI call and its
+// two callbacks (with busy_wait.rs, the crate's only unsafe code).
 #![allow(unsafe_code)]
 
 use std::ffi::c_void;

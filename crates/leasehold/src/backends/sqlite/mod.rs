@@ -11,6 +11,7 @@
 //! (see `wake.rs`).
 
 mod busy;
+mod busy_wait;
 mod connect;
 mod errors;
 mod options;
@@ -245,7 +246,7 @@ mod tests {
     }
 
     std::thread_local! {
-        /// Fails the next `PRAGMA busy_timeout` on this thread.
+        /// Fails the next setting of a busy timeout on this thread.
         pub(super) static FAIL_SET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     }
 
