@@ -351,31 +351,40 @@ fn print_table(report: &Report) {
             c.workers, c.duration_ms
         );
         println!(
-            "  {:<30} {:>9} {:>7} {:>12} {:>9} {:>9} {:>9} {:>9}",
-            "", "acq/s", "Jain", "longest wait", "out of order", "/FIFO", "wakes/rel", "asks/acq"
+            "  {:<30} {:>9} {:>7} {:>12} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "",
+            "acq/s",
+            "Jain",
+            "longest wait",
+            "out of order",
+            "/FIFO",
+            "p99/FIFO",
+            "wakes/rel",
+            "asks/acq"
         );
         let rows = std::iter::once(("leasehold", &c.leasehold))
             .chain(c.fair.iter().map(|r| ("leasehold, fair (queued)", r)))
             .chain(c.raw_loop.iter().map(|r| ("raw loop, no library", r)));
         for (name, t) in rows {
-            let (ooo, fifo, wakes, asks) = match &t.order {
+            let (ooo, fifo, p99, wakes, asks) = match &t.order {
                 Some(o) => (
                     format!("{:.2}%", o.out_of_order * 100.0),
                     format!("{:.2}", o.longest_per_fifo),
+                    format!("{:.2}", o.p99_per_fifo),
                     format!("{:.2}", o.wakeups_per_release),
                     format!("{:.2}", o.attempts_per_grant),
                 ),
-                None => ("-".into(), "-".into(), "-".into(), "-".into()),
+                None => ("-".into(), "-".into(), "-".into(), "-".into(), "-".into()),
             };
             println!(
-                "  {:<30} {:>9.0} {:>7.3} {:>9.1} ms {:>12} {:>9} {:>9} {:>9}",
-                name, t.per_second, t.jain_index, t.longest_wait_ms, ooo, fifo, wakes, asks
+                "  {:<30} {:>9.0} {:>7.3} {:>9.1} ms {:>12} {:>9} {:>9} {:>9} {:>9}",
+                name, t.per_second, t.jain_index, t.longest_wait_ms, ooo, fifo, p99, wakes, asks
             );
         }
         if let Some(r) = c.ratio_to_raw {
             println!("  leasehold = {r:.2}x the raw loop's acquisitions/s");
         }
-        println!("  (/FIFO: longest wait over a first-come-first-served wait, the mean time between grants times the other waiters; asks/acq: acquire requests sent to the store per grant)");
+        println!("  (/FIFO: longest wait over a first-come-first-served wait, the mean time between grants times the other waiters; p99/FIFO: the same for the 99th percentile of the waits; asks/acq: acquire requests sent to the store per grant)");
     }
     if let Some(sc) = &s.scale {
         println!("\nscale: workers on distinct keys");
