@@ -132,7 +132,9 @@ test("force-release is refused without the token and works with it", async () =>
     }
   };
   page.on("dialog", onDialog);
-  await row.locator("button.release").click();
+  // Held down as a person holds a click (longer than the page's 100 ms
+  // countdown tick): a row rebuilt in between would swallow the click.
+  await row.locator("button.release").click({ delay: 300 });
   // The refusal is an alert after a prompt and a round trip to the server:
   // on a loaded CI machine that took over 2 s, so wait up to 10 s for it.
   for (let i = 0; i < 200 && alerts.length === 0; i++) await new Promise((ok) => setTimeout(ok, 50));
@@ -140,7 +142,7 @@ test("force-release is refused without the token and works with it", async () =>
   assert.match(alerts[0], /wrong or missing admin token/);
   assert.equal(await row.count(), 1, "still held after the refusal");
 
-  await row.locator("button.release").click();
+  await row.locator("button.release").click({ delay: 300 });
   await row.waitFor({ state: "detached", timeout: 10000 });
   page.off("dialog", onDialog);
   // The broken holder learns it at its next renewal and stops its command.
