@@ -126,8 +126,25 @@ async fn served_primitives(
     Ok((served, skipped))
 }
 
+/// One row of the uncontended scenario's rounds.
+#[derive(Debug, Clone, Copy)]
+enum Row {
+    /// leasehold's mutex.
+    Ours,
+    /// The same with the Prometheus recorder installed.
+    Recorded,
+    /// The same with the no-op recorder installed.
+    NoopRecorded,
+    /// The primitive served at this index.
+    Primitive(usize),
+    /// The store's baseline at this index.
+    Baseline(usize),
+}
+
 /// Acquire + release on a free key, leasehold and each baseline in turn
-/// (A B A B ...), so drift in the machine's load hits all alike.
+/// (A B A B ...), so drift in the machine's load hits all alike, each
+/// round starting at the next row, so that no row always follows the same
+/// one.
 pub async fn uncontended(
     store: &BenchStore,
     locks: &Locks,
@@ -142,25 +159,46 @@ pub async fn uncontended(
     let mut primitives: Vec<Vec<Duration>> = vec![Vec::with_capacity(rounds); served.len()];
     let mut recording = super::recorder::Recording::prometheus(rounds);
     let mut noop_recording = super::recorder::Recording::noop(rounds);
-    for _ in 0..rounds {
-        let t = Instant::now();
-        let guard = locks.try_acquire(&key).await?;
-        guard.release().await?;
-        ours.push(t.elapsed());
-        recording.round(locks).await?;
-        noop_recording.round(locks).await?;
-        for ((primitive, key), out) in served.iter().zip(&mut primitives) {
-            let t = Instant::now();
-            primitive.round(locks, key).await?;
-            out.push(t.elapsed());
-        }
-        for ((baseline, raw_key), out) in store.baselines.iter().zip(&raw_keys).zip(&mut theirs) {
-            let t = Instant::now();
-            let held = baseline.try_acquire(raw_key).await?.ok_or_else(|| {
-                CliError::new(crate::exit::EX_SOFTWARE, "baseline key unexpectedly busy")
-            })?;
-            baseline.release(held).await?;
-            out.push(t.elapsed());
+    // Each round starts one row further on, so that no row always runs
+    // right after the same one (a peer's connection driver may still be
+    // busy after its call returned).
+    let rows: Vec<Row> = [Row::Ours, Row::Recorded, Row::NoopRecorded]
+        .into_iter()
+        .chain((0..served.len()).map(Row::Primitive))
+        .chain((0..store.baselines.len()).map(Row::Baseline))
+        .collect();
+    for round in 0..rounds {
+        for row in rows
+            .iter()
+            .cycle()
+            .skip(round % rows.len())
+            .take(rows.len())
+        {
+            match *row {
+                Row::Ours => {
+                    let t = Instant::now();
+                    let guard = locks.try_acquire(&key).await?;
+                    guard.release().await?;
+                    ours.push(t.elapsed());
+                }
+                Row::Recorded => recording.round(locks).await?,
+                Row::NoopRecorded => noop_recording.round(locks).await?,
+                Row::Primitive(i) => {
+                    let (primitive, key) = &served[i];
+                    let t = Instant::now();
+                    primitive.round(locks, key).await?;
+                    primitives[i].push(t.elapsed());
+                }
+                Row::Baseline(i) => {
+                    let baseline = &store.baselines[i];
+                    let t = Instant::now();
+                    let held = baseline.try_acquire(&raw_keys[i]).await?.ok_or_else(|| {
+                        CliError::new(crate::exit::EX_SOFTWARE, "baseline key unexpectedly busy")
+                    })?;
+                    baseline.release(held).await?;
+                    theirs[i].push(t.elapsed());
+                }
+            }
         }
     }
     let leasehold = Latency::of(&ours);
