@@ -140,15 +140,11 @@ pub fn order(
         earliest_later = earliest_later.min(g.arrived_us);
     }
     let n = grants.len().max(1) as f64;
-    let mean_wait_us = grants
-        .iter()
-        .map(|g| g.granted_us.saturating_sub(g.arrived_us) as f64)
-        .sum::<f64>()
-        / n;
     let mut waits: Vec<u64> = grants
         .iter()
         .map(|g| g.granted_us.saturating_sub(g.arrived_us))
         .collect();
+    let mean_wait_us = waits.iter().sum::<u64>() as f64 / n;
     waits.sort_unstable();
     let p99_wait_us = waits
         .get(((waits.len().saturating_sub(1)) as f64 * 0.99).round() as usize)

@@ -5,7 +5,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::Args;
-use leasehold::Locks;
+use leasehold::{AcquireOptions, Locks};
 use serde::{Deserialize, Serialize};
 use tokio::process::Command;
 use tokio::time::Instant;
@@ -15,7 +15,6 @@ use super::order::{wait_in_turn, Counted, WaiterRun};
 use super::scenarios::{summarize, Contended, Throughput};
 use crate::exit::{CliError, EX_SOFTWARE};
 use crate::parse_duration;
-use leasehold::AcquireOptions;
 
 /// How long after spawning them the worker processes start their timed
 /// run together (per 8 processes).
