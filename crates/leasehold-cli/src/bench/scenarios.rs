@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use leasehold::backends::polling::PollingOnly;
 use leasehold::{AcquireOptions, Locks};
+use rand::seq::SliceRandom;
 use serde::Serialize;
 use tokio::time::Instant;
 
@@ -159,21 +160,21 @@ pub async fn uncontended(
     let mut primitives: Vec<Vec<Duration>> = vec![Vec::with_capacity(rounds); served.len()];
     let mut recording = super::recorder::Recording::prometheus(rounds);
     let mut noop_recording = super::recorder::Recording::noop(rounds);
-    // Each round starts one row further on, so that no row always runs
-    // right after the same one (a peer's connection driver may still be
-    // busy after its call returned).
-    let rows: Vec<Row> = [Row::Ours, Row::Recorded, Row::NoopRecorded]
+    // Each round runs the rows in a fresh random order. A row pays for
+    // what the row before it left behind (on Redis, a peer connection's
+    // driver still busy after its call returned): in a fixed cyclic
+    // order, even one starting a row further on each round, every row
+    // kept its predecessor, and the plain mutex row, always after the
+    // last baseline, read 2-10 us slower than the same calls one row
+    // later (docs/performance.md, "Row order").
+    let mut rows: Vec<Row> = [Row::Ours, Row::Recorded, Row::NoopRecorded]
         .into_iter()
         .chain((0..served.len()).map(Row::Primitive))
         .chain((0..store.baselines.len()).map(Row::Baseline))
         .collect();
-    for round in 0..rounds {
-        for row in rows
-            .iter()
-            .cycle()
-            .skip(round % rows.len())
-            .take(rows.len())
-        {
+    for _ in 0..rounds {
+        rows.shuffle(&mut rand::thread_rng());
+        for row in &rows {
             match *row {
                 Row::Ours => {
                     let t = Instant::now();
