@@ -35,18 +35,23 @@ async fn records(backend: &EtcdBackend, prefix: &str) -> i64 {
         .count()
 }
 
-fn prefix(name: &str) -> String {
-    format!("storage-{name}-{}/", std::process::id())
+/// The shared server on the fresh prefix `storage-<name>-<pid>/` with
+/// idle window `window`: the prefix, the backend and a `Locks` on it;
+/// `None` (the test skips) without `LEASEHOLD_TEST_ETCD`.
+async fn store(name: &str, window: Option<Duration>) -> Option<(String, EtcdBackend, Locks)> {
+    let url = server_url("LEASEHOLD_TEST_ETCD")?;
+    let prefix = format!("storage-{name}-{}/", std::process::id());
+    let backend = on_prefix(&url, &prefix, window).await;
+    let locks = Locks::new(backend.clone());
+    Some((prefix, backend, locks))
 }
 
 #[tokio::test]
 async fn releases_start_the_passes() {
-    let Some(url) = server_url("LEASEHOLD_TEST_ETCD") else {
+    let Some((prefix, backend, locks)) = store("passes", Some(Duration::from_millis(200))).await
+    else {
         return;
     };
-    let prefix = prefix("passes");
-    let backend = on_prefix(&url, &prefix, Some(Duration::from_millis(200))).await;
-    let locks = Locks::new(backend.clone());
     for i in 0..20 {
         let permit = common::permit(&locks, &format!("pool/{i}"), 1).await;
         permit.release().await.unwrap();
@@ -63,12 +68,9 @@ async fn releases_start_the_passes() {
 
 #[tokio::test]
 async fn without_a_window_kind_records_stay() {
-    let Some(url) = server_url("LEASEHOLD_TEST_ETCD") else {
+    let Some((prefix, backend, locks)) = store("kept", None).await else {
         return;
     };
-    let prefix = prefix("kept");
-    let backend = on_prefix(&url, &prefix, None).await;
-    let locks = Locks::new(backend.clone());
     let permit = common::permit(&locks, "pool", 1).await;
     permit.release().await.unwrap();
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -109,12 +111,9 @@ async fn leases_under(backend: &EtcdBackend, prefix: &str) -> Vec<i64> {
 /// once every grant is released.
 #[tokio::test]
 async fn released_grants_leases_carry_later_grants() {
-    let Some(url) = server_url("LEASEHOLD_TEST_ETCD") else {
+    let Some((prefix, backend, locks)) = store("recycled", None).await else {
         return;
     };
-    let prefix = prefix("recycled");
-    let backend = on_prefix(&url, &prefix, None).await;
-    let locks = Locks::new(backend.clone());
     let semaphore = locks.semaphore("pool", 2).unwrap();
     let mut used = std::collections::BTreeSet::new();
     for _ in 0..20 {
