@@ -21,11 +21,13 @@ const QUIET_FOR: Duration = Duration::from_millis(300);
 /// A hand-off reaches the head within this, on a loaded machine.
 const HANDED_WITHIN: Duration = Duration::from_secs(2);
 
-fn assert_queues(store: &TestStore) {
+/// A fresh key for one test of the group, on a store that keeps queues.
+fn queue_key(store: &TestStore) -> crate::Key {
     assert!(
         store.backend.queues(),
         "group `queue` is for stores whose queues() is true"
     );
+    key(format!("{}k", prefix()))
 }
 
 /// `waiter`'s first attempt, at a key that is held: busy, and the waiter
@@ -43,8 +45,7 @@ fn queued(k: &crate::Key, ttl: Duration, entry_ttl: Duration) -> AcquireRequest 
 /// Waiters that came one by one, from two clients (two processes), get the
 /// key in the order they came, each handed it by its predecessor's release.
 pub async fn queue_waiters_get_the_key_in_the_order_they_came(store: &TestStore) {
-    assert_queues(store);
-    let k = key(format!("{}k", prefix()));
+    let k = queue_key(store);
     let clients = [
         Locks::from_arc(store.backend.clone()),
         Locks::from_arc(store.second_arc()),
@@ -95,8 +96,7 @@ pub async fn queue_waiters_get_the_key_in_the_order_they_came(store: &TestStore)
 /// and tells the head alone; the head's repeat is the same grant; anybody
 /// else, queued or not, finds the key busy.
 pub async fn queue_release_hands_the_key_to_the_head_alone(store: &TestStore) {
-    assert_queues(store);
-    let k = key(format!("{}k", prefix()));
+    let k = queue_key(store);
     let holder = grant(store, &k, LONG).await;
     let head = AcquireRequest::new(k.clone(), LONG, "head")
         .unwrap()
@@ -157,8 +157,7 @@ pub async fn queue_release_hands_the_key_to_the_head_alone(store: &TestStore) {
 /// not queue (`try_acquire`), hands it over and answers busy, naming the
 /// head; the head is told and its repeat is the grant.
 pub async fn queue_a_free_key_goes_to_the_head_first(store: &TestStore) {
-    assert_queues(store);
-    let k = key(format!("{}k", prefix()));
+    let k = queue_key(store);
     let holder = grant(store, &k, SHORT).await;
     // An entry that outlives the test: it needs no renewal.
     let head = AcquireRequest::new(k.clone(), LONG, "head")
@@ -192,8 +191,7 @@ pub async fn queue_a_free_key_goes_to_the_head_first(store: &TestStore) {
 /// A guard built from a hand-off is claimed: it outlives its claim window,
 /// renewing like any guard, and with renewal off it still lasts its ttl.
 pub async fn queue_a_handed_over_guard_lasts_its_ttl(store: &TestStore) {
-    assert_queues(store);
-    let k = key(format!("{}k", prefix()));
+    let k = queue_key(store);
     // A ttl above the entry's lease, so the claim window (the entry's
     // lease) is shorter than the lease asked for.
     let ttl = QUEUE_ENTRY_TTL + Duration::from_secs(2);
@@ -236,8 +234,7 @@ pub async fn queue_a_handed_over_guard_lasts_its_ttl(store: &TestStore) {
 /// A waiter that died (its entry never renewed) is skipped once its entry's
 /// lease ends: the next waiter gets the key at the release.
 pub async fn queue_dead_waiter_leaves_within_its_entry_lease(store: &TestStore) {
-    assert_queues(store);
-    let k = key(format!("{}k", prefix()));
+    let k = queue_key(store);
     let holder = grant(store, &k, LONG).await;
     let entry_ttl = Duration::from_millis(300);
     let dead = queued(&k, LONG, entry_ttl);
@@ -257,8 +254,7 @@ pub async fn queue_dead_waiter_leaves_within_its_entry_lease(store: &TestStore) 
 /// A grant handed over to a waiter that never claims it lapses after the
 /// claim window, and the key goes on to the next waiter.
 pub async fn queue_unclaimed_hand_off_lapses_to_the_next(store: &TestStore) {
-    assert_queues(store);
-    let k = key(format!("{}k", prefix()));
+    let k = queue_key(store);
     let holder = grant(store, &k, LONG).await;
     // Its claim window is its ttl, the shorter of the two.
     let claim = Duration::from_millis(500);
@@ -287,8 +283,7 @@ pub async fn queue_unclaimed_hand_off_lapses_to_the_next(store: &TestStore) {
 /// back a grant handed over to it meanwhile): the key is not held up for
 /// the entry's lease or a claim window.
 pub async fn queue_a_waiter_that_gives_up_leaves_the_queue(store: &TestStore) {
-    assert_queues(store);
-    let k = key(format!("{}k", prefix()));
+    let k = queue_key(store);
     let holder = grant(store, &k, LONG).await;
     let locks = Locks::from_arc(store.backend.clone());
     let gave_up = locks
