@@ -16,7 +16,7 @@
 
 use std::time::Duration;
 
-use crate::backend::{AcquireRequest, LeaseInfo, PermitInfo, RwSide};
+use crate::backend::{AcquireRequest, PermitInfo, RwSide};
 use crate::error::Result;
 use crate::guard::LeaseGuard;
 use crate::key::Key;
@@ -165,11 +165,6 @@ impl RwLock {
     /// # Errors
     /// Store errors.
     pub async fn holders(&self) -> Result<Vec<PermitInfo>> {
-        let all = self.locks.backend().list(self.key.as_str()).await?;
-        Ok(all
-            .into_iter()
-            .filter_map(LeaseInfo::into_permit)
-            .filter(|p| p.key == self.key && p.rw.is_some())
-            .collect())
+        self.locks.slot_holders(&self.key, true).await
     }
 }

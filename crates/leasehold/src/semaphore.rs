@@ -69,6 +69,18 @@ impl Locks {
         let all = self.list_holders(prefix).await?;
         Ok(all.into_iter().filter_map(LeaseInfo::into_permit).collect())
     }
+
+    /// The live grants of `key`'s reader-writer lock when `rw`, else of its
+    /// semaphore, by slot: `holders` of [`RwLock`](crate::RwLock) and of
+    /// [`Semaphore`].
+    pub(crate) async fn slot_holders(&self, key: &Key, rw: bool) -> Result<Vec<PermitInfo>> {
+        let all = self.backend().list(key.as_str()).await?;
+        Ok(all
+            .into_iter()
+            .filter_map(LeaseInfo::into_permit)
+            .filter(|p| p.key == *key && p.rw.is_some() == rw)
+            .collect())
+    }
 }
 
 impl Semaphore {
@@ -123,11 +135,6 @@ impl Semaphore {
     /// # Errors
     /// Store errors.
     pub async fn holders(&self) -> Result<Vec<PermitInfo>> {
-        let all = self.locks.backend().list(self.key.as_str()).await?;
-        Ok(all
-            .into_iter()
-            .filter_map(LeaseInfo::into_permit)
-            .filter(|p| p.key == self.key && p.rw.is_none())
-            .collect())
+        self.locks.slot_holders(&self.key, false).await
     }
 }
