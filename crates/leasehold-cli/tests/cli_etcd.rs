@@ -45,11 +45,6 @@ fn bad_urls_exit_64_before_any_connection() {
         "etcd://127.0.0.1:1/database",
     ] {
         let out = run(leasehold(url).args(["status", "k"]));
-        assert_eq!(out.status.code(), Some(64), "{url}: {}", stderr(&out));
-        assert!(
-            stderr(&out).contains("invalid store url"),
-            "{}",
-            stderr(&out)
-        );
+        assert_exit(&out, 64, "invalid store url", url);
     }
 }

@@ -68,12 +68,7 @@ fn bad_input_exits_64_naming_the_problem_and_the_store_keeps_working() {
     ];
     for (args, expected) in cases {
         let out = run(leasehold(&store).args(*args));
-        assert_eq!(out.status.code(), Some(64), "{args:?}: {}", stderr(&out));
-        assert!(
-            stderr(&out).contains(expected),
-            "{args:?}: stderr was {:?}",
-            stderr(&out)
-        );
+        assert_exit(&out, 64, expected, &format!("{args:?}"));
     }
     for (url, expected) in [
         ("ftp://host/x", "unknown scheme \"ftp\""),
@@ -85,8 +80,7 @@ fn bad_input_exits_64_naming_the_problem_and_the_store_keeps_working() {
         ("redis://127.0.0.1:notaport", "invalid store url"),
     ] {
         let out = run(leasehold(url).args(["status", "k"]));
-        assert_eq!(out.status.code(), Some(64), "{url}: {}", stderr(&out));
-        assert!(stderr(&out).contains(expected), "{url}: {}", stderr(&out));
+        assert_exit(&out, 64, expected, url);
     }
     // Each error is one line.
     let out = run(leasehold(&store).args(["run", "", "--", "true"]));
@@ -155,15 +149,9 @@ fn status_list_release_and_busy_exit_codes() {
 
     // Busy without --wait: 75, naming the holder.
     let out = run(leasehold(&store).args(["run", "admin:a", "--", "true"]));
-    assert_eq!(out.status.code(), Some(75));
-    assert!(stderr(&out).contains("is held by"), "{}", stderr(&out));
+    assert_exit(&out, 75, "is held by", "busy without --wait");
     let out = run(leasehold(&store).args(["run", "admin:a", "--wait", "300ms", "--", "true"]));
-    assert_eq!(out.status.code(), Some(75));
-    assert!(
-        stderr(&out).contains("not acquired within"),
-        "{}",
-        stderr(&out)
-    );
+    assert_exit(&out, 75, "not acquired within", "busy with --wait 300ms");
 
     let out = run(leasehold(&store).args(["release", "admin:a", "--force"]));
     assert!(out.status.success(), "{}", stderr(&out));
@@ -191,12 +179,8 @@ fn an_explicit_store_in_a_missing_directory_exits_64_and_creates_nothing() {
         &SHORT_DEMO,
     ] {
         let out = run(leasehold(&store).args(args));
-        assert_eq!(out.status.code(), Some(64), "{args:?}: {}", stderr(&out));
-        assert!(
-            stderr(&out).contains(&format!("directory {} of ", typo.display())),
-            "{args:?}: {}",
-            stderr(&out)
-        );
+        let missing = format!("directory {} of ", typo.display());
+        assert_exit(&out, 64, &missing, &format!("{args:?}"));
         assert!(!typo.exists(), "{args:?} created the directory");
     }
 }
@@ -337,17 +321,9 @@ fn a_wall_clock_step_frees_no_sqlite_lease_early() {
     holder.kill().unwrap();
     holder.wait().unwrap();
 
-    assert_eq!(
-        stepped.status.code(),
-        Some(75), // EX_TEMPFAIL: busy
-        "a process an hour ahead took a held key: {}",
-        stderr(&stepped)
-    );
-    assert!(
-        stderr(&stepped).contains("held"),
-        "busy, naming the holder: {}",
-        stderr(&stepped)
-    );
+    // EX_TEMPFAIL: busy, naming the holder.
+    let case = "a process an hour ahead took a held key";
+    assert_exit(&stepped, 75, "held", case);
     assert_eq!(held["held"], true, "the holder still holds: {held}");
 }
 

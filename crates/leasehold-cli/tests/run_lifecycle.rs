@@ -26,16 +26,11 @@ fn kill_after_must_be_at_most_half_the_ttl_and_is_checked_before_any_io() {
             "--",
             "true",
         ]));
-        assert_eq!(
-            out.status.code(),
-            Some(64),
-            "{ttl}/{grace}: {}",
-            stderr(&out)
-        );
-        assert!(
-            stderr(&out).contains("invalid --kill-after: must be at most half the ttl"),
-            "{}",
-            stderr(&out)
+        assert_exit(
+            &out,
+            64,
+            "invalid --kill-after: must be at most half the ttl",
+            &format!("{ttl}/{grace}"),
         );
     }
     assert!(
@@ -213,12 +208,8 @@ fn a_signal_while_waiting_exits_128_plus_its_number() {
         std::thread::sleep(Duration::from_millis(300)); // into the wait, usually
         signal(waiter.id() as i32, sig);
         let out = waiter.wait_with_output().unwrap();
-        assert_eq!(out.status.code(), Some(code), "SIG{sig}: {}", stderr(&out));
-        assert!(
-            stderr(&out).contains(&format!("SIG{sig}")),
-            "{}",
-            stderr(&out)
-        );
+        let signal_name = format!("SIG{sig}");
+        assert_exit(&out, code, &signal_name, &signal_name);
     }
     holder.kill().unwrap();
     holder.wait().unwrap();

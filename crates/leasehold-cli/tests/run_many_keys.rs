@@ -15,13 +15,6 @@ fn run_sh(store: &str, keys: &[&str], extra: &[&str], script: &str) -> Output {
         .args(["--", "sh", "-c", script]))
 }
 
-/// `out` exited with `code` and its stderr contains `text`.
-fn assert_exit(out: &Output, code: i32, text: &str) {
-    let err = stderr(out);
-    assert_eq!(out.status.code(), Some(code), "{err}");
-    assert!(err.contains(text), "expected {text:?} in: {err}");
-}
-
 #[test]
 fn several_keys_are_taken_together_in_sorted_order() {
     let dir = tempfile::tempdir().unwrap();
@@ -30,7 +23,7 @@ fn several_keys_are_taken_together_in_sorted_order() {
     let script =
         "printf '%s|%s|[%s]' \"$LEASEHOLD_KEYS\" \"$LEASEHOLD_TOKENS\" \"$LEASEHOLD_KEY\"; exit 4";
     let out = run_sh(&store, &keys, &[], script);
-    assert_exit(&out, 4, "");
+    assert_exit(&out, 4, "", "three keys");
     assert_eq!(
         stdout(&out),
         "sku:1\nsku:5\nsku:9|1\n1\n1|[]",
@@ -51,13 +44,14 @@ fn one_held_key_makes_the_whole_set_busy_and_holds_none() {
     let store = sqlite_store(dir.path());
     let (mut holder, pid) = start_holder(&store, "b", &dir.path().join("holder.pid"));
     let out = run_sh(&store, &["c", "a", "b"], &["--wait", "300ms"], "true");
-    assert_exit(&out, 75, "\"b\"");
+    assert_exit(&out, 75, "\"b\"", "b held");
     for key in ["a", "c"] {
         assert_eq!(status(&store, key)["held"], false, "{key} was given back");
     }
     signal(pid, "TERM");
     holder.wait().unwrap();
-    assert_exit(&run_sh(&store, &["c", "a", "b"], &[], "true"), 0, "");
+    let out = run_sh(&store, &["c", "a", "b"], &[], "true");
+    assert_exit(&out, 0, "", "b released");
 }
 
 #[test]
@@ -65,5 +59,5 @@ fn a_key_given_twice_is_bad_input_before_any_io() {
     // A store that cannot be opened: only a check before I/O answers 64.
     let store = "postgres://127.0.0.1:1/nothing-listens-here";
     let out = run_sh(store, &["a", "b", "a"], &[], "true");
-    assert_exit(&out, 64, "\"a\" appears more than once");
+    assert_exit(&out, 64, "\"a\" appears more than once", "a twice");
 }

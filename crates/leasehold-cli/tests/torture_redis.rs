@@ -4,7 +4,7 @@
 mod common;
 mod torture_common;
 
-use common::{leasehold, run, stderr};
+use common::{assert_exit, leasehold, run};
 use leasehold::conformance::server_url;
 
 network_torture_tests!("LEASEHOLD_TEST_REDIS");
@@ -15,10 +15,5 @@ fn the_in_store_resource_is_not_offered_on_redis_yet() {
         return;
     };
     let out = run(leasehold(&url).args(["torture", "--resource", "store", "--duration", "1s"]));
-    assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("use --resource server"),
-        "{}",
-        stderr(&out)
-    );
+    assert_exit(&out, 64, "use --resource server", "--resource store");
 }

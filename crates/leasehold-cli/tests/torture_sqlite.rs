@@ -5,7 +5,7 @@
 mod common;
 mod torture_common;
 
-use common::{leasehold, run, sqlite_store, stderr};
+use common::{assert_exit, leasehold, run, sqlite_store};
 use torture_common::*;
 
 /// `check` on a store in a new SQLite file, removed afterwards.
@@ -184,18 +184,8 @@ fn bad_torture_arguments_exit_64_naming_the_problem() {
     ];
     for (args, expected) in cases {
         let out = run(leasehold(&store).arg("torture").args(*args));
-        assert_eq!(out.status.code(), Some(64), "{args:?}: {}", stderr(&out));
-        assert!(
-            stderr(&out).contains(expected),
-            "{args:?}: {}",
-            stderr(&out)
-        );
+        assert_exit(&out, 64, expected, &format!("{args:?}"));
     }
     let out = run(leasehold("ftp://x").args(["torture", "--duration", "1s"]));
-    assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("unknown scheme \"ftp\""),
-        "{}",
-        stderr(&out)
-    );
+    assert_exit(&out, 64, "unknown scheme \"ftp\"", "ftp://x");
 }

@@ -96,6 +96,15 @@ pub fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `out` exited with `code` and its stderr contains `text`; a failure
+/// names `case` (what was run) and shows the stderr.
+#[track_caller]
+pub fn assert_exit(out: &Output, code: i32, text: &str, case: &str) {
+    let err = stderr(out);
+    assert_eq!(out.status.code(), Some(code), "{case}: {err}");
+    assert!(err.contains(text), "{case}: expected {text:?} in: {err}");
+}
+
 /// `n` distinct local ports nothing listens on: bound together, then closed
 /// again, so connecting is refused.
 pub fn free_ports(n: usize) -> Vec<u16> {
@@ -742,8 +751,7 @@ pub fn another_kind_exits_65(store: &str) {
             .args(["run", &sem, "--wait", "30s"])
             .args(extra)
             .args(["--", "true"]));
-        assert_eq!(out.status.code(), Some(65), "{extra:?}: {}", stderr(&out));
-        assert!(stderr(&out).contains("is a semaphore;"), "{}", stderr(&out));
+        assert_exit(&out, 65, "is a semaphore;", &format!("{extra:?}"));
         assert!(
             started.elapsed() < Duration::from_secs(20),
             "refused at once"
@@ -753,11 +761,11 @@ pub fn another_kind_exits_65(store: &str) {
     let out = run(leasehold(store).args(["run", &rw, "--shared", "--", "true"]));
     assert!(out.status.success(), "{}", stderr(&out));
     let out = run(leasehold(store).args(["run", &rw, "--permits", "3", "--", "true"]));
-    assert_eq!(out.status.code(), Some(65), "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("is a reader-writer lock;"),
-        "{}",
-        stderr(&out)
+    assert_exit(
+        &out,
+        65,
+        "is a reader-writer lock;",
+        "--permits on a rw lock",
     );
 }
 
