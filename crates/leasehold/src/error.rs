@@ -264,6 +264,15 @@ impl Error {
     /// A driver error of `store` that a store has classified:
     /// [`Error::Unavailable`] if `transient` (retrying may fix it),
     /// [`Error::Backend`] otherwise.
+    #[cfg_attr(
+        not(any(
+            feature = "sqlite",
+            feature = "postgres",
+            feature = "mongodb",
+            feature = "etcd"
+        )),
+        allow(dead_code)
+    )]
     pub(crate) fn from_store(
         store: &'static str,
         transient: bool,

@@ -259,6 +259,10 @@ pub const HAND_OFF_MARK: char = '\u{1}';
 /// over to the head of its queue: [`HAND_OFF_MARK`], then `<owner> <token>
 /// <ticket> <key>` ([`WakeHub::deliver`] reads it). Stores that build it
 /// in their own language (SQL, Lua) write the same text.
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "mongodb", feature = "etcd")),
+    allow(dead_code)
+)]
 pub fn hand_off_message(key: &str, owner: OwnerId, grant: HandOff) -> String {
     format!(
         "{HAND_OFF_MARK}{owner} {} {} {key}",

@@ -68,6 +68,7 @@ impl SweepSchedule {
     /// Starts a pass (as [`try_start`](Self::try_start)) if the store
     /// sweeps at all and is called on a runtime to run it on: the window
     /// and that runtime, `None` if no pass starts now.
+    #[cfg_attr(not(any(feature = "postgres", feature = "etcd")), allow(dead_code))]
     pub(crate) fn start_due(&self) -> Option<(Duration, tokio::runtime::Handle)> {
         let window = self.window?;
         let runtime = tokio::runtime::Handle::try_current().ok()?;
