@@ -72,11 +72,32 @@ where
 /// Runs the rest of a call on the runtime and settles its promise.
 fn finish<T: ToNapiValue + Send + 'static>((fut, deferred): (Call<T>, JsDeferred<T, Resolver<T>>)) {
     spawn(async move {
-        match fut.await {
+        let mut unsettled = Unsettled(Some(deferred));
+        let outcome = fut.await;
+        let Some(deferred) = unsettled.0.take() else {
+            return;
+        };
+        match outcome {
             Ok(value) => deferred.resolve(Box::new(move |_| Ok(value))),
             Err(e) => deferred.reject(e),
         }
     });
+}
+
+/// A promise not settled yet: rejected if the call's task ends without
+/// settling it (a panic in the call), as napi-rs's own `async fn` calls
+/// are, instead of leaving the caller waiting forever.
+struct Unsettled<T: ToNapiValue + 'static>(Option<JsDeferred<T, Resolver<T>>>);
+
+impl<T: ToNapiValue + 'static> Drop for Unsettled<T> {
+    fn drop(&mut self) {
+        if let Some(deferred) = self.0.take() {
+            deferred.reject(napi::Error::new(
+                napi::Status::GenericFailure,
+                "leasehold: the native call ended without an answer (a panic)",
+            ));
+        }
+    }
 }
 
 /// The waker of a call polled once: what is parked in it (the call and its
