@@ -14,7 +14,7 @@ use crate::backend::renew_attempt_timeout;
 use crate::backend::{Backend, Lease, OwnerId};
 use crate::error::{Error, Result};
 use crate::key::Key;
-use crate::local::LocalHold;
+use crate::local::{Handed, LocalHold, TakenOffer};
 use crate::observe::{HoldWatch, Lost, Renewal, Tally};
 use crate::pending::PendingReleases;
 use crate::renewal::{RenewalScheduler, Ticket};
@@ -104,8 +104,9 @@ pub struct LeaseGuard {
     renewal_start: Ticket,
     released: bool,
     /// Marks the key as held by this process, so a local waiter that times
-    /// out can say so.
-    _hold: LocalHold,
+    /// out can say so; where the front local waiter leaves its request for
+    /// this guard's release to hand the key over (local.rs).
+    hold: LocalHold,
     /// Where a release started by `drop` is recorded until it is answered,
     /// so that the next acquisition of the key through the same `Locks`
     /// waits for it instead of finding its own old lease.
@@ -245,10 +246,19 @@ impl LeaseGuard {
             renewals: renewals.clone(),
             renewal_start,
             released: false,
-            _hold: hold,
+            hold,
             pending,
             _watch: watch,
         }
+    }
+
+    /// The front local waiter's offer for this release to hand the key
+    /// over, where the store can (a mutex).
+    fn offer(&self) -> Option<TakenOffer> {
+        let mutex = self.lease.slot().is_none();
+        (mutex && self.backend.hands_over_locally())
+            .then(|| self.hold.take_offer())
+            .flatten()
     }
 
     /// Stops renewal: unschedules it if it has not started, else stops it.
@@ -352,9 +362,8 @@ impl LeaseGuard {
         self.stop_renewal();
         let span = lease_call_span!("release", self);
         self.state.observe(|t| t.label(&span));
-        let result = self
-            .backend
-            .release(&self.lease)
+        let offer = self.offer();
+        let result = release(&*self.backend, &self.lease, offer, &self.state.clock)
             .instrument(span.clone())
             .await;
         span.record("outcome", if result.is_ok() { "ok" } else { "error" });
@@ -378,10 +387,12 @@ impl Drop for LeaseGuard {
             let backend = self.backend.clone();
             let lease = self.lease.clone();
             let pending = self.pending.begin(self.key());
+            let offer = self.offer();
+            let clock = self.state.clock.clone();
             runtime.spawn(async move {
                 let _pending = pending;
                 let span = tracing::debug_span!("release", key = %lease.key(), token = lease.token());
-                if let Err(e) = backend.release(&lease).instrument(span).await {
+                if let Err(e) = release(&*backend, &lease, offer, &clock).instrument(span).await {
                     tracing::warn!(key = %lease.key(), error = %e, "best-effort release on drop failed; the lease will expire");
                 }
             });
@@ -406,6 +417,44 @@ impl fmt::Debug for LeaseGuard {
 /// the next comes ttl/3 after it: the claim of a grant handed over (with
 /// renewal off, so that it still gets its whole ttl). Stops when `stop`
 /// is cancelled or the lease is lost.
+/// Releases `lease`; with a front local waiter's `offer`, hands the key to
+/// it inside the release where the store can (local.rs), and tells the
+/// waiter either way. A grant whose waiter went away meanwhile is released.
+async fn release(
+    backend: &dyn Backend,
+    lease: &Lease,
+    offer: Option<TakenOffer>,
+    clock: &LeaseClock,
+) -> Result<()> {
+    let Some(offer) = offer else {
+        return backend.release(lease).await;
+    };
+    let sent_at = clock.now();
+    match backend.release_to(lease, offer.request()).await {
+        Ok(Some(granted)) => {
+            if let Err(unwanted) = offer.answer(Some(Handed {
+                lease: granted,
+                sent_at,
+            })) {
+                let lease = unwanted.lease;
+                if let Err(e) = backend.release(&lease).await {
+                    tracing::warn!(key = %lease.key(), token = lease.token(), error = %e, "could not give back a grant whose waiter went away; it will expire");
+                }
+            }
+            Ok(())
+        }
+        Ok(None) => {
+            let released = backend.release(lease).await;
+            let _ = offer.answer(None);
+            released
+        }
+        Err(e) => {
+            let _ = offer.answer(None);
+            Err(e)
+        }
+    }
+}
+
 async fn keep_alive(
     backend: Arc<dyn Backend>,
     lease: Lease,

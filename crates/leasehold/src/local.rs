@@ -16,14 +16,34 @@
 //!
 //! The queue also counts the live guards of each key ([`LocalHold`]), so a
 //! wait that times out can say that it waited behind this very process.
+//!
+//! **Hand-off inside the release.** On a store that can release a mutex and
+//! grant it to a given request in one atomic operation
+//! ([`Backend::release_to`](crate::backend::Backend::release_to)), the
+//! front waiter leaves its request with the key ([`LocalTurn::offer`]) while
+//! it waits, and the guard that releases the key takes it
+//! ([`LocalHold::take_offer`]): one store write passes the key on, where a
+//! release, a wake-up and the waiter's own attempt took two writes and a
+//! hop. A process does this at most [`HAND_OFFS_IN_A_ROW`] times in a row
+//! for a key; then one release frees the key at the store, so the waiters of
+//! other processes, which race for it at each release, get their chance
+//! (docs/fairness.md, "A release that hands over in this process").
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 
+use crate::backend::{AcquireRequest, Lease};
 use crate::key::Key;
+
+/// How many releases in a row of one key may hand it to a waiter of this
+/// process before one frees it at the store. Each hand-off saves a store
+/// write; the release after them lets other processes' waiters race for
+/// the key (measured: docs/fairness.md).
+pub(crate) const HAND_OFFS_IN_A_ROW: u32 = 4;
 
 /// The per-key queues of one [`Locks`](crate::Locks) handle and its clones.
 #[derive(Debug, Default)]
@@ -38,6 +58,44 @@ struct KeyQueue {
     front: Arc<Semaphore>,
     /// Live guards of this key in this process.
     holders: AtomicUsize,
+    /// The front waiter's request, left for a releasing guard of this
+    /// process to hand the key to.
+    offer: Mutex<Option<Offered>>,
+    /// Releases of this key in a row that handed it over here.
+    handed_in_a_row: AtomicU32,
+}
+
+/// An open offer: the request, and where its grant goes.
+#[derive(Debug)]
+struct Offered {
+    request: Arc<AcquireRequest>,
+    reply: oneshot::Sender<Option<Handed>>,
+}
+
+/// A grant a releasing guard made to the front waiter, and when the
+/// release that made it was sent (on the lease clock: its ttl counts from
+/// then).
+#[derive(Debug)]
+pub(crate) struct Handed {
+    pub lease: Lease,
+    pub sent_at: Instant,
+}
+
+/// The front waiter's side of its offer ([`LocalTurn::offer`]). Dropped,
+/// it withdraws the offer; a grant made for it after that is released by
+/// the guard that made it.
+#[derive(Debug)]
+pub(crate) struct LocalOffer {
+    queue: Arc<KeyQueue>,
+    reply: oneshot::Receiver<Option<Handed>>,
+}
+
+/// A releasing guard's side of an offer it took ([`LocalHold::take_offer`]):
+/// it must answer, with a grant or with `None` (it released as usual).
+#[derive(Debug)]
+pub(crate) struct TakenOffer {
+    request: Arc<AcquireRequest>,
+    reply: oneshot::Sender<Option<Handed>>,
 }
 
 /// A task's turn at the front of its key's local queue, held while it waits
@@ -45,7 +103,7 @@ struct KeyQueue {
 #[derive(Debug)]
 pub(crate) struct LocalTurn {
     _permit: Option<OwnedSemaphorePermit>,
-    _entry: Entry,
+    entry: Entry,
 }
 
 /// A live guard's mark on its key.
@@ -73,7 +131,7 @@ impl LocalQueues {
         let permit = front.acquire_owned().await.ok();
         LocalTurn {
             _permit: permit,
-            _entry: entry,
+            entry,
         }
     }
 
@@ -102,6 +160,8 @@ impl LocalQueues {
                 Arc::new(KeyQueue {
                     front: Arc::new(Semaphore::new(1)),
                     holders: AtomicUsize::new(0),
+                    offer: Mutex::new(None),
+                    handed_in_a_row: AtomicU32::new(0),
                 })
             })
             .clone();
@@ -123,8 +183,86 @@ impl LocalTurn {
     /// Whether a guard of this process holds the turn's key right now:
     /// one atomic read of the key's queue this turn already holds.
     pub(crate) fn behind_a_holder(&self) -> bool {
-        self._entry.queue().holders.load(Ordering::Relaxed) > 0
+        self.entry.queue().holders.load(Ordering::Relaxed) > 0
     }
+
+    /// Leaves `request` (a mutex request of this turn's waiter) for the
+    /// next guard of this process that releases the key: it may hand the
+    /// key over inside its release. Only the front waiter offers, one
+    /// offer at a time, withdrawn before it asks the store itself.
+    pub(crate) fn offer(&self, request: Arc<AcquireRequest>) -> LocalOffer {
+        let queue = self.entry.queue.clone().expect("entry in use");
+        let (reply, answer) = oneshot::channel();
+        *lock(&queue.offer) = Some(Offered { request, reply });
+        LocalOffer {
+            queue,
+            reply: answer,
+        }
+    }
+}
+
+impl LocalOffer {
+    /// The answer of the guard that took the offer: a grant, or `None` (it
+    /// released as usual, or went away). Pending while nobody took it.
+    pub(crate) async fn answered(&mut self) -> Option<Handed> {
+        (&mut self.reply).await.ok().flatten()
+    }
+
+    /// Takes the offer back, before its waiter asks the store: `true` if no
+    /// guard had taken it; `false` if one has, and its
+    /// [`answered`](Self::answered) is on its way.
+    pub(crate) fn withdraw(&mut self) -> bool {
+        // Only the front waiter offers: an open offer is this one.
+        lock(&self.queue.offer).take().is_some()
+    }
+}
+
+impl Drop for LocalOffer {
+    fn drop(&mut self) {
+        self.withdraw();
+    }
+}
+
+impl LocalHold {
+    /// The front waiter's open offer, for this guard's release to hand the
+    /// key over, unless the key was handed over here
+    /// [`HAND_OFFS_IN_A_ROW`] times in a row (then this release frees it).
+    pub(crate) fn take_offer(&self) -> Option<TakenOffer> {
+        let queue = self.entry.queue();
+        let mut offer = lock(&queue.offer);
+        if offer.is_none() || queue.handed_in_a_row.load(Ordering::Relaxed) >= HAND_OFFS_IN_A_ROW {
+            queue.handed_in_a_row.store(0, Ordering::Relaxed);
+            return None;
+        }
+        queue.handed_in_a_row.fetch_add(1, Ordering::Relaxed);
+        offer.take().map(|o| TakenOffer {
+            request: o.request,
+            reply: o.reply,
+        })
+    }
+}
+
+impl TakenOffer {
+    /// The request to grant.
+    pub(crate) fn request(&self) -> &AcquireRequest {
+        &self.request
+    }
+
+    /// Tells the waiter: its grant, or `None`. A grant whose waiter went
+    /// away comes back (`Err`) for the caller to release.
+    pub(crate) fn answer(self, handed: Option<Handed>) -> Result<(), Handed> {
+        match self.reply.send(handed) {
+            Ok(()) => Ok(()),
+            Err(Some(handed)) => Err(handed),
+            Err(None) => Ok(()),
+        }
+    }
+}
+
+/// Locks an offer slot. Every update is a single replace: a panic cannot
+/// leave it half-changed, so poison is ignored.
+fn lock<T>(slot: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    slot.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Entry {

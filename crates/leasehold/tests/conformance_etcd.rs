@@ -10,7 +10,7 @@ async fn store() -> Option<leasehold::conformance::TestStore> {
     etcd_fixtures::conformance_store("LEASEHOLD_TEST_ETCD").await
 }
 
-leasehold::conformance_tests!(store; options, unreachable, queue);
+leasehold::conformance_tests!(store; options, unreachable, queue, hand_off);
 
 /// Group `sweep` on a backend whose idle window is 1 ms, on a prefix of
 /// its own (an etcd pass deletes what was idle for its backend's window: a

@@ -11,4 +11,4 @@ async fn store() -> Option<leasehold::conformance::TestStore> {
     etcd_fixtures::conformance_store("LEASEHOLD_TEST_ETCD_CLUSTER").await
 }
 
-leasehold::conformance_tests!(store; queue);
+leasehold::conformance_tests!(store; queue, hand_off);

@@ -13,7 +13,7 @@ async fn store() -> Option<TestStore> {
     Some(TestStore::new(Arc::new(backend.clone())).with_second_client(Arc::new(backend)))
 }
 
-leasehold::conformance_tests!(store; queue);
+leasehold::conformance_tests!(store; queue, hand_off);
 
 mod polling {
     async fn store() -> Option<leasehold::conformance::TestStore> {

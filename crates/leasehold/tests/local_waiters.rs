@@ -135,7 +135,97 @@ async fn a_waiter_behind_its_own_process_asks_the_store_once_before_it_waits() {
         "one busy answer before waiting"
     );
     held.release().await.unwrap();
-    let next = waiter.await.unwrap().expect("woken by the release");
-    assert_eq!(store.calls(Op::TryAcquire) - before, 2, "then the grant");
+    let next = waiter
+        .await
+        .unwrap()
+        .expect("handed the key by the release");
+    assert_eq!(
+        store.calls(Op::TryAcquire) - before,
+        1,
+        "the release hands the key over: no attempt more"
+    );
     next.release().await.unwrap();
+}
+
+/// On a store that hands over inside a release (memory does), a guard's
+/// release gives the key to the front local waiter in the same step: the
+/// next token, counted as a hand-off, and no attempt of the waiter's own.
+#[tokio::test(start_paused = true)]
+async fn a_release_hands_the_key_to_the_front_local_waiter() {
+    use leasehold::testing::{Faulty, Op};
+    let store = Faulty::default();
+    let locks = Locks::new(store.clone()).with_background_runtime(Handle::current());
+    let holder = locks.acquire("k", Duration::from_secs(1)).await.unwrap();
+    let waiting = locks.clone();
+    let waiter = tokio::spawn(async move { waiting.acquire("k", Duration::from_secs(10)).await });
+    // Waiting by now (see the test above), its safety-net poll not yet due.
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let (before, asked) = (locks.stats(), store.calls(Op::TryAcquire));
+    let token = holder.token();
+    holder.release().await.unwrap();
+    let next = waiter.await.unwrap().expect("handed over");
+    assert_eq!(
+        locks.stats().handed_over - before.handed_over,
+        1,
+        "one hand-off"
+    );
+    assert_eq!(store.calls(Op::TryAcquire), asked, "no attempt of its own");
+    assert_eq!(next.token(), token + 1, "the next token");
+    assert_eq!(store.calls(Op::Release), 1, "one release: the hand-off");
+}
+
+/// A process hands a key over at most `HAND_OFFS_IN_A_ROW` (4) times in a
+/// row; the release after that frees it at the store, where other
+/// processes' waiters race for it: ten waiters in line after a holder get
+/// the key by 4 hand-offs, a release, 4 hand-offs, a release.
+#[tokio::test(start_paused = true)]
+async fn a_process_hands_a_key_over_at_most_four_times_in_a_row() {
+    let locks = Locks::new(MemoryBackend::new()).with_background_runtime(Handle::current());
+    let holder = locks.acquire("k", Duration::from_secs(1)).await.unwrap();
+    let mut waiters = Vec::new();
+    for _ in 0..10 {
+        let waiting = locks.clone();
+        waiters.push(tokio::spawn(async move {
+            let guard = waiting.acquire("k", Duration::from_secs(60)).await?;
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            guard.release().await
+        }));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let before = locks.stats();
+    holder.release().await.unwrap();
+    for w in waiters {
+        w.await.unwrap().unwrap();
+    }
+    let after = locks.stats();
+    assert_eq!(after.acquires.granted - before.acquires.granted, 10);
+    assert_eq!(after.handed_over - before.handed_over, 8);
+}
+
+/// A waiter that gives up while a release is handing it the key (the
+/// release slow at the store) does not keep that grant: the release gives
+/// it back, and the key is free.
+#[tokio::test(start_paused = true)]
+async fn a_grant_handed_to_a_waiter_that_went_away_is_given_back() {
+    use leasehold::testing::{Fault, Faulty, Op};
+    let memory = std::sync::Arc::new(MemoryBackend::new());
+    let faulty = std::sync::Arc::new(Faulty::new(memory.clone()));
+    let locks = Locks::from_arc(faulty.clone()).with_background_runtime(Handle::current());
+    let holder = locks.acquire("k", Duration::from_secs(1)).await.unwrap();
+    let waiting = locks.clone();
+    let waiter =
+        tokio::spawn(async move { waiting.acquire("k", Duration::from_millis(500)).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    faulty.set_next(Op::Release, 1, Fault::Delay(Duration::from_secs(3)));
+    holder.release().await.unwrap();
+    let e = waiter.await.unwrap().unwrap_err();
+    assert!(matches!(e, Error::Timeout { .. }), "{e:?}");
+    let key = leasehold::Key::new("k").unwrap();
+    assert!(
+        leasehold::Backend::inspect(&*memory, &key)
+            .await
+            .unwrap()
+            .is_none(),
+        "the grant made for the waiter that left was given back"
+    );
 }

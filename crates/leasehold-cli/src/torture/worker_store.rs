@@ -82,6 +82,17 @@ impl Decorator for WorkerStore {
     fn renew<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<bool>> {
         Box::pin(self.logged_renew(lease, self.inner.renew(lease, ttl)))
     }
+
+    /// A grant made inside another guard's release (a waiter of this
+    /// process) was asked for when that release was sent.
+    fn release_to<'a>(
+        &'a self,
+        lease: &'a Lease,
+        next: &'a AcquireRequest,
+    ) -> BoxFuture<'a, Result<Option<Lease>>> {
+        self.last_attempt.store(mono_ns(), Ordering::SeqCst);
+        self.inner.release_to(lease, next)
+    }
 }
 
 impl WorkerStore {

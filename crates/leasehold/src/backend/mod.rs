@@ -258,6 +258,34 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
         false
     }
 
+    /// Whether [`release_to`](Self::release_to) can hand a mutex to a
+    /// waiter of this process inside the release. The core then lets the
+    /// front waiter of a key's local queue (a racing mutex waiter, local.rs)
+    /// leave its request with the key's holders. Default: `false`.
+    fn hands_over_locally(&self) -> bool {
+        false
+    }
+
+    /// Releases the mutex `lease` and grants its key to `next` (a mutex
+    /// request of a waiter in this process) in the same atomic operation:
+    /// one store write where a release and the waiter's grant are two.
+    /// `Ok(Some(lease))` is `next`'s grant, as [`try_acquire`](Self::try_acquire)
+    /// would have answered it (the key's next token, its expiry counted
+    /// from this call at the store's clock); `Ok(None)`: nothing changed
+    /// (the lease no longer holds the key, the key has waiters queued at
+    /// the store, whose head must get it, or the store cannot do this),
+    /// and the caller releases `lease` as usual. Waiters subscribed to the
+    /// key are not woken: it is not free. Called only if
+    /// [`hands_over_locally`](Self::hands_over_locally). Default: `Ok(None)`.
+    fn release_to<'a>(
+        &'a self,
+        lease: &'a Lease,
+        next: &'a AcquireRequest,
+    ) -> BoxFuture<'a, Result<Option<Lease>>> {
+        let _ = (lease, next);
+        Box::pin(async { Ok(None) })
+    }
+
     /// Takes `owner` out of `key`'s queue, and gives back a grant handed
     /// over to `owner` that it still holds (the key then goes to the next
     /// head): for a waiter whose wait ended (timeout, cancel) without

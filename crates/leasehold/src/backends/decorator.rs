@@ -97,6 +97,18 @@ pub trait Decorator: Debug + Send + Sync + 'static {
     fn queues(&self) -> bool {
         self.inner().queues()
     }
+    /// [`Backend::hands_over_locally`]; by default `inner`'s.
+    fn hands_over_locally(&self) -> bool {
+        self.inner().hands_over_locally()
+    }
+    /// [`Backend::release_to`]; by default `inner`'s.
+    fn release_to<'a>(
+        &'a self,
+        lease: &'a Lease,
+        next: &'a AcquireRequest,
+    ) -> BoxFuture<'a, Result<Option<Lease>>> {
+        self.inner().release_to(lease, next)
+    }
     /// [`Backend::leave_queue`]; by default `inner`'s.
     fn leave_queue<'a>(&'a self, key: &'a Key, owner: OwnerId) -> BoxFuture<'a, Result<()>> {
         self.inner().leave_queue(key, owner)
@@ -139,6 +151,16 @@ impl<D: Decorator> Backend for D {
     }
     fn leave_queue<'a>(&'a self, key: &'a Key, owner: OwnerId) -> BoxFuture<'a, Result<()>> {
         Decorator::leave_queue(self, key, owner)
+    }
+    fn hands_over_locally(&self) -> bool {
+        Decorator::hands_over_locally(self)
+    }
+    fn release_to<'a>(
+        &'a self,
+        lease: &'a Lease,
+        next: &'a AcquireRequest,
+    ) -> BoxFuture<'a, Result<Option<Lease>>> {
+        Decorator::release_to(self, lease, next)
     }
 
     fn shutdown(&self) -> BoxFuture<'_, ()> {

@@ -37,11 +37,16 @@
 //! pass, never from under a live grant, with [`TestStore::with_sweep`]) and
 //! `queue` (a store whose [`queues`](crate::backend::Backend::queues) is
 //! true grants in the order the waiters came, hands a released key to the
-//! head alone, and drops dead waiters; with a second client).
+//! head alone, and drops dead waiters; with a second client) and
+//! `hand_off` (a store whose
+//! [`hands_over_locally`](crate::backend::Backend::hands_over_locally) is
+//! true hands a released mutex to a request of this process in the release,
+//! with the next token, and only when it may).
 
 mod bounds;
 mod cross_client;
 mod election;
+mod hand_off;
 mod kinds;
 mod multi;
 mod protocol;
@@ -68,6 +73,7 @@ pub use election::{
     announce_wakes_subscribers, election_crashed_leader_is_replaced_after_ttl,
     election_observers_see_every_leader_in_token_order, election_resign_hands_over_promptly,
 };
+pub use hand_off::*;
 pub use kinds::*;
 pub use multi::{
     acquire_many_is_all_or_nothing, acquire_many_loss_of_one_fires_lost,
@@ -174,6 +180,14 @@ macro_rules! conformance_tests {
             queue_unclaimed_hand_off_lapses_to_the_next,
             queue_a_handed_over_guard_lasts_its_ttl,
             queue_a_waiter_that_gives_up_leaves_the_queue
+        );
+    };
+    (@group hand_off $factory:path) => {
+        $crate::conformance_tests!(@each $factory;
+            hand_off_grants_the_next_request_the_next_token,
+            hand_off_chains_and_any_client_releases,
+            hand_off_of_a_lease_that_is_gone_changes_nothing,
+            hand_off_waits_for_waiters_queued_at_the_store
         );
     };
     (@group blocking $factory:path) => {

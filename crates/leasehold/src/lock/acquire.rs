@@ -21,6 +21,7 @@ use crate::backend::{
 use crate::error::{Error, Result};
 use crate::guard::{born_dead, Granted, LeaseGuard, RenewalPlan};
 use crate::key::Key;
+use crate::local::Handed;
 use crate::notify::Subscription;
 use crate::observe::AcquireProbe;
 use crate::queue::QueueSeat;
@@ -216,13 +217,46 @@ impl Locks {
                 wake_at = wake_at.min(d);
             }
             tracing::trace!(holder = %busy.holder, remaining = ?busy.remaining, "busy, waiting");
+            // The front local waiter leaves its request for the holder's
+            // release to hand the key over, where the store can (local.rs).
+            let mut offer = turn
+                .as_ref()
+                .filter(|_| request.permit_kind().is_none() && self.backend.hands_over_locally())
+                .map(|turn| turn.offer(request.clone()));
+            // `Some` once a releasing guard answered the offer.
+            let mut answer = None;
             tokio::select! {
                 biased;
                 _ = cancelled(options) => {
                     return Err(Error::Cancelled { key: request.key().to_string() });
                 }
+                handed = answered(&mut offer) => answer = Some(handed),
                 _ = w.subscription.notified() => probe.woken(),
                 _ = sleep_until(wake_at) => {}
+            }
+            if let Some(mut offer) = offer.filter(|_| answer.is_none()) {
+                if !offer.withdraw() {
+                    // A release is handing the key over right now: its
+                    // answer, rather than an attempt that would find the
+                    // key busy (or this very grant).
+                    answer = tokio::select! {
+                        biased;
+                        _ = cancelled(options) => {
+                            return Err(Error::Cancelled { key: request.key().to_string() });
+                        }
+                        handed = offer.answered() => Some(handed),
+                        _ = sleep_until_some(backstop) => None,
+                    };
+                }
+            }
+            if let Some(Some(handed)) = answer {
+                if !born_dead(self.renewals.clock(), &handed.lease, handed.sent_at) {
+                    tracing::debug!(token = handed.lease.token(), "handed over in a release");
+                    probe.handed_over();
+                    let granted = Granted::Asked(handed.sent_at);
+                    return Ok(self.guard(handed.lease, granted, options, &request, turn, probe));
+                }
+                self.give_back(&handed.lease, backstop).await;
             }
             // A grant handed over to this waiter: its guard needs no
             // further round trip (queue.rs).
@@ -445,6 +479,14 @@ impl Drop for InFlight<'_> {
 async fn give_back(backend: &dyn Backend, lease: &Lease) {
     if let Err(e) = backend.release(lease).await {
         tracing::warn!(key = %lease.key(), token = lease.token(), error = %e, "could not give an unused grant back; it will expire");
+    }
+}
+
+/// The answer to a local waiter's offer; never without one.
+async fn answered(offer: &mut Option<crate::local::LocalOffer>) -> Option<Handed> {
+    match offer {
+        Some(offer) => offer.answered().await,
+        None => std::future::pending().await,
     }
 }
 

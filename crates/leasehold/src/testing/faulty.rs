@@ -203,6 +203,14 @@ impl Decorator for Faulty {
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<()>> {
         self.run(Op::Release, || self.inner.release(lease))
     }
+    /// A hand-off inside a release is a release: the same faults.
+    fn release_to<'a>(
+        &'a self,
+        lease: &'a Lease,
+        next: &'a AcquireRequest,
+    ) -> BoxFuture<'a, Result<Option<Lease>>> {
+        self.run(Op::Release, || self.inner.release_to(lease, next))
+    }
     fn inspect<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<LeaseInfo>>> {
         self.run(Op::Inspect, || self.inner.inspect(key))
     }

@@ -44,32 +44,52 @@ impl GrantId {
 /// that ended without a release here are never forgotten otherwise.
 const KNOWN_MAX: usize = 4096;
 
-/// The etcd lease of each grant this backend made or extended.
+/// The etcd lease of each grant this backend made or extended, and for a
+/// mutex grant made by a hand-off inside a release (`release_to`), its
+/// place in the mutex's range (`Layout::other_mutex_place`), so its own
+/// release names it at once.
 #[derive(Debug, Default)]
-pub(super) struct Known(Mutex<HashMap<GrantId, Granted>>);
+pub(super) struct Known(Mutex<HashMap<GrantId, (Granted, Option<String>)>>);
 
 impl Known {
-    pub fn get(&self, grant: &GrantId) -> Option<Granted> {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(grant)
-            .copied()
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<GrantId, (Granted, Option<String>)>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    pub fn get(&self, grant: &GrantId) -> Option<Granted> {
+        self.map().get(grant).map(|(granted, _)| *granted)
+    }
+
+    /// Notes the grant's lease (a place noted before stays).
     pub fn remember(&self, grant: GrantId, id: i64, ttl: Duration) {
-        let mut known = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        self.note(grant, Granted { id, ttl }, None);
+    }
+
+    /// Notes the grant's lease and the etcd key it is at.
+    pub fn remember_at(&self, grant: GrantId, on: Granted, at: String) {
+        self.note(grant, on, Some(at));
+    }
+
+    fn note(&self, grant: GrantId, on: Granted, at: Option<String>) {
+        let mut known = self.map();
         if known.len() >= KNOWN_MAX {
             known.clear();
         }
-        known.insert(grant, Granted { id, ttl });
+        let noted = known.entry(grant).or_insert((on, None));
+        noted.0 = on;
+        if at.is_some() {
+            noted.1 = at;
+        }
     }
 
-    pub fn forget(&self, grant: &GrantId) {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(grant);
+    /// The place noted for the grant, if any.
+    pub fn place(&self, grant: &GrantId) -> Option<String> {
+        self.map().get(grant).and_then(|(_, at)| at.clone())
+    }
+
+    /// Forgets the grant; the place noted for it, if any.
+    pub fn forget(&self, grant: &GrantId) -> Option<String> {
+        self.map().remove(grant).and_then(|(_, at)| at)
     }
 }
 

@@ -340,12 +340,15 @@ impl EtcdBackend {
     /// Deletes the grant at `etcd_key` iff owner and token match, then
     /// revokes its lease (in the background: it holds nothing now).
     async fn release_grant(&self, etcd_key: &str, lease: &Lease) -> Result<bool> {
-        self.inner
+        let place = self
+            .inner
             .leases
             .forget(&leases::GrantId::of(etcd_key, lease));
         if lease.key_kind() == KeyKind::Mutex {
+            // Where a hand-off put it, if one did (else the first place).
+            let at = place.as_deref().unwrap_or(etcd_key);
             return self
-                .release_mutex(lease.key(), etcd_key, lease.owner(), lease.token())
+                .release_mutex(lease.key(), at, lease.owner(), lease.token())
                 .await;
         }
         // A permit's or reader-writer grant's kind record (a mutex has none).
@@ -620,6 +623,23 @@ impl Backend for EtcdBackend {
 
     fn queues(&self) -> bool {
         true
+    }
+
+    fn hands_over_locally(&self) -> bool {
+        true
+    }
+
+    fn release_to<'a>(
+        &'a self,
+        lease: &'a Lease,
+        next: &'a AcquireRequest,
+    ) -> BoxFuture<'a, Result<Option<Lease>>> {
+        Box::pin(async move {
+            if lease.slot().is_some() || next.permit_kind().is_some() {
+                return Ok(None);
+            }
+            self.release_mutex_to(lease, next).await
+        })
     }
 
     fn leave_queue<'a>(

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::{Acquire, AcquireRequest, Busy, OwnerId};
+use crate::backend::{Acquire, AcquireRequest, Busy, Lease, OwnerId};
 use crate::error::{Error, Result};
 use crate::key::Key;
 use crate::notify::HandOff;
@@ -31,6 +31,7 @@ use crate::notify::HandOff;
 use super::errors::STORE;
 use super::granted::Granted;
 use super::keys::{self, Entry, Record};
+use super::leases::GrantId;
 use super::spares::Spare;
 use super::txns::{self, MutexKeys};
 use super::{revision, EtcdBackend, CONFLICT_RETRIES};
@@ -312,6 +313,63 @@ impl EtcdBackend {
             }
         }
         Err(Error::unavailable("etcd: too many concurrent changes to this lock").in_store(STORE))
+    }
+
+    /// [`Backend::release_to`](crate::backend::Backend::release_to):
+    /// `lease` released and `next` granted in the other place of the
+    /// mutex's range, on a lease of its own (a spare, as any grant), in one
+    /// transaction ([`txns::release_to`]); `None` if that transaction's
+    /// conditions failed (nothing changed: the caller releases as usual).
+    pub(super) async fn release_mutex_to(
+        &self,
+        lease: &Lease,
+        next: &AcquireRequest,
+    ) -> Result<Option<Lease>> {
+        let key = lease.key().as_str();
+        let layout = &self.inner.layout;
+        let range = layout.mutex(key);
+        let grant = GrantId::of(&range, lease);
+        // Where the grant is: the first place, unless a hand-off put it.
+        let at = self
+            .inner
+            .leases
+            .place(&grant)
+            .unwrap_or_else(|| range.clone());
+        let to = layout.other_mutex_place(key, at.as_bytes());
+        let (spare, promised) = self.lease_for_grant(next.ttl()).await?;
+        let fresh = spare.granted;
+        let value = keys::value(next.owner(), fresh.ttl, next.holder());
+        let txn = txns::release_to(
+            &at,
+            lease.owner(),
+            lease.token(),
+            &layout.queue(key),
+            &to,
+            value,
+            fresh.id,
+        )?;
+        let resp = match self.txn(txn).await {
+            Ok(resp) => resp,
+            Err(e) => {
+                // Its answer may have been lost after it put the grant:
+                // revoking the lease deletes that grant.
+                self.revoke_later(fresh.id);
+                return Err(e);
+            }
+        };
+        if !resp.succeeded() {
+            self.give_back(spare);
+            return Ok(None);
+        }
+        self.inner.leases.forget(&grant);
+        self.let_go_deleted(&resp);
+        self.refill_later(next.ttl());
+        let granted = next.granted(revision(&resp)?).enforced_for(promised);
+        self.inner
+            .leases
+            .remember_at(GrantId::of(&range, &granted), fresh, to);
+        self.inner.spares.in_use(fresh, spare.asked_secs);
+        Ok(Some(granted))
     }
 
     /// Takes `owner` out of `key`'s queue and gives back a grant handed

@@ -337,6 +337,29 @@ pub(super) fn release(
     Ok(txn)
 }
 
+/// A hand-off inside a release ([`Backend::release_to`](crate::backend::Backend::release_to)):
+/// iff `at` is `owner`'s grant with `token`, nobody queues at the store
+/// (`queue` is empty) and the other place `to` is empty, deletes the
+/// grant (bringing it back, for its lease) and puts the next one at `to`
+/// on `lease`: a new key, so its create revision, the token, is this
+/// transaction's.
+pub(super) fn release_to(
+    at: &str,
+    owner: OwnerId,
+    token: u64,
+    queue: &str,
+    to: &str,
+    value: String,
+    lease: i64,
+) -> Result<Txn> {
+    let mut when = is_grant_of(at, owner, token)?;
+    when.push(range_empty(queue));
+    when.push(Compare::create_revision(to, CompareOp::Equal, 0));
+    Ok(Txn::new()
+        .when(when)
+        .and_then([release_delete(at), put(to, value, lease)]))
+}
+
 /// The delete of a released grant, which brings the record back.
 pub(super) fn release_delete(key: &str) -> TxnOp {
     TxnOp::delete(key, Some(DeleteOptions::new().with_prev_key()))

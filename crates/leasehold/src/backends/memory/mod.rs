@@ -355,6 +355,25 @@ impl MemoryBackend {
         }
     }
 
+    /// [`Backend::release_to`]: `lease`'s key goes to `next` in the same
+    /// step, with the next token, unless the lease no longer holds it or
+    /// waiters queued at the store come first (the caller then releases).
+    fn release_mutex_to(&self, lease: &Lease, next: &AcquireRequest) -> Option<Lease> {
+        let now = Instant::now();
+        let mut anchors = self.anchors();
+        let record = anchors.records.get_mut(lease.key())?;
+        if !record.holds(lease) || record.head(now).is_some() {
+            return None;
+        }
+        record.fence += 1;
+        record.holder = Some(Holder {
+            owner: next.owner(),
+            label: next.holder().to_owned(),
+            expires_at: now + next.ttl(),
+        });
+        Some(next.granted(record.fence))
+    }
+
     /// [`Backend::leave_queue`]: the entry goes, and a grant handed over to
     /// `owner` and not claimed goes to the next head.
     fn leave(&self, key: &Key, owner: OwnerId) -> Option<Handed> {
@@ -425,6 +444,23 @@ impl Backend for MemoryBackend {
                 self.sweep_step(now);
             }
             Ok(())
+        })
+    }
+
+    fn hands_over_locally(&self) -> bool {
+        true
+    }
+
+    fn release_to<'a>(
+        &'a self,
+        lease: &'a Lease,
+        next: &'a AcquireRequest,
+    ) -> BoxFuture<'a, Result<Option<Lease>>> {
+        Box::pin(async move {
+            Ok(match (lease.slot(), next.permit_kind()) {
+                (None, None) => self.release_mutex_to(lease, next),
+                _ => None,
+            })
         })
     }
 
