@@ -33,6 +33,10 @@ use crate::time::Backoff;
 /// busy.
 const LATE_GRANT: &str = "(a grant that arrived after its lease ended)";
 
+/// The holder a front waiter that did not ask assumes: a guard of this
+/// process (see `skip_first`).
+const HOLDER_HERE: &str = "(a guard of this process)";
+
 impl Locks {
     pub(super) async fn acquire_request(
         &self,
@@ -121,14 +125,31 @@ impl Locks {
                     .await?,
             );
         }
+        // Where the holder's release can hand the key over (local.rs), the
+        // front waiter behind it does not ask at all: it leaves its request
+        // for that release at once (an attempt in flight when the holder
+        // releases would miss the hand-off), and asks only if the holder
+        // is gone by then, or when woken.
+        let hands_over = request.permit_kind().is_none() && self.backend.hands_over_locally();
+        let mut skip_first = (behind_a_holder && hands_over && turn.is_some()).then(|| Busy {
+            holder: HOLDER_HERE.to_owned(),
+            remaining: request.ttl(),
+        });
         loop {
             // On the lease clock, which counts suspended time (time.rs).
             let sent_at = self.renewals.clock().now();
             if let Some(seat) = seat.as_mut() {
                 request = Arc::new(seat.next_attempt(&request, sent_at));
             }
-            probe.attempt();
-            let busy = match self.attempt(&request, backstop, options).await? {
+            let skipped = skip_first.is_some();
+            let answer = match skip_first.take() {
+                Some(busy) => Acquire::Busy(busy),
+                None => {
+                    probe.attempt();
+                    self.attempt(&request, backstop, options).await?
+                }
+            };
+            let busy = match answer {
                 Acquire::Granted(lease) if born_dead(self.renewals.clock(), &lease, sent_at) => {
                     tracing::warn!(
                         token = lease.token(),
@@ -221,18 +242,24 @@ impl Locks {
             // release to hand the key over, where the store can (local.rs).
             let mut offer = turn
                 .as_ref()
-                .filter(|_| request.permit_kind().is_none() && self.backend.hands_over_locally())
+                .filter(|_| hands_over)
                 .map(|turn| turn.offer(request.clone()));
+            // A waiter that did not ask waits only while the holder is
+            // still here: a release that ended before the offer was made
+            // did not see it (its wake-up reaches the subscription anyway).
+            let holder_left = skipped && !turn.as_ref().is_some_and(|t| t.behind_a_holder());
             // `Some` once a releasing guard answered the offer.
             let mut answer = None;
-            tokio::select! {
-                biased;
-                _ = cancelled(options) => {
-                    return Err(Error::Cancelled { key: request.key().to_string() });
+            if !holder_left {
+                tokio::select! {
+                    biased;
+                    _ = cancelled(options) => {
+                        return Err(Error::Cancelled { key: request.key().to_string() });
+                    }
+                    handed = answered(&mut offer) => answer = Some(handed),
+                    _ = w.subscription.notified() => probe.woken(),
+                    _ = sleep_until(wake_at) => {}
                 }
-                handed = answered(&mut offer) => answer = Some(handed),
-                _ = w.subscription.notified() => probe.woken(),
-                _ = sleep_until(wake_at) => {}
             }
             if let Some(mut offer) = offer.filter(|_| answer.is_none()) {
                 if !offer.withdraw() {
