@@ -86,33 +86,29 @@ struct Inner {
 }
 
 impl EtcdBackend {
-    /// Connects to the members of `url`
-    /// (`etcd://[user:password@]host:port[,host:port...][?prefix=P]`,
-    /// `etcds://` with `ca_file`, `cert_file`, `key_file`, `domain` for TLS).
-    ///
-    /// # Errors
-    /// [`Error::InvalidInput`] for a malformed URL or an unknown option,
-    /// before any I/O; [`Error::Unavailable`] if no member answers (with
-    /// credentials, the client authenticates at once).
-    ///
-    /// # Cancel safety
-    /// Cancel safe: nothing is written.
-    pub async fn connect(url: &str) -> Result<Self> {
-        Self::connect_with(url, EtcdOptions::default()).await
-    }
+    connect_methods! {
+        /// Connects to the members of `url`
+        /// (`etcd://[user:password@]host:port[,host:port...][?prefix=P]`,
+        /// `etcds://` with `ca_file`, `cert_file`, `key_file`, `domain` for TLS).
+        ///
+        /// # Errors
+        /// [`Error::InvalidInput`] for a malformed URL or an unknown option,
+        /// before any I/O; [`Error::Unavailable`] if no member answers (with
+        /// credentials, the client authenticates at once).
+        ///
+        /// # Cancel safety
+        /// Cancel safe: nothing is written.
+        connect;
 
-    /// As [`connect`](Self::connect), the URL's options set on top of
-    /// `options`.
-    ///
-    /// # Errors
-    /// As [`connect`](Self::connect); [`Error::InvalidInput`] for bad options.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: nothing is written.
-    pub async fn connect_with(url: &str, options: EtcdOptions) -> Result<Self> {
-        Self::connect_to(url, options)
-            .await
-            .map_err(|e| e.without_secrets_of(url))
+        /// As [`connect`](Self::connect), the URL's options set on top of
+        /// `options`.
+        ///
+        /// # Errors
+        /// As [`connect`](Self::connect); [`Error::InvalidInput`] for bad options.
+        ///
+        /// # Cancel safety
+        /// Cancel safe: nothing is written.
+        connect_with(options: EtcdOptions);
     }
 
     async fn connect_to(url: &str, options: EtcdOptions) -> Result<Self> {

@@ -27,38 +27,34 @@ pub const DEFAULT_MAX_POOL_SIZE: u32 = 2;
 pub const DEFAULT_MAX_IDLE_TIME: Duration = Duration::from_secs(5);
 
 impl MongoBackend {
-    /// Connects to the server at `url` (`mongodb://host:port/db?options`;
-    /// database `leasehold` if the URL names none) with default options.
-    ///
-    /// The driver gets lock-client defaults unless the URL sets them:
-    /// `maxPoolSize` [`DEFAULT_MAX_POOL_SIZE`], `minPoolSize` 0,
-    /// `maxIdleTimeMS` [`DEFAULT_MAX_IDLE_TIME`], `serverMonitoringMode`
-    /// `poll`. A process then holds at most `maxPoolSize` connections per
-    /// server plus one monitoring connection per server (streaming
-    /// monitoring would take two).
-    ///
-    /// # Errors
-    /// [`Error::InvalidInput`] for a malformed URL; [`Error::Unavailable`] if
-    /// the server cannot be reached within about 3 s (unless the URL sets
-    /// `serverSelectionTimeoutMS`/`connectTimeoutMS`).
-    ///
-    /// # Cancel safety
-    /// Cancel safe: nothing is written.
-    pub async fn connect(url: &str) -> Result<Self> {
-        Self::connect_with(url, MongoOptions::default()).await
-    }
+    connect_methods! {
+        /// Connects to the server at `url` (`mongodb://host:port/db?options`;
+        /// database `leasehold` if the URL names none) with default options.
+        ///
+        /// The driver gets lock-client defaults unless the URL sets them:
+        /// `maxPoolSize` [`DEFAULT_MAX_POOL_SIZE`], `minPoolSize` 0,
+        /// `maxIdleTimeMS` [`DEFAULT_MAX_IDLE_TIME`], `serverMonitoringMode`
+        /// `poll`. A process then holds at most `maxPoolSize` connections per
+        /// server plus one monitoring connection per server (streaming
+        /// monitoring would take two).
+        ///
+        /// # Errors
+        /// [`Error::InvalidInput`] for a malformed URL; [`Error::Unavailable`] if
+        /// the server cannot be reached within about 3 s (unless the URL sets
+        /// `serverSelectionTimeoutMS`/`connectTimeoutMS`).
+        ///
+        /// # Cancel safety
+        /// Cancel safe: nothing is written.
+        connect;
 
-    /// As [`connect`](Self::connect), with `options`.
-    ///
-    /// # Errors
-    /// As [`connect`](Self::connect); [`Error::InvalidInput`] for bad options.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: nothing is written.
-    pub async fn connect_with(url: &str, options: MongoOptions) -> Result<Self> {
-        Self::connect_to(url, options)
-            .await
-            .map_err(|e| e.without_secrets_of(url))
+        /// As [`connect`](Self::connect), with `options`.
+        ///
+        /// # Errors
+        /// As [`connect`](Self::connect); [`Error::InvalidInput`] for bad options.
+        ///
+        /// # Cancel safety
+        /// Cancel safe: nothing is written.
+        connect_with(options: MongoOptions);
     }
 
     async fn connect_to(url: &str, options: MongoOptions) -> Result<Self> {

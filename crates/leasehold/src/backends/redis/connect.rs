@@ -13,35 +13,31 @@ use super::{cluster, Connection, Inner, RedisBackend, RedisOptions, Scripts, SCR
 use crate::error::{Error, Result};
 
 impl RedisBackend {
-    /// Connects to the server at `url` (`redis://[user:pass@]host[:port][/db]`
-    /// or `redis+unix:///path`), or to the Redis Cluster whose seed nodes
-    /// `redis+cluster://[user:pass@]host:port[,host:port...]` names, with
-    /// default options.
-    ///
-    /// # Errors
-    /// As [`connect_with`](Self::connect_with).
-    ///
-    /// # Cancel safety
-    /// Cancel safe: dropping the future drops the half-made connection.
-    pub async fn connect(url: &str) -> Result<Self> {
-        Self::connect_with(url, RedisOptions::default()).await
-    }
+    connect_methods! {
+        /// Connects to the server at `url` (`redis://[user:pass@]host[:port][/db]`
+        /// or `redis+unix:///path`), or to the Redis Cluster whose seed nodes
+        /// `redis+cluster://[user:pass@]host:port[,host:port...]` names, with
+        /// default options.
+        ///
+        /// # Errors
+        /// As [`connect_with`](Self::connect_with).
+        ///
+        /// # Cancel safety
+        /// Cancel safe: dropping the future drops the half-made connection.
+        connect;
 
-    /// Connects to the server at `url` with `options`.
-    ///
-    /// # Errors
-    /// [`Error::InvalidInput`] (before any I/O) for a malformed URL, a
-    /// `rediss://` URL (TLS is not compiled in), a cluster URL naming a
-    /// database other than 0, or bad options;
-    /// [`Error::Unavailable`] if the server cannot be reached within about
-    /// three connect timeouts.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: dropping the future drops the half-made connection.
-    pub async fn connect_with(url: &str, options: RedisOptions) -> Result<Self> {
-        Self::connect_to(url, options)
-            .await
-            .map_err(|e| e.without_secrets_of(url))
+        /// Connects to the server at `url` with `options`.
+        ///
+        /// # Errors
+        /// [`Error::InvalidInput`] (before any I/O) for a malformed URL, a
+        /// `rediss://` URL (TLS is not compiled in), a cluster URL naming a
+        /// database other than 0, or bad options;
+        /// [`Error::Unavailable`] if the server cannot be reached within about
+        /// three connect timeouts.
+        ///
+        /// # Cancel safety
+        /// Cancel safe: dropping the future drops the half-made connection.
+        connect_with(options: RedisOptions);
     }
 
     async fn connect_to(url: &str, options: RedisOptions) -> Result<Self> {
