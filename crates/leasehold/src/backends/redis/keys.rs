@@ -22,6 +22,20 @@ use crate::key::Key;
 /// Longest store prefix, in bytes.
 const MAX_PREFIX_BYTES: usize = 64;
 
+/// Writes the names of a key's records, `NAME(&self, key) -> String`
+/// each: `<prefix>:<record>:{<e(key)>}` (`Namespace::record`), so every
+/// record of a key has the lock's hash tag.
+macro_rules! records {
+    ($($(#[$doc:meta])* $name:ident => $record:literal;)*) => {
+        $(
+            $(#[$doc])*
+            pub(super) fn $name(&self, key: &Key) -> String {
+                self.record($record, key)
+            }
+        )*
+    };
+}
+
 /// The keys and channel of one store prefix.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Namespace {
@@ -52,46 +66,44 @@ impl Namespace {
         Err(Error::invalid("redis key prefix", problem))
     }
 
-    pub(super) fn lock(&self, key: &Key) -> String {
-        self.record("lock", key)
-    }
+    records! {
+        /// `key`'s lock: `<owner>#<token>:<holder label>` while it is held.
+        lock => "lock";
 
-    pub(super) fn fence(&self, key: &Key) -> String {
-        self.record("fence", key)
-    }
+        /// `key`'s mutex fence counter.
+        fence => "fence";
 
-    /// `key`'s kind (`rw` or `sem`), with the lock's hash tag: absent while
-    /// the key is a mutex, or `q` while the mutex may have waiters queued
-    /// (queue.lua). Written once, by the first reader-writer or
-    /// semaphore grant on a key no mutex holds, and never changed back
-    /// (docs/redis.md, "One key, one kind").
-    pub(super) fn kind(&self, key: &Key) -> String {
-        self.record("kind", key)
-    }
+        /// `key`'s kind (`rw` or `sem`), with the lock's hash tag: absent while
+        /// the key is a mutex, or `q` while the mutex may have waiters queued
+        /// (queue.lua). Written once, by the first reader-writer or
+        /// semaphore grant on a key no mutex holds, and never changed back
+        /// (docs/redis.md, "One key, one kind").
+        kind => "kind";
 
-    /// The order of `key`'s queue of mutex waiters (a sorted set: owner
-    /// to its place, first come lowest), with the lock's hash tag, so one
-    /// script reads the lock and hands it to the queue's head.
-    pub(super) fn queue(&self, key: &Key) -> String {
-        self.record("queue", key)
-    }
+        /// The order of `key`'s queue of mutex waiters (a sorted set: owner
+        /// to its place, first come lowest), with the lock's hash tag, so one
+        /// script reads the lock and hands it to the queue's head.
+        queue => "queue";
 
-    /// The entries of `key`'s queue (a hash: owner to
-    /// `<expiry ms>:<ticket>:<claim window ms>:<holder label>`), with the
-    /// lock's hash tag.
-    pub(super) fn waiters(&self, key: &Key) -> String {
-        self.record("waiters", key)
-    }
+        /// The entries of `key`'s queue (a hash: owner to
+        /// `<expiry ms>:<ticket>:<claim window ms>:<holder label>`), with the
+        /// lock's hash tag.
+        waiters => "waiters";
 
-    /// The hash of `key`'s semaphore permits (one field per slot), with
-    /// the lock's hash tag.
-    pub(super) fn permits(&self, key: &Key) -> String {
-        self.record("permits", key)
-    }
+        /// The hash of `key`'s semaphore permits (one field per slot), with
+        /// the lock's hash tag.
+        permits => "permits";
 
-    /// `key`'s permit fence counter, with the lock's hash tag.
-    pub(super) fn permit_fence(&self, key: &Key) -> String {
-        self.record("pfence", key)
+        /// `key`'s permit fence counter, with the lock's hash tag.
+        permit_fence => "pfence";
+
+        /// The hash of `key`'s reader-writer lock (a field per reader slot,
+        /// the writer's slot and a waiting writer's `mark`), with the lock's
+        /// hash tag and apart from the semaphore's.
+        rw => "rw";
+
+        /// `key`'s reader-writer fence counter, with the lock's hash tag.
+        rw_fence => "rwfence";
     }
 
     /// A `SCAN MATCH` pattern for the permit hashes of keys starting with
@@ -103,18 +115,6 @@ impl Namespace {
     /// The key a permit hash's name stands for, as [`key_of_lock`](Self::key_of_lock).
     pub(super) fn key_of_permits(&self, name: &str) -> Option<Result<Key>> {
         self.key_of(name, ":permits:{")
-    }
-
-    /// The hash of `key`'s reader-writer lock (a field per reader slot,
-    /// the writer's slot and a waiting writer's `mark`), with the lock's
-    /// hash tag and apart from the semaphore's.
-    pub(super) fn rw(&self, key: &Key) -> String {
-        self.record("rw", key)
-    }
-
-    /// `key`'s reader-writer fence counter, with the lock's hash tag.
-    pub(super) fn rw_fence(&self, key: &Key) -> String {
-        self.record("rwfence", key)
     }
 
     /// A `SCAN MATCH` pattern for the reader-writer hashes of keys
