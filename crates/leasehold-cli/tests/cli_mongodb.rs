@@ -35,8 +35,7 @@ fn an_unreachable_server_exits_69_within_ten_seconds() {
 #[test]
 fn demo_shows_the_race_and_three_safe_strategies() {
     let Some(store) = store() else { return };
-    let out = run(leasehold(&store).args(["demo", "--workers", "4", "--json"]));
-    assert_demo_shows_race_and_safety(&out, &["none", "lease", "row-lock", "optimistic"]);
+    demo_shows_race_and_safety(&store, &["none", "lease", "row-lock", "optimistic"]);
 }
 
 /// Short runs end with the driver shut down before the runtime stops: the

@@ -201,8 +201,10 @@ fn demo_runs_on_the_default_store_of_a_fresh_machine() {
 #[test]
 fn demo_shows_the_race_and_three_safe_strategies() {
     let dir = tempfile::tempdir().unwrap();
-    let out = run(leasehold(&sqlite_store(dir.path())).args(["demo", "--workers", "4", "--json"]));
-    assert_demo_shows_race_and_safety(&out, &["none", "lease", "row-lock", "optimistic"]);
+    demo_shows_race_and_safety(
+        &sqlite_store(dir.path()),
+        &["none", "lease", "row-lock", "optimistic"],
+    );
 }
 
 #[test]

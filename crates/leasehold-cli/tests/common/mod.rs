@@ -497,11 +497,13 @@ pub fn sigstop_loses_lease(store: &str, dir: &Path) {
     );
 }
 
-/// Checks `leasehold demo --json` output: the `expected` strategies ran in
-/// that order, `none` shows the race (oversold or lost updates), and every
-/// other strategy sold without overselling or losing an update.
-pub fn assert_demo_shows_race_and_safety(out: &Output, expected: &[&str]) {
-    assert!(out.status.success(), "{}", stderr(out));
+/// Runs `leasehold demo --workers 4 --json` on `store` and checks its
+/// output: the `expected` strategies ran in that order, `none` shows the
+/// race (oversold or lost updates), and every other strategy sold without
+/// overselling or losing an update.
+pub fn demo_shows_race_and_safety(store: &str, expected: &[&str]) {
+    let out = run(leasehold(store).args(["demo", "--workers", "4", "--json"]));
+    assert!(out.status.success(), "{}", stderr(&out));
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let results = json["results"].as_array().unwrap();
     let ran: Vec<_> = results
@@ -555,14 +557,8 @@ macro_rules! demo_tests_without_row_lock {
         #[test]
         fn demo_shows_the_race_and_two_safe_strategies() {
             let Some(store) = $store else { return };
-            let out = $crate::common::run($crate::common::leasehold(store.as_ref()).args([
-                "demo",
-                "--workers",
-                "4",
-                "--json",
-            ]));
-            $crate::common::assert_demo_shows_race_and_safety(
-                &out,
+            $crate::common::demo_shows_race_and_safety(
+                store.as_ref(),
                 &["none", "lease", "optimistic"],
             );
         }
