@@ -19,17 +19,22 @@
 //!
 //! **Hand-off inside the release.** On a store that can release a mutex and
 //! grant it to a given request in one atomic operation
-//! ([`Backend::release_to`](crate::backend::Backend::release_to)), the
-//! front waiter leaves its request with the key ([`LocalTurn::offer`]) while
-//! it waits, and the guard that releases the key takes it
-//! ([`LocalHold::take_offer`]): one store write passes the key on, where a
-//! release, a wake-up and the waiter's own attempt took two writes and a
-//! hop. A process does this at most [`HAND_OFFS_IN_A_ROW`] times in a row
-//! for a key; then one release frees the key at the store, so the waiters of
-//! other processes, which race for it at each release, get their chance
+//! ([`Backend::release_to`](crate::backend::Backend::release_to)), each
+//! waiter leaves its request with the key's queue as it arrives
+//! ([`LocalQueues::offer`]), and the guard that releases the key takes the
+//! oldest one ([`LocalHold::take_offer`]) and grants it in the release: one
+//! store write passes the key on, where a release, a wake-up and the
+//! waiter's own attempt took two writes and a hop. Offers are made on
+//! arrival, not when a waiter reaches the front: a holder that releases at
+//! once would otherwise always release before its successor's offer. The
+//! front waiter withdraws its offer while it asks the store itself and
+//! makes it again, first in line, when it goes back to waiting. A process
+//! does this at most [`HAND_OFFS_IN_A_ROW`] times in a row for a key; then
+//! one release frees the key at the store, so the waiters of other
+//! processes, which race for it at each release, get their chance
 //! (docs/fairness.md, "A release that hands over in this process").
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -58,16 +63,25 @@ struct KeyQueue {
     front: Arc<Semaphore>,
     /// Live guards of this key in this process.
     holders: AtomicUsize,
-    /// The front waiter's request, left for a releasing guard of this
-    /// process to hand the key to.
-    offer: Mutex<Option<Offered>>,
+    /// The waiters' requests, oldest first, left for a releasing guard of
+    /// this process to hand the key to.
+    offers: Mutex<Offers>,
     /// Releases of this key in a row that handed it over here.
     handed_in_a_row: AtomicU32,
+}
+
+/// The open offers of a key, oldest first.
+#[derive(Debug, Default)]
+struct Offers {
+    open: VecDeque<Offered>,
+    /// The id of the next offer.
+    next: u64,
 }
 
 /// An open offer: the request, and where its grant goes.
 #[derive(Debug)]
 struct Offered {
+    id: u64,
     request: Arc<AcquireRequest>,
     reply: oneshot::Sender<Option<Handed>>,
 }
@@ -81,12 +95,13 @@ pub(crate) struct Handed {
     pub sent_at: Instant,
 }
 
-/// The front waiter's side of its offer ([`LocalTurn::offer`]). Dropped,
-/// it withdraws the offer; a grant made for it after that is released by
-/// the guard that made it.
+/// A waiter's side of its offer ([`LocalQueues::offer`]). Dropped, it
+/// withdraws the offer; a grant made for it after that is released by the
+/// guard that made it.
 #[derive(Debug)]
 pub(crate) struct LocalOffer {
-    queue: Arc<KeyQueue>,
+    entry: Entry,
+    id: u64,
     reply: oneshot::Receiver<Option<Handed>>,
 }
 
@@ -152,6 +167,37 @@ impl LocalQueues {
         LocalHold { entry }
     }
 
+    /// Leaves `request` (a mutex request of a waiter for `key`) for the
+    /// next guard of this process that releases the key: it may hand the
+    /// key over inside its release. Last in line, or `first` (the front
+    /// waiter, going back to waiting after an attempt of its own).
+    pub(crate) fn offer(
+        self: &Arc<Self>,
+        key: &Key,
+        request: Arc<AcquireRequest>,
+        first: bool,
+    ) -> LocalOffer {
+        let entry = self.entry(key);
+        let (reply, answer) = oneshot::channel();
+        let id = {
+            let mut offers = lock(&entry.queue().offers);
+            let id = offers.next;
+            offers.next += 1;
+            let offered = Offered { id, request, reply };
+            if first {
+                offers.open.push_front(offered);
+            } else {
+                offers.open.push_back(offered);
+            }
+            id
+        };
+        LocalOffer {
+            entry,
+            id,
+            reply: answer,
+        }
+    }
+
     fn entry(self: &Arc<Self>, key: &Key) -> Entry {
         let queue = self
             .lock()
@@ -160,7 +206,7 @@ impl LocalQueues {
                 Arc::new(KeyQueue {
                     front: Arc::new(Semaphore::new(1)),
                     holders: AtomicUsize::new(0),
-                    offer: Mutex::new(None),
+                    offers: Mutex::default(),
                     handed_in_a_row: AtomicU32::new(0),
                 })
             })
@@ -185,20 +231,6 @@ impl LocalTurn {
     pub(crate) fn behind_a_holder(&self) -> bool {
         self.entry.queue().holders.load(Ordering::Relaxed) > 0
     }
-
-    /// Leaves `request` (a mutex request of this turn's waiter) for the
-    /// next guard of this process that releases the key: it may hand the
-    /// key over inside its release. Only the front waiter offers, one
-    /// offer at a time, withdrawn before it asks the store itself.
-    pub(crate) fn offer(&self, request: Arc<AcquireRequest>) -> LocalOffer {
-        let queue = self.entry.queue.clone().expect("entry in use");
-        let (reply, answer) = oneshot::channel();
-        *lock(&queue.offer) = Some(Offered { request, reply });
-        LocalOffer {
-            queue,
-            reply: answer,
-        }
-    }
 }
 
 impl LocalOffer {
@@ -212,8 +244,9 @@ impl LocalOffer {
     /// guard had taken it; `false` if one has, and its
     /// [`answered`](Self::answered) is on its way.
     pub(crate) fn withdraw(&mut self) -> bool {
-        // Only the front waiter offers: an open offer is this one.
-        lock(&self.queue.offer).take().is_some()
+        let mut offers = lock(&self.entry.queue().offers);
+        let open = offers.open.iter().position(|o| o.id == self.id);
+        open.and_then(|at| offers.open.remove(at)).is_some()
     }
 }
 
@@ -224,18 +257,20 @@ impl Drop for LocalOffer {
 }
 
 impl LocalHold {
-    /// The front waiter's open offer, for this guard's release to hand the
-    /// key over, unless the key was handed over here
-    /// [`HAND_OFFS_IN_A_ROW`] times in a row (then this release frees it).
+    /// The oldest open offer, for this guard's release to hand the key
+    /// over, unless the key was handed over here [`HAND_OFFS_IN_A_ROW`]
+    /// times in a row (then this release frees it).
     pub(crate) fn take_offer(&self) -> Option<TakenOffer> {
         let queue = self.entry.queue();
-        let mut offer = lock(&queue.offer);
-        if offer.is_none() || queue.handed_in_a_row.load(Ordering::Relaxed) >= HAND_OFFS_IN_A_ROW {
+        let mut offers = lock(&queue.offers);
+        if offers.open.is_empty()
+            || queue.handed_in_a_row.load(Ordering::Relaxed) >= HAND_OFFS_IN_A_ROW
+        {
             queue.handed_in_a_row.store(0, Ordering::Relaxed);
             return None;
         }
         queue.handed_in_a_row.fetch_add(1, Ordering::Relaxed);
-        offer.take().map(|o| TakenOffer {
+        offers.open.pop_front().map(|o| TakenOffer {
             request: o.request,
             reply: o.reply,
         })

@@ -21,7 +21,7 @@ use crate::backend::{
 use crate::error::{Error, Result};
 use crate::guard::{born_dead, Granted, LeaseGuard, RenewalPlan};
 use crate::key::Key;
-use crate::local::Handed;
+use crate::local::{Handed, LocalOffer};
 use crate::notify::Subscription;
 use crate::observe::AcquireProbe;
 use crate::queue::QueueSeat;
@@ -86,14 +86,42 @@ impl Locks {
                 self.renewals.background().clone(),
             )
         });
-        let turn = if wait.is_zero() || seat.is_some() {
+        // Where a release can hand the key over (local.rs), a racing mutex
+        // waiter leaves its request with the key's local queue on arrival.
+        let mut hands_over = !wait.is_zero()
+            && seat.is_none()
+            && request.permit_kind().is_none()
+            && self.backend.hands_over_locally();
+        let mut offer = hands_over.then(|| {
+            self.queues(&request)
+                .offer(request.key(), request.clone(), false)
+        });
+        let mut turn = if wait.is_zero() || seat.is_some() {
             None
         } else {
-            tokio::select! {
-                biased;
-                _ = cancelled(options) => return Err(Error::Cancelled { key: request.key().to_string() }),
-                turn = self.queues(&request).turn(request.key()) => Some(turn),
-                _ = sleep_until_some(deadline) => return Err(self.timeout(&request, started, None)),
+            let queues = self.queues(&request).clone();
+            let front = queues.turn(request.key());
+            tokio::pin!(front);
+            loop {
+                let handed = tokio::select! {
+                    biased;
+                    _ = cancelled(options) => return Err(Error::Cancelled { key: request.key().to_string() }),
+                    turn = &mut front => break Some(turn),
+                    handed = answered(&mut offer) => handed,
+                    _ = sleep_until_some(deadline) => return Err(self.timeout(&request, started, None)),
+                };
+                // A release handed the key over before this waiter's turn
+                // came (its offer was the oldest open one).
+                offer = None;
+                if let Some(handed) = handed {
+                    let mut no_turn = None;
+                    if let Some(guard) = self
+                        .handed_guard(handed, options, &request, &mut no_turn, probe, backstop)
+                        .await
+                    {
+                        return Ok(guard);
+                    }
+                }
             }
         };
         // A release of this key that a dropped guard of this handle still
@@ -126,12 +154,11 @@ impl Locks {
             );
         }
         // Where the holder's release can hand the key over (local.rs), the
-        // front waiter behind it does not ask at all: it leaves its request
-        // for that release at once (an attempt in flight when the holder
-        // releases would miss the hand-off), and asks only if the holder
-        // is gone by then, or when woken.
-        let hands_over = request.permit_kind().is_none() && self.backend.hands_over_locally();
-        let mut skip_first = (behind_a_holder && hands_over && turn.is_some()).then(|| Busy {
+        // front waiter behind it does not ask at all: its offer stands for
+        // that release (an attempt in flight when the holder releases would
+        // miss the hand-off), and it asks only if the holder is gone by
+        // then, or when woken.
+        let mut skip_first = (behind_a_holder && offer.is_some() && turn.is_some()).then(|| Busy {
             holder: HOLDER_HERE.to_owned(),
             remaining: request.ttl(),
         });
@@ -145,6 +172,19 @@ impl Locks {
             let answer = match skip_first.take() {
                 Some(busy) => Acquire::Busy(busy),
                 None => {
+                    // Its offer withdrawn while it asks itself; one a
+                    // release took already is answered first.
+                    if let Some(handed) = self
+                        .withdraw(&mut offer, request.key(), options, backstop)
+                        .await?
+                    {
+                        if let Some(guard) = self
+                            .handed_guard(handed, options, &request, &mut turn, probe, backstop)
+                            .await
+                        {
+                            return Ok(guard);
+                        }
+                    }
                     probe.attempt();
                     self.attempt(&request, backstop, options).await?
                 }
@@ -183,6 +223,8 @@ impl Locks {
                     // from now on this loop asks for the writer only.
                     tracing::debug!("the key is a reader-writer lock; acquiring its writer");
                     request = Arc::new(request.as_writer());
+                    // Nobody hands a writer over: the offer goes.
+                    (offer, hands_over) = (None, false);
                     // A writer does not queue at the store: this request
                     // never entered the mutex's queue (the kind is checked
                     // first), so there is nothing to leave.
@@ -238,52 +280,43 @@ impl Locks {
                 wake_at = wake_at.min(d);
             }
             tracing::trace!(holder = %busy.holder, remaining = ?busy.remaining, "busy, waiting");
-            // The front local waiter leaves its request for the holder's
-            // release to hand the key over, where the store can (local.rs).
-            let mut offer = turn
-                .as_ref()
-                .filter(|_| hands_over)
-                .map(|turn| turn.offer(request.clone()));
+            // The front local waiter offers again, first in line, for the
+            // holder's release to hand the key over (local.rs).
+            if hands_over && offer.is_none() {
+                offer = Some(
+                    self.queues(&request)
+                        .offer(request.key(), request.clone(), true),
+                );
+            }
             // A waiter that did not ask waits only while the holder is
             // still here: a release that ended before the offer was made
             // did not see it (its wake-up reaches the subscription anyway).
             let holder_left = skipped && !turn.as_ref().is_some_and(|t| t.behind_a_holder());
-            // `Some` once a releasing guard answered the offer.
-            let mut answer = None;
             if !holder_left {
-                tokio::select! {
+                let handed = tokio::select! {
                     biased;
                     _ = cancelled(options) => {
                         return Err(Error::Cancelled { key: request.key().to_string() });
                     }
-                    handed = answered(&mut offer) => answer = Some(handed),
-                    _ = w.subscription.notified() => probe.woken(),
-                    _ = sleep_until(wake_at) => {}
-                }
-            }
-            if let Some(mut offer) = offer.filter(|_| answer.is_none()) {
-                if !offer.withdraw() {
-                    // A release is handing the key over right now: its
-                    // answer, rather than an attempt that would find the
-                    // key busy (or this very grant).
-                    answer = tokio::select! {
-                        biased;
-                        _ = cancelled(options) => {
-                            return Err(Error::Cancelled { key: request.key().to_string() });
+                    handed = answered(&mut offer) => Some(handed),
+                    _ = w.subscription.notified() => {
+                        probe.woken();
+                        None
+                    }
+                    _ = sleep_until(wake_at) => None,
+                };
+                if let Some(handed) = handed {
+                    offer = None;
+                    if let Some(guard) = match handed {
+                        Some(handed) => {
+                            self.handed_guard(handed, options, &request, &mut turn, probe, backstop)
+                                .await
                         }
-                        handed = offer.answered() => Some(handed),
-                        _ = sleep_until_some(backstop) => None,
-                    };
+                        None => None,
+                    } {
+                        return Ok(guard);
+                    }
                 }
-            }
-            if let Some(Some(handed)) = answer {
-                if !born_dead(self.renewals.clock(), &handed.lease, handed.sent_at) {
-                    tracing::debug!(token = handed.lease.token(), "handed over in a release");
-                    probe.handed_over();
-                    let granted = Granted::Asked(handed.sent_at);
-                    return Ok(self.guard(handed.lease, granted, options, &request, turn, probe));
-                }
-                self.give_back(&handed.lease, backstop).await;
             }
             // A grant handed over to this waiter: its guard needs no
             // further round trip (queue.rs).
@@ -309,6 +342,53 @@ impl Locks {
                 return Err(self.timeout(&request, started, Some((busy, now))));
             }
         }
+    }
+
+    /// Takes a waiter's open `offer` back before it asks the store itself:
+    /// `None` if no release had taken it (or there was none); else that
+    /// release's answer, awaited (bounded by the backstop), which may be a
+    /// grant.
+    async fn withdraw(
+        &self,
+        offer: &mut Option<LocalOffer>,
+        key: &Key,
+        options: &AcquireOptions,
+        backstop: Option<Instant>,
+    ) -> Result<Option<Handed>> {
+        let Some(mut taken) = offer.take() else {
+            return Ok(None);
+        };
+        if taken.withdraw() {
+            return Ok(None);
+        }
+        Ok(tokio::select! {
+            biased;
+            _ = cancelled(options) => return Err(Error::Cancelled { key: key.to_string() }),
+            handed = taken.answered() => handed,
+            _ = sleep_until_some(backstop) => None,
+        })
+    }
+
+    /// The guard of a grant a release handed to this waiter (local.rs),
+    /// taking its turn if it has one; `None` if the grant came too late to
+    /// trust (it is given back).
+    async fn handed_guard(
+        &self,
+        handed: Handed,
+        options: &AcquireOptions,
+        request: &AcquireRequest,
+        turn: &mut Option<crate::local::LocalTurn>,
+        probe: &AcquireProbe,
+        backstop: Option<Instant>,
+    ) -> Option<LeaseGuard> {
+        if born_dead(self.renewals.clock(), &handed.lease, handed.sent_at) {
+            self.give_back(&handed.lease, backstop).await;
+            return None;
+        }
+        tracing::debug!(token = handed.lease.token(), "handed over in a release");
+        probe.handed_over();
+        let granted = Granted::Asked(handed.sent_at);
+        Some(self.guard(handed.lease, granted, options, request, turn.take(), probe))
     }
 
     /// Subscribes `request`'s waiter to its key's releases (and, if it is
