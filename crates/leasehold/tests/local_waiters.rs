@@ -225,9 +225,10 @@ async fn a_grant_handed_to_a_waiter_that_went_away_is_given_back() {
     let faulty = std::sync::Arc::new(Faulty::new(memory.clone()));
     let locks = Locks::from_arc(faulty.clone()).with_background_runtime(Handle::current());
     let holder = locks.acquire("k", Duration::from_secs(1)).await.unwrap();
-    let waiting = locks.clone();
+    let holder_token = holder.token();
+    let waiter_locks = locks.clone();
     let waiter =
-        tokio::spawn(async move { waiting.acquire("k", Duration::from_millis(500)).await });
+        tokio::spawn(async move { waiter_locks.acquire("k", Duration::from_millis(500)).await });
     tokio::time::sleep(Duration::from_millis(100)).await;
     faulty.set_next(Op::Release, 1, Fault::Delay(Duration::from_secs(3)));
     holder.release().await.unwrap();
@@ -241,4 +242,8 @@ async fn a_grant_handed_to_a_waiter_that_went_away_is_given_back() {
             .is_none(),
         "the grant made for the waiter that left was given back"
     );
+    // The grant was made (a plain release would not have drawn a token):
+    // the next one is two past the holder's.
+    let next = locks.try_acquire("k").await.unwrap();
+    assert_eq!(next.token(), holder_token + 2, "a hand-off took a token");
 }

@@ -276,7 +276,9 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     /// the store, whose head must get it, or the store cannot do this),
     /// and the caller releases `lease` as usual. Waiters subscribed to the
     /// key are not woken: it is not free. Called only if
-    /// [`hands_over_locally`](Self::hands_over_locally). Default: `Ok(None)`.
+    /// [`hands_over_locally`](Self::hands_over_locally), and only with a
+    /// mutex lease and a mutex request (the core offers no other kind).
+    /// Default: `Ok(None)`.
     fn release_to<'a>(
         &'a self,
         lease: &'a Lease,

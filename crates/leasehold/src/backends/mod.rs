@@ -7,7 +7,7 @@
 /// no secret of `url` (a password, a token in the query). Each store gives
 /// the docs of both:
 ///
-/// ```ignore
+/// ```text
 /// impl EtcdBackend {
 ///     connect_methods! {
 ///         /// Connects to the members of `url`.

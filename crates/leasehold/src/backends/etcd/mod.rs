@@ -630,12 +630,7 @@ impl Backend for EtcdBackend {
         lease: &'a Lease,
         next: &'a AcquireRequest,
     ) -> BoxFuture<'a, Result<Option<Lease>>> {
-        Box::pin(async move {
-            if lease.slot().is_some() || next.permit_kind().is_some() {
-                return Ok(None);
-            }
-            self.release_mutex_to(lease, next).await
-        })
+        Box::pin(self.release_mutex_to(lease, next))
     }
 
     fn leave_queue<'a>(

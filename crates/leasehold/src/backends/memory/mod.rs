@@ -456,12 +456,7 @@ impl Backend for MemoryBackend {
         lease: &'a Lease,
         next: &'a AcquireRequest,
     ) -> BoxFuture<'a, Result<Option<Lease>>> {
-        Box::pin(async move {
-            Ok(match (lease.slot(), next.permit_kind()) {
-                (None, None) => self.release_mutex_to(lease, next),
-                _ => None,
-            })
-        })
+        Box::pin(async move { Ok(self.release_mutex_to(lease, next)) })
     }
 
     fn inspect<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<LeaseInfo>>> {
