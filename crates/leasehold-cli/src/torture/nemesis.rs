@@ -4,8 +4,10 @@
 //! cycle, and once more right after a miss, so that a short run rarely ends
 //! inconclusive. Kills and pauses are aimed at a process that holds a
 //! lease right now (found through `inspect`, or a semaphore's holders, and
-//! the holder label), since a fault on an idle process proves nothing.
+//! the holder label), since a fault on an idle process proves nothing;
+//! after a miss, at a hold that has lasted a while (`Nemesis::aim`).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -182,6 +184,55 @@ impl Nemesis<'_> {
         Ok(None)
     }
 
+    /// Where the next kill or pause aims: any holder at the first try, a
+    /// long hold after a miss. On a slow store (a MongoDB server late in a
+    /// long test run answered a holder listing in tens of milliseconds)
+    /// the short holds, most of them, ended between the listing and the
+    /// signal, and every try of a short run missed.
+    async fn aim(&mut self, attempt: u32) -> Result<Option<Target>, CliError> {
+        if attempt == 0 {
+            self.find_holder().await
+        } else {
+            self.find_long_holder().await
+        }
+    }
+
+    /// A worker in one of the long holds (one in ten lasts 1.5–3 ttls, the
+    /// rest a few hundredths of one): a lease still held a tenth of a ttl
+    /// after the nemesis first saw it. Looks for up to 3 leases, never
+    /// past the end of the run.
+    async fn find_long_holder(&mut self) -> Result<Option<Target>, CliError> {
+        let deadline = (mono_ns() + (self.lease * 3).as_nanos() as u64).min(self.end);
+        let long = (self.ttl / 10).as_nanos() as u64;
+        let mut first_seen: HashMap<(&str, u64), u64> = HashMap::new();
+        let keys = self.keys;
+        while mono_ns() < deadline {
+            for key in keys {
+                // The store may be restarting (our own fault): ask again.
+                let Ok(holders) = self.lock.holders(self.locks, key).await else {
+                    continue;
+                };
+                let now = mono_ns();
+                for h in holders {
+                    let Some(worker) = parse_pid(&h.label).and_then(|pid| self.fleet.by_pid(pid))
+                    else {
+                        continue;
+                    };
+                    let since = *first_seen.entry((key.as_str(), h.token)).or_insert(now);
+                    if now - since >= long {
+                        return Ok(Some(Target {
+                            worker,
+                            key: key.clone(),
+                            token: h.token,
+                        }));
+                    }
+                }
+            }
+            sleep(Duration::from_millis(3)).await;
+        }
+        Ok(None)
+    }
+
     /// Whether `target` still holds its lease: run right after a signal, it
     /// tells whether the signal landed inside the lease.
     async fn still_holds(&self, target: &Target) -> Result<bool, CliError> {
@@ -199,7 +250,7 @@ impl Nemesis<'_> {
         // made every kill of a run miss. A miss is let go and aimed again,
         // as a pause is.
         for attempt in 0..5 {
-            let Some(target) = self.find_holder().await? else {
+            let Some(target) = self.aim(attempt).await? else {
                 continue;
             };
             self.fleet.signal(target.worker, Signal::SIGSTOP);
@@ -227,7 +278,7 @@ impl Nemesis<'_> {
         // A pause that lands after the holder released is undone at once
         // and aimed again: only a pause inside a lease tests fencing.
         for attempt in 0..5 {
-            let Some(target) = self.find_holder().await? else {
+            let Some(target) = self.aim(attempt).await? else {
                 continue;
             };
             self.fleet.signal(target.worker, Signal::SIGSTOP);
