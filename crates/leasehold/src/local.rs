@@ -26,7 +26,9 @@
 //! store write passes the key on, where a release, a wake-up and the
 //! waiter's own attempt took two writes and a hop. Offers are made on
 //! arrival, not when a waiter reaches the front: a holder that releases at
-//! once would otherwise always release before its successor's offer. The
+//! once would otherwise always release before its successor's offer. (A
+//! waiter with nobody ahead of it and no holder here makes none: the
+//! uncontended acquire pays nothing for the hand-off.) The
 //! front waiter withdraws its offer while it asks the store itself and
 //! makes it again, first in line, when it goes back to waiting. A process
 //! does this at most [`HAND_OFFS_IN_A_ROW`] times in a row for a key; then
@@ -148,6 +150,18 @@ impl LocalQueues {
             _permit: permit,
             entry,
         }
+    }
+
+    /// This task's turn on `key` if nobody of this process is ahead of it
+    /// (the semaphore hands a freed permit to its oldest waiter, so a free
+    /// one means an empty line).
+    pub(crate) fn try_turn(self: &Arc<Self>, key: &Key) -> Option<LocalTurn> {
+        let entry = self.entry(key);
+        let permit = entry.queue().front.clone().try_acquire_owned().ok()?;
+        Some(LocalTurn {
+            _permit: Some(permit),
+            entry,
+        })
     }
 
     /// Whether a guard of this process holds `key` right now (the map's

@@ -74,6 +74,18 @@ async fn a_timeout_behind_a_guard_of_this_process_says_so() {
             .contains("a guard of this same process holds it"),
         "{e}"
     );
+    // A wait that ends before it asked the store (the front waiter behind
+    // a guard of its own process waits for that guard's release first)
+    // names no holder it did not hear of, and no remaining ttl it guessed.
+    match here.acquire("k", Duration::from_millis(10)).await {
+        Err(Error::Timeout {
+            held_here: true,
+            holder: None,
+            remaining: None,
+            ..
+        }) => {}
+        other => panic!("expected a Timeout naming no holder, got {other:?}"),
+    }
     // Another handle (as another process) is not behind this process.
     let e = timed_out(&elsewhere).await;
     assert!(!held_here(&e), "{e:?}");

@@ -6,18 +6,14 @@
 //! caller went away are finished in the background, a grant they bring
 //! given back.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::time::{sleep_until, timeout_at, Instant};
 
+use super::in_flight::{give_back, InFlight};
 use super::{AcquireOptions, Locks, STORE_ANSWER_GRACE};
-use crate::backend::{
-    Acquire, AcquireRequest, Backend, BoxFuture, Busy, KeyKind, Lease, PermitKind,
-};
+use crate::backend::{Acquire, AcquireRequest, Backend, Busy, KeyKind, Lease, PermitKind};
 use crate::error::{Error, Result};
 use crate::guard::{born_dead, Granted, LeaseGuard, RenewalPlan};
 use crate::key::Key;
@@ -32,10 +28,6 @@ use crate::time::Backoff;
 /// longer than the ttl): the grant is given back and the attempt counts as
 /// busy.
 const LATE_GRANT: &str = "(a grant that arrived after its lease ended)";
-
-/// The holder a front waiter that did not ask assumes: a guard of this
-/// process (see `skip_first`).
-const HOLDER_HERE: &str = "(a guard of this process)";
 
 impl Locks {
     pub(super) async fn acquire_request(
@@ -92,14 +84,23 @@ impl Locks {
             && seat.is_none()
             && request.permit_kind().is_none()
             && self.backend.hands_over_locally();
-        let mut offer = hands_over.then(|| {
-            self.queues(&request)
-                .offer(request.key(), request.clone(), false)
-        });
+        let mut offer = None;
         let mut turn = if wait.is_zero() || seat.is_some() {
             None
+        } else if let Some(turn) = self.queues(&request).try_turn(request.key()) {
+            // Nobody of this process ahead: only a guard of this process
+            // holding the key calls for an offer (its release may hand the
+            // key over); uncontended, none is made.
+            if hands_over && turn.behind_a_holder() {
+                offer = Some(
+                    self.queues(&request)
+                        .offer(request.key(), request.clone(), true),
+                );
+            }
+            Some(turn)
         } else {
             let queues = self.queues(&request).clone();
+            offer = hands_over.then(|| queues.offer(request.key(), request.clone(), false));
             let front = queues.turn(request.key());
             tokio::pin!(front);
             loop {
@@ -158,20 +159,18 @@ impl Locks {
         // that release (an attempt in flight when the holder releases would
         // miss the hand-off), and it asks only if the holder is gone by
         // then, or when woken.
-        let mut skip_first = (behind_a_holder && offer.is_some() && turn.is_some()).then(|| Busy {
-            holder: HOLDER_HERE.to_owned(),
-            remaining: request.ttl(),
-        });
+        let mut skip_first = behind_a_holder && offer.is_some() && turn.is_some();
         loop {
             // On the lease clock, which counts suspended time (time.rs).
             let sent_at = self.renewals.clock().now();
             if let Some(seat) = seat.as_mut() {
                 request = Arc::new(seat.next_attempt(&request, sent_at));
             }
-            let skipped = skip_first.is_some();
-            let answer = match skip_first.take() {
-                Some(busy) => Acquire::Busy(busy),
-                None => {
+            let skipped = std::mem::take(&mut skip_first);
+            let answer = match skipped {
+                // No answer: the store was not asked.
+                true => None,
+                false => {
                     // Its offer withdrawn while it asks itself; one a
                     // release took already is answered first.
                     if let Some(handed) = self
@@ -186,22 +185,25 @@ impl Locks {
                         }
                     }
                     probe.attempt();
-                    self.attempt(&request, backstop, options).await?
+                    Some(self.attempt(&request, backstop, options).await?)
                 }
             };
             let busy = match answer {
-                Acquire::Granted(lease) if born_dead(self.renewals.clock(), &lease, sent_at) => {
+                None => None,
+                Some(Acquire::Granted(lease))
+                    if born_dead(self.renewals.clock(), &lease, sent_at) =>
+                {
                     tracing::warn!(
                         token = lease.token(),
                         "the grant arrived after its lease had ended; giving it back"
                     );
                     self.give_back(&lease, backstop).await;
-                    Busy {
+                    Some(Busy {
                         holder: LATE_GRANT.to_owned(),
                         remaining: Duration::ZERO,
-                    }
+                    })
                 }
-                Acquire::Granted(lease) => {
+                Some(Acquire::Granted(lease)) => {
                     tracing::debug!(token = lease.token(), "granted");
                     if let Some(seat) = seat.as_mut() {
                         seat.settle();
@@ -215,8 +217,10 @@ impl Locks {
                         probe,
                     ));
                 }
-                Acquire::Busy(busy) => busy,
-                Acquire::OtherKind(KeyKind::ReaderWriter) if request.permit_kind().is_none() => {
+                Some(Acquire::Busy(busy)) => Some(busy),
+                Some(Acquire::OtherKind(KeyKind::ReaderWriter))
+                    if request.permit_kind().is_none() =>
+                {
                     // One key is one lock: the exclusive acquire of a
                     // reader-writer lock's key is its writer (it waits for
                     // the readers and excludes them). Asked at once, and
@@ -233,7 +237,7 @@ impl Locks {
                     }
                     continue;
                 }
-                Acquire::OtherKind(held) => {
+                Some(Acquire::OtherKind(held)) => {
                     // Another kind cannot be shared: refused, never waited on.
                     return Err(Error::KindMismatch {
                         key: request.key().to_string(),
@@ -242,17 +246,18 @@ impl Locks {
                     });
                 }
             };
-            if wait.is_zero() {
+            // A waiter that does not wait always asks.
+            if let (true, Some(busy)) = (wait.is_zero(), &busy) {
                 return Err(Error::Busy {
                     key: request.key().to_string(),
-                    holder: busy.holder,
+                    holder: busy.holder.clone(),
                     remaining: busy.remaining,
                     kind: lock_kind(&request),
                 });
             }
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
-                return Err(self.timeout(&request, started, Some((busy, now))));
+                return Err(self.timeout(&request, started, busy.map(|b| (b, now))));
             }
             if let Some(seat) = seat.as_mut() {
                 seat.busy();
@@ -266,9 +271,11 @@ impl Locks {
                 );
                 continue;
             };
-            // Wake just after the holder's lease ends at the latest; a
+            // Wake just after the holder's lease ends at the latest (one
+            // that did not ask takes its own ttl for the holder's); a
             // queued waiter renews its entry in time too.
-            let until_expiry = busy.remaining + Duration::from_millis(1);
+            let remaining = busy.as_ref().map_or(request.ttl(), |b| b.remaining);
+            let until_expiry = remaining + Duration::from_millis(1);
             let next = match seat.as_mut() {
                 // The hand-off wakes it; polling only where it cannot.
                 Some(seat) if w.subscription.is_live() => seat.next_refresh(),
@@ -279,7 +286,7 @@ impl Locks {
             if let Some(d) = deadline {
                 wake_at = wake_at.min(d);
             }
-            tracing::trace!(holder = %busy.holder, remaining = ?busy.remaining, "busy, waiting");
+            tracing::trace!(holder = ?busy.as_ref().map(|b| &b.holder), ?remaining, "busy, waiting");
             // The front local waiter offers again, first in line, for the
             // holder's release to hand the key over (local.rs).
             if hands_over && offer.is_none() {
@@ -339,7 +346,7 @@ impl Locks {
                 }
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Err(self.timeout(&request, started, Some((busy, now))));
+                return Err(self.timeout(&request, started, busy.map(|b| (b, now))));
             }
         }
     }
@@ -515,77 +522,6 @@ impl Locks {
             holder,
             remaining,
         }
-    }
-}
-
-/// An acquire attempt at the store that is finished even if nobody waits
-/// for it any more. Polled in place, so the common case (the caller takes
-/// the answer) costs no task; dropped before its answer (the caller went
-/// away: a dropped future, a `select!`, a disconnected HTTP client, or the
-/// cancel token or backstop in [`Locks::attempt`]), it moves the attempt to
-/// a task of the runtime it was dropped on (the background runtime outside
-/// any), which waits for the answer (for at most a ttl: after that a grant
-/// has expired anyway) and releases a grant at once. A runtime that ends
-/// first ends the attempt too; its grant, if the store made one, expires.
-/// While that release is on its way the key's next acquisition through
-/// this handle waits for it, as for a dropped guard's release (not while
-/// the answer is still awaited: a store that never answers would hold the
-/// key up for a ttl).
-struct InFlight<'a> {
-    attempt: Option<BoxFuture<'static, Result<Acquire>>>,
-    locks: &'a Locks,
-    request: &'a Arc<AcquireRequest>,
-}
-
-impl Future for InFlight<'_> {
-    type Output = Result<Acquire>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let Some(attempt) = self.attempt.as_mut() else {
-            // Polled after its answer: there is nothing more to come.
-            return Poll::Pending;
-        };
-        let outcome = std::task::ready!(attempt.as_mut().poll(cx));
-        self.attempt = None;
-        Poll::Ready(outcome)
-    }
-}
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        let Some(attempt) = self.attempt.take() else {
-            return;
-        };
-        let backend = self.locks.backend.clone();
-        let ttl = self.request.ttl();
-        let pending = self.locks.pending.clone();
-        let finish = async move {
-            if let Ok(Ok(Acquire::Granted(lease))) = tokio::time::timeout(ttl, attempt).await {
-                // Recorded only once there is a grant to give back: an
-                // attempt the store never answers (a hung server) must not
-                // hold up the key's next acquisitions for a ttl.
-                let _pending = pending.begin(lease.key());
-                tracing::debug!(key = %lease.key(), token = lease.token(), "a grant whose caller went away; giving it back");
-                give_back(&*backend, &lease).await;
-            }
-        };
-        // The attempt may hold timers and sockets of the runtime it was
-        // polled on (the caller's): it is finished there, where they work,
-        // and ends with that runtime, which drops its tasks when it shuts
-        // down. Polled by another runtime after that one ended, its timer
-        // would panic ("A Tokio 1.x context was found, but it is being
-        // shutdown"). Dropped outside any runtime: the handle's own.
-        match tokio::runtime::Handle::try_current() {
-            Ok(caller) => drop(caller.spawn(finish)),
-            Err(_) => self.locks.renewals.background().spawn(finish),
-        }
-    }
-}
-
-/// Releases `lease`, logging a failure (the lease then expires by itself).
-async fn give_back(backend: &dyn Backend, lease: &Lease) {
-    if let Err(e) = backend.release(lease).await {
-        tracing::warn!(key = %lease.key(), token = lease.token(), error = %e, "could not give an unused grant back; it will expire");
     }
 }
 

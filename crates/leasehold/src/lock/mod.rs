@@ -23,6 +23,7 @@ use crate::renewal::RenewalScheduler;
 use crate::stats::Stats;
 
 mod acquire;
+mod in_flight;
 mod options;
 
 pub use options::AcquireOptions;
