@@ -72,6 +72,19 @@ fn check_text(what: &'static str, text: &str) -> Result<()> {
     Ok(())
 }
 
+/// What is wrong with the length of `text`, a name of 1 to `max` bytes, in
+/// the words every such name's error uses; `None` when it fits.
+#[cfg_attr(not(any(feature = "redis", feature = "mongodb")), allow(dead_code))]
+pub(crate) fn length_problem(text: &str, max: usize) -> Option<String> {
+    if text.is_empty() {
+        Some("must not be empty".to_owned())
+    } else if text.len() > max {
+        Some(format!("must be at most {max} bytes, got {}", text.len()))
+    } else {
+        None
+    }
+}
+
 /// Checks a short name that ends up in keys or labels (a store's key
 /// prefix, a lock class): 1 to `max` bytes, no control characters.
 pub(crate) fn check_name(what: &'static str, name: &str, max: usize) -> Result<()> {

@@ -7,6 +7,7 @@ use mongodb::options::{Acknowledgment, WriteConcern};
 
 use crate::backend::DEFAULT_IDLE_WINDOW;
 use crate::error::{Error, Result};
+use crate::key::length_problem;
 
 /// The collection used when none is configured.
 pub const DEFAULT_COLLECTION: &str = "leasehold_locks";
@@ -116,10 +117,8 @@ impl MongoOptions {
 /// MongoDB's rules for collection names, checked here so a bad name fails
 /// with a clear message before anything is sent.
 pub(super) fn validate_collection_name(name: &str) -> Result<()> {
-    let problem = if name.is_empty() {
-        "must not be empty".to_owned()
-    } else if name.len() > 120 {
-        format!("must be at most 120 bytes, got {}", name.len())
+    let problem = if let Some(problem) = length_problem(name, 120) {
+        problem
     } else if name.contains('$') {
         format!("must not contain '$', got {name:?}")
     } else if name.contains('\0') || name.chars().any(char::is_control) {

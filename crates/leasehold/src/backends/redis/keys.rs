@@ -17,7 +17,7 @@
 
 use crate::backend::RecordDecoder;
 use crate::error::{Error, Result};
-use crate::key::Key;
+use crate::key::{length_problem, Key};
 
 /// Longest store prefix, in bytes.
 const MAX_PREFIX_BYTES: usize = 64;
@@ -46,13 +46,8 @@ impl Namespace {
     /// Validates `prefix`: 1 to 64 bytes, no braces (they would move the hash
     /// tag), no control characters.
     pub(super) fn new(prefix: &str) -> Result<Self> {
-        let problem = if prefix.is_empty() {
-            "must not be empty".to_owned()
-        } else if prefix.len() > MAX_PREFIX_BYTES {
-            format!(
-                "must be at most {MAX_PREFIX_BYTES} bytes, got {}",
-                prefix.len()
-            )
+        let problem = if let Some(problem) = length_problem(prefix, MAX_PREFIX_BYTES) {
+            problem
         } else if let Some(c) = prefix
             .chars()
             .find(|c| matches!(c, '{' | '}') || c.is_control())
