@@ -14,7 +14,7 @@ mod postgres;
 use std::time::Duration;
 
 use common::unique;
-use leasehold::backend::{Acquire, AcquireRequest, KeyKind, OwnerId, RwSide};
+use leasehold::backend::{Acquire, AcquireRequest, OwnerId};
 use leasehold::backends::postgres::{PostgresBackend, PostgresOptions};
 use leasehold::conformance::server_url;
 use leasehold::{Backend, Key};
@@ -63,45 +63,8 @@ async fn old_table_keeps_leases_and_tokens(connect_url: &str, server: &str) {
     let backend = PostgresBackend::connect_with(connect_url, options)
         .await
         .unwrap();
+    leasehold::conformance::records_from_before_kinds_keep_leases_and_tokens(&backend, owner).await;
     let ttl = Duration::from_secs(30);
-    let held = Key::new("held").unwrap();
-    let info = backend.inspect(&held).await.unwrap().expect("still held");
-    assert_eq!((info.token, info.holder.as_str()), (7, "old:1"));
-    let other = AcquireRequest::new(held.clone(), ttl, "new").unwrap();
-    let answer = backend.try_acquire(&other).await.unwrap();
-    assert!(
-        matches!(&answer, Acquire::Busy(b) if b.holder == "old:1"),
-        "{answer:?}"
-    );
-    let reader = AcquireRequest::rw(held.clone(), ttl, "new", RwSide::Read).unwrap();
-    let answer = backend.try_acquire(&reader).await.unwrap();
-    assert!(
-        matches!(&answer, Acquire::Busy(b) if b.holder == "old:1"),
-        "a reader waits for the old mutex holder: {answer:?}"
-    );
-    let lease = AcquireRequest::new(held.clone(), ttl, "old:1")
-        .unwrap()
-        .with_owner(owner)
-        .granted(7);
-    assert!(backend.renew(&lease, ttl).await.unwrap());
-    backend.release(&lease).await.unwrap();
-    let Acquire::Granted(next) = backend.try_acquire(&other).await.unwrap() else {
-        panic!("free after its release");
-    };
-    assert_eq!(next.token(), 8);
-    backend.release(&next).await.unwrap();
-
-    let free = Key::new("free").unwrap();
-    let reader = AcquireRequest::rw(free.clone(), ttl, "new", RwSide::Read).unwrap();
-    let Acquire::Granted(read) = backend.try_acquire(&reader).await.unwrap() else {
-        panic!("a free old key becomes a reader-writer lock");
-    };
-    assert_eq!(read.token(), 6, "tokens go on from the mutex's fence");
-    let mutex = AcquireRequest::new(free.clone(), ttl, "new").unwrap();
-    assert!(matches!(
-        backend.try_acquire(&mutex).await.unwrap(),
-        Acquire::OtherKind(KeyKind::ReaderWriter)
-    ));
     let sem = Key::new("sem").unwrap();
     let permit = AcquireRequest::permit(sem.clone(), ttl, "new", 2).unwrap();
     let Acquire::Granted(p) = backend.try_acquire(&permit).await.unwrap() else {

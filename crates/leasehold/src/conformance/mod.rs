@@ -48,6 +48,7 @@ mod cross_client;
 mod election;
 mod hand_off;
 mod kinds;
+mod migration;
 mod multi;
 mod protocol;
 mod queue;
@@ -75,6 +76,7 @@ pub use election::{
 };
 pub use hand_off::*;
 pub use kinds::*;
+pub use migration::records_from_before_kinds_keep_leases_and_tokens;
 pub use multi::{
     acquire_many_is_all_or_nothing, acquire_many_loss_of_one_fires_lost,
     acquire_many_overlapping_sets_do_not_deadlock,

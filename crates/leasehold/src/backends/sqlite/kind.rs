@@ -127,17 +127,18 @@ pub(super) async fn claim(
     }
 }
 
-#[cfg(test)]
+// The checks after the migration are the conformance kit's, shared with
+// the PostgreSQL store's test of its own old table.
+#[cfg(all(test, feature = "conformance"))]
 mod tests {
-    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+    use std::time::{SystemTime, UNIX_EPOCH};
 
     use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 
     use super::super::sql::MIGRATION;
     use super::super::SqliteBackend;
     use super::HAS_KIND;
-    use crate::backend::{Acquire, AcquireRequest, Backend, KeyKind, OwnerId, RwSide};
-    use crate::key::Key;
+    use crate::backend::OwnerId;
 
     /// A file written by the release before kinds: a held key (fence 7)
     /// and a free one (fence 5). Opened by this version, the column is
@@ -184,40 +185,6 @@ mod tests {
         let backend = SqliteBackend::open(&path).await.unwrap();
         drop(backend);
         let backend = SqliteBackend::open(&path).await.unwrap();
-        let held = Key::new("held").unwrap();
-        let info = backend.inspect(&held).await.unwrap().expect("still held");
-        assert_eq!((info.token, info.holder.as_str()), (7, "old:1"));
-        let ttl = Duration::from_secs(30);
-        let other = AcquireRequest::new(held.clone(), ttl, "new").unwrap();
-        assert!(matches!(
-            backend.try_acquire(&other).await.unwrap(),
-            Acquire::Busy(b) if b.holder == "old:1"
-        ));
-        let reader = AcquireRequest::rw(held.clone(), ttl, "new", RwSide::Read).unwrap();
-        assert!(matches!(
-            backend.try_acquire(&reader).await.unwrap(),
-            Acquire::Busy(b) if b.holder == "old:1"
-        ));
-        let lease = AcquireRequest::new(held.clone(), ttl, "old:1")
-            .unwrap()
-            .with_owner(owner)
-            .granted(7);
-        assert!(backend.renew(&lease, ttl).await.unwrap());
-        backend.release(&lease).await.unwrap();
-        let Acquire::Granted(next) = backend.try_acquire(&other).await.unwrap() else {
-            panic!("free after its release");
-        };
-        assert_eq!(next.token(), 8);
-        let free = Key::new("free").unwrap();
-        let reader = AcquireRequest::rw(free.clone(), ttl, "new", RwSide::Read).unwrap();
-        let Acquire::Granted(read) = backend.try_acquire(&reader).await.unwrap() else {
-            panic!("a free old key becomes a reader-writer lock");
-        };
-        assert_eq!(read.token(), 6, "tokens go on from the mutex's fence");
-        let mutex = AcquireRequest::new(free, ttl, "new").unwrap();
-        assert!(matches!(
-            backend.try_acquire(&mutex).await.unwrap(),
-            Acquire::OtherKind(KeyKind::ReaderWriter)
-        ));
+        crate::conformance::records_from_before_kinds_keep_leases_and_tokens(&backend, owner).await;
     }
 }
