@@ -11,10 +11,40 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::error::{Error, Result};
+
 /// How long a record stays after its key's last holder left, unless the
 /// store is told otherwise: an hour (a key in use every few minutes keeps
 /// its record; a per-order key is gone an hour after its order).
 pub const DEFAULT_IDLE_WINDOW: Duration = Duration::from_secs(3600);
+
+/// Refuses a zero window, under which a pass would delete a key's record
+/// as soon as its holder left (`None`, keep records forever, is fine):
+/// every store's `idle_window` option is checked here, before any I/O.
+///
+/// # Errors
+/// [`Error::InvalidInput`](crate::Error::InvalidInput) naming `idle_window`.
+pub(crate) fn check_idle_window(window: Option<Duration>) -> Result<()> {
+    if window == Some(Duration::ZERO) {
+        return Err(Error::invalid(
+            "idle_window",
+            "must be above zero (None keeps records forever)",
+        ));
+    }
+    Ok(())
+}
+
+/// The same rule for the window of a sweep pass a caller starts itself.
+///
+/// # Errors
+/// [`Error::InvalidInput`](crate::Error::InvalidInput) for a zero window.
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mongodb"))]
+pub(crate) fn check_sweep_window(window: Duration) -> Result<()> {
+    if window.is_zero() {
+        return Err(Error::invalid("idle window", "must be above zero"));
+    }
+    Ok(())
+}
 
 /// The shortest pause between two sweep passes, whatever the window.
 const MIN_PASS_INTERVAL: Duration = Duration::from_millis(100);

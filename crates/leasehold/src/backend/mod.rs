@@ -31,6 +31,10 @@ mod request;
 pub use crate::kind::KeyKind;
 pub use crate::notify::{HandOff, Subscription, WakeHub};
 pub use crate::scheme::parse_idle_window;
+pub(crate) use idle::check_idle_window;
+// For the stores whose sweep pass a caller may start (`sweep_idle`).
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mongodb"))]
+pub(crate) use idle::check_sweep_window;
 pub use idle::{SweepSchedule, DEFAULT_IDLE_WINDOW};
 pub(crate) use lease::renew_attempt_timeout;
 pub use lease::{Acquire, Busy, Lease, LeaseInfo};

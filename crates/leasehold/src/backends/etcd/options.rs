@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::backend::DEFAULT_IDLE_WINDOW;
+use crate::backend::{check_idle_window, DEFAULT_IDLE_WINDOW};
 use crate::error::{Error, Result};
 
 /// The key prefix used when none is configured.
@@ -121,12 +121,7 @@ impl EtcdOptions {
                 return Err(Error::invalid(what, "must be longer than zero"));
             }
         }
-        if self.idle_window == Some(Duration::ZERO) {
-            return Err(Error::invalid(
-                "idle_window",
-                "must be longer than zero (or never)",
-            ));
-        }
+        check_idle_window(self.idle_window)?;
         if self.cert_file.is_some() != self.key_file.is_some() {
             return Err(Error::invalid(
                 "client certificate",

@@ -221,12 +221,7 @@ impl MemoryBackend {
     /// # Errors
     /// [`crate::Error::InvalidInput`] for `Some(Duration::ZERO)`.
     pub fn with_idle_window(mut self, window: Option<Duration>) -> Result<Self> {
-        if window == Some(Duration::ZERO) {
-            return Err(crate::error::Error::invalid(
-                "idle_window",
-                "must be longer than zero (or never)",
-            ));
-        }
+        crate::backend::check_idle_window(window)?;
         self.idle_window = window;
         Ok(self)
     }

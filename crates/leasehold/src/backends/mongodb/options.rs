@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use mongodb::options::{Acknowledgment, WriteConcern};
 
-use crate::backend::DEFAULT_IDLE_WINDOW;
+use crate::backend::{check_idle_window, DEFAULT_IDLE_WINDOW};
 use crate::error::{Error, Result};
 use crate::key::length_problem;
 
@@ -98,12 +98,7 @@ impl MongoOptions {
                 "w: 0 is unacknowledged; a lock store must know whether its writes happened",
             ));
         }
-        if self.idle_window == Some(Duration::ZERO) {
-            return Err(Error::invalid(
-                "idle_window",
-                "must be above zero (None keeps records forever)",
-            ));
-        }
+        check_idle_window(self.idle_window)?;
         if self.clock_skew_ms.unsigned_abs() > 24 * 3600 * 1000 {
             return Err(Error::invalid(
                 "clock skew",

@@ -204,12 +204,7 @@ impl MongoBackend {
     /// # Cancel safety
     /// Cancel safe: each range's delete is one operation.
     pub async fn sweep_idle(&self, window: Duration) -> Result<u64> {
-        if window.is_zero() {
-            return Err(crate::error::Error::invalid(
-                "idle window",
-                "must be above zero",
-            ));
-        }
+        crate::backend::check_sweep_window(window)?;
         let mut after = FIRST_AFTER.to_owned();
         let mut deleted = 0;
         loop {

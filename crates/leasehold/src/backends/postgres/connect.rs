@@ -16,6 +16,7 @@ use super::{
     classify, parse_store_url, store_url, Checkout, DataPath, Inner, Pooler, PostgresBackend,
     PostgresOptions, STORE,
 };
+use crate::backend::check_idle_window;
 use crate::error::{Error, Result};
 
 /// The listeners of this process, one per listen URL.
@@ -231,12 +232,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// (`pool_size`: of the pool lock statements go to, if they go to one).
 fn validate(options: &PostgresOptions, pool_size: Option<u32>) -> Result<Statements> {
     let sql = Statements::new(&quote_table_name(&options.table)?);
-    if options.idle_window == Some(Duration::ZERO) {
-        return Err(Error::invalid(
-            "idle_window",
-            "must be above zero (None keeps rows forever)",
-        ));
-    }
+    check_idle_window(options.idle_window)?;
     if let Some(url) = &options.listen_url {
         store_url::parse_listen_url(url)?;
     } else if let Some(pool_size) =

@@ -141,12 +141,7 @@ impl PostgresBackend {
     /// [`Error::InvalidInput`] for a zero
     /// window; store errors otherwise (the rows stay; run it again).
     pub async fn sweep_idle(&self, window: std::time::Duration) -> Result<u64> {
-        if window.is_zero() {
-            return Err(crate::error::Error::invalid(
-                "idle window",
-                "must be above zero",
-            ));
-        }
+        crate::backend::check_sweep_window(window)?;
         self.inner.sweep(window).await
     }
 

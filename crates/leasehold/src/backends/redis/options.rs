@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::keys::Namespace;
-use crate::backend::DEFAULT_IDLE_WINDOW;
+use crate::backend::{check_idle_window, DEFAULT_IDLE_WINDOW};
 use crate::error::{Error, Result};
 use crate::scheme::options::redis_count;
 use crate::scheme::parse_idle_window;
@@ -165,12 +165,7 @@ impl RedisOptions {
                 return Err(Error::invalid(what, "must be more than zero"));
             }
         }
-        if self.idle_window == Some(Duration::ZERO) {
-            return Err(Error::invalid(
-                "idle_window",
-                "must be above zero (None keeps records forever)",
-            ));
-        }
+        check_idle_window(self.idle_window)?;
         if self.max_connections == 0 {
             return Err(Error::invalid(
                 "redis max connections",

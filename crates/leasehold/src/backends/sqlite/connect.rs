@@ -15,6 +15,7 @@ use super::sql::MIGRATION;
 use super::sweep::{self, sweep, Sweeper};
 use super::wake::WakeDir;
 use super::{classify, is_locked, rwlock, semaphore, SqliteBackend, SqliteOptions, STORE};
+use crate::backend::{check_idle_window, check_sweep_window};
 use crate::error::{Error, Result};
 
 impl SqliteBackend {
@@ -40,12 +41,7 @@ impl SqliteBackend {
             return Err(Error::invalid("sqlite path", "must not be empty"));
         }
         check_directory(path)?;
-        if options.idle_window() == Some(Duration::ZERO) {
-            return Err(Error::invalid(
-                "idle_window",
-                "must be above zero (None keeps records forever)",
-            ));
-        }
+        check_idle_window(options.idle_window())?;
         let connect = SqliteConnectOptions::from_str("sqlite://")
             .map_err(|e| Error::backend(e).in_store(STORE))?
             .filename(path)
@@ -88,9 +84,7 @@ impl SqliteBackend {
     /// [`Error::InvalidInput`] for a zero window; [`Error::Unavailable`]
     /// if the file cannot be written (the records stay; run it again).
     pub async fn sweep_idle(&self, window: Duration) -> Result<u64> {
-        if window.is_zero() {
-            return Err(Error::invalid("idle window", "must be above zero"));
-        }
+        check_sweep_window(window)?;
         sweep(&self.pool, window).await
     }
 
