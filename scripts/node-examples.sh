@@ -122,14 +122,18 @@ if [ -n "$mongodb" ] && wanted mongo-lock; then
 fi
 
 postgres=$(store_url "node examples" POSTGRES)
+# Both shops run under one driver (examples/node/inventory) with the same
+# load, 200 orders for 100 items per strategy: the same table, the same end.
+inventory_lines=(
+  'none +200 +[0-9]+ .* RACE'
+  'lease +200 +100 .* correct'
+  'row-lock +200 +100 .* correct'
+  'optimistic +200 +100 .* correct'
+  'pm2 kill: the PM2 daemon and all 4 shop workers are gone'
+)
 if [ -n "$postgres" ] && wanted pm2-inventory; then
   run pm2-inventory pm2-inventory start "DATABASE_URL=$postgres"
-  expect pm2-inventory \
-    'none +200 +[0-9]+ .* RACE' \
-    'lease +200 .* correct' \
-    'row-lock +200 .* correct' \
-    'optimistic +200 .* correct' \
-    'pm2 kill: the PM2 daemon and all 4 shop workers are gone'
+  expect pm2-inventory "${inventory_lines[@]}"
 fi
 if [ -n "$postgres" ] && wanted prisma-inventory; then
   # `prisma generate` needs no schema engine but downloads one unless this
@@ -139,11 +143,6 @@ if [ -n "$postgres" ] && wanted prisma-inventory; then
     "PRISMA_SCHEMA_ENGINE_BINARY=$(type -P true)" \
     HTTP_PROXY=http://127.0.0.1:9 HTTPS_PROXY=http://127.0.0.1:9 http_proxy=http://127.0.0.1:9 https_proxy=http://127.0.0.1:9 \
     NO_PROXY=127.0.0.1,localhost no_proxy=127.0.0.1,localhost
-  expect prisma-inventory \
-    'none +200 +[0-9]+ .* RACE' \
-    'lease +200 +100 .* correct' \
-    'row-lock +200 +100 .* correct' \
-    'optimistic +200 +100 .* correct' \
-    'pm2 kill: the PM2 daemon and all 4 shop workers are gone'
+  expect prisma-inventory "${inventory_lines[@]}"
 fi
 echo "node examples: all passed in $((SECONDS - started)) s"
