@@ -54,6 +54,7 @@ use crate::key::Key;
 use crate::notify::Subscription;
 use errors::{classify, timed_out, STORE};
 use keys::{Kind, Layout, Record};
+use spares::Spare;
 
 /// How often a grant retries after a concurrent write changed what it read.
 const CONFLICT_RETRIES: usize = 16;
@@ -284,6 +285,7 @@ impl EtcdBackend {
             self.inner.leases.remember(grant, record.lease, record.ttl);
             return Ok(Some(record.ttl));
         }
+        let sent_at = self.inner.spares.now();
         let fresh = self.grant_lease(ttl).await?;
         let value = keys::value(record.owner, fresh.ttl, &record.holder);
         let moved = self
@@ -292,7 +294,11 @@ impl EtcdBackend {
             .succeeded();
         if moved {
             self.let_go(record.lease);
-            self.inner.spares.in_use(fresh, leases::ttl_secs(ttl));
+            self.inner.spares.in_use(Spare {
+                granted: fresh,
+                asked_secs: leases::ttl_secs(ttl),
+                sent_at,
+            });
             self.inner.leases.remember(grant, fresh.id, fresh.ttl);
             Ok(Some(fresh.ttl))
         } else {
@@ -364,13 +370,15 @@ impl EtcdBackend {
         Ok(true)
     }
 
-    /// Notes that `lease` (at `etcd_key`) is on etcd lease `on`, granted
-    /// for a ttl of `asked_secs` for this grant alone (a spare, or a lease
-    /// granted inline): recycled at the grant's release.
-    fn remember(&self, etcd_key: &str, lease: &Lease, on: granted::Granted, asked_secs: i64) {
+    /// Notes that `lease` (at `etcd_key`) is on the etcd lease of `on`,
+    /// for this grant alone (a spare, or a lease granted inline): recycled
+    /// at the grant's release.
+    fn remember(&self, etcd_key: &str, lease: &Lease, on: Spare) {
         let grant = leases::GrantId::of(etcd_key, lease);
-        self.inner.leases.remember(grant, on.id, on.ttl);
-        self.inner.spares.in_use(on, asked_secs);
+        self.inner
+            .leases
+            .remember(grant, on.granted.id, on.granted.ttl);
+        self.inner.spares.in_use(on);
     }
 
     /// Lets go, in the background, of the leases of the records a
