@@ -14,7 +14,7 @@ use crate::backend::renew_attempt_timeout;
 use crate::backend::{Backend, Lease, OwnerId};
 use crate::error::{Error, Result};
 use crate::key::Key;
-use crate::local::{Handed, LocalHold, TakenOffer};
+use crate::local::{Handed, LocalHold, Successor};
 use crate::observe::{HoldWatch, Lost, Renewal, Tally};
 use crate::pending::PendingReleases;
 use crate::renewal::{RenewalScheduler, Ticket};
@@ -254,11 +254,13 @@ impl LeaseGuard {
 
     /// The front local waiter's offer for this release to hand the key
     /// over, where the store can (a mutex).
-    fn offer(&self) -> Option<TakenOffer> {
+    fn offer(&self) -> Successor {
         let mutex = self.lease.slot().is_none();
-        (mutex && self.backend.hands_over_locally())
-            .then(|| self.hold.take_offer())
-            .flatten()
+        if mutex && self.backend.hands_over_locally() {
+            self.hold.take_offer()
+        } else {
+            Successor::Nobody
+        }
     }
 
     /// Stops renewal: unschedules it if it has not started, else stops it.
@@ -423,11 +425,18 @@ impl fmt::Debug for LeaseGuard {
 async fn release(
     backend: &dyn Backend,
     lease: &Lease,
-    offer: Option<TakenOffer>,
+    successor: Successor,
     clock: &LeaseClock,
 ) -> Result<()> {
-    let Some(offer) = offer else {
-        return backend.release(lease).await;
+    let offer = match successor {
+        Successor::Nobody => return backend.release(lease).await,
+        Successor::StepAside(aside) => {
+            let started = tokio::time::Instant::now();
+            let released = backend.release(lease).await;
+            aside.for_as_long_as(started.elapsed());
+            return released;
+        }
+        Successor::Offer(offer) => offer,
     };
     let sent_at = clock.now();
     match backend.release_to(lease, offer.request()).await {

@@ -32,9 +32,12 @@
 //! front waiter withdraws its offer while it asks the store itself and
 //! makes it again, first in line, when it goes back to waiting. A process
 //! does this at most [`HAND_OFFS_IN_A_ROW`] times in a row for a key; then
-//! one release frees the key at the store, so the waiters of other
-//! processes, which race for it at each release, get their chance
-//! (docs/fairness.md, "A release that hands over in this process").
+//! one release frees the key at the store, and the waiters of this process
+//! step aside for as long as that release took ([`Successor::StepAside`]),
+//! so the waiters of other processes, woken by it, reach the store first
+//! (docs/fairness.md, "A release that hands over in this process"): the
+//! local waiter, woken in-process, would otherwise win that race nearly
+//! every time and the key would stay here.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
@@ -70,6 +73,9 @@ struct KeyQueue {
     offers: Mutex<Offers>,
     /// Releases of this key in a row that handed it over here.
     handed_in_a_row: AtomicU32,
+    /// Until when this process's waiters leave the key to other processes
+    /// after a release that ended a run of hand-offs.
+    step_aside_until: Mutex<Option<Instant>>,
 }
 
 /// The open offers of a key, oldest first.
@@ -105,6 +111,26 @@ pub(crate) struct LocalOffer {
     entry: Entry,
     id: u64,
     reply: oneshot::Receiver<Option<Handed>>,
+}
+
+/// Who a releasing guard passes the key to ([`LocalHold::take_offer`]).
+#[derive(Debug)]
+pub(crate) enum Successor {
+    /// Nobody of this process waits: the release frees the key as usual.
+    Nobody,
+    /// The oldest offer, to grant inside the release.
+    Offer(TakenOffer),
+    /// Waiters of this process wait, but the key was handed over here
+    /// [`HAND_OFFS_IN_A_ROW`] times in a row: the release frees it, and
+    /// then they step aside ([`StepAside::for_as_long_as`]).
+    StepAside(StepAside),
+}
+
+/// The waiters of a key step aside after a release that freed it at the
+/// end of a run of hand-offs.
+#[derive(Debug)]
+pub(crate) struct StepAside {
+    queue: Arc<KeyQueue>,
 }
 
 /// A releasing guard's side of an offer it took ([`LocalHold::take_offer`]):
@@ -222,6 +248,7 @@ impl LocalQueues {
                     holders: AtomicUsize::new(0),
                     offers: Mutex::default(),
                     handed_in_a_row: AtomicU32::new(0),
+                    step_aside_until: Mutex::default(),
                 })
             })
             .clone();
@@ -244,6 +271,14 @@ impl LocalTurn {
     /// one atomic read of the key's queue this turn already holds.
     pub(crate) fn behind_a_holder(&self) -> bool {
         self.entry.queue().holders.load(Ordering::Relaxed) > 0
+    }
+
+    /// Until when this waiter leaves the key to other processes (a release
+    /// of this process just freed it after a run of hand-offs), if that is
+    /// still to come.
+    pub(crate) fn stepping_aside(&self) -> Option<Instant> {
+        let until = *lock(&self.entry.queue().step_aside_until);
+        until.filter(|&t| t > Instant::now())
     }
 }
 
@@ -271,23 +306,38 @@ impl Drop for LocalOffer {
 }
 
 impl LocalHold {
-    /// The oldest open offer, for this guard's release to hand the key
-    /// over, unless the key was handed over here [`HAND_OFFS_IN_A_ROW`]
-    /// times in a row (then this release frees it).
-    pub(crate) fn take_offer(&self) -> Option<TakenOffer> {
+    /// Who this guard's release passes the key to: the oldest open offer,
+    /// unless the key was handed over here [`HAND_OFFS_IN_A_ROW`] times in
+    /// a row (then this release frees it and the waiters here step aside).
+    pub(crate) fn take_offer(&self) -> Successor {
         let queue = self.entry.queue();
         let mut offers = lock(&queue.offers);
-        if offers.open.is_empty()
-            || queue.handed_in_a_row.load(Ordering::Relaxed) >= HAND_OFFS_IN_A_ROW
-        {
+        if offers.open.is_empty() {
             queue.handed_in_a_row.store(0, Ordering::Relaxed);
-            return None;
+            return Successor::Nobody;
+        }
+        if queue.handed_in_a_row.load(Ordering::Relaxed) >= HAND_OFFS_IN_A_ROW {
+            queue.handed_in_a_row.store(0, Ordering::Relaxed);
+            let queue = self.entry.queue.clone().expect("entry in use");
+            return Successor::StepAside(StepAside { queue });
         }
         queue.handed_in_a_row.fetch_add(1, Ordering::Relaxed);
-        offers.open.pop_front().map(|o| TakenOffer {
-            request: o.request,
-            reply: o.reply,
-        })
+        match offers.open.pop_front() {
+            Some(o) => Successor::Offer(TakenOffer {
+                request: o.request,
+                reply: o.reply,
+            }),
+            None => Successor::Nobody,
+        }
+    }
+}
+
+impl StepAside {
+    /// The key is free at the store since now: this process's waiters
+    /// leave it to others for `long`, about the time other processes'
+    /// waiters need to learn of the release and ask.
+    pub(crate) fn for_as_long_as(self, long: std::time::Duration) {
+        *lock(&self.queue.step_aside_until) = Some(Instant::now() + long);
     }
 }
 
@@ -387,5 +437,35 @@ mod tests {
         assert!(!queues.is_held_here(&key));
         drop(turn);
         assert!(queues.lock().is_empty());
+    }
+
+    /// After HAND_OFFS_IN_A_ROW hand-offs the next release frees the key
+    /// and the waiters here step aside for as long as it is told; a release
+    /// with nobody waiting starts the count again.
+    #[tokio::test(start_paused = true)]
+    async fn a_run_of_hand_offs_ends_in_a_release_the_waiters_here_step_aside_for() {
+        let queues = Arc::new(LocalQueues::default());
+        let key = Key::new("k").unwrap();
+        let request =
+            Arc::new(AcquireRequest::new(key.clone(), Duration::from_secs(1), "h").unwrap());
+        let hold = queues.hold(&key);
+        let turn = queues.turn(&key).await;
+        let _offers: Vec<LocalOffer> = (0..=HAND_OFFS_IN_A_ROW)
+            .map(|_| queues.offer(&key, request.clone(), false))
+            .collect();
+        for _ in 0..HAND_OFFS_IN_A_ROW {
+            assert!(matches!(hold.take_offer(), Successor::Offer(_)));
+        }
+        assert_eq!(turn.stepping_aside(), None);
+        let Successor::StepAside(aside) = hold.take_offer() else {
+            panic!("the fifth release in a row frees the key");
+        };
+        aside.for_as_long_as(Duration::from_millis(2));
+        let until = turn.stepping_aside().expect("stepping aside now");
+        assert_eq!(until, Instant::now() + Duration::from_millis(2));
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        assert_eq!(turn.stepping_aside(), None, "over once its time passed");
+        // The count started again: the next release hands over.
+        assert!(matches!(hold.take_offer(), Successor::Offer(_)));
     }
 }

@@ -184,6 +184,17 @@ impl Locks {
                             return Ok(guard);
                         }
                     }
+                    // This process just freed the key after handing it
+                    // over here a few times in a row: waiters elsewhere,
+                    // woken by that release, ask first (local.rs).
+                    if let Some(until) = turn.as_ref().and_then(|t| t.stepping_aside()) {
+                        let until = deadline.map_or(until, |d| until.min(d));
+                        tokio::select! {
+                            biased;
+                            _ = cancelled(options) => return Err(Error::Cancelled { key: request.key().to_string() }),
+                            _ = sleep_until(until) => {}
+                        }
+                    }
                     probe.attempt();
                     Some(self.attempt(&request, backstop, options).await?)
                 }
