@@ -13,7 +13,7 @@ async fn store() -> Option<TestStore> {
     redis_fixtures::conformance_store("LEASEHOLD_TEST_REDIS", "redis", RedisOptions::new()).await
 }
 
-leasehold::conformance_tests!(store; options, unreachable, queue);
+leasehold::conformance_tests!(store; options, unreachable, queue, hand_off);
 
 mod polling {
     async fn store() -> Option<leasehold::conformance::TestStore> {

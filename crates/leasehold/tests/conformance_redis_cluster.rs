@@ -27,7 +27,7 @@ async fn store_with(options: RedisOptions) -> Option<TestStore> {
     redis_fixtures::conformance_store(URL_VAR, "redis+cluster", options).await
 }
 
-leasehold::conformance_tests!(store; options, unreachable, queue);
+leasehold::conformance_tests!(store; options, unreachable, queue, hand_off);
 
 mod polling {
     async fn store() -> Option<leasehold::conformance::TestStore> {

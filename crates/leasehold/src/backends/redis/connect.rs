@@ -108,7 +108,8 @@ impl RedisBackend {
         options: RedisOptions,
         ns: Namespace,
     ) -> Result<Self> {
-        let [acquire, renew, release, force_release, read, leave] = SCRIPTS.map(Script::new);
+        let [acquire, renew, release, force_release, read, leave, release_to] =
+            SCRIPTS.map(Script::new);
         let scripts = Scripts {
             acquire,
             renew,
@@ -116,6 +117,7 @@ impl RedisBackend {
             force_release,
             read,
             leave,
+            release_to,
         };
         // Loaded up front so the first calls need no NOSCRIPT round trip;
         // `Script` reloads them by itself if a server forgets them (a

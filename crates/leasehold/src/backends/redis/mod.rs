@@ -80,7 +80,7 @@ const STORE: &str = "redis";
 /// (`queue.lua` and the `_queued` parts) comes after each script's short
 /// path, so a grant or release with nobody queued never runs it (a Lua
 /// function is made anew on every call that reaches its definition).
-const SCRIPTS: [&str; 6] = [
+const SCRIPTS: [&str; 7] = [
     concat!(
         include_str!("idle.lua"),
         include_str!("fence.lua"),
@@ -104,6 +104,11 @@ const SCRIPTS: [&str; 6] = [
         include_str!("queue.lua"),
         include_str!("leave.lua")
     ),
+    concat!(
+        include_str!("idle.lua"),
+        include_str!("fence.lua"),
+        include_str!("release_to.lua")
+    ),
 ];
 
 struct Scripts {
@@ -113,6 +118,7 @@ struct Scripts {
     force_release: Script,
     read: Script,
     leave: Script,
+    release_to: Script,
 }
 
 /// Lock store in Redis. Cheap to clone; clones share connections.
@@ -366,6 +372,33 @@ impl Backend for RedisBackend {
                 answer = self.run_on(script, &keys, &args).await?;
             }
             self.after_release(lease.key(), &answer)
+        })
+    }
+
+    fn hands_over_locally(&self) -> bool {
+        true
+    }
+
+    fn release_to<'a>(
+        &'a self,
+        lease: &'a Lease,
+        next: &'a AcquireRequest,
+    ) -> BoxFuture<'a, Result<Option<Lease>>> {
+        Box::pin(async move {
+            let (held, owner, ttl) = (
+                held_prefix(lease),
+                next.owner().to_string(),
+                duration_to_millis(next.ttl()).to_string(),
+            );
+            let args = [held.as_str(), &owner, &ttl, next.holder()];
+            let token: i64 = self
+                .run(&self.inner.scripts.release_to, lease.key(), &args)
+                .await?;
+            if token == 0 {
+                return Ok(None);
+            }
+            let record = RecordDecoder::new(STORE, lease.key().as_str());
+            Ok(Some(next.granted(record.token(token)?)))
         })
     }
 
