@@ -76,7 +76,15 @@ struct KeyQueue {
     /// Until when this process's waiters leave the key to other processes
     /// after a release that ended a run of hand-offs.
     step_aside_until: Mutex<Option<Instant>>,
+    /// When a waiter here last found the key held by another process: the
+    /// waiters here step aside at the end of a run of hand-offs only if
+    /// that was less than [`WANTED_ELSEWHERE_FOR`] ago (alone on a key,
+    /// stepping aside would leave it idle).
+    held_elsewhere_at: Mutex<Option<Instant>>,
 }
+
+/// How long a key found held by another process counts as wanted there.
+const WANTED_ELSEWHERE_FOR: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The open offers of a key, oldest first.
 #[derive(Debug, Default)]
@@ -249,6 +257,7 @@ impl LocalQueues {
                     offers: Mutex::default(),
                     handed_in_a_row: AtomicU32::new(0),
                     step_aside_until: Mutex::default(),
+                    held_elsewhere_at: Mutex::default(),
                 })
             })
             .clone();
@@ -271,6 +280,15 @@ impl LocalTurn {
     /// one atomic read of the key's queue this turn already holds.
     pub(crate) fn behind_a_holder(&self) -> bool {
         self.entry.queue().holders.load(Ordering::Relaxed) > 0
+    }
+
+    /// Notes that this waiter's attempt found the key busy with no guard of
+    /// this process on it: another process holds it.
+    pub(crate) fn found_held_elsewhere(&self) {
+        let queue = self.entry.queue();
+        if queue.holders.load(Ordering::Relaxed) == 0 {
+            *lock(&queue.held_elsewhere_at) = Some(Instant::now());
+        }
     }
 
     /// Until when this waiter leaves the key to other processes (a release
@@ -308,7 +326,8 @@ impl Drop for LocalOffer {
 impl LocalHold {
     /// Who this guard's release passes the key to: the oldest open offer,
     /// unless the key was handed over here [`HAND_OFFS_IN_A_ROW`] times in
-    /// a row (then this release frees it and the waiters here step aside).
+    /// a row (then this release frees it, and the waiters here step aside
+    /// if another process was seen holding the key lately).
     pub(crate) fn take_offer(&self) -> Successor {
         let queue = self.entry.queue();
         let mut offers = lock(&queue.offers);
@@ -318,6 +337,10 @@ impl LocalHold {
         }
         if queue.handed_in_a_row.load(Ordering::Relaxed) >= HAND_OFFS_IN_A_ROW {
             queue.handed_in_a_row.store(0, Ordering::Relaxed);
+            let seen = *lock(&queue.held_elsewhere_at);
+            if seen.is_none_or(|at| at.elapsed() > WANTED_ELSEWHERE_FOR) {
+                return Successor::Nobody;
+            }
             let queue = self.entry.queue.clone().expect("entry in use");
             return Successor::StepAside(StepAside { queue });
         }
@@ -450,16 +473,32 @@ mod tests {
             Arc::new(AcquireRequest::new(key.clone(), Duration::from_secs(1), "h").unwrap());
         let hold = queues.hold(&key);
         let turn = queues.turn(&key).await;
-        let _offers: Vec<LocalOffer> = (0..=HAND_OFFS_IN_A_ROW)
+        let _offers: Vec<LocalOffer> = (0..5 * HAND_OFFS_IN_A_ROW)
             .map(|_| queues.offer(&key, request.clone(), false))
             .collect();
         for _ in 0..HAND_OFFS_IN_A_ROW {
             assert!(matches!(hold.take_offer(), Successor::Offer(_)));
         }
         assert_eq!(turn.stepping_aside(), None);
+        // Nobody else was seen wanting the key: the fifth release frees
+        // it, and nobody steps aside.
+        assert!(matches!(hold.take_offer(), Successor::Nobody));
+        for _ in 0..HAND_OFFS_IN_A_ROW {
+            assert!(matches!(hold.take_offer(), Successor::Offer(_)));
+        }
+        // A waiter found the key held with no guard here: held elsewhere.
+        // (The hold is dropped for that, and taken again.)
+        drop(hold);
+        turn.found_held_elsewhere();
+        let hold = queues.hold(&key);
         let Successor::StepAside(aside) = hold.take_offer() else {
             panic!("the fifth release in a row frees the key");
         };
+        for _ in 0..HAND_OFFS_IN_A_ROW {
+            assert!(matches!(hold.take_offer(), Successor::Offer(_)));
+        }
+        // Seen lately still: the next run ends the same way.
+        assert!(matches!(hold.take_offer(), Successor::StepAside(_)));
         aside.for_as_long_as(Duration::from_millis(2));
         let until = turn.stepping_aside().expect("stepping aside now");
         assert_eq!(until, Instant::now() + Duration::from_millis(2));
@@ -467,5 +506,11 @@ mod tests {
         assert_eq!(turn.stepping_aside(), None, "over once its time passed");
         // The count started again: the next release hands over.
         assert!(matches!(hold.take_offer(), Successor::Offer(_)));
+        // Not seen for longer than WANTED_ELSEWHERE_FOR: nobody steps aside.
+        tokio::time::sleep(WANTED_ELSEWHERE_FOR).await;
+        for _ in 1..HAND_OFFS_IN_A_ROW {
+            assert!(matches!(hold.take_offer(), Successor::Offer(_)));
+        }
+        assert!(matches!(hold.take_offer(), Successor::Nobody));
     }
 }

@@ -228,7 +228,12 @@ impl Locks {
                         probe,
                     ));
                 }
-                Some(Acquire::Busy(busy)) => Some(busy),
+                Some(Acquire::Busy(busy)) => {
+                    if let Some(turn) = &turn {
+                        turn.found_held_elsewhere();
+                    }
+                    Some(busy)
+                }
                 Some(Acquire::OtherKind(KeyKind::ReaderWriter))
                     if request.permit_kind().is_none() =>
                 {
