@@ -219,18 +219,10 @@ impl EtcdBackend {
 
     /// Lets lease `id` go once the one key a release (or a move) took off
     /// it is gone: recycled as a spare if it carried that grant alone
-    /// (spares.rs: at once if it is young, else after a keep-alive in the
-    /// background), else revoked in the background.
+    /// (spares.rs), else revoked, both in the background.
     pub(super) fn let_go(&self, id: i64) {
-        let spares = &self.inner.spares;
-        let now = spares.now();
-        match spares.freed(id) {
-            Some(young) if young.recycles_as_it_is(now) => {
-                if let Some(refused) = spares.refilled(young.asked_secs, Some(young), now) {
-                    self.revoke_later(refused);
-                }
-            }
-            Some(old) => self.recycle_later(old.granted, old.asked_secs),
+        match self.inner.spares.freed(id) {
+            Some((granted, asked_secs)) => self.recycle_later(granted, asked_secs),
             None => self.revoke_later(id),
         }
     }

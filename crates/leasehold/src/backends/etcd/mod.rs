@@ -54,7 +54,6 @@ use crate::key::Key;
 use crate::notify::Subscription;
 use errors::{classify, timed_out, STORE};
 use keys::{Kind, Layout, Record};
-use spares::Spare;
 
 /// How often a grant retries after a concurrent write changed what it read.
 const CONFLICT_RETRIES: usize = 16;
@@ -285,7 +284,6 @@ impl EtcdBackend {
             self.inner.leases.remember(grant, record.lease, record.ttl);
             return Ok(Some(record.ttl));
         }
-        let sent_at = self.inner.spares.now();
         let fresh = self.grant_lease(ttl).await?;
         let value = keys::value(record.owner, fresh.ttl, &record.holder);
         let moved = self
@@ -294,11 +292,7 @@ impl EtcdBackend {
             .succeeded();
         if moved {
             self.let_go(record.lease);
-            self.inner.spares.in_use(Spare {
-                granted: fresh,
-                asked_secs: leases::ttl_secs(ttl),
-                sent_at,
-            });
+            self.inner.spares.in_use(fresh, leases::ttl_secs(ttl));
             self.inner.leases.remember(grant, fresh.id, fresh.ttl);
             Ok(Some(fresh.ttl))
         } else {
@@ -370,15 +364,13 @@ impl EtcdBackend {
         Ok(true)
     }
 
-    /// Notes that `lease` (at `etcd_key`) is on the etcd lease of `on`,
-    /// for this grant alone (a spare, or a lease granted inline): recycled
-    /// at the grant's release.
-    fn remember(&self, etcd_key: &str, lease: &Lease, on: Spare) {
+    /// Notes that `lease` (at `etcd_key`) is on etcd lease `on`, granted
+    /// for a ttl of `asked_secs` for this grant alone (a spare, or a lease
+    /// granted inline): recycled at the grant's release.
+    fn remember(&self, etcd_key: &str, lease: &Lease, on: granted::Granted, asked_secs: i64) {
         let grant = leases::GrantId::of(etcd_key, lease);
-        self.inner
-            .leases
-            .remember(grant, on.granted.id, on.granted.ttl);
-        self.inner.spares.in_use(on);
+        self.inner.leases.remember(grant, on.id, on.ttl);
+        self.inner.spares.in_use(on, asked_secs);
     }
 
     /// Lets go, in the background, of the leases of the records a

@@ -103,7 +103,7 @@ impl EtcdBackend {
         let grant_key = &names.lock;
         let granted_here = |token: u64| {
             let lease = req.granted(token).enforced_for(promised);
-            self.remember(grant_key, &lease, spare);
+            self.remember(grant_key, &lease, fresh, spare.asked_secs);
             Ok((Acquire::Granted(lease), true))
         };
         // A waiter that queued before keeps its entry's lease alive while
@@ -368,7 +368,7 @@ impl EtcdBackend {
         self.inner
             .leases
             .remember_at(GrantId::of(&range, &granted), fresh, to);
-        self.inner.spares.in_use(spare);
+        self.inner.spares.in_use(fresh, spare.asked_secs);
         Ok(Some(granted))
     }
 

@@ -123,7 +123,7 @@ pub(super) async fn try_acquire(backend: &EtcdBackend, req: &AcquireRequest) -> 
                                 .granted_permit(slot, record.token)
                                 .enforced_for(promised);
                             let etcd_key = layout.slot(kind, key, Some(slot));
-                            backend.remember(&etcd_key, &lease, on);
+                            backend.remember(&etcd_key, &lease, on.granted, on.asked_secs);
                             backend.refill_later(req.ttl());
                             mark_held(backend, &lock.base);
                             return Ok(Acquire::Granted(lease));
@@ -166,7 +166,7 @@ pub(super) async fn try_acquire(backend: &EtcdBackend, req: &AcquireRequest) -> 
                         mark_held(backend, &lock.base);
                         let granted = req.granted_permit(slot, revision(&resp)?);
                         let granted = granted.enforced_for(promised);
-                        backend.remember(&etcd_key, &granted, spare);
+                        backend.remember(&etcd_key, &granted, lease, spare.asked_secs);
                         return Ok(Acquire::Granted(granted));
                     }
                     look = LockRead::answered(backend, req, &lock, &resp).await?;

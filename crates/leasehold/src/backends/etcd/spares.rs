@@ -9,13 +9,10 @@
 //! spare is granted behind it; a busy answer gives its unused lease back
 //! instead of revoking it.
 //!
-//! A lease whose one grant was released is not revoked but kept as a
-//! spare (recycled): a `LeaseRevoke` and the next spare's `LeaseGrant` are
-//! two Raft writes. A lease still young by the grant or keep-alive that
-//! last started its TTL ([`Spare::recycles_as_it_is`]) goes back as it is,
-//! its age still counted from then; an older one is kept alive first (a
-//! keep-alive is answered by the leader alone, but it is one more request
-//! per grant: measured, docs/etcd.md). Only a lease granted for one grant alone is recycled
+//! A lease whose one grant was released is not revoked but kept alive and
+//! kept as a spare (recycled): a `LeaseRevoke` and the next spare's
+//! `LeaseGrant` are two Raft writes, a keep-alive is answered by the
+//! leader alone. Only a lease granted for one grant alone is recycled
 //! ([`Spares::in_use`]): a handed-over grant's lease is its waiter's queue
 //! entry lease, which also carries the key's announce key, and is revoked.
 //!
@@ -67,13 +64,6 @@ impl Spare {
         let age = now.saturating_duration_since(self.sent_at);
         (age <= self.granted.ttl / 10).then(|| self.granted.ttl - age)
     }
-
-    /// Whether, freed at `now`, it goes back among the spares as it is,
-    /// with no keep-alive: it is younger than half the age up to which a
-    /// spare is used, so it still serves a grant for a while.
-    pub fn recycles_as_it_is(&self, now: Instant) -> bool {
-        now.saturating_duration_since(self.sent_at) <= self.granted.ttl / 20
-    }
 }
 
 /// The spares of one backend.
@@ -92,12 +82,9 @@ struct Pool {
     /// succession, each finding the spares of the ones before still in
     /// flight, do not pile up lease grants on the leader.
     refilling: Vec<i64>,
-    /// The leases that carry one grant alone, by id, as the spare they
-    /// were (or would have been: a lease granted inline) when their grant
-    /// was made: its age counts from then even if a renewal's keep-alive
-    /// restarted its TTL since (older, never younger, than it is).
-    /// Recycled at that grant's release.
-    in_use: HashMap<i64, Spare>,
+    /// The leases that carry one grant alone, by id: the TTL asked (whole
+    /// seconds) and the lease as granted. Recycled at that grant's release.
+    in_use: HashMap<i64, (i64, Granted)>,
 }
 
 impl Spares {
@@ -171,25 +158,25 @@ impl Spares {
         spare.and_then(|spare| pool.keep(spare, now))
     }
 
-    /// Notes that the lease of `spare` now carries one grant and nothing
-    /// else.
-    pub fn in_use(&self, spare: Spare) {
+    /// Notes that lease `granted`, granted for a ttl of `asked_secs`,
+    /// now carries one grant and nothing else.
+    pub fn in_use(&self, granted: Granted, asked_secs: i64) {
         let mut pool = self.pool();
         if pool.in_use.len() >= IN_USE_MAX {
             pool.in_use.clear();
         }
-        pool.in_use.insert(spare.granted.id, spare);
+        pool.in_use.insert(granted.id, (asked_secs, granted));
     }
 
     /// Lease `id` no longer carries its grant (released, or the grant
-    /// moved to another lease). Its recycle: the spare it was, marked on
-    /// its way as a spare until [`refilled`](Self::refilled); `None` if it
-    /// did not carry one grant alone (revoke it).
-    pub fn freed(&self, id: i64) -> Option<Spare> {
+    /// moved to another lease). Its recycle: the lease and the ttl asked,
+    /// marked on its way as a spare until [`refilled`](Self::refilled);
+    /// `None` if it did not carry one grant alone (revoke it).
+    pub fn freed(&self, id: i64) -> Option<(Granted, i64)> {
         let mut pool = self.pool();
-        let spare = pool.in_use.remove(&id)?;
-        pool.refilling.push(spare.asked_secs);
-        Some(spare)
+        let (asked_secs, granted) = pool.in_use.remove(&id)?;
+        pool.refilling.push(asked_secs);
+        Some((granted, asked_secs))
     }
 
     /// Keeps `spare` for a later grant; the id of the lease to revoke
@@ -297,10 +284,14 @@ mod tests {
     fn a_lease_in_use_alone_is_recycled_once_at_its_release() {
         let t0 = Instant::now();
         let spares = Spares::default();
-        spares.in_use(spare(7, 30, t0));
+        let granted = Granted {
+            id: 7,
+            ttl: Duration::from_secs(30),
+        };
+        spares.in_use(granted, 30);
         assert!(spares.freed(8).is_none(), "never in use here");
-        let back = spares.freed(7).expect("in use alone");
-        assert_eq!((back.granted.id, back.asked_secs), (7, 30));
+        let (back, asked) = spares.freed(7).expect("in use alone");
+        assert_eq!((back.id, asked), (7, 30));
         assert!(spares.freed(7).is_none(), "recycled once");
         assert!(spares.start_refill(30), "one on its way");
         assert!(!spares.start_refill(30), "two on their way");
@@ -309,20 +300,6 @@ mod tests {
         let (found, _) = spares.take(30, t0);
         assert_eq!(found.unwrap().0.granted.id, 7);
         assert!(spares.start_refill(30), "nothing on its way any more");
-    }
-
-    /// A freed lease goes back as it is while younger than a twentieth of
-    /// its TTL, half the age up to which a spare is used; older, it is
-    /// kept alive first.
-    #[test]
-    fn only_a_young_freed_lease_recycles_without_a_keep_alive() {
-        let t0 = Instant::now();
-        let s = spare(7, 10, t0);
-        assert!(s.recycles_as_it_is(t0));
-        assert!(s.recycles_as_it_is(t0 + Duration::from_millis(500)));
-        assert!(!s.recycles_as_it_is(t0 + Duration::from_millis(501)));
-        // Still a usable spare at that age, for half a window more.
-        assert!(s.usable_for(t0 + Duration::from_millis(501)).is_some());
     }
 
     /// A suspend stops the monotonic clock but not etcd's lease: a spare
