@@ -331,11 +331,9 @@ impl LocalHold {
     pub(crate) fn take_offer(&self) -> Successor {
         let queue = self.entry.queue();
         let mut offers = lock(&queue.offers);
-        if offers.open.is_empty() {
-            queue.handed_in_a_row.store(0, Ordering::Relaxed);
-            return Successor::Nobody;
-        }
-        if queue.handed_in_a_row.load(Ordering::Relaxed) >= HAND_OFFS_IN_A_ROW {
+        if !offers.open.is_empty()
+            && queue.handed_in_a_row.load(Ordering::Relaxed) >= HAND_OFFS_IN_A_ROW
+        {
             queue.handed_in_a_row.store(0, Ordering::Relaxed);
             let seen = *lock(&queue.held_elsewhere_at);
             if seen.is_none_or(|at| at.elapsed() > WANTED_ELSEWHERE_FOR) {
@@ -344,13 +342,18 @@ impl LocalHold {
             let queue = self.entry.queue.clone().expect("entry in use");
             return Successor::StepAside(StepAside { queue });
         }
-        queue.handed_in_a_row.fetch_add(1, Ordering::Relaxed);
         match offers.open.pop_front() {
-            Some(o) => Successor::Offer(TakenOffer {
-                request: o.request,
-                reply: o.reply,
-            }),
-            None => Successor::Nobody,
+            Some(o) => {
+                queue.handed_in_a_row.fetch_add(1, Ordering::Relaxed);
+                Successor::Offer(TakenOffer {
+                    request: o.request,
+                    reply: o.reply,
+                })
+            }
+            None => {
+                queue.handed_in_a_row.store(0, Ordering::Relaxed);
+                Successor::Nobody
+            }
         }
     }
 }
