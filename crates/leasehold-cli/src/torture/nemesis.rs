@@ -160,14 +160,7 @@ impl Nemesis<'_> {
             if let Ok(holders) = self.lock.holders(self.locks, key).await {
                 let mut targets: Vec<Target> = holders
                     .into_iter()
-                    .filter_map(|h| {
-                        let worker = parse_pid(&h.label).and_then(|pid| self.fleet.by_pid(pid))?;
-                        Some(Target {
-                            worker,
-                            key: key.clone(),
-                            token: h.token,
-                        })
-                    })
+                    .filter_map(|h| self.target(key, &h.label, h.token))
                     .collect();
                 if !targets.is_empty() {
                     // A mutex has one holder: draw nothing, so its seeded
@@ -213,24 +206,32 @@ impl Nemesis<'_> {
                     continue;
                 };
                 let now = mono_ns();
-                for h in holders {
-                    let Some(worker) = parse_pid(&h.label).and_then(|pid| self.fleet.by_pid(pid))
-                    else {
-                        continue;
-                    };
-                    let since = *first_seen.entry((key.as_str(), h.token)).or_insert(now);
+                for target in holders
+                    .into_iter()
+                    .filter_map(|h| self.target(key, &h.label, h.token))
+                {
+                    let since = *first_seen
+                        .entry((key.as_str(), target.token))
+                        .or_insert(now);
                     if now - since >= long {
-                        return Ok(Some(Target {
-                            worker,
-                            key: key.clone(),
-                            token: h.token,
-                        }));
+                        return Ok(Some(target));
                     }
                 }
             }
             sleep(Duration::from_millis(3)).await;
         }
         Ok(None)
+    }
+
+    /// The worker holding `key` with `token`, from its holder label; `None`
+    /// for a holder that is no worker of this run.
+    fn target(&self, key: &str, label: &str, token: u64) -> Option<Target> {
+        let worker = parse_pid(label).and_then(|pid| self.fleet.by_pid(pid))?;
+        Some(Target {
+            worker,
+            key: key.to_owned(),
+            token,
+        })
     }
 
     /// Whether `target` still holds its lease: run right after a signal, it
