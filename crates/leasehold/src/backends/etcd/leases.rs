@@ -108,8 +108,9 @@ impl EtcdBackend {
     pub(super) async fn grant_lease(&self, ttl: Duration) -> Result<Granted> {
         let secs = ttl_secs(ttl);
         let resp = self
-            .call("a lease grant", |client| async move {
-                client.lease_client().grant(secs, None).await
+            .call("a lease grant", |client| {
+                let mut leases = client.lease_client();
+                async move { leases.grant(secs, None).await }
             })
             .await?;
         if !resp.error().is_empty() {
@@ -187,13 +188,16 @@ impl EtcdBackend {
     /// keep-alive of a lease that expired but whose keys are not yet
     /// deleted waits for the deletion and answers "not found").
     pub(super) async fn keep_alive(&self, id: i64) -> Result<bool> {
-        self.call("a lease keep-alive", |client| async move {
-            match client.lease_client().keep_alive(id).await {
-                // The client read the first answer (TTL > 0) before
-                // returning; dropping both ends closes the stream.
-                Ok(_) => Ok(true),
-                Err(etcd_client::Error::LeaseKeepAliveError(_)) => Ok(false),
-                Err(e) => Err(e),
+        self.call("a lease keep-alive", |client| {
+            let mut leases = client.lease_client();
+            async move {
+                match leases.keep_alive(id).await {
+                    // The client read the first answer (TTL > 0) before
+                    // returning; dropping both ends closes the stream.
+                    Ok(_) => Ok(true),
+                    Err(etcd_client::Error::LeaseKeepAliveError(_)) => Ok(false),
+                    Err(e) => Err(e),
+                }
             }
         })
         .await
@@ -206,8 +210,9 @@ impl EtcdBackend {
     /// look (a deletion wakes it anyway).
     pub(super) async fn time_left(&self, id: i64) -> Result<Option<Duration>> {
         let resp = self
-            .call("a lease query", |client| async move {
-                client.lease_client().time_to_live(id, None).await
+            .call("a lease query", |client| {
+                let mut leases = client.lease_client();
+                async move { leases.time_to_live(id, None).await }
             })
             .await?;
         if resp.ttl() < 0 {
@@ -278,13 +283,18 @@ impl EtcdBackend {
     /// Revokes lease `id` now, deleting its keys. Whether it was there.
     pub(super) async fn revoke(&self, id: i64) -> Result<bool> {
         let answer = self
-            .call("a lease revoke", |client| async move {
-                match client.lease_client().revoke(id).await {
-                    Ok(_) => Ok(true),
-                    Err(etcd_client::Error::GRpcStatus(s)) if s.message().contains("not found") => {
-                        Ok(false)
+            .call("a lease revoke", |client| {
+                let mut leases = client.lease_client();
+                async move {
+                    match leases.revoke(id).await {
+                        Ok(_) => Ok(true),
+                        Err(etcd_client::Error::GRpcStatus(s))
+                            if s.message().contains("not found") =>
+                        {
+                            Ok(false)
+                        }
+                        Err(e) => Err(e),
                     }
-                    Err(e) => Err(e),
                 }
             })
             .await?;

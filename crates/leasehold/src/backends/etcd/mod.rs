@@ -192,13 +192,13 @@ impl EtcdBackend {
     /// lease granted twice leaves one to expire unused).
     async fn call<T, F, Fut>(&self, what: &'static str, request: F) -> Result<T>
     where
-        F: Fn(Client) -> Fut,
+        F: Fn(&Client) -> Fut,
         Fut: std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
     {
         let deadline = tokio::time::Instant::now() + self.inner.request_timeout;
         let mut attempt = 0;
         loop {
-            let answer = tokio::time::timeout_at(deadline, request(self.inner.client.clone()))
+            let answer = tokio::time::timeout_at(deadline, request(&self.inner.client))
                 .await
                 .map_err(|_| timed_out(what))?;
             match answer {
@@ -211,8 +211,8 @@ impl EtcdBackend {
     /// Runs `txn` (see [`call`](Self::call)).
     async fn txn(&self, txn: Txn) -> Result<TxnResponse> {
         self.call("a transaction", |client| {
-            let txn = txn.clone();
-            async move { client.kv_client().txn(txn).await }
+            let (mut kv, txn) = (client.kv_client(), txn.clone());
+            async move { kv.txn(txn).await }
         })
         .await
     }
@@ -221,8 +221,8 @@ impl EtcdBackend {
     /// say otherwise.
     async fn get(&self, key: &str, options: GetOptions) -> Result<etcd_client::GetResponse> {
         self.call("a read", |client| {
-            let options = options.clone();
-            async move { client.kv_client().get(key, Some(options)).await }
+            let (mut kv, options) = (client.kv_client(), options.clone());
+            async move { kv.get(key, Some(options)).await }
         })
         .await
     }

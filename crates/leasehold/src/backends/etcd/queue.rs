@@ -128,12 +128,7 @@ impl EtcdBackend {
             if resp.succeeded() {
                 return granted_here(revision(&resp)?);
             }
-            let (mutex_kv, kind_kv, head_kv) = txns::acquire_reads(&resp);
-            if let Some(kind) = kind_kv {
-                // A reader-writer lock or a semaphore: nothing was written.
-                return Ok((Acquire::OtherKind(super::kind_of(req.key(), &kind)?), false));
-            }
-            if let Some(kv) = mutex_kv {
+            if let Some(kv) = txns::acquire_reads(&resp) {
                 let record = Record::decode(key, &kv)?;
                 if record.lease == fresh.id {
                     // Our own transaction, committed though its answer was
@@ -166,7 +161,14 @@ impl EtcdBackend {
                 };
                 return Ok((Acquire::Busy(busy), false));
             }
-            // Free, behind a queue (or changed since the compare).
+            // No grant: another kind of lock, free behind a queue, or
+            // changed since the compare.
+            let reads = self.txn(txns::free_key_reads(&names)).await?;
+            let (kind_kv, head_kv) = txns::kind_and_head(&reads);
+            if let Some(kind) = kind_kv {
+                // A reader-writer lock or a semaphore: nothing was written.
+                return Ok((Acquire::OtherKind(super::kind_of(req.key(), &kind)?), false));
+            }
             let Some(head) = head_kv else { continue };
             let head = Entry::decode(key, &head)?;
             if head.owner == req.owner() {

@@ -136,8 +136,9 @@ impl EtcdBackend {
                 .with_keys_only();
             let page = self
                 .call("a read", |client| {
+                    let mut kv = client.kv_client();
                     let (from, options) = (from.clone(), options.clone());
-                    async move { client.kv_client().get(from, Some(options)).await }
+                    async move { kv.get(from, Some(options)).await }
                 })
                 .await?;
             let cutoff = match cutoff {

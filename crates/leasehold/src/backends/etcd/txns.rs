@@ -55,23 +55,25 @@ fn head_of(queue: &str) -> TxnOp {
 }
 
 /// Mutex grant: `if the lock's range is empty and the key has no kind
-/// and no queue then put(grant, value, lease) else get(lock range),
-/// get(kind), get(queue head)`. One round trip; a refusal carries what
-/// decides the answer ([`acquire_reads`]).
+/// and no queue then put(grant, value, lease) else get(lock range)`. One
+/// round trip; a refusal carries the grant that holds the key, which
+/// decides a busy answer ([`acquire_reads`]). The kind record and the
+/// queue's head matter only when the range is empty (a key that is
+/// another kind of lock, or free behind a queue): [`free_key_reads`] reads
+/// them then. Each read named here costs every grant, answered or not: the
+/// server puts the whole request in its Raft log, and two more reads made
+/// the uncontended pair about 2 % slower (docs/etcd.md, "What a grant
+/// sends").
 pub(super) fn acquire(keys: &MutexKeys, value: String, lease: i64) -> Txn {
     let mut when = free_key(keys);
     when.push(range_empty(&keys.queue));
     Txn::new()
         .when(when)
         .and_then([put(&keys.lock, value, lease)])
-        .or_else([
-            TxnOp::get(
-                keys.lock.as_str(),
-                Some(GetOptions::new().with_prefix().with_limit(1)),
-            ),
-            TxnOp::get(keys.kind.as_str(), None),
-            head_of(&keys.queue),
-        ])
+        .or_else([TxnOp::get(
+            keys.lock.as_str(),
+            Some(GetOptions::new().with_prefix().with_limit(1)),
+        )])
 }
 
 /// The answers of a transaction's gets, in order (each get's key-values).
@@ -87,13 +89,22 @@ pub(super) fn first(kvs: Option<Vec<KeyValue>>) -> Option<KeyValue> {
     kvs.and_then(|kvs| kvs.into_iter().next())
 }
 
-/// What a refused [`acquire`] read: the mutex grant, the kind key and the
-/// queue's head, each if present.
-pub(super) fn acquire_reads(
-    resp: &TxnResponse,
-) -> (Option<KeyValue>, Option<KeyValue>, Option<KeyValue>) {
+/// What a refused [`acquire`] read: the mutex grant, if any.
+pub(super) fn acquire_reads(resp: &TxnResponse) -> Option<KeyValue> {
+    first(gets(resp).next())
+}
+
+/// What decides a refused grant on a key with no mutex grant: its kind
+/// record and its queue's head, read in one revision.
+pub(super) fn free_key_reads(keys: &MutexKeys) -> Txn {
+    Txn::new().and_then([TxnOp::get(keys.kind.as_str(), None), head_of(&keys.queue)])
+}
+
+/// The answer to [`free_key_reads`]: the kind record and the queue's head,
+/// each if present.
+pub(super) fn kind_and_head(resp: &TxnResponse) -> (Option<KeyValue>, Option<KeyValue>) {
     let mut gets = gets(resp);
-    (first(gets.next()), first(gets.next()), first(gets.next()))
+    (first(gets.next()), first(gets.next()))
 }
 
 /// A waiter's entry written (a new one goes last: its create revision is
