@@ -112,10 +112,15 @@ export interface WithGrant<G> {
   <T>(options: AcquireOptions | undefined, fn: (grant: G) => T | Promise<T>): Promise<T>;
 }
 
-/** A semaphore: `permits` holders of `key` at once, across processes. */
-export declare class Semaphore {
-  private constructor();
+/** What every handle a Locks object makes has: its key; only Locks makes one. */
+declare abstract class KeyHandle {
+  protected constructor();
+  /** The key. */
   readonly key: string;
+}
+
+/** A semaphore: `permits` holders of `key` at once, across processes. */
+export declare class Semaphore extends KeyHandle {
   readonly permits: number;
   tryAcquire(options?: TryAcquireOptions): Promise<Lease | null>;
   acquire(options?: AcquireOptions): Promise<Lease>;
@@ -128,9 +133,7 @@ export declare class Semaphore {
  * A reader-writer lock: shared readers or one writer, each grant a Lease
  * with its own fencing token; a waiting writer is not starved by readers.
  */
-export declare class RwLock {
-  private constructor();
-  readonly key: string;
+export declare class RwLock extends KeyHandle {
   tryRead(options?: TryAcquireOptions): Promise<Lease | null>;
   read(options?: AcquireOptions): Promise<Lease>;
   withRead: WithGrant<Lease>;
@@ -142,9 +145,7 @@ export declare class RwLock {
 }
 
 /** An election: the holder of the key's lease is the leader. */
-export declare class Election {
-  private constructor();
-  readonly key: string;
+export declare class Election extends KeyHandle {
   /** Campaigns until elected within `wait` (default: no bound; 0: try once). */
   campaign(candidate: string, options?: AcquireOptions): Promise<Leadership>;
   leader(): Promise<LeaderInfo | null>;
