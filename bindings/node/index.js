@@ -334,8 +334,7 @@ class RwLock extends KeyHandle {
 
   /** Waits up to `wait` (default: no bound) for a shared grant; rejects with LEASEHOLD_TIMEOUT. */
   async read(options) {
-    const opts = acquireOptions(options, Infinity, 'read');
-    return this.#grant(false, opts, opts.waitMs);
+    return this.#wait(false, options);
   }
 
   /** Takes a shared grant, runs `fn(lease)`, always releases it. */
@@ -350,8 +349,7 @@ class RwLock extends KeyHandle {
 
   /** Waits up to `wait` (default: no bound) for the exclusive grant; rejects with LEASEHOLD_TIMEOUT. */
   async write(options) {
-    const opts = acquireOptions(options, Infinity, 'write');
-    return this.#grant(true, opts, opts.waitMs);
+    return this.#wait(true, options);
   }
 
   /** Takes the exclusive grant, runs `fn(lease)`, always releases it. */
@@ -366,6 +364,11 @@ class RwLock extends KeyHandle {
 
   async #try(write, options) {
     return nullIfBusy(() => this.#grant(write, acquireOptions(options, 0, write ? 'tryWrite' : 'tryRead'), 0));
+  }
+
+  async #wait(write, options) {
+    const opts = acquireOptions(options, Infinity, write ? 'write' : 'read');
+    return this.#grant(write, opts, opts.waitMs);
   }
 }
 
