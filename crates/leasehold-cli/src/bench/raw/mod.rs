@@ -11,12 +11,14 @@ mod redis;
 mod sqlite;
 mod statements;
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use leasehold::scheme::Scheme;
-use leasehold::Locks;
+use leasehold::{LeaseGuard, Locks};
+use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -56,6 +58,68 @@ pub struct Held {
     pub key: String,
     pub owner: String,
     pub token: i64,
+}
+
+impl Held {
+    /// `key`, held by a lock that keeps its owner itself (a session, a
+    /// client's own value) and has no fencing token.
+    pub fn key_only(key: &str) -> Held {
+        Held {
+            key: key.to_owned(),
+            owner: String::new(),
+            token: 0,
+        }
+    }
+}
+
+/// leasehold itself reached another way (a direct connection beside a
+/// pooler, another connection type), measured as a baseline: the guards
+/// `try_acquire` handed out are kept by key until `release`.
+pub struct LeaseholdBaseline {
+    name: &'static str,
+    locks: Locks,
+    held: Mutex<HashMap<String, LeaseGuard>>,
+}
+
+impl LeaseholdBaseline {
+    pub fn new(name: &'static str, locks: Locks) -> LeaseholdBaseline {
+        LeaseholdBaseline {
+            name,
+            locks,
+            held: Mutex::default(),
+        }
+    }
+}
+
+impl Baseline for LeaseholdBaseline {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn try_acquire<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Held>, CliError>> {
+        Box::pin(async move {
+            let guard = match self.locks.try_acquire(key).await {
+                Ok(guard) => guard,
+                Err(leasehold::Error::Busy { .. }) => return Ok(None),
+                Err(e) => return Err(baseline_error(e)),
+            };
+            let held = Held {
+                token: i64::try_from(guard.token()).map_err(baseline_error)?,
+                ..Held::key_only(key)
+            };
+            self.held.lock().await.insert(key.to_owned(), guard);
+            Ok(Some(held))
+        })
+    }
+
+    fn release(&self, held: Held) -> BoxFuture<'_, Result<(), CliError>> {
+        Box::pin(async move {
+            if let Some(guard) = self.held.lock().await.remove(&held.key) {
+                guard.release().await.map_err(baseline_error)?;
+            }
+            Ok(())
+        })
+    }
 }
 
 /// The store under test: how to get independent clients of it, and its

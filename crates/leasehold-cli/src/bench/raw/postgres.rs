@@ -9,20 +9,21 @@
 //! hand-written and advisory baselines also run directly (advisory locks
 //! belong to a session, which a transaction pooler does not keep).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use leasehold::backends::postgres::{parse_store_url, Pooler, PostgresBackend, PostgresOptions};
-use leasehold::{LeaseGuard, Locks};
+use leasehold::Locks;
 use sqlx::pool::PoolConnection;
 use sqlx::{PgPool, Postgres};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use super::statements::TwoStatements;
-use super::{baseline_error, timed_handoff, Baseline, HandoffPeer, Held, Measured};
+use super::{
+    baseline_error, timed_handoff, Baseline, HandoffPeer, Held, LeaseholdBaseline, Measured,
+};
 use crate::exit::CliError;
 use crate::sql::SqlDb;
 
@@ -129,10 +130,10 @@ async fn baselines(
         Some(pooled) => {
             baselines.insert(
                 0,
-                Box::new(DirectLeasehold {
-                    locks: Locks::new(backend),
-                    held: Mutex::new(HashMap::new()),
-                }),
+                Box::new(LeaseholdBaseline::new(
+                    "leasehold, direct to the server",
+                    Locks::new(backend),
+                )),
             );
             Locks::new(pooled)
         }
@@ -143,45 +144,6 @@ async fn baselines(
         baselines,
         handoff_peers: vec![Box::new(BlockingAdvisory { pool })],
     })
-}
-
-/// leasehold on a direct connection, next to leasehold through a pooler.
-struct DirectLeasehold {
-    locks: Locks,
-    /// The guards `try_acquire` handed out, by key, until `release`.
-    held: Mutex<HashMap<String, LeaseGuard>>,
-}
-
-impl Baseline for DirectLeasehold {
-    fn name(&self) -> &'static str {
-        "leasehold, direct to the server"
-    }
-
-    fn try_acquire<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Held>, CliError>> {
-        Box::pin(async move {
-            let guard = match self.locks.try_acquire(key).await {
-                Ok(guard) => guard,
-                Err(leasehold::Error::Busy { .. }) => return Ok(None),
-                Err(e) => return Err(baseline_error(e)),
-            };
-            let held = Held {
-                key: key.to_owned(),
-                owner: String::new(),
-                token: i64::try_from(guard.token()).map_err(baseline_error)?,
-            };
-            self.held.lock().await.insert(key.to_owned(), guard);
-            Ok(Some(held))
-        })
-    }
-
-    fn release(&self, held: Held) -> BoxFuture<'_, Result<(), CliError>> {
-        Box::pin(async move {
-            if let Some(guard) = self.held.lock().await.remove(&held.key) {
-                guard.release().await.map_err(baseline_error)?;
-            }
-            Ok(())
-        })
-    }
 }
 
 /// The advisory-lock id of a key (advisory locks take a bigint).
@@ -208,11 +170,7 @@ impl Baseline for Advisory {
                 .fetch_one(&mut **session)
                 .await
                 .map_err(baseline_error)?;
-            Ok(got.then(|| Held {
-                key: key.to_owned(),
-                owner: String::new(),
-                token: 0,
-            }))
+            Ok(got.then(|| Held::key_only(key)))
         })
     }
 

@@ -18,7 +18,9 @@ use rslock::LockManager;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use super::{baseline_error, timed_handoff, Baseline, HandoffPeer, Held, Measured};
+use super::{
+    baseline_error, timed_handoff, Baseline, HandoffPeer, Held, LeaseholdBaseline, Measured,
+};
 use crate::exit::CliError;
 
 const TTL: Duration = Duration::from_secs(30);
@@ -49,7 +51,7 @@ pub async fn open(url: &str, parsed: &StoreUrl) -> Result<Measured, CliError> {
         baselines: vec![
             Box::new(raw_pair),
             Box::new(BlockingPair::open(plain)?),
-            Box::new(ManagedLocks::open(plain, parsed).await?),
+            Box::new(managed_locks(plain, parsed).await?),
             Box::new(Rslock {
                 manager: rslock.clone(),
                 held: Mutex::default(),
@@ -181,61 +183,21 @@ impl Baseline for BlockingPair {
 /// `RedisBackend::connect` talked to one server before its own connections
 /// and how `RedisBackend::from_manager` still does: the same library, the
 /// connection path side by side.
-struct ManagedLocks {
-    locks: Locks,
-    held: Mutex<HashMap<String, leasehold::LeaseGuard>>,
-}
-
-impl ManagedLocks {
-    async fn open(url: &str, parsed: &StoreUrl) -> Result<ManagedLocks, CliError> {
-        use leasehold::backends::redis::RedisBackend;
-        let client = redis::Client::open(url).map_err(baseline_error)?;
-        let manager = redis::aio::ConnectionManager::new(client.clone())
-            .await
-            .map_err(baseline_error)?;
-        let mut options = RedisOptions::new().with_persistence_check(false);
-        if let Some(prefix) = parsed.option("prefix") {
-            options = options.with_prefix(prefix);
-        }
-        let backend = RedisBackend::from_manager_with(manager, client, options).await?;
-        Ok(ManagedLocks {
-            locks: Locks::new(backend),
-            held: Mutex::default(),
-        })
+async fn managed_locks(url: &str, parsed: &StoreUrl) -> Result<LeaseholdBaseline, CliError> {
+    use leasehold::backends::redis::RedisBackend;
+    let client = redis::Client::open(url).map_err(baseline_error)?;
+    let manager = redis::aio::ConnectionManager::new(client.clone())
+        .await
+        .map_err(baseline_error)?;
+    let mut options = RedisOptions::new().with_persistence_check(false);
+    if let Some(prefix) = parsed.option("prefix") {
+        options = options.with_prefix(prefix);
     }
-}
-
-impl Baseline for ManagedLocks {
-    fn name(&self) -> &'static str {
-        "leasehold on a multiplexed ConnectionManager (the path before)"
-    }
-
-    fn try_acquire<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Held>, CliError>> {
-        Box::pin(async move {
-            match self.locks.try_acquire(key).await {
-                Ok(guard) => {
-                    let token = i64::try_from(guard.token()).unwrap_or(i64::MAX);
-                    self.held.lock().await.insert(key.to_owned(), guard);
-                    Ok(Some(Held {
-                        key: key.to_owned(),
-                        owner: String::new(),
-                        token,
-                    }))
-                }
-                Err(leasehold::Error::Busy { .. }) => Ok(None),
-                Err(e) => Err(e.into()),
-            }
-        })
-    }
-
-    fn release(&self, held: Held) -> BoxFuture<'_, Result<(), CliError>> {
-        Box::pin(async move {
-            if let Some(guard) = self.held.lock().await.remove(&held.key) {
-                guard.release().await?;
-            }
-            Ok(())
-        })
-    }
+    let backend = RedisBackend::from_manager_with(manager, client, options).await?;
+    Ok(LeaseholdBaseline::new(
+        "leasehold on a multiplexed ConnectionManager (the path before)",
+        Locks::new(backend),
+    ))
 }
 
 struct Rslock {
@@ -254,11 +216,7 @@ impl Baseline for Rslock {
             match self.manager.lock(key.as_bytes(), TTL).await {
                 Ok(lock) => {
                     self.held.lock().await.insert(key.to_owned(), lock);
-                    Ok(Some(Held {
-                        key: key.to_owned(),
-                        owner: String::new(),
-                        token: 0,
-                    }))
+                    Ok(Some(Held::key_only(key)))
                 }
                 Err(rslock::LockError::Unavailable) => Ok(None),
                 Err(e) => Err(baseline_error(format!("{e:?}"))),
