@@ -10,6 +10,18 @@
 #![cfg(feature = "conformance")]
 #![allow(dead_code)]
 
+#[path = "support/common.rs"]
+mod common;
+#[cfg(feature = "mongodb")]
+#[path = "support/mongodb.rs"]
+mod mongodb_fixtures;
+#[cfg(feature = "postgres")]
+#[path = "support/postgres.rs"]
+mod postgres;
+#[cfg(feature = "redis")]
+#[path = "support/redis.rs"]
+mod redis_fixtures;
+
 use std::time::Duration;
 
 use leasehold::backend::{Acquire, AcquireRequest, CorruptRecord};
@@ -134,14 +146,11 @@ async fn sqlite_reports_corrupt_records() {
 #[cfg(feature = "postgres")]
 #[tokio::test]
 async fn postgres_reports_corrupt_records() {
-    use leasehold::backends::postgres::{PostgresBackend, PostgresOptions};
-
-    let Some(url) = leasehold::conformance::server_url("LEASEHOLD_TEST_POSTGRES") else {
+    let Some(url) = postgres::url() else {
         return;
     };
-    let table = format!("corrupt_{:016x}", rand::random::<u64>());
-    let options = PostgresOptions::new().with_table(&table);
-    let backend = PostgresBackend::connect_with(&url, options).await.unwrap();
+    let table = common::unique("corrupt");
+    let backend = postgres::on_table(&url, &table).await;
     let p = prefix();
     let table_sql = format!("\"{table}\"");
     let inserts = corrupt_inserts(
@@ -156,30 +165,16 @@ async fn postgres_reports_corrupt_records() {
         sqlx::query(&insert).execute(backend.pool()).await.unwrap();
     }
     check_reads(&backend, "postgres", &p, "owner \"not-hex\"").await;
-    sqlx::query(&format!("DROP TABLE \"{table}\""))
-        .execute(backend.pool())
-        .await
-        .unwrap();
+    postgres::drop_table(backend.pool(), &table_sql).await;
 }
 
 #[cfg(feature = "redis")]
 #[tokio::test]
 async fn redis_reports_corrupt_records() {
-    use leasehold::backends::redis::{RedisBackend, RedisOptions};
-
-    let Some(url) = leasehold::conformance::server_url("LEASEHOLD_TEST_REDIS") else {
+    let ns = redis_fixtures::random_prefix();
+    let Some((backend, mut conn)) = redis_fixtures::shared(&ns).await else {
         return;
     };
-    let ns = format!("leasehold-corrupt-{:016x}", rand::random::<u64>());
-    let options = RedisOptions::new()
-        .with_prefix(&ns)
-        .with_persistence_check(false);
-    let backend = RedisBackend::connect_with(&url, options).await.unwrap();
-    let mut conn = redis::Client::open(url.as_str())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
     let p = prefix();
     let lease = format!("{OWNER}:h");
     for (k, fence, value, pttl) in [
@@ -234,15 +229,11 @@ async fn redis_reports_corrupt_records() {
 #[cfg(feature = "mongodb")]
 #[tokio::test]
 async fn mongodb_reports_corrupt_records() {
-    use leasehold::backends::mongodb::{MongoBackend, MongoOptions};
     use mongodb::bson::{doc, DateTime};
 
-    let Some(url) = leasehold::conformance::server_url("LEASEHOLD_TEST_MONGODB") else {
+    let Some(backend) = mongodb_fixtures::fresh_backend().await else {
         return;
     };
-    let options =
-        MongoOptions::new().with_collection(format!("corrupt_{:016x}", rand::random::<u64>()));
-    let backend = MongoBackend::connect_with(&url, options).await.unwrap();
     let p = prefix();
     let now = DateTime::now().timestamp_millis();
     let later = DateTime::from_millis(now + 60_000);
