@@ -4,8 +4,17 @@
 //! operation ([`release_to`](crate::backend::Backend::release_to)), with the
 //! next token, and changes nothing when it must not hand over.
 
+use std::time::Duration;
+
+use tokio::time::timeout;
+
 use super::{attempt, grant, held, key, prefix, request, TestStore, LONG};
 use crate::backend::{Acquire, AcquireRequest, Lease, QUEUE_ENTRY_TTL};
+
+/// How long a waiter that must not be woken is watched.
+const QUIET_FOR: Duration = Duration::from_millis(300);
+/// How soon a waiter that must be woken is.
+const NOTIFIED_WITHIN: Duration = Duration::from_secs(5);
 
 /// A fresh key for one test of the group, on a store that hands over.
 fn hand_off_key(store: &TestStore) -> crate::Key {
@@ -123,4 +132,26 @@ pub async fn hand_off_waits_for_waiters_queued_at_the_store(store: &TestStore) {
     assert_eq!(info.token, holder.token());
     store.backend.release(&holder).await.unwrap();
     store.backend.leave_queue(&k, queued.owner()).await.unwrap();
+}
+
+/// A hand-off frees nothing, so it wakes nobody: a waiter of another
+/// process (the second client, with notifications of its own) sleeps on,
+/// and the release that does free the key wakes it.
+pub async fn hand_off_wakes_no_waiter_of_another_process(store: &TestStore) {
+    let k = hand_off_key(store);
+    if !store.caps.notifies {
+        return;
+    }
+    let other = store.second_client();
+    let holder = grant(store, &k, LONG).await;
+    let mut waiter = other.subscribe(&k).await.unwrap();
+    let handed = hand(store, &holder, &request(&k, LONG)).await;
+    assert!(
+        timeout(QUIET_FOR, waiter.notified()).await.is_err(),
+        "a hand-off must not wake another process's waiter: the key was never free"
+    );
+    store.backend.release(&handed).await.unwrap();
+    timeout(NOTIFIED_WITHIN, waiter.notified())
+        .await
+        .expect("the release that frees the key wakes the waiter");
 }

@@ -189,7 +189,8 @@ macro_rules! conformance_tests {
             hand_off_grants_the_next_request_the_next_token,
             hand_off_chains_and_any_client_releases,
             hand_off_of_a_lease_that_is_gone_changes_nothing,
-            hand_off_waits_for_waiters_queued_at_the_store
+            hand_off_waits_for_waiters_queued_at_the_store,
+            hand_off_wakes_no_waiter_of_another_process
         );
     };
     (@group blocking $factory:path) => {

@@ -61,7 +61,11 @@ impl Kind {
 /// What a watched key is ([`Layout::family_of`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Family {
-    /// A grant or marker: its deletion frees something.
+    /// A mutex grant: its deletion frees the key, unless a grant of the
+    /// key is written in the same revision (a hand-off).
+    MutexGrant,
+    /// A permit or reader-writer grant, or a marker: its deletion frees
+    /// something.
     Grant,
     /// An announce or hand-off key: its write tells waiters.
     Announce,
@@ -197,7 +201,8 @@ impl Layout {
         let in_range = || rest.split_once('\0').map(|(key, _)| key);
         match tag {
             "A/" => Some((Family::Announce, rest)),
-            "L/" | "S/" | "R/" => Some((Family::Grant, in_range()?)),
+            "L/" => Some((Family::MutexGrant, in_range()?)),
+            "S/" | "R/" => Some((Family::Grant, in_range()?)),
             "Q/" => Some((Family::Entry, in_range()?)),
             _ => None,
         }

@@ -3,22 +3,33 @@
 //! it on the first wait, reopens it after errors, and wakes every waiter
 //! after a gap.
 //!
-//! The stream carries two watches: deletions under the prefix (release,
-//! force-release: a grant's keys are deleted) and writes of announce keys
-//! (`Backend::announce`). Grants and renewals are filtered out at the
-//! server. Expiry is a deletion too (etcd deletes the keys of a lease that
-//! ran out), so a waiter behind a crashed holder wakes when etcd frees it.
+//! The watch sees every write and deletion under the prefix, and tells
+//! waiters of two: a grant's deletion (release, force-release, expiry:
+//! etcd deletes the keys of a lease that ran out, so a waiter behind a
+//! crashed holder wakes when etcd frees it) and a write of an announce key
+//! (`Backend::announce`). Other writes (grants, queue entries, kind
+//! records) only say, by their revision, that a deletion beside them was
+//! no release.
 //!
-//! A hand-off (a release or an attempt that gives the key to the head of
-//! its queue) writes the key's announce key with the head and its ticket:
-//! that write tells the head alone ([`hand_off_message`]), its revision
-//! being the grant's token. The deletion of the releaser's grant in the
-//! same revision (beside the deletion of the head's queue entry) wakes
-//! nobody else: the key is not free.
+//! A mutex grant deleted in a revision that writes the key's grant again
+//! (in the other place of its range) was handed over, not freed: by a
+//! release to a waiter of the releaser's own process (`txns::release_to`)
+//! or to the head of the key's queue (`txns::hand_over`). Nobody is woken
+//! for it. A hand-off to the head of the queue also writes the key's
+//! announce key with the head and its ticket: that write tells the head
+//! alone ([`hand_off_message`]), its revision being the grant's token.
+//!
+//! Why one watch without filters, and not deletions alone: a watch's
+//! events of one revision come in one response, but two watches' do not
+//! (each answers under its own id), so the grant written beside a deletion
+//! must be seen by the watch that sees the deletion. It costs every
+//! watching process an event per grant (a few dozen bytes); before, a
+//! release to a waiter of the same process woke every other process's
+//! waiters (docs/etcd.md, "Waking waiters").
 
 use std::time::Duration;
 
-use etcd_client::{Client, EventType, WatchFilterType, WatchOptions, WatchStream};
+use etcd_client::{Client, EventType, WatchOptions, WatchStream};
 
 use crate::backend::BoxFuture;
 use crate::error::BoxError;
@@ -48,27 +59,17 @@ impl Source for Watch {
     fn connect(&self, _retrying: bool) -> BoxFuture<'_, Result<Box<dyn Feed>, Refused>> {
         Box::pin(async move {
             let retry = |e: etcd_client::Error| Refused::Retry(Box::new(e));
-            let all = self.layout.all();
             let mut stream = self
                 .client
                 .watch_client()
-                .watch(all, prefix_without(WatchFilterType::NoPut))
+                .watch(self.layout.all(), Some(WatchOptions::new().with_prefix()))
                 .await
                 .map_err(retry)?;
-            let announces = self.layout.announce("");
-            stream
-                .watch(
-                    announces.as_str(),
-                    prefix_without(WatchFilterType::NoDelete),
-                )
-                .await
-                .map_err(retry)?;
-            // In place only once the server confirms both watches: a
-            // release after `subscribe` returns must not be missed.
-            let mut created = 0;
-            while created < 2 {
+            // In place only once the server confirms the watch: a release
+            // after `subscribe` returns must not be missed.
+            loop {
                 match stream.message().await.map_err(retry)? {
-                    Some(resp) if resp.created() => created += 1,
+                    Some(resp) if resp.created() => break,
                     Some(_) => {}
                     None => {
                         return Err(Refused::Retry(
@@ -120,27 +121,28 @@ impl Feed for Releases {
 /// deletion not in the revision of a hand-off of that key) or announced,
 /// and the hand-offs, each once.
 fn news_of(layout: &Layout, events: &[etcd_client::Event]) -> Vec<String> {
-    // Keys whose queue lost an entry, by revision: a grant deleted in
-    // the same revision was handed over, not freed.
-    let mut left_queue = Vec::new();
+    // Mutex keys given to another holder, by revision: a grant written, or
+    // a queue entry deleted (its waiter got the key), in that revision.
+    let mut handed = Vec::new();
     for event in events {
-        if let Some(kv) = event
-            .kv()
-            .filter(|_| event.event_type() == EventType::Delete)
-        {
-            if let Some((Family::Entry, key)) = layout.family_of(kv.key()) {
-                left_queue.push((kv.mod_revision(), key));
+        let Some(kv) = event.kv() else { continue };
+        match (event.event_type(), layout.family_of(kv.key())) {
+            (EventType::Put, Some((Family::MutexGrant, key)))
+            | (EventType::Delete, Some((Family::Entry, key))) => {
+                handed.push((kv.mod_revision(), key));
             }
+            _ => {}
         }
     }
     let mut news = Vec::new();
     for event in events {
         let Some(kv) = event.kv() else { continue };
         let message = match (event.event_type(), layout.family_of(kv.key())) {
-            (EventType::Delete, Some((Family::Grant, key))) => {
-                let handed = left_queue.contains(&(kv.mod_revision(), key));
+            (EventType::Delete, Some((Family::MutexGrant, key))) => {
+                let handed = handed.contains(&(kv.mod_revision(), key));
                 (!handed).then(|| key.to_owned())
             }
+            (EventType::Delete, Some((Family::Grant, key))) => Some(key.to_owned()),
             (EventType::Put, Some((Family::Announce, key))) => {
                 Some(match read_hand_off(kv.value()) {
                     Some((owner, ticket)) => {
@@ -157,9 +159,4 @@ fn news_of(layout: &Layout, events: &[etcd_client::Event]) -> Vec<String> {
         }
     }
     news
-}
-
-/// Watches every key under the prefix, without the events `filter` drops.
-fn prefix_without(filter: WatchFilterType) -> Option<WatchOptions> {
-    Some(WatchOptions::new().with_prefix().with_filters([filter]))
 }
