@@ -22,7 +22,10 @@
 //! Why one watch without filters, and not deletions alone: a watch's
 //! events of one revision come in one response, but two watches' do not
 //! (each answers under its own id), so the grant written beside a deletion
-//! must be seen by the watch that sees the deletion. It costs every
+//! must be seen by the watch that sees the deletion. (Were a revision's
+//! events ever split across responses, the deletion would wake waiters as
+//! a release does: an attempt wasted, never a wake-up missed, since a
+//! revision that writes a mutex's grant leaves the key held.) It costs every
 //! watching process an event per grant (a few dozen bytes); before, a
 //! release to a waiter of the same process woke every other process's
 //! waiters (docs/etcd.md, "Waking waiters").
