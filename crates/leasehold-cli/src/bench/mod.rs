@@ -316,6 +316,7 @@ fn print_table(report: &Report) {
         println!("  {:<34} {:>10} {:>10}", "", "p50 µs", "p99 µs");
         let rows = [
             ("one uncontended acquire", Some(&h.acquire)),
+            ("  same, after a hand-off's pause", Some(&h.paused_acquire)),
             ("woken by the store", Some(&h.notified)),
             (
                 "  same, from release returned",
@@ -332,13 +333,16 @@ fn print_table(report: &Report) {
             println!("  {:<34} {:>10.1} {:>10.1}", p.name, l.p50_us, l.p99_us);
         }
         println!(
-            "  woken hand-off = {:.2}x one acquire ({:.2}x from release returned); polling is {:.1}x slower",
+            "  woken hand-off = {:.2}x one acquire, {:.2}x one after the same pause ({:.2}x from release returned); polling is {:.1}x slower",
             h.notified_p50_per_acquire,
+            h.notified_p50_per_paused_acquire,
             h.notified_after_release_p50_per_acquire,
             h.polling_p50_per_notified
         );
-        if let Some(r) = h.fair_p50_per_acquire {
-            println!("  handed-over hand-off (with_fair) = {r:.2}x one acquire");
+        if let (Some(r), Some(paused)) = (h.fair_p50_per_acquire, h.fair_p50_per_paused_acquire) {
+            println!(
+                "  handed-over hand-off (with_fair) = {r:.2}x one acquire, {paused:.2}x one after the same pause"
+            );
         }
     }
     if let Some(c) = &s.contended {

@@ -257,6 +257,11 @@ pub struct PeerHandoff {
 pub struct Handoff {
     /// One uncontended acquire (not release), for scale.
     pub acquire: Latency,
+    /// One uncontended acquire after the pause each hand-off round makes
+    /// before its release ([`WAITER_SETTLES`]): on an idle machine the
+    /// first round trip after a pause pays for waking the store's thread
+    /// and this one, which the back-to-back acquires above do not.
+    pub paused_acquire: Latency,
     /// From the holder's release call to the waiter holding the lock: the
     /// release's own round trip, the wake-up, and the waiter's acquire.
     pub notified: Latency,
@@ -267,6 +272,8 @@ pub struct Handoff {
     pub peers: Vec<PeerHandoff>,
     /// notified p50 / acquire p50 (target ≤ 3).
     pub notified_p50_per_acquire: f64,
+    /// notified p50 / paused acquire p50: like for like.
+    pub notified_p50_per_paused_acquire: f64,
     /// notified_after_release p50 / acquire p50.
     pub notified_after_release_p50_per_acquire: f64,
     /// With `with_fair(true)`: the waiter queued at the store, and the
@@ -277,6 +284,9 @@ pub struct Handoff {
     /// fair p50 / acquire p50 (target ≤ 2).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fair_p50_per_acquire: Option<f64>,
+    /// fair p50 / paused acquire p50.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fair_p50_per_paused_acquire: Option<f64>,
     /// polling p50 / notified p50 (target ≥ 10).
     pub polling_p50_per_notified: f64,
 }
@@ -306,6 +316,14 @@ pub async fn handoff(
         acquire.push(t.elapsed());
         guard.release().await?;
     }
+    let mut paused_acquire = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        tokio::time::sleep(WAITER_SETTLES).await;
+        let t = Instant::now();
+        let guard = holder.try_acquire(&key).await?;
+        paused_acquire.push(t.elapsed());
+        guard.release().await?;
+    }
     let racing = AcquireOptions::new().with_wait(Duration::from_secs(30));
     let fair = racing.clone().with_fair(true);
     let (notified, notified_after) = handoff_rounds(&holder, &waiter, &racing, rounds).await?;
@@ -322,6 +340,7 @@ pub async fn handoff(
         Latency::of(&notified),
         Latency::of(&polling),
     );
+    let paused = Latency::of(&paused_acquire);
     samples.push(("hand-off notified", notified));
     samples.push(("hand-off polling", polling));
     let mut peers = Vec::new();
@@ -335,6 +354,8 @@ pub async fn handoff(
     }
     Ok(Handoff {
         fair_p50_per_acquire: fair.as_ref().map(|r| ratio(r.p50_us, a.p50_us)),
+        fair_p50_per_paused_acquire: fair.as_ref().map(|r| ratio(r.p50_us, paused.p50_us)),
+        notified_p50_per_paused_acquire: ratio(n.p50_us, paused.p50_us),
         fair,
         peers,
         notified_p50_per_acquire: ratio(n.p50_us, a.p50_us),
@@ -342,10 +363,15 @@ pub async fn handoff(
         notified_after_release: after,
         polling_p50_per_notified: ratio(p.p50_us, n.p50_us),
         acquire: a,
+        paused_acquire: paused,
         notified: n,
         polling: p,
     })
 }
+
+/// How long a hand-off round waits before the release: long enough for
+/// the waiter to find the key busy and go to sleep.
+const WAITER_SETTLES: Duration = Duration::from_millis(15);
 
 async fn handoff_rounds(
     holder: &Locks,
@@ -365,8 +391,7 @@ async fn handoff_rounds(
             g.release().await?;
             Ok::<_, leasehold::Error>(at)
         });
-        // Long enough for the waiter to find the key busy and go to sleep.
-        tokio::time::sleep(Duration::from_millis(15)).await;
+        tokio::time::sleep(WAITER_SETTLES).await;
         let released = Instant::now();
         guard.release().await?;
         let release_returned = Instant::now();
