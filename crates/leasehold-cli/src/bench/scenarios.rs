@@ -308,22 +308,8 @@ pub async fn handoff(
         store.client().await?.backend().clone(),
     )));
 
-    let key = unique_key("acquire");
-    let mut acquire = Vec::with_capacity(rounds);
-    for _ in 0..rounds {
-        let t = Instant::now();
-        let guard = holder.try_acquire(&key).await?;
-        acquire.push(t.elapsed());
-        guard.release().await?;
-    }
-    let mut paused_acquire = Vec::with_capacity(rounds);
-    for _ in 0..rounds {
-        tokio::time::sleep(WAITER_SETTLES).await;
-        let t = Instant::now();
-        let guard = holder.try_acquire(&key).await?;
-        paused_acquire.push(t.elapsed());
-        guard.release().await?;
-    }
+    let acquire = timed_acquires(&holder, rounds, Duration::ZERO).await?;
+    let paused_acquire = timed_acquires(&holder, rounds, WAITER_SETTLES).await?;
     let racing = AcquireOptions::new().with_wait(Duration::from_secs(30));
     let fair = racing.clone().with_fair(true);
     let (notified, notified_after) = handoff_rounds(&holder, &waiter, &racing, rounds).await?;
@@ -367,6 +353,26 @@ pub async fn handoff(
         notified: n,
         polling: p,
     })
+}
+
+/// `rounds` uncontended acquires (each released), each after `pause`.
+async fn timed_acquires(
+    locks: &Locks,
+    rounds: usize,
+    pause: Duration,
+) -> Result<Vec<Duration>, CliError> {
+    let key = unique_key("acquire");
+    let mut out = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        if !pause.is_zero() {
+            tokio::time::sleep(pause).await;
+        }
+        let t = Instant::now();
+        let guard = locks.try_acquire(&key).await?;
+        out.push(t.elapsed());
+        guard.release().await?;
+    }
+    Ok(out)
 }
 
 /// How long a hand-off round waits before the release: long enough for

@@ -5,8 +5,8 @@
 //! a crashed holder's key stays forever), and one whose keys ride one
 //! lease granted up front, as etcd's `clientv3/concurrency` `Mutex` puts
 //! its key on its session's lease: the least a lock that expires does
-//! (attaching a key to a lease is work of the server's on every put and
-//! delete, docs/etcd.md).
+//! (measured: the lease itself costs nothing, docs/etcd.md, "What a grant
+//! sends").
 
 use futures_util::future::BoxFuture;
 use leasehold::backends::etcd::EtcdBackend;
